@@ -1,0 +1,1 @@
+"""Collectors: capture Kineto traces and NCCL evidence from inside a training script (needs torch)."""

@@ -1,0 +1,1 @@
+"""Dashboards: interactive views over the store (needs the `dash` extra)."""

@@ -1,0 +1,111 @@
+"""The run dir: ``manifest.json`` plus ``events/rank=NNNNN/part-0.parquet``, and a reader for it.
+
+>>> run = open_run("runs/job-42")                 # doctest: +SKIP
+>>> run.ranks, run.world_size                     # doctest: +SKIP
+([0, 1, 2, 3], 4)
+>>> run.events(ranks=[0]).filter(pl.col("kind") == "comm").collect()   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from ddprof.errors import BadInputError, SchemaError
+from ddprof.schema import EVENT_SCHEMA, check_version, empty_events
+
+MANIFEST = "manifest.json"
+RUN_FORMAT = "ddprof-run"
+
+
+def rank_dir(run_dir: str | Path, rank: int) -> Path:
+    return Path(run_dir) / "events" / f"rank={rank:05d}"
+
+
+def rank_file(run_dir: str | Path, rank: int) -> Path:
+    return rank_dir(run_dir, rank) / "part-0.parquet"
+
+
+def is_run_dir(path: str | Path) -> bool:
+    p = Path(path) / MANIFEST
+    if not p.is_file():
+        return False
+    try:
+        return json.loads(p.read_text()).get("format") == RUN_FORMAT
+    except (OSError, ValueError):
+        return False
+
+
+def read_manifest(run_dir: str | Path) -> dict[str, Any]:
+    path = Path(run_dir) / MANIFEST
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BadInputError("not a ddprof run dir (no manifest.json); create one with `ddprof ingest`",
+                            path=run_dir) from None
+    except ValueError as exc:
+        raise BadInputError(f"manifest.json is not valid JSON ({exc})", path=path) from None
+    if manifest.get("format") != RUN_FORMAT:
+        raise BadInputError("manifest.json is not a ddprof run manifest", path=path)
+    check_version(manifest.get("schema_version", "?"), where=str(path))
+    return manifest
+
+
+@dataclass(frozen=True)
+class Run:
+    """A read-only view of a run dir. Events come as Polars LazyFrames."""
+
+    path: Path
+    manifest: dict[str, Any]
+
+    @property
+    def ranks(self) -> list[int]:
+        """Ranks whose events were ingested successfully, sorted."""
+        return sorted(int(r) for r in self.manifest.get("ranks", []))
+
+    @property
+    def world_size(self) -> int | None:
+        return self.manifest.get("world_size")
+
+    @property
+    def failed(self) -> dict[str, dict[str, Any]]:
+        """Inputs that failed to ingest: key (rank or file) -> per-source record with ``error``."""
+        return {k: v for k, v in self.manifest.get("sources", {}).items() if v.get("status") == "failed"}
+
+    @property
+    def device(self) -> str:
+        return self.manifest.get("device", "cpu")
+
+    def rank_info(self, rank: int) -> dict[str, Any]:
+        return self.manifest.get("per_rank", {}).get(str(rank), {})
+
+    def events(self, ranks: list[int] | None = None) -> pl.LazyFrame:
+        """Events of the given ranks (default: all ingested ranks) as one LazyFrame."""
+        wanted = self.ranks if ranks is None else sorted(set(ranks))
+        unknown = [r for r in wanted if r not in self.ranks]
+        if unknown:
+            raise BadInputError(f"rank(s) {unknown} not in this run (ranks: {self.ranks})", path=self.path)
+        files = [str(rank_file(self.path, r)) for r in wanted]
+        if not files:
+            return empty_events().lazy()
+        return pl.scan_parquet(files, schema=EVENT_SCHEMA, hive_partitioning=False)
+
+    @cached_property
+    def steps(self) -> list[int]:
+        return sorted({s for info in self.manifest.get("per_rank", {}).values() for s in info.get("steps", [])})
+
+
+def open_run(path: str | Path) -> Run:
+    """Open a run dir written by ``ddprof ingest`` (or the collector). Raises if it is not one."""
+    path = Path(path)
+    manifest = read_manifest(path)
+    for r in manifest.get("ranks", []):
+        if not rank_file(path, int(r)).is_file():
+            raise SchemaError(f"{path}: manifest lists rank {r} but {rank_file(path, int(r))} is missing; "
+                              "re-run `ddprof ingest`")
+    return Run(path=path, manifest=manifest)

@@ -1,0 +1,122 @@
+"""The canonical per-rank event table: one row per complete event, whatever produced the trace.
+
+The schema is versioned. A run dir written with another major version is refused with a plain
+sentence (see :func:`check_version`), never half-read.
+
+Conventions
+-----------
+* ``ts_ns``/``dur_ns`` are integer nanoseconds on the trace's own clock. The wall-clock base that maps
+  them to epoch time (``baseTimeNanoseconds``) is kept per rank in the manifest.
+* GPU rows have ``device`` and ``stream`` set; CPU rows have ``stream`` null and ``tid`` = thread.
+* ``kind`` is classified once, at ingest (see :mod:`ddprof.ingest.classify`).
+* Collective metadata (``coll_op`` ... ``seq``) is null where unknown, never -1.
+* ``bytes`` is the nccl-tests message size S of the collective: all-reduce/broadcast/reduce: count x
+  element size; all-gather: output bytes; reduce-scatter: input bytes; all-to-all: total bytes sent;
+  send/recv: bytes sent or received.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ddprof.errors import SchemaError
+
+SCHEMA_VERSION = "1.0"
+
+KINDS = ("compute", "comm", "memcpy", "memset", "sync", "cpu_op", "runtime", "annotation", "other")
+Kind = pl.Enum(list(KINDS))
+
+#: Kinds that run on a GPU stream (rows with ``stream`` set).
+GPU_KINDS = ("compute", "comm", "memcpy", "memset", "sync")
+
+#: Normalised collective names used in ``coll_op``.
+COLL_OPS = (
+    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
+    "send", "recv", "barrier", "gather", "scatter", "unknown",
+)
+
+EVENT_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "ts_ns": pl.Int64(),
+    "dur_ns": pl.Int64(),
+    "pid": pl.Int64(),
+    "tid": pl.Int64(),
+    "device": pl.Int16(),
+    "stream": pl.Int64(),
+    "kind": Kind,
+    "cat": pl.String(),
+    "name": pl.String(),
+    "step": pl.Int32(),
+    "correlation": pl.Int64(),
+    "external_id": pl.Int64(),
+    "coll_op": pl.String(),
+    "pg": pl.String(),
+    "group_size": pl.Int32(),
+    "bytes": pl.Int64(),
+    "in_bytes": pl.Int64(),
+    "out_bytes": pl.Int64(),
+    "dtype": pl.String(),
+    "peer": pl.Int32(),
+    "seq": pl.Int64(),
+}
+
+NOT_NULL = ("rank", "ts_ns", "dur_ns", "kind", "name")
+
+
+def empty_events() -> pl.DataFrame:
+    """An event table with no rows and the canonical schema."""
+    return pl.DataFrame(schema=EVENT_SCHEMA)
+
+
+def conform(df: pl.DataFrame) -> pl.DataFrame:
+    """Add missing nullable columns, cast to canonical types and order columns as the schema does."""
+    exprs = []
+    for col, dtype in EVENT_SCHEMA.items():
+        if col in df.columns:
+            exprs.append(pl.col(col).cast(dtype))
+        else:
+            exprs.append(pl.lit(None, dtype=dtype).alias(col))
+    return df.select(exprs)
+
+
+def validate(df: pl.DataFrame | pl.LazyFrame, *, where: str = "event table") -> None:
+    """Check the invariants of the event table; raise :class:`SchemaError` naming the first broken one.
+
+    Invariants: exact column names and types; no nulls in ``rank, ts_ns, dur_ns, kind, name``;
+    ``dur_ns >= 0``; GPU kinds carry a stream and CPU kinds other than ``comm`` do not;
+    ``bytes``/``group_size`` are positive where set.
+    """
+    if isinstance(df, pl.LazyFrame):
+        df = df.collect()
+    got = dict(df.schema)
+    if list(got) != list(EVENT_SCHEMA):
+        missing = [c for c in EVENT_SCHEMA if c not in got]
+        extra = [c for c in got if c not in EVENT_SCHEMA]
+        raise SchemaError(f"{where}: columns differ from schema {SCHEMA_VERSION} (missing {missing}, extra {extra})")
+    for col, dtype in EVENT_SCHEMA.items():
+        if got[col] != dtype:
+            raise SchemaError(f"{where}: column {col!r} is {got[col]}, expected {dtype}")
+    if df.height == 0:
+        return
+    checks = {
+        "null in a required column": pl.any_horizontal([pl.col(c).is_null() for c in NOT_NULL]),
+        "negative duration": pl.col("dur_ns") < 0,
+        "GPU event without a stream": pl.col("kind").is_in(["compute", "memcpy", "memset", "sync"])
+        & pl.col("stream").is_null(),
+        "CPU event with a stream": pl.col("kind").is_in(["cpu_op", "runtime"]) & pl.col("stream").is_not_null(),
+        "non-positive bytes": pl.col("bytes") <= 0,
+        "non-positive group size": pl.col("group_size") <= 0,
+    }
+    bad = df.select([expr.fill_null(False).sum().alias(msg) for msg, expr in checks.items()]).row(0, named=True)
+    for msg, count in bad.items():
+        if count:
+            raise SchemaError(f"{where}: {count} row(s) with {msg}")
+
+
+def check_version(found: str, *, where: str) -> None:
+    """Refuse a store written with another major schema version."""
+    if str(found).split(".")[0] != SCHEMA_VERSION.split(".")[0]:
+        raise SchemaError(
+            f"{where} was written with event schema {found}; this ddprof reads schema {SCHEMA_VERSION}. "
+            "Re-ingest the raw traces with `ddprof ingest`."
+        )
