@@ -24,8 +24,8 @@ __all__ = [
 
 
 def ingest(*args: Any, **kwargs: Any) -> Run:
-    """See :func:`ddprof.ingest.pipeline.ingest`."""
-    from ddprof.ingest.pipeline import ingest as _ingest
+    """See :func:`ddprof.ingestion.pipeline.ingest`."""
+    from ddprof.ingestion.pipeline import ingest as _ingest
 
     return _ingest(*args, **kwargs)
 

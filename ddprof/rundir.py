@@ -1,4 +1,4 @@
-"""The run dir: ``manifest.json`` plus ``events/rank=NNNNN/part-0.parquet``, and a reader for it.
+"""The run dir: ``manifest.json`` plus ``events/rank=NNNNN/part-<hash>.parquet``, and a reader for it.
 
 >>> run = open_run("runs/job-42")                 # doctest: +SKIP
 >>> run.ranks, run.world_size                     # doctest: +SKIP
@@ -25,10 +25,6 @@ RUN_FORMAT = "ddprof-run"
 
 def rank_dir(run_dir: str | Path, rank: int) -> Path:
     return Path(run_dir) / "events" / f"rank={rank:05d}"
-
-
-def rank_file(run_dir: str | Path, rank: int) -> Path:
-    return rank_dir(run_dir, rank) / "part-0.parquet"
 
 
 def is_run_dir(path: str | Path) -> bool:
@@ -90,7 +86,8 @@ class Run:
         unknown = [r for r in wanted if r not in self.ranks]
         if unknown:
             raise BadInputError(f"rank(s) {unknown} not in this run (ranks: {self.ranks})", path=self.path)
-        files = [str(rank_file(self.path, r)) for r in wanted]
+        per_rank = self.manifest.get("per_rank", {})
+        files = [str(self.path / part) for r in wanted for part in per_rank.get(str(r), {}).get("parts", [])]
         if not files:
             return empty_events().lazy()
         return pl.scan_parquet(files, schema=EVENT_SCHEMA, hive_partitioning=False)
@@ -104,8 +101,8 @@ def open_run(path: str | Path) -> Run:
     """Open a run dir written by ``ddprof ingest`` (or the collector). Raises if it is not one."""
     path = Path(path)
     manifest = read_manifest(path)
-    for r in manifest.get("ranks", []):
-        if not rank_file(path, int(r)).is_file():
-            raise SchemaError(f"{path}: manifest lists rank {r} but {rank_file(path, int(r))} is missing; "
-                              "re-run `ddprof ingest`")
+    for r, info in manifest.get("per_rank", {}).items():
+        for part in info.get("parts", []):
+            if not (path / part).is_file():
+                raise SchemaError(f"{path}: rank {r}'s events file {part} is missing; re-run `ddprof ingest`")
     return Run(path=path, manifest=manifest)

@@ -8,7 +8,7 @@ Conventions
 * ``ts_ns``/``dur_ns`` are integer nanoseconds on the trace's own clock. The wall-clock base that maps
   them to epoch time (``baseTimeNanoseconds``) is kept per rank in the manifest.
 * GPU rows have ``device`` and ``stream`` set; CPU rows have ``stream`` null and ``tid`` = thread.
-* ``kind`` is classified once, at ingest (see :mod:`ddprof.ingest.classify`).
+* ``kind`` is classified once, at ingest (see :mod:`ddprof.ingestion.build`).
 * Collective metadata (``coll_op`` ... ``seq``) is null where unknown, never -1.
 * ``bytes`` is the nccl-tests message size S of the collective: all-reduce/broadcast/reduce: count x
   element size; all-gather: output bytes; reduce-scatter: input bytes; all-to-all: total bytes sent;

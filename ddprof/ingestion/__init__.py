@@ -1,0 +1,5 @@
+"""Kineto traces in, the run-dir store out. Entry point: :func:`ingest`."""
+
+from ddprof.ingestion.pipeline import ingest
+
+__all__ = ["ingest"]

@@ -1,0 +1,118 @@
+"""Ingest one trace file: decode, build the event table, validate, write its Parquet part.
+
+Runs in a worker process; returns a small summary (never the events), so memory is bounded by one
+trace per worker whatever the number of ranks.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from ddprof.atomic import write_atomic
+from ddprof.errors import BadInputError, DdprofError
+from ddprof.ingestion.build import build_events
+from ddprof.ingestion.kineto import decode
+from ddprof.ingestion.ranks import resolve_rank
+from ddprof.rundir import rank_dir
+from ddprof.schema import validate
+
+
+@dataclass
+class FileResult:
+    path: str
+    size: int
+    mtime_ns: int
+    status: str = "ok"  # ok | failed
+    error: str | None = None
+    rank: int | None = None
+    part: str | None = None  # relative to the run dir
+    sha1: str | None = None
+    world_size: int | None = None
+    backend: str | None = None
+    pg_config: list[Any] = field(default_factory=list)
+    nccl_version: str | None = None
+    device_names: list[str] = field(default_factory=list)
+    base_time_ns: int | None = None
+    raw_complete: int = 0
+    events: int = 0
+    kernels: int = 0
+    comm_kernels: int = 0
+    gpu: bool = False
+    steps: list[int] = field(default_factory=list)
+    first_ns: int | None = None
+    last_ns: int | None = None
+    dropped: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    rank_map: dict[str, int] | None = None  # the mapping this result was made with (cache key)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def ingest_file(path_str: str, out_dir: str, rank_map: dict[str, int] | None) -> FileResult:
+    """Never raises for bad input: the failure is recorded in the result, with file and rank."""
+    path = Path(path_str)
+    st = path.stat()
+    res = FileResult(path=path_str, size=st.st_size, mtime_ns=st.st_mtime_ns, rank_map=rank_map or None)
+    try:
+        _ingest(path, Path(out_dir), rank_map, res)
+    except DdprofError as exc:
+        res.status, res.error = "failed", str(exc)
+    except Exception as exc:  # a bug must not take the other ranks down; keep the evidence
+        res.status = "failed"
+        res.error = str(BadInputError(f"internal error while ingesting ({type(exc).__name__}: {exc}); "
+                                      f"please report it with this trace:\n{traceback.format_exc()}",
+                                      path=path, rank=res.rank))
+    return res
+
+
+def _ingest(path: Path, out_dir: Path, rank_map: dict[str, int] | None, res: FileResult) -> None:
+    dec = decode(path)
+    res.sha1 = dec.sha1
+    info = dec.distributed_info or {}
+    res.rank, warns = resolve_rank(path, info, rank_map)
+    res.warnings.extend(warns)
+    ws = info.get("world_size")
+    res.world_size = ws if isinstance(ws, int) and ws > 0 else None
+    if res.world_size is not None and res.rank >= res.world_size:
+        raise BadInputError(f"rank {res.rank} is not below world_size {res.world_size}", path=path, rank=res.rank)
+    res.backend = info.get("backend") if isinstance(info.get("backend"), str) else None
+    res.pg_config = info.get("pg_config") if isinstance(info.get("pg_config"), list) else []
+    res.nccl_version = info.get("nccl_version") if isinstance(info.get("nccl_version"), str) else None
+    res.device_names = [d.get("name") for d in dec.device_properties if isinstance(d, dict) and d.get("name")]
+    res.base_time_ns = dec.base_time_ns
+    res.raw_complete = dec.raw_complete
+    res.dropped = dict(dec.dropped)
+    for why, n in dec.dropped.items():
+        res.warnings.append(f"dropped {n} of {dec.raw_complete} complete events: {why}")
+
+    df, warns = build_events(dec, res.rank)
+    res.warnings.extend(warns)
+    del dec
+    validate(df, where=f"{path} (rank {res.rank})")
+    if df.height == 0:
+        raise BadInputError("no complete events in the trace", path=path, rank=res.rank)
+    _summarise(df, res)
+    part = rank_dir(out_dir, res.rank) / f"part-{res.sha1[:16]}.parquet"
+    write_atomic(part, lambda p: df.write_parquet(p, compression="zstd", statistics=True))
+    res.part = str(part.relative_to(out_dir))
+
+
+def _summarise(df: pl.DataFrame, res: FileResult) -> None:
+    gpu_kinds = ["compute", "comm", "memcpy", "memset", "sync"]
+    s = df.select(
+        events=pl.len(),
+        kernels=pl.col("kind").is_in(["compute", "comm"]).and_(pl.col("stream").is_not_null()).sum(),
+        comm_kernels=((pl.col("kind") == "comm") & pl.col("stream").is_not_null()).sum(),
+        gpu=(pl.col("kind").is_in(gpu_kinds) & pl.col("stream").is_not_null()).any(),
+        first=pl.col("ts_ns").min(),
+        last=(pl.col("ts_ns") + pl.col("dur_ns")).max(),
+    ).row(0, named=True)
+    res.events, res.kernels, res.comm_kernels = s["events"], s["kernels"], s["comm_kernels"]
+    res.gpu, res.first_ns, res.last_ns = bool(s["gpu"]), s["first"], s["last"]
+    res.steps = df.get_column("step").drop_nulls().unique().sort().to_list()

@@ -1,0 +1,112 @@
+"""Reconcile per-file results into one run and describe it in ``manifest.json``.
+
+Rules (each refusal is recorded against the files concerned, the other ranks stay):
+
+* files of different jobs are refused: the world size most files agree on wins, the others fail;
+* several files may hold one rank only if their time ranges do not overlap (several profiling
+  windows of one job); overlapping files claiming one rank all fail, naming each other.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ddprof import __version__
+from ddprof.ingestion.job import FileResult
+from ddprof.rundir import RUN_FORMAT
+from ddprof.schema import SCHEMA_VERSION
+
+
+def _fail(res: FileResult, why: str) -> None:
+    res.status = "failed"
+    res.error = f"{res.path}: rank {res.rank}: {why}"
+
+
+def reconcile(results: dict[str, FileResult]) -> list[str]:
+    """Apply the run-level rules in place; return run-level warnings."""
+    warnings: list[str] = []
+    ok = [r for r in results.values() if r.status == "ok"]
+    sizes = Counter(r.world_size for r in ok if r.world_size is not None)
+    if len(sizes) > 1:
+        (world, _), *_ = sizes.most_common()
+        for r in ok:
+            if r.world_size is not None and r.world_size != world:
+                _fail(r, f"world_size {r.world_size} differs from the {sizes[world]} other trace(s) "
+                         f"(world_size {world}): traces of different jobs cannot be analysed as one run")
+    by_rank: dict[int, list[FileResult]] = defaultdict(list)
+    for r in results.values():
+        if r.status == "ok" and r.rank is not None:
+            by_rank[r.rank].append(r)
+    for rank, group in by_rank.items():
+        if len(group) < 2:
+            continue
+        group.sort(key=lambda r: r.first_ns or 0)
+        clash = any((a.last_ns or 0) > (b.first_ns or 0) for a, b in zip(group, group[1:]))
+        if clash:
+            names = ", ".join(Path(r.path).name for r in group)
+            for r in group:
+                _fail(r, f"{len(group)} traces claim rank {rank} over the same time span ({names}); "
+                         "map them with --rank FILE=N or ingest them into separate runs")
+        else:
+            warnings.append(f"rank {rank}: {len(group)} traces (separate profiling windows) kept as parts")
+    return warnings
+
+
+def build_manifest(results: dict[str, FileResult], rank_map: dict[str, int] | None) -> dict[str, Any]:
+    warnings = reconcile(results)
+    ok = sorted((r for r in results.values() if r.status == "ok"), key=lambda r: (r.rank, r.first_ns or 0))
+    per_rank: dict[str, dict[str, Any]] = {}
+    for r in ok:
+        info = per_rank.setdefault(str(r.rank), {
+            "parts": [], "sources": [], "events": 0, "kernels": 0, "comm_kernels": 0, "steps": [],
+            "first_ns": r.first_ns, "last_ns": r.last_ns, "base_time_ns": r.base_time_ns,
+            "device_names": r.device_names, "gpu": r.gpu, "warnings": [],
+        })
+        info["parts"].append(r.part)
+        info["sources"].append(r.path)
+        info["events"] += r.events
+        info["kernels"] += r.kernels
+        info["comm_kernels"] += r.comm_kernels
+        info["steps"] = sorted(set(info["steps"]) | set(r.steps))
+        info["last_ns"] = max(info["last_ns"] or 0, r.last_ns or 0)
+        info["gpu"] = info["gpu"] or r.gpu
+        info["warnings"].extend(r.warnings)
+    for r in results.values():
+        if r.status == "failed":
+            warnings.append(r.error or f"{r.path}: failed")
+    worlds = Counter(r.world_size for r in ok if r.world_size)
+    backends = Counter(r.backend for r in ok if r.backend)
+    pgs: dict[str, Any] = {}
+    for r in ok:
+        for pg in r.pg_config:
+            if isinstance(pg, dict):
+                pgs.setdefault(str(pg.get("pg_name")), pg)
+    ranks = sorted({r.rank for r in ok if r.rank is not None})
+    world = worlds.most_common(1)[0][0] if worlds else None
+    if world is not None and len(ranks) < world:
+        warnings.append(f"{len(ranks)} of {world} ranks present (missing: "
+                        f"{_short([r for r in range(world) if r not in ranks])})")
+    return {
+        "format": RUN_FORMAT,
+        "schema_version": SCHEMA_VERSION,
+        "ddprof_version": __version__,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "world_size": world,
+        "backend": backends.most_common(1)[0][0] if backends else None,
+        "device": "gpu" if any(r.gpu for r in ok) else "cpu",
+        "ranks": ranks,
+        "hosts": {},
+        "process_groups": list(pgs.values()),
+        "versions": {"nccl": next((r.nccl_version for r in ok if r.nccl_version), None)},
+        "rank_map": rank_map or None,
+        "per_rank": per_rank,
+        "sources": {k: r.to_dict() for k, r in sorted(results.items())},
+        "warnings": warnings,
+    }
+
+
+def _short(xs: list[int]) -> str:
+    return ", ".join(map(str, xs[:16])) + (f" ... ({len(xs)} in all)" if len(xs) > 16 else "")

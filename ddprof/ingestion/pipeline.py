@@ -1,0 +1,123 @@
+"""Ingest Kineto traces into a run dir: discover, reuse the cache, parse ranks in parallel, reconcile,
+write the manifest last (atomically), then drop Parquet parts no manifest refers to.
+
+>>> run = ingest(["traces/"], "runs/job-42")        # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+from ddprof.atomic import write_json_atomic
+from ddprof.errors import BadInputError, PartialRunError
+from ddprof.ingestion.discover import discover
+from ddprof.ingestion.job import FileResult, ingest_file
+from ddprof.ingestion.manifest import build_manifest
+from ddprof.rundir import MANIFEST, RUN_FORMAT, Run, open_run
+
+#: Below this much input, worker start-up costs more than it saves.
+PARALLEL_MIN_BYTES = 8 << 20
+
+
+def ingest(sources: str | Path | Iterable[str | Path], out_dir: str | Path, *,
+           rank_map: dict[str, int] | None = None, jobs: int | None = None, progress: bool = False,
+           force: bool = False, extra_manifest: dict[str, Any] | None = None) -> Run:
+    """Ingest traces into ``out_dir`` and return the opened :class:`Run`.
+
+    Bad files do not stop the others: each failure is recorded in the manifest (file, rank, cause) and
+    the run keeps every rank that ingested. If *nothing* ingested, raises :class:`PartialRunError`
+    carrying every failure.
+    """
+    srcs = [sources] if isinstance(sources, (str, Path)) else list(sources)
+    out = Path(out_dir)
+    files = discover(srcs)
+    previous = {} if force else _previous_sources(out)
+    results: dict[str, FileResult] = {}
+    todo: list[Path] = []
+    for f in files:
+        key = str(f.resolve())
+        hit = previous.get(key)
+        st = f.stat()
+        if (hit and hit.get("status") == "ok" and hit.get("size") == st.st_size
+                and hit.get("mtime_ns") == st.st_mtime_ns and hit.get("part") and (out / hit["part"]).is_file()
+                and _same_map(hit, rank_map)):
+            results[key] = FileResult(**{k: v for k, v in hit.items() if k in FileResult.__dataclass_fields__})
+        else:
+            todo.append(f)
+    for res in _run_jobs(todo, out, rank_map, jobs, progress):
+        results[str(Path(res.path).resolve())] = res
+    manifest = build_manifest(results, rank_map)
+    if extra_manifest:
+        manifest.update(extra_manifest)
+    write_json_atomic(out / MANIFEST, manifest)
+    _remove_stale_parts(out, manifest)
+    if not manifest["ranks"]:
+        failures = [BadInputError(r.error or "failed", path=r.path) for r in results.values() if r.error]
+        raise PartialRunError(failures)
+    return open_run(out)
+
+
+def _same_map(hit: dict[str, Any], rank_map: dict[str, int] | None) -> bool:
+    return hit.get("rank_map") == (rank_map or None)
+
+
+def _previous_sources(out: Path) -> dict[str, dict[str, Any]]:
+    try:
+        m = json.loads((out / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return {}
+    if m.get("format") != RUN_FORMAT:
+        return {}
+    return {k: v for k, v in m.get("sources", {}).items() if isinstance(v, dict)}
+
+
+def _run_jobs(todo: list[Path], out: Path, rank_map: dict[str, int] | None, jobs: int | None,
+              progress: bool) -> list[FileResult]:
+    if not todo:
+        return []
+    show = progress and sys.stderr.isatty()
+    total_bytes = sum(f.stat().st_size for f in todo)
+    workers = min(jobs or os.cpu_count() or 1, len(todo))
+    results: list[FileResult] = []
+    if workers <= 1 or total_bytes < PARALLEL_MIN_BYTES:
+        for f in todo:
+            results.append(ingest_file(str(f), str(out), rank_map))
+            _progress(show, len(results), len(todo))
+    else:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+            futs = [pool.submit(ingest_file, str(f), str(out), rank_map) for f in todo]
+            for fut in as_completed(futs):
+                results.append(fut.result())
+                _progress(show, len(results), len(todo))
+    if show:
+        sys.stderr.write("\n")
+    return results
+
+
+def _progress(show: bool, done: int, total: int) -> None:
+    if show:
+        width = 30
+        filled = width * done // total
+        sys.stderr.write(f"\ringest [{'#' * filled}{'.' * (width - filled)}] {done}/{total} traces")
+        sys.stderr.flush()
+
+
+def _remove_stale_parts(out: Path, manifest: dict[str, Any]) -> None:
+    keep = {p for info in manifest["per_rank"].values() for p in info["parts"]}
+    events = out / "events"
+    if not events.is_dir():
+        return
+    for part in events.glob("rank=*/*.parquet"):
+        if str(part.relative_to(out)) not in keep:
+            part.unlink(missing_ok=True)
+    for d in events.glob("rank=*"):
+        if d.is_dir() and not any(d.iterdir()):
+            d.rmdir()
+

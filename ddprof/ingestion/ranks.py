@@ -1,0 +1,79 @@
+"""Which rank a trace belongs to.
+
+Order of trust: an explicit ``--rank FILE=N`` mapping, then ``distributedInfo.rank`` in the trace, then a
+clear rank number in the file or folder name (``rank-3.json``, ``rank=00003/``, ``worker7_step_12.json``).
+Never a silent default: a trace with none of these is refused with the fix in the message.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from ddprof.errors import RankError
+
+_NAME_PATTERNS = (
+    re.compile(r"(?:^|[^a-z0-9])rank[-_=]?(\d+)(?![0-9])", re.IGNORECASE),
+    re.compile(r"(?:^|[^a-z0-9])worker[-_]?(\d+)(?![0-9])", re.IGNORECASE),
+)
+
+
+def rank_from_name(path: Path) -> int | None:
+    """The rank number a file name (or, failing that, its folder name) states unambiguously.
+
+    >>> rank_from_name(Path("run/worker7_step_12.1694128201553.pt.trace.json.gz"))
+    7
+    >>> rank_from_name(Path("raw/rank-00003/trace.json.gz"))
+    3
+    >>> rank_from_name(Path("trace.json")) is None
+    True
+    """
+    for part in (path.name, path.parent.name):
+        found = {int(m.group(1)) for pat in _NAME_PATTERNS for m in pat.finditer(part)}
+        if len(found) == 1:
+            return found.pop()
+        if len(found) > 1:
+            return None
+    return None
+
+
+def lookup_map(path: Path, rank_map: dict[str, int] | None) -> int | None:
+    """Rank given by the user for this file: keys match the full path, the name, or a path suffix."""
+    if not rank_map:
+        return None
+    full = str(path.resolve())
+    for key, rank in rank_map.items():
+        if key in (str(path), path.name, full) or full.endswith("/" + key.lstrip("./")):
+            return int(rank)
+    return None
+
+
+def resolve_rank(path: Path, dist_info: dict[str, Any] | None,
+                 rank_map: dict[str, int] | None) -> tuple[int, list[str]]:
+    """(rank, warnings) for one trace, or :class:`RankError` saying how to fix it."""
+    warnings: list[str] = []
+    mapped = lookup_map(path, rank_map)
+    info_rank = (dist_info or {}).get("rank")
+    if isinstance(info_rank, str) and info_rank.isdigit():
+        info_rank = int(info_rank)
+    if not isinstance(info_rank, int) or isinstance(info_rank, bool) or info_rank < 0:
+        info_rank = None
+    named = rank_from_name(path)
+    if mapped is not None:
+        if info_rank is not None and info_rank != mapped:
+            warnings.append(f"--rank maps this file to rank {mapped} but its distributedInfo says {info_rank}")
+        return mapped, warnings
+    if info_rank is not None:
+        if named is not None and named != info_rank:
+            warnings.append(f"file name suggests rank {named} but distributedInfo.rank is {info_rank}; "
+                            f"using {info_rank}")
+        return info_rank, warnings
+    if named is not None:
+        warnings.append(f"no distributedInfo.rank in the trace; rank {named} taken from the file name")
+        return named, warnings
+    raise RankError(
+        "cannot tell which rank this trace belongs to: it has no distributedInfo.rank and its name has no "
+        f"rank number. Give it one with --rank {path.name}=N (or rename it rank-N.json)",
+        path=path,
+    )
