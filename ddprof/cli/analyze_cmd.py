@@ -1,0 +1,61 @@
+"""``ddprof analyze SRC|RUN_DIR [--format text|json] [-o FILE]``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ddprof.cli.common import emit, open_source, rank_option
+from ddprof.rundir import is_run_dir
+from ddprof.summary import render_summary, run_summary
+
+
+@click.command()
+@click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report here (atomically).")
+@click.option("--cache", type=click.Path(file_okay=False),
+              help="Where to keep the ingested store of raw traces (default: SRC/.ddprof-cache, or a "
+                   "temporary directory when SRC is read-only).")
+@rank_option
+def analyze(sources: tuple[str, ...], fmt: str, output: str | None, cache: str | None,
+            ranks: tuple[str, ...]) -> int:
+    """Analyse a run: raw traces, a run dir, or a directory of NCCL Flight Recorder dumps."""
+    from ddprof.analyses.hang import diagnose_hang, is_flight_recorder_dir
+    from ddprof.analyses.report import EMPTY_SECTIONS
+
+    if len(sources) == 1 and not is_run_dir(sources[0]) and is_flight_recorder_dir(Path(sources[0])):
+        hang = diagnose_hang(Path(sources[0]))
+        report: dict[str, Any] = {"run": {"world_size": None, "ranks": [], "backend": "nccl", "device": "gpu",
+                                          "steps": [], "warnings": []}}
+        report.update({k: v for k, v in EMPTY_SECTIONS.items()})
+        report["hang"] = hang
+        _emit(report, None, fmt, output)
+        return 1 if hang.get("collectives") else 0
+    with open_source(sources, cache, ranks, progress=fmt == "text" and output is None) as run:
+        from ddprof.analyses.report import build_report
+
+        report = build_report(run)
+        summary = run_summary(run)
+        report["run"]["per_rank"] = summary["per_rank"]
+        report["run"]["failed"] = summary["failed"]
+        _emit(report, summary, fmt, output)
+        if run.failed:
+            click.echo(f"ddprof: {len(run.failed)} input(s) failed and were left out; the other ranks were "
+                       "analysed", err=True)
+            return 3
+    return 0
+
+
+def _emit(report: dict[str, Any], summary: dict[str, Any] | None, fmt: str, output: str | None) -> None:
+    if fmt == "json":
+        emit(json.dumps(report, indent=2, default=str), output)
+        return
+    from ddprof.render_text import render_text
+
+    parts = [render_summary(summary)] if summary else []
+    parts.append(render_text(report))
+    emit("\n\n".join(p for p in parts if p), output)

@@ -1,0 +1,31 @@
+"""``ddprof ingest SRC... -o RUN_DIR``."""
+
+from __future__ import annotations
+
+import click
+
+from ddprof.cli.common import parse_rank_map, rank_option
+from ddprof.ingestion import ingest as run_ingest
+from ddprof.summary import render_summary, run_summary
+
+
+@click.command()
+@click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Run dir to write (created if needed; an existing one is updated, unchanged traces reused).")
+@rank_option
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Parallel workers (default: cores).")
+@click.option("--force", is_flag=True, help="Re-parse every trace even if the cache is up to date.")
+@click.option("-q", "--quiet", is_flag=True, help="No summary, no progress bar.")
+def ingest(sources: tuple[str, ...], out_dir: str, ranks: tuple[str, ...], jobs: int | None, force: bool,
+           quiet: bool) -> int:
+    """Ingest Kineto traces (files, directories, .json or .json.gz) into a run dir."""
+    run = run_ingest(list(sources), out_dir, rank_map=parse_rank_map(ranks), jobs=jobs, progress=not quiet,
+                     force=force)
+    if not quiet:
+        click.echo(render_summary(run_summary(run)))
+        click.echo(f"\nrun dir: {run.path}")
+    if run.failed:
+        click.echo(f"ddprof: {len(run.failed)} input(s) failed; the other ranks were ingested", err=True)
+        return 3
+    return 0
