@@ -1,0 +1,321 @@
+"""``ddprof.profile``: capture one Kineto trace per rank and cycle, plus the Flight Recorder, then ingest.
+
+>>> with ddprof.profile("runs/job-42") as prof:      # doctest: +SKIP
+...     for batch in loader:
+...         train_step(batch)
+...         prof.step()
+
+Nothing here may break training: after the entry checks (a bad argument, or a run dir that already
+holds a capture, raise :class:`~ddprof.errors.UsageError` before training starts), every failure is
+logged with its reason, recorded in the rank's meta file and in :attr:`Profile.failures`, and swallowed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import logging
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ddprof.collectors import finish, flight_recorder, layout
+from ddprof.collectors.meta import base_meta, clocks, process_groups, write_meta
+from ddprof.collectors.rankinfo import RankInfo, detect_rank
+from ddprof.collectors.watch import DumpWatch
+
+from ddprof.atomic import write_atomic
+from ddprof.errors import UsageError
+from ddprof.rundir import Run
+
+log = logging.getLogger("ddprof.collectors")
+
+
+def _dist():
+    """torch.distributed when it is initialised, else None."""
+    dist = sys.modules.get("torch.distributed")
+    return dist if dist is not None and dist.is_available() and dist.is_initialized() else None
+
+
+class Profile(contextlib.ContextDecorator):
+    """Profile the ranks of a training job into ``run_dir`` (see :func:`profile` for the options).
+
+    After exit: :attr:`run` is the ingested :class:`~ddprof.rundir.Run` when ``wait_ingest=True`` and
+    this is rank 0; :attr:`ingest_process` the background ingest otherwise; :attr:`failures` what went
+    wrong, each ``{"stage", "error"}``.
+    """
+
+    def __init__(self, run_dir: str | Path | None = None, *, wait: int = 1, warmup: int = 1, active: int = 3,
+                 repeat: int = 1, skip_first: int = 0, record_shapes: bool = True, with_stack: bool = False,
+                 profile_memory: bool = False, with_modules: bool = False, cuda: bool | None = None,
+                 flight_recorder: bool = True, dump_signal: int | None = signal.SIGUSR1,
+                 stall_timeout_s: float | None = 600.0, ingest: bool = True, wait_ingest: bool = False,
+                 ingest_timeout_s: float = 120.0):
+        for name, value, low in (("wait", wait, 0), ("warmup", warmup, 0), ("active", active, 1),
+                                 ("repeat", repeat, 0), ("skip_first", skip_first, 0)):
+            if not isinstance(value, int) or value < low:
+                raise UsageError(f"ddprof.profile: {name}={value!r}; expected an integer >= {low}")
+        if stall_timeout_s is not None and stall_timeout_s <= 0:
+            raise UsageError(f"ddprof.profile: stall_timeout_s={stall_timeout_s!r}; expected > 0 or None")
+        self._run_dir_arg = run_dir
+        self.schedule = {"skip_first": skip_first, "wait": wait, "warmup": warmup, "active": active,
+                         "repeat": repeat}
+        self.options = {"record_shapes": record_shapes, "with_stack": with_stack,
+                        "profile_memory": profile_memory, "with_modules": with_modules}
+        self._cuda = cuda
+        self._fr_wanted = flight_recorder
+        self._dump_signal = dump_signal
+        self._stall_timeout_s = stall_timeout_s
+        self._ingest = ingest
+        self._wait_ingest = wait_ingest
+        self._ingest_timeout_s = ingest_timeout_s
+        self.run_dir: Path | None = None
+        self.rank_info: RankInfo | None = None
+        self.run: Run | None = None
+        self.ingest_process: subprocess.Popen | None = None
+        self.failures: list[dict[str, str]] = []
+        self._meta: dict[str, Any] = {}
+        self._meta_lock = threading.Lock()
+        self._prof: Any = None
+        self._watch: DumpWatch | None = None
+        self._cycle = 0
+        self._dist_info_pending = False
+        self._last_step = time.monotonic()
+        self._entered = False
+        self._writable = False
+
+    # -- entry -------------------------------------------------------------------------------------------
+    def __enter__(self) -> Profile:
+        if self._entered:
+            raise UsageError("ddprof.profile: this profile is already running")
+        path = layout.resolve_run_dir(self._run_dir_arg)
+        info = detect_rank()
+        layout.claim(path, info.rank, "profile")  # the one deliberate raise: a reused run dir
+        self.run_dir, self.rank_info, self._entered = path, info, True
+        try:
+            import torch
+
+            cuda = torch.cuda.is_available() if self._cuda is None else self._cuda
+            self._meta = base_meta(info, self._enabled(cuda))
+            layout.rank_raw_dir(path, info.rank).mkdir(parents=True, exist_ok=True)
+            self._writable = write_meta(layout.meta_path(path, info.rank), self._meta)
+        except Exception as exc:
+            self._fail("setup", exc)
+        if not self._writable:
+            log.error("ddprof: capture is off for rank %d: %s cannot be written", info.rank, path)
+            return self
+        self._start_flight_recorder()
+        self._start_profiler(cuda)
+        return self
+
+    def _enabled(self, cuda: bool) -> dict[str, Any]:
+        return {"activities": ["cpu", "cuda"] if cuda else ["cpu"], "schedule": dict(self.schedule),
+                **self.options, "flight_recorder": self._fr_wanted,
+                "dump_signal": signal.Signals(self._dump_signal).name if self._dump_signal else None,
+                "stall_timeout_s": self._stall_timeout_s,
+                "ingest": "off" if not self._ingest else "sync" if self._wait_ingest else "background"}
+
+    def _start_flight_recorder(self) -> None:
+        assert self.run_dir is not None and self.rank_info is not None
+        if not self._fr_wanted:
+            return
+        try:
+            if _dist() is None:  # the process group does not exist yet: the settings arrive in time
+                import os
+
+                os.environ.update(flight_recorder.fr_env(self.run_dir, self.rank_info.rank, flight_recorder.DEFAULT_BUFFER,
+                                                         True, dict(os.environ)))
+            elif not flight_recorder.buffer_enabled():
+                self._warn("Flight Recorder is off: its buffer size must be set before the process group is "
+                           "created; call ddprof.init() before init_process_group (or use ddprof launch)")
+                self._meta["enabled"]["flight_recorder"] = False
+                return
+            if flight_recorder.dump_function(None) is None:
+                self._warn("this torch build has no Flight Recorder")
+                self._meta["enabled"]["flight_recorder"] = False
+                return
+            self._watch = DumpWatch(self._dump_flight_recorder, lambda: self._last_step,
+                                    signum=self._dump_signal, stall_timeout_s=self._stall_timeout_s)
+            self._watch.start()
+        except Exception as exc:
+            self._fail("flight_recorder", exc)
+
+    def _start_profiler(self, cuda: bool) -> None:
+        try:
+            from torch.profiler import ProfilerActivity, schedule
+            from torch.profiler import profile as torch_profile
+
+            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+            prof = torch_profile(activities=activities, schedule=schedule(**self.schedule),
+                                 on_trace_ready=self._export, **self.options)
+            self._dist_info_pending = True
+            self._preset_distributed_info(prof)
+            prof.start()
+            self._prof = prof
+        except Exception as exc:
+            self._fail("profiler start", exc)
+
+    def _preset_distributed_info(self, prof: Any) -> None:
+        """Before the process group exists, tell the trace which rank it is (torch writes nothing then)."""
+        assert self.rank_info is not None
+        if _dist() is not None:
+            prof.preset_metadata.pop("distributedInfo", None)
+            self._dist_info_pending = False
+            return
+        info = {"rank": self.rank_info.rank, "world_size": self.rank_info.world_size, "backend": None,
+                "source": f"ddprof ({self.rank_info.source})"}
+        prof.preset_metadata_json("distributedInfo", json.dumps(info))
+
+    # -- during training ---------------------------------------------------------------------------------
+    def step(self) -> None:
+        """Mark the end of a training step (calls ``torch.profiler.profile.step``)."""
+        self._last_step = time.monotonic()
+        prof = self._prof
+        if prof is None:
+            return
+        try:
+            if self._dist_info_pending:
+                self._preset_distributed_info(prof)
+            prof.step()
+        except Exception as exc:
+            self._fail("profiler step", exc)
+            self._prof = None
+
+    def _export(self, prof: Any) -> None:
+        """``on_trace_ready``: write the cycle's trace, gzip-compressed, atomically."""
+        assert self.run_dir is not None and self.rank_info is not None
+        target = layout.trace_path(self.run_dir, self.rank_info.rank, self._cycle)
+        tmp = target.with_name(f".{target.name}.export.tmp")
+        self._cycle += 1
+        try:
+            prof.export_chrome_trace(str(tmp))
+
+            def compress(dest: Path) -> None:
+                with open(tmp, "rb") as src, gzip.open(dest, "wb", compresslevel=6) as out:
+                    shutil.copyfileobj(src, out, 1 << 20)
+
+            write_atomic(target, compress)
+            with self._meta_lock:
+                self._meta["traces"].append(target.name)
+            self._write_meta()
+        except Exception as exc:
+            self._fail("export", exc)
+        finally:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+
+    def _dump_flight_recorder(self, reason: str) -> None:
+        assert self.run_dir is not None and self.rank_info is not None
+        dist = _dist()
+        try:
+            path = flight_recorder.dump(self.run_dir, self.rank_info.rank, str(dist.get_backend()) if dist else None)
+            with self._meta_lock:
+                self._meta["flight_recorder"].append({"file": path.name, "reason": reason,
+                                                      "bytes": path.stat().st_size, **clocks()})
+            log.info("ddprof: rank %d dumped the Flight Recorder (%s) to %s", self.rank_info.rank, reason, path)
+            self._write_meta()
+        except Exception as exc:
+            self._fail(f"flight_recorder dump ({reason})", exc)
+
+    def dump_flight_recorder(self) -> None:
+        """Dump this rank's Flight Recorder now (also done at exit, on the signal and on a stall)."""
+        if self._watch is not None:
+            self._dump_flight_recorder("requested")
+
+    # -- exit --------------------------------------------------------------------------------------------
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        self._entered = False
+        if not self._writable:
+            return False
+        assert self.run_dir is not None and self.rank_info is not None
+        if self._prof is not None:
+            try:
+                self._prof.stop()  # exports a cycle still being recorded
+            except Exception as err:
+                self._fail("profiler stop", err)
+            self._prof = None
+        if self._watch is not None:
+            self._watch.stop()
+            self._dump_flight_recorder("exit")
+            self._watch = None
+        self._final_meta(exc)
+        if self.rank_info.rank == 0 and self._ingest:
+            self._start_ingest()
+        return False
+
+    def _final_meta(self, exc: BaseException | None) -> None:
+        assert self.rank_info is not None
+        dist = _dist()
+        with self._meta_lock:
+            if dist is not None:
+                try:
+                    if dist.get_rank() != self.rank_info.rank:
+                        self._meta["warnings"].append(
+                            f"torch.distributed says rank {dist.get_rank()}, the environment said "
+                            f"{self.rank_info.rank} at entry; files are under rank {self.rank_info.rank}")
+                    self._meta.update(backend=str(dist.get_backend()), world_size=dist.get_world_size(),
+                                      process_groups=process_groups())
+                    self.rank_info = RankInfo(self.rank_info.rank, self.rank_info.local_rank,
+                                              dist.get_world_size(), self.rank_info.source, str(dist.get_backend()))
+                except Exception as err:
+                    self._meta["failures"].append({"stage": "exit", "error": repr(err)})
+            self._meta["end"] = clocks()
+            self._meta["status"] = "complete" if exc is None else "failed"
+            if exc is not None:
+                self._meta["error"] = f"training raised {type(exc).__name__}: {exc}"
+        self._write_meta()
+
+    def _start_ingest(self) -> None:
+        assert self.run_dir is not None and self.rank_info is not None
+        try:
+            if self._wait_ingest:
+                self.run = finish.finish(self.run_dir, world_size=self.rank_info.world_size,
+                                         timeout_s=self._ingest_timeout_s)
+            else:
+                self.ingest_process = finish.start_background(self.run_dir, world_size=self.rank_info.world_size,
+                                                              timeout_s=self._ingest_timeout_s)
+        except Exception as exc:
+            self._fail("ingest", exc)
+
+    # -- bookkeeping -------------------------------------------------------------------------------------
+    def _write_meta(self) -> None:
+        assert self.run_dir is not None and self.rank_info is not None
+        with self._meta_lock:
+            snapshot = json.loads(json.dumps(self._meta, default=str))
+        write_meta(layout.meta_path(self.run_dir, self.rank_info.rank), snapshot)
+
+    def _warn(self, message: str) -> None:
+        log.warning("ddprof: %s", message)
+        with self._meta_lock:
+            self._meta.setdefault("warnings", []).append(message)
+
+    def _fail(self, stage: str, exc: BaseException) -> None:
+        rank = self.rank_info.rank if self.rank_info else "?"
+        log.error("ddprof: rank %s: %s failed: %s: %s (training continues)", rank, stage, type(exc).__name__, exc)
+        record = {"stage": stage, "error": f"{type(exc).__name__}: {exc}"}
+        self.failures.append(record)
+        with self._meta_lock:
+            if self._meta:
+                self._meta["failures"].append(record)
+        if self._writable and stage != "setup":
+            self._write_meta()
+
+
+def profile(run_dir: str | Path | None = None, **options: Any) -> Profile:
+    """Profile this rank into ``run_dir`` (default ``$DDPROF_RUN_DIR``). A context manager and a decorator.
+
+    Options (defaults): schedule ``wait=1, warmup=1, active=3, repeat=1, skip_first=0`` (steps, counted by
+    :meth:`Profile.step`; ``repeat=0`` repeats until exit, one trace file per cycle); ``record_shapes=True``
+    (collective sizes come from the recorded input shapes), ``with_stack=False``, ``profile_memory=False``,
+    ``with_modules=False``; ``cuda=None`` (CUDA activities when a GPU is visible); ``flight_recorder=True``,
+    dumped at exit, on ``dump_signal=SIGUSR1`` and after ``stall_timeout_s=600`` without a step;
+    ``ingest=True`` (rank 0 ingests at exit, in a background process, or before returning with
+    ``wait_ingest=True``), waiting at most ``ingest_timeout_s=120`` for the other ranks' files.
+    """
+    return Profile(run_dir, **options)

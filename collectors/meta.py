@@ -1,0 +1,109 @@
+"""The per-rank meta file: what ran where, with which versions, what was captured and what failed."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ddprof.collectors.rankinfo import RankInfo
+
+from ddprof.atomic import write_json_atomic
+
+log = logging.getLogger("ddprof.collectors")
+
+META_FORMAT = "ddprof-collector-meta"
+META_VERSION = 1
+
+#: Environment variables that identify the job; the finisher warns when ranks disagree on them.
+JOB_ENV = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID", "MASTER_ADDR", "MASTER_PORT")
+
+
+def clocks() -> dict[str, int]:
+    """Wall-clock and monotonic readings taken together, to relate trace clocks across hosts."""
+    return {"wall_ns": time.time_ns(), "monotonic_ns": time.monotonic_ns(), "perf_counter_ns": time.perf_counter_ns()}
+
+
+def _nccl_version(torch: Any) -> str | None:
+    try:
+        if not torch.cuda.is_available():
+            return None
+        version = torch.cuda.nccl.version()
+        return ".".join(str(v) for v in version) if isinstance(version, tuple) else str(version)
+    except Exception as exc:  # a CUDA build without NCCL, a broken driver...
+        log.debug("NCCL version unavailable: %s", exc)
+        return None
+
+
+def versions() -> dict[str, Any]:
+    import torch
+
+    gpus: list[str] = []
+    try:
+        if torch.cuda.is_available():
+            gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    except Exception as exc:
+        log.warning("ddprof: could not list GPUs: %s", exc)
+    return {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "nccl": _nccl_version(torch),
+        "gpus": gpus,
+    }
+
+
+def process_groups() -> list[dict[str, Any]]:
+    """torch.distributed's view of the process groups (name, description, backend, size, ranks)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return []
+    try:
+        return list(dist.distributed_c10d._get_all_pg_configs())
+    except Exception as exc:  # private API: may move between torch versions
+        log.warning("ddprof: could not read the process groups: %s", exc)
+        return []
+
+
+def base_meta(info: RankInfo, enabled: dict[str, Any]) -> dict[str, Any]:
+    from ddprof import __version__
+
+    return {
+        "format": META_FORMAT,
+        "version": META_VERSION,
+        "collector": f"ddprof.collectors {__version__}",
+        "status": "running",
+        "rank": info.rank,
+        "local_rank": info.local_rank,
+        "world_size": info.world_size,
+        "rank_source": info.source,
+        "backend": info.backend,
+        "process_groups": [],
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "argv": list(sys.argv),
+        "job": {k: os.environ[k] for k in JOB_ENV if k in os.environ},
+        "versions": versions(),
+        "enabled": enabled,
+        "start": clocks(),
+        "end": None,
+        "traces": [],
+        "flight_recorder": [],
+        "failures": [],
+        "warnings": [],
+    }
+
+
+def write_meta(path: Path, meta: dict[str, Any]) -> bool:
+    """Write the meta file; on failure log and return False (capture must never break training)."""
+    try:
+        write_json_atomic(path, meta)
+        return True
+    except Exception as exc:
+        log.error("ddprof: could not write %s: %s", path, exc)
+        return False
