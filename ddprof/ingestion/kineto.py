@@ -30,19 +30,23 @@ from ddprof.errors import BadInputError
 MAX_DUR_NS = 24 * 3600 * 10**9
 
 
+# Integers some producers write as strings ("0x0" streams on ROCm) or floats; normalised by _as_int.
+Num = int | float | str | None
+
+
 class Args(msgspec.Struct, forbid_unknown_fields=False, gc=False):
-    external_id: int | None = msgspec.field(default=None, name="External id")
-    correlation: int | None = None
-    stream: int | None = None
-    device: int | None = None
+    external_id: Num = msgspec.field(default=None, name="External id")
+    correlation: Num = None
+    stream: Num = None
+    device: Num = None
     coll_name: str | None = msgspec.field(default=None, name="Collective name")
-    in_nelems: int | None = msgspec.field(default=None, name="In msg nelems")
-    out_nelems: int | None = msgspec.field(default=None, name="Out msg nelems")
-    group_size: int | None = msgspec.field(default=None, name="Group size")
+    in_nelems: Num = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Num = msgspec.field(default=None, name="Out msg nelems")
+    group_size: Num = msgspec.field(default=None, name="Group size")
     dtype: str | None = None
     pg_name: str | int | None = msgspec.field(default=None, name="Process Group Name")
     pg_id: str | int | None = msgspec.field(default=None, name="Process Group ID")
-    seq: int | None = msgspec.field(default=None, name="Seq")
+    seq: Num = msgspec.field(default=None, name="Seq")
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input type")
 
@@ -122,13 +126,14 @@ def decode(path: Path) -> Decoded:
         trace, events, dropped = _decode_tolerant(data, path)
     if events is None:
         raise BadInputError("no 'traceEvents' list: not a Kineto/Chrome trace", path=path)
+    malformed = sum(dropped.values())
     out = _columns(events, dropped)
     return Decoded(
         columns=out.pop("_cols"),
         distributed_info=trace.distributedInfo if isinstance(trace.distributedInfo, dict) else None,
         base_time_ns=trace.baseTimeNanoseconds if isinstance(trace.baseTimeNanoseconds, int) else None,
         device_properties=trace.deviceProperties if isinstance(trace.deviceProperties, list) else [],
-        raw_complete=out.pop("_raw_complete"),
+        raw_complete=out.pop("_raw_complete") + malformed,
         dropped=dropped,
         sha1=digest,
         uncompressed_bytes=len(data),
@@ -153,13 +158,12 @@ def _decode_tolerant(data: bytes, path: Path) -> tuple[Trace, list[Event] | None
     events: list[Event] = []
     dropped: Counter[str] = Counter()
     for ev in raw_events:
+        if not isinstance(ev, dict) or ev.get("ph") != "X":
+            continue  # only complete events are kept; others are not checked
         try:
-            events.append(msgspec.convert(ev, Event, strict=False))
+            events.append(_event_decoder.decode(_event_encoder.encode(ev)))
         except msgspec.ValidationError as exc:
-            if isinstance(ev, dict) and ev.get("ph") == "X":
-                dropped[f"malformed event ({str(exc).split(' - at')[0]})"] += 1
-            else:
-                events.append(Event())  # not a complete event: ignored like other non-'X' events
+            dropped[f"malformed event ({str(exc).split(' - at')[0]})"] += 1
     return trace, events, dropped
 
 
@@ -168,11 +172,19 @@ def _to_ns(us: np.ndarray) -> np.ndarray:
     return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000).astype(np.int64)
 
 
-def _int_or_none(v: Any) -> int | None:
+def _as_int(v: Any) -> int | None:
+    """An integer field whatever its spelling: 7, 7.0, "7", "0x7"; anything else is None."""
+    if v is None or isinstance(v, bool):
+        return None
     if isinstance(v, int):
         return v
-    if isinstance(v, str) and v.lstrip("-").isdigit():
-        return int(v)
+    if isinstance(v, float):
+        return int(v) if v.is_integer() else None
+    if isinstance(v, str):
+        try:
+            return int(v, 0)
+        except ValueError:
+            return None
     return None
 
 
@@ -206,21 +218,21 @@ def _columns(events: list[Event], dropped: Counter[str]) -> dict[str, Any]:
     cols = {
         "ts_ns": ts,
         "dur_ns": dur,
-        "pid": [_int_or_none(e.pid) for e in keep],
-        "tid": [_int_or_none(e.tid) for e in keep],
+        "pid": [_as_int(e.pid) for e in keep],
+        "tid": [_as_int(e.tid) for e in keep],
         "cat": [e.cat for e in keep],
         "name": [e.name for e in keep],
-        "a_stream": [a.stream for a in args],
-        "a_device": [a.device for a in args],
-        "correlation": [a.correlation for a in args],
-        "external_id": [a.external_id for a in args],
+        "a_stream": [_as_int(a.stream) for a in args],
+        "a_device": [_as_int(a.device) for a in args],
+        "correlation": [_as_int(a.correlation) for a in args],
+        "external_id": [_as_int(a.external_id) for a in args],
         "coll_name": [a.coll_name for a in args],
-        "in_nelems": [a.in_nelems for a in args],
-        "out_nelems": [a.out_nelems for a in args],
-        "group_size": [a.group_size for a in args],
+        "in_nelems": [_as_int(a.in_nelems) for a in args],
+        "out_nelems": [_as_int(a.out_nelems) for a in args],
+        "group_size": [_as_int(a.group_size) for a in args],
         "dtype": [a.dtype for a in args],
         "pg": [None if (p := a.pg_name if a.pg_name is not None else a.pg_id) is None else str(p) for a in args],
-        "seq": [a.seq for a in args],
+        "seq": [_as_int(a.seq) for a in args],
         "input_dims": [bytes(a.input_dims) or None for a in args],
         "input_type": [bytes(a.input_type) or None for a in args],
     }

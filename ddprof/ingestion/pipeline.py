@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ddprof.atomic import write_json_atomic
-from ddprof.errors import BadInputError, PartialRunError
+from ddprof.errors import BadInputError
 from ddprof.ingestion.discover import discover
 from ddprof.ingestion.job import FileResult, ingest_file
 from ddprof.ingestion.manifest import build_manifest
@@ -32,8 +32,8 @@ def ingest(sources: str | Path | Iterable[str | Path], out_dir: str | Path, *,
     """Ingest traces into ``out_dir`` and return the opened :class:`Run`.
 
     Bad files do not stop the others: each failure is recorded in the manifest (file, rank, cause) and
-    the run keeps every rank that ingested. If *nothing* ingested, raises :class:`PartialRunError`
-    carrying every failure.
+    the run keeps every rank that ingested. If *nothing* ingested, raises :class:`BadInputError`
+    listing every failure.
     """
     srcs = [sources] if isinstance(sources, (str, Path)) else list(sources)
     out = Path(out_dir)
@@ -59,8 +59,8 @@ def ingest(sources: str | Path | Iterable[str | Path], out_dir: str | Path, *,
     write_json_atomic(out / MANIFEST, manifest)
     _remove_stale_parts(out, manifest)
     if not manifest["ranks"]:
-        failures = [BadInputError(r.error or "failed", path=r.path) for r in results.values() if r.error]
-        raise PartialRunError(failures)
+        lines = "\n".join(f"  - {r.error}" for r in results.values() if r.error)
+        raise BadInputError(f"no trace could be ingested:\n{lines}")
     return open_run(out)
 
 
