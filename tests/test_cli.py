@@ -132,7 +132,7 @@ def test_console_script_runs_without_torch_or_dash(tmp_path, traces):
     (blocker / "sitecustomize.py").write_text(
         "import sys\nfor m in ('torch', 'dash', 'plotly'):\n    sys.modules[m] = None\n")
     env = dict(os.environ, PYTHONPATH=str(blocker))
-    proc = subprocess.run([sys.executable, "-m", "ddprof.cli", "analyze", str(traces / "dlrm-8xV100-nccl"),
+    proc = subprocess.run([sys.executable, "-m", "ddprof", "analyze", str(traces / "dlrm-8xV100-nccl"),
                            "--format", "json", "--cache", str(tmp_path / "c")],
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr

@@ -6,8 +6,6 @@ ranks failed; the rest were analysed and the failures named).
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from ddprof import __version__
@@ -43,6 +41,3 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     return rv if isinstance(rv, int) else 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,77 @@
+"""Dependency direction (DESIGN.md §1): CLI -> dashboards -> analyses | collectors -> core.
+
+Checked on the source with the AST, so a violation fails even if the import sits in a branch no test runs.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+LAYERS = {  # folder -> installed package
+    "ddprof": "ddprof", "analyses": "ddprof.analyses", "collectors": "ddprof.collectors",
+    "dashboards": "ddprof.dashboards",
+}
+HEAVY = {"torch", "dash", "plotly", "click"}
+
+FORBIDDEN = {
+    "core": {"ddprof.analyses", "ddprof.collectors", "ddprof.dashboards", "ddprof.cli"} | HEAVY,
+    "analyses": {"ddprof.collectors", "ddprof.dashboards", "ddprof.cli"} | HEAVY,
+    "collectors": {"ddprof.analyses", "ddprof.dashboards", "ddprof.cli", "dash", "plotly"},
+    "dashboards": {"ddprof.cli", "ddprof.collectors", "torch", "click"},
+    "cli": {"torch"},
+}
+# The one sanctioned exception: `ddprof.profile`/`ddprof.init` are re-exported lazily from the collectors
+# package (function-level import in ddprof/__init__.py), so `import ddprof` never imports torch.
+ALLOWED = {("ddprof/__init__.py", "ddprof.collectors"), ("ddprof/__main__.py", "ddprof.cli")}
+
+
+def layer_of(rel: Path) -> str:
+    top = rel.parts[0]
+    if top == "ddprof":
+        return "cli" if len(rel.parts) > 1 and rel.parts[1] == "cli" else "core"
+    return top
+
+
+def imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+    return found
+
+
+def violations() -> list[str]:
+    out = []
+    for folder in LAYERS:
+        for path in sorted((REPO / folder).rglob("*.py")):
+            rel = path.relative_to(REPO)
+            layer = layer_of(rel)
+            for mod in imports(path):
+                for banned in FORBIDDEN[layer]:
+                    if (mod == banned or mod.startswith(banned + ".")) and (str(rel), banned) not in ALLOWED:
+                        out.append(f"{rel} ({layer}) imports {mod}")
+    return out
+
+
+def test_dependency_direction():
+    assert violations() == []
+
+
+def test_the_check_catches_a_violation(tmp_path, monkeypatch):
+    fake = tmp_path / "analyses"
+    fake.mkdir()
+    (fake / "bad.py").write_text("import torch\nfrom ddprof.collectors import profile\n")
+    for name in ("ddprof", "collectors", "dashboards"):
+        (tmp_path / name).mkdir()
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    assert sorted(violations()) == ["analyses/bad.py (analyses) imports ddprof.collectors",
+                                    "analyses/bad.py (analyses) imports ddprof.collectors.profile",
+                                    "analyses/bad.py (analyses) imports torch"]
