@@ -1,0 +1,115 @@
+"""Bubbles: the share of each step a rank spends without compute; pipeline stages and GPipe theory.
+
+Per (rank, step): window = :func:`sets.step_windows` (ProfilerStep#N span and the device work it
+launched); bubble = window − |U(compute of step N, cut to the window)|.
+
+Pipeline runs (point-to-point send/recv with a known peer): ranks joined by p2p traffic form chains;
+each chain is a pipeline of P stages, ordered from the end whose first p2p op is a send (stage 0
+sends activations first). M (micro-batches) = the median number of sends per step from a stage to the
+next. GPipe and 1F1B both idle ``(P−1)/(M+P−1)`` of a step on each stage, reported beside the measure.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+from ddprof.analyses import intervals as iv
+from ddprof.analyses.collectives import comm_rows
+from ddprof.analyses.sets import step_windows, work
+
+_US = 1000.0
+
+
+def bubbles(events: pl.LazyFrame) -> pl.DataFrame:
+    """Per (rank, step): window_us, compute_us, bubble_us = window − compute, bubble_pct.
+
+    Example: window [0,100) ms, compute [10,40) and [50,80) ms -> compute 60 ms, bubble 40 ms (40 %).
+    """
+    w = work(events)
+    windows = step_windows(events, w)
+    comp = iv.clip(w.filter((pl.col("role") == "compute") & pl.col("step").is_not_null()), windows,
+                   ["rank", "step"])
+    busy = iv.union_length(comp, ["rank", "step"], name="compute_ns")
+    return (
+        windows.join(busy, on=["rank", "step"], how="left")
+        .with_columns(pl.col("compute_ns").fill_null(0), (pl.col("w_end") - pl.col("w_start")).alias("window_ns"))
+        .with_columns((pl.col("window_ns") - pl.col("compute_ns")).alias("bubble_ns"))
+        .select(
+            "rank", "step",
+            (pl.col("window_ns") / _US).alias("window_us"),
+            (pl.col("compute_ns") / _US).alias("compute_us"),
+            (pl.col("bubble_ns") / _US).alias("bubble_us"),
+            pl.when(pl.col("window_ns") > 0).then(100.0 * pl.col("bubble_ns") / pl.col("window_ns")).alias("bubble_pct"),
+        )
+        .sort("rank", "step")
+        .collect()
+    )
+
+
+def _chains(edges: list[tuple[int, int]], first_send: dict[int, bool]) -> list[list[int]]:
+    """Order the ranks of each p2p-connected component along its path; skip components that are not
+    paths (rings, trees: no stage order). Loops over ranks, not events."""
+    adj: dict[int, set[int]] = {}
+    for a, b in edges:
+        if a != b:
+            adj.setdefault(a, set()).add(b)
+            adj.setdefault(b, set()).add(a)
+    seen: set[int] = set()
+    chains = []
+    for start in sorted(adj):
+        if start in seen:
+            continue
+        comp, todo = set(), [start]
+        while todo:
+            n = todo.pop()
+            if n not in comp:
+                comp.add(n)
+                todo.extend(adj[n] - comp)
+        seen |= comp
+        ends = sorted(n for n in comp if len(adj[n]) == 1)
+        if len(ends) != 2 or any(len(adj[n]) > 2 for n in comp):
+            continue
+        head = next((e for e in ends if first_send.get(e)), ends[0])
+        order, prev = [head], None
+        while len(order) < len(comp):
+            nxt = next(iter(adj[order[-1]] - {prev} - set(order)))
+            prev = order[-1]
+            order.append(nxt)
+        chains.append(order)
+    return chains
+
+
+def pipeline_stages(events: pl.LazyFrame) -> pl.DataFrame:
+    """Per rank of an inferred pipeline: pipeline (its stage-0 rank), stage, stages P, micro_batches M,
+    bubble_pct (mean over steps) and theoretical_pct = 100·(P−1)/(M+P−1).
+
+    Example: 4 stages, 8 micro-batches -> theoretical 100 · 3 / 11 = 27.3 %.
+    """
+    p2p = comm_rows(events).filter(pl.col("src").is_not_null()).collect()
+    schema = {"rank": pl.Int32, "pipeline": pl.Int32, "stage": pl.Int32, "stages": pl.Int32,
+              "micro_batches": pl.Float64, "bubble_pct": pl.Float64, "theoretical_pct": pl.Float64}
+    if p2p.height == 0:
+        return pl.DataFrame(schema=schema)
+    edges = p2p.select("src", "dst").unique().rows()
+    first = p2p.sort("ts_ns").group_by("rank").agg(pl.col("op").first())
+    chains = _chains(edges, {r: op == "send" for r, op in first.rows()})
+    rows = [(r, chain[0], i, len(chain)) for chain in chains for i, r in enumerate(chain)]
+    if not rows:
+        return pl.DataFrame(schema=schema)
+    stages = pl.DataFrame(rows, schema=["rank", "pipeline", "stage", "stages"], orient="row").cast(pl.Int32)
+    nxt = stages.select("pipeline", pl.col("rank").alias("src"), (pl.col("stage") + 1).alias("stage"))
+    links = nxt.join(stages.select("pipeline", "stage", pl.col("rank").alias("dst")), on=["pipeline", "stage"])
+    sends = (
+        p2p.filter(pl.col("op") == "send")
+        .join(links.select("src", "dst", "pipeline"), on=["src", "dst"])
+        .group_by("pipeline", "src", "step").len()
+        .group_by("pipeline").agg(pl.col("len").median().alias("micro_batches"))
+    )
+    measured = bubbles(events).group_by("rank").agg(pl.col("bubble_pct").mean())
+    p, m = pl.col("stages"), pl.col("micro_batches")
+    return (
+        stages.join(sends, on="pipeline", how="left")
+        .join(measured, on="rank", how="left")
+        .with_columns((100.0 * (p - 1) / (m + p - 1)).alias("theoretical_pct"))
+        .select(list(schema))
+        .sort("pipeline", "stage")
+    )

@@ -1,0 +1,177 @@
+"""Collective instances matched across ranks, with arrival skew and nccl-tests bandwidth.
+
+Which rows: on a GPU rank its communication kernels (``kind == "comm"`` with a stream); on a CPU-only
+rank its ``gloo:*`` rows (``kind == "comm"``, no stream): they exist in every gloo trace, carry the
+message size, and span the transfer (plus the wait for late peers), unlike ``c10d::*`` ops, which only
+enqueue the work.
+
+Matching: the k-th collective of one group on each rank is the same instance. The group is the
+process group name (``pg``); where a trace does not name it, the GPU stream (``"stream 84"``) or
+``"default"`` on CPU. ``index`` = ``seq`` where every row of the group has one, else the order of
+starts. Point-to-point ops with a known ``peer`` are matched per (group, sender, receiver) instead:
+NCCL orders p2p per peer pair. Disagreements never raise: see :func:`collective_warnings`.
+
+Clocks: arrivals compare start times on the traces' clocks. Where an instance's kernels cannot all
+have run together (a rank's start after another's end by more than 2 µs), the clocks disagree, and
+arrivals are aligned on the latest end instead (``arrival = latest end − duration``; ``clock_aligned``
+false).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+from ddprof.analyses.sets import gpu_ranks
+
+_US = 1000.0
+_CLOCK_SLACK_NS = 2_000
+P2P = ("send", "recv")
+
+
+def _busbw_factor(op: pl.Expr, n: pl.Expr) -> pl.Expr:
+    """nccl-tests: all-reduce 2(n−1)/n; all-gather, reduce-scatter, all-to-all, gather, scatter (n−1)/n;
+    broadcast, reduce, send/recv 1."""
+    n = n.cast(pl.Float64)
+    return (
+        pl.when(op == "all_reduce").then(2.0 * (n - 1) / n)
+        .when(op.is_in(["all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"])).then((n - 1) / n)
+        .when(op.is_in(["broadcast", "reduce", "sendrecv"])).then(pl.lit(1.0))
+    )
+
+
+def comm_rows(events: pl.LazyFrame) -> pl.LazyFrame:
+    """The rows that stand for collectives on each rank, with their group key, p2p pair and index."""
+    gpu = gpu_ranks(events).with_columns(pl.lit(True).alias("on_gpu"))
+    rows = (
+        events.filter(pl.col("kind") == "comm")
+        .join(gpu, on="rank", how="left")
+        .filter(pl.col("on_gpu").is_not_null() == pl.col("stream").is_not_null())
+        .with_columns(
+            pl.coalesce(
+                "pg",
+                pl.when(pl.col("stream").is_not_null()).then(pl.format("stream {}", pl.col("stream"))),
+                pl.lit("default"),
+            ).alias("group"),
+            pl.col("coll_op").fill_null("unknown").alias("op"),
+        )
+    )
+    p2p = pl.col("op").is_in(P2P) & pl.col("peer").is_not_null()
+    rows = rows.with_columns(
+        pl.when(p2p).then(pl.when(pl.col("op") == "send").then(pl.col("rank")).otherwise(pl.col("peer")))
+        .alias("src"),
+        pl.when(p2p).then(pl.when(pl.col("op") == "send").then(pl.col("peer")).otherwise(pl.col("rank")))
+        .alias("dst"),
+    )
+    key = ["rank", "group", "src", "dst"]
+    return rows.sort("ts_ns").with_columns(
+        pl.when(pl.col("seq").is_not_null().all().over(key)).then(pl.col("seq"))
+        .otherwise(pl.int_range(pl.len()).over(key)).alias("index"),
+        pl.when(pl.col("op").is_in(P2P)).then(pl.lit("sendrecv")).otherwise(pl.col("op")).alias("match_op"),
+    )
+
+
+def arrivals(events: pl.LazyFrame) -> pl.DataFrame:
+    """One row per (instance, rank): arrival_ns, end_ns, dur_ns, wait_ns = latest arrival − arrival.
+
+    Example: all-reduce #0 entered by rank 0 at 10 ms and rank 1 at 14 ms, both ending at 15 ms ->
+    rank 0 waited 4 ms, rank 1 0 ms.
+    """
+    inst = ["group", "src", "dst", "index"]
+    rows = comm_rows(events).select(*inst, "rank", "op", "match_op", "ts_ns", "dur_ns", "bytes", "group_size")
+    return (
+        rows.with_columns((pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"))
+        .with_columns(
+            ((pl.col("ts_ns").max() - pl.col("end_ns").min()).over(inst) <= _CLOCK_SLACK_NS).alias("clock_aligned")
+        )
+        .with_columns(
+            pl.when(pl.col("clock_aligned")).then(pl.col("ts_ns"))
+            .otherwise(pl.col("end_ns").max().over(inst) - pl.col("dur_ns")).alias("arrival_ns")
+        )
+        .with_columns((pl.col("arrival_ns").max().over(inst) - pl.col("arrival_ns")).alias("wait_ns"))
+        .drop("ts_ns")
+        .sort(*inst, "rank", nulls_last=True)
+        .collect()
+    )
+
+
+def collectives(events: pl.LazyFrame, world_size: int | None = None) -> pl.DataFrame:
+    """One row per collective instance (DESIGN.md §3).
+
+    arrival_skew_us = latest − earliest arrival; duration_us = the shortest duration across ranks (the
+    transfer without the wait for late ranks); algbw_gbps = bytes / duration (1 GB/s = 1 B/ns);
+    busbw_gbps = algbw · nccl-tests factor for n = the group size (else the world size, else the number of
+    ranks that use the group).
+    Example: all-reduce of 1 GB over 8 ranks, shortest duration 10 ms -> algbw 100 GB/s,
+    busbw 100 · 2 · 7/8 = 175 GB/s.
+    """
+    arr = arrivals(events)
+    inst = ["group", "src", "dst", "index"]
+    members = arr.group_by("group").agg(pl.col("rank").unique().sort().alias("members"))
+    out = (
+        arr.sort("rank")
+        .group_by(inst, maintain_order=True)
+        .agg(
+            pl.col("match_op").mode().sort().first().alias("op"),
+            pl.col("match_op").unique().sort().alias("ops_seen"),
+            pl.col("bytes").max(),
+            pl.col("group_size").max(),
+            pl.col("rank").alias("ranks_seen"),
+            ((pl.col("arrival_ns") - pl.col("arrival_ns").min()) / _US).alias("arrival_us"),
+            (pl.col("arrival_ns").min() / _US).alias("start_us"),
+            ((pl.col("arrival_ns").max() - pl.col("arrival_ns").min()) / _US).alias("arrival_skew_us"),
+            (pl.col("dur_ns").min() / _US).alias("duration_us"),
+            pl.col("rank").filter(pl.col("wait_ns") == 0).alias("__last"),
+            pl.col("clock_aligned").all(),
+        )
+        .join(members, on="group", how="left")
+        .with_columns(
+            pl.when(pl.col("__last").list.len() == 1).then(pl.col("__last").list.first()).alias("last_rank"),
+            pl.coalesce("group_size", pl.lit(world_size), pl.col("members").list.len()).cast(pl.Int32).alias("n"),
+            pl.when(pl.col("src").is_not_null()).then(pl.concat_list("src", "dst").list.unique())
+            .otherwise(pl.col("members")).list.set_difference("ranks_seen").list.sort().alias("missing_ranks"),
+        )
+        .with_columns(
+            pl.when(pl.col("duration_us") > 0).then(pl.col("bytes") / (pl.col("duration_us") * _US)).alias("algbw_gbps")
+        )
+        .with_columns((pl.col("algbw_gbps") * _busbw_factor(pl.col("op"), pl.col("n"))).alias("busbw_gbps"))
+        .rename({"group": "pg"})
+        .drop("__last", "members")
+        .sort("pg", "src", "dst", "index", nulls_last=True)
+    )
+    return out
+
+
+def bandwidth(coll: pl.DataFrame) -> pl.DataFrame:
+    """Per (op, bytes): count, mean duration, algbw = bytes / mean duration and busbw, as nccl-tests
+    reports one size. Example: two 1 MB all-reduces of 10 and 30 µs on 2 ranks -> algbw
+    1e6 / 20e3 = 50 GB/s, busbw 50 · 2 · 1/2 = 50 GB/s."""
+    ok = coll.filter(pl.col("bytes").is_not_null() & (pl.col("duration_us") > 0))
+    return (
+        ok.group_by("op", "bytes", "n")
+        .agg(pl.len().alias("count"), pl.col("duration_us").mean())
+        .with_columns((pl.col("bytes") / (pl.col("duration_us") * _US)).alias("algbw_gbps"))
+        .with_columns((pl.col("algbw_gbps") * _busbw_factor(pl.col("op"), pl.col("n"))).alias("busbw_gbps"))
+        .sort("op", "bytes", "n")
+    )
+
+
+def collective_warnings(coll: pl.DataFrame) -> list[str]:
+    """Plain sentences, one per group and problem: ranks missing from instances, ranks that disagree on
+    an instance's op (they issue the group's collectives in different orders), unaligned clocks."""
+    out: list[str] = []
+    for (pg,), part in coll.group_by("pg", maintain_order=True):
+        missing = part.filter(pl.col("missing_ranks").list.len() > 0)
+        if missing.height:
+            first = missing.row(0, named=True)
+            out.append(f"process group {pg}: {missing.height} collective(s) not seen on every rank "
+                       f"(first: #{first['index']} {first['op']}, missing rank(s) {first['missing_ranks']})")
+        mixed = part.filter(pl.col("ops_seen").list.len() > 1)
+        if mixed.height:
+            first = mixed.row(0, named=True)
+            out.append(f"process group {pg}: ranks disagree on the op of {mixed.height} collective(s) "
+                       f"(first: #{first['index']}: {', '.join(first['ops_seen'])}); they may issue this "
+                       "group's collectives in different orders, so its matching is unreliable")
+        skewed = part.filter(~pl.col("clock_aligned"))
+        if skewed.height:
+            out.append(f"process group {pg}: rank clocks disagree on {skewed.height} collective(s); "
+                       "arrivals there are aligned on the collective's end")
+    return out

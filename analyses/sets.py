@@ -1,0 +1,98 @@
+"""Which events count as compute, communication and device work, per rank; and step windows.
+
+A rank is analysed on its GPU when it has GPU rows (``stream`` set), else on its CPU.
+
+GPU rank (the sets HTA uses, classified by ``kind`` instead of kernel-name regexes):
+  * compute: ``kind == "compute"`` kernels;
+  * comm: ``kind == "comm"`` kernels (NCCL/RCCL or any kernel that collective metadata marks);
+  * memory: ``memcpy`` and ``memset``.
+  GPU annotations and ``sync`` rows (waits, not work) are in none of the sets.
+
+CPU rank (gloo, no GPU rows):
+  * comm: the ``gloo:*`` rows (``kind == "comm"``, no stream) on the gloo worker threads;
+  * compute: ``cpu_op`` rows that are not collectives (``coll_op`` null, name not ``c10d::``/``gloo:``/
+    ``nccl:``/``record_param_comms``), on threads that run no gloo rows. Nested ops are merged by the
+    union, so a parent op and its children count once.
+
+Every function returns a LazyFrame with ``start``/``end`` in integer ns.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+WORK_KINDS = ("compute", "comm", "memcpy", "memset")
+COLLECTIVE_OP_RE = r"^(c10d::|c10d_functional::|_c10d_functional::|gloo:|nccl:|record_param_comms$)"
+STEP_RE = r"^ProfilerStep#(\d+)$"
+
+
+def _span() -> list[pl.Expr]:
+    return [pl.col("ts_ns").alias("start"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("end")]
+
+
+def gpu_ranks(events: pl.LazyFrame) -> pl.LazyFrame:
+    """Ranks with at least one GPU work row: ``[rank]``."""
+    return (
+        events.filter(pl.col("stream").is_not_null() & pl.col("kind").is_in(WORK_KINDS))
+        .select("rank").unique()
+    )
+
+
+def work(events: pl.LazyFrame) -> pl.LazyFrame:
+    """Work intervals per rank with a ``role`` (compute / comm / memory) and ``on_gpu``.
+
+    Columns: rank, step, stream, tid, role, start, end, on_gpu.
+    """
+    gpu = gpu_ranks(events).with_columns(pl.lit(True).alias("on_gpu"))
+    ev = events.join(gpu, on="rank", how="left").with_columns(pl.col("on_gpu").fill_null(False))
+    gpu_rows = ev.filter(
+        pl.col("on_gpu") & pl.col("stream").is_not_null() & pl.col("kind").is_in(WORK_KINDS)
+    ).with_columns(
+        pl.when(pl.col("kind").is_in(["memcpy", "memset"])).then(pl.lit("memory"))
+        .otherwise(pl.col("kind").cast(pl.String)).alias("role")
+    )
+    cpu = ev.filter(~pl.col("on_gpu") & pl.col("stream").is_null())
+    cpu_comm = cpu.filter(pl.col("kind") == "comm").with_columns(pl.lit("comm").alias("role"))
+    gloo_threads = cpu_comm.select("rank", "tid").unique().with_columns(pl.lit(True).alias("__gloo"))
+    cpu_compute = (
+        cpu.filter(
+            (pl.col("kind") == "cpu_op") & pl.col("coll_op").is_null()
+            & ~pl.col("name").str.contains(COLLECTIVE_OP_RE)
+        )
+        .join(gloo_threads, on=["rank", "tid"], how="left")
+        .filter(pl.col("__gloo").is_null())
+        .drop("__gloo")
+        .with_columns(pl.lit("compute").alias("role"))
+    )
+    cols = ["rank", "step", "stream", "tid", "role", *_span(), "on_gpu"]
+    return pl.concat([f.select(cols) for f in (gpu_rows, cpu_comm, cpu_compute)])
+
+
+def profiler_steps(events: pl.LazyFrame) -> pl.LazyFrame:
+    """The ``ProfilerStep#N`` annotations on CPU threads: rank, step, start, end (duplicates merged)."""
+    return (
+        events.filter(pl.col("stream").is_null() & pl.col("name").str.contains(STEP_RE))
+        .with_columns(pl.col("name").str.extract(STEP_RE).cast(pl.Int32).alias("step"))
+        .group_by("rank", "step")
+        .agg(pl.col("ts_ns").min().alias("start"), (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("end"))
+    )
+
+
+def step_windows(events: pl.LazyFrame, work_lf: pl.LazyFrame | None = None) -> pl.LazyFrame:
+    """Window of each (rank, step): the hull of its ``ProfilerStep#N`` span and the work rows of step N.
+
+    GPU kernels run after their launch, so on a GPU rank the window stretches to the last kernel the
+    step launched. Example: ProfilerStep#3 on [0, 100) ms whose last kernel ends at 104 ms -> [0, 104).
+    Columns: rank, step, w_start, w_end.
+    """
+    w = work(events) if work_lf is None else work_lf
+    parts = [
+        profiler_steps(events).select("rank", "step", "start", "end"),
+        w.filter(pl.col("step").is_not_null()).select("rank", "step", "start", "end"),
+    ]
+    return (
+        pl.concat(parts)
+        .group_by("rank", "step")
+        .agg(pl.col("start").min().alias("w_start"), pl.col("end").max().alias("w_end"))
+        .sort("rank", "step")
+    )

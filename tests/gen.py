@@ -1,0 +1,282 @@
+"""Synthetic runs with known answers: store frames (and the same runs as Kineto JSON traces).
+
+Three scenarios, each a frozen dataclass with ``events()`` (a conformed event table), ``kineto()``
+(one Kineto trace dict per rank, for checks through ingest or HTA) and ``truth()`` (the answers,
+derived from the parameters by hand, not by the code under test). All times are whole microseconds
+(multiples of 1,000 ns), so Kineto's microsecond timestamps carry them exactly.
+
+``DataParallel``, per step s and rank r, with d = the rank's delay at step s (slow rank + jitter)::
+
+    stream 7   K1 [a0, a0+F)  K1b [a0+F+KW, +Fb+d)          K2 [e+OG, +G)
+    stream 20                          comm [K1b_end−X, e)        (e = a0+F+KW+Fb+max d−X+T on all ranks)
+    stream 22                                                      memcpy [e+OG+G+20µs, +M)
+
+  The comm kernel overlaps K1b by X; the slowest rank's comm takes exactly T (the transfer), the
+  others wait max d − d more. On CPU (``device="cpu"``) K1, K1b, K2 are cpu_ops on the main thread and
+  the comm is a ``gloo:all_reduce`` row on a gloo thread; no memcpy.
+``CollectiveBench``: comm kernels only, every rank enters together, known op, size and time.
+``Pipeline``: a GPipe schedule with P stages (any rank order) and M micro-batches.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from ddprof.schema import conform
+
+US = 1_000
+COMM_NAMES = {
+    "nccl": "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)",
+    "nccl_dev": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
+    "rccl": "ncclDevKernel_Generic(ncclDevComm*, unsigned long, ncclWork*)",
+    "multimem": "void multimem_all_reduce_kernel<float>(float*, unsigned long)",
+}
+BUSBW = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+         "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n,
+         "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0, "sendrecv": lambda n: 1.0}
+
+
+class _Rows:
+    """Accumulates event rows; hands out correlation ids for launches."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self.corr = 1000
+
+    def add(self, **row: Any) -> None:
+        self.rows.append(row)
+
+    def kernel(self, rank: int, step: int, kind: str, name: str, ts: int, dur: int, stream: int,
+               launch: int | None, **meta: Any) -> None:
+        self.corr += 1
+        self.add(rank=rank, ts_ns=ts, dur_ns=dur, pid=0, tid=stream, device=0, stream=stream, kind=kind,
+                 cat={"memcpy": "gpu_memcpy"}.get(kind, "kernel"), name=name, step=step,
+                 correlation=self.corr, external_id=self.corr, **meta)
+        if launch is not None:
+            self.add(rank=rank, ts_ns=launch, dur_ns=4 * US, pid=100, tid=1, kind="runtime", cat="cuda_runtime",
+                     name="cudaMemcpyAsync" if kind == "memcpy" else "cudaLaunchKernel", step=step,
+                     correlation=self.corr, external_id=self.corr)
+
+    def frame(self) -> pl.DataFrame:
+        return conform(pl.DataFrame(self.rows, infer_schema_length=None)).sort("rank", "ts_ns")
+
+
+def _step_row(rows: _Rows, rank: int, step: int, t0: int, length: int) -> None:
+    rows.add(rank=rank, ts_ns=t0, dur_ns=length, pid=100, tid=1, kind="annotation", cat="user_annotation",
+             name=f"ProfilerStep#{step}", step=step)
+
+
+@dataclass(frozen=True)
+class DataParallel:
+    ranks: int = 4
+    steps: int = 3
+    slow_rank: int | None = 2
+    delay: int = 400 * US
+    jitter: int = 0
+    device: str = "gpu"
+    naming: str = "nccl"
+    op: str = "all_reduce"
+    nbytes: int = 64 << 20
+    a0: int = 100 * US
+    F: int = 1000 * US
+    KW: int = 5 * US
+    Fb: int = 2000 * US
+    X: int = 500 * US
+    T: int = 800 * US
+    OG: int = 50 * US
+    G: int = 1500 * US
+    M: int = 100 * US
+    step_ns: int = 10_000 * US
+    base: int = 1_700_000_000_000_000 * US
+    seed: int = 0
+
+    def d(self, r: int, s: int) -> int:
+        """Delay of rank r at step s: the slow rank's delay plus whole-µs jitter (seeded)."""
+        j = random.Random(f"{self.seed}-{r}-{s}").randint(0, self.jitter // US) * US if self.jitter else 0
+        return j + (self.delay if r == self.slow_rank else 0)
+
+    def dmax(self, s: int) -> int:
+        return max(self.d(r, s) for r in range(self.ranks))
+
+    def events(self) -> pl.DataFrame:
+        rows = _Rows()
+        gpu = self.device == "gpu"
+        for r in range(self.ranks):
+            for s in range(self.steps):
+                t0, d = self.base + s * self.step_ns, self.d(r, s)
+                _step_row(rows, r, s, t0, self.step_ns)
+                k1b = t0 + self.a0 + self.F + self.KW
+                e = k1b + self.Fb + self.dmax(s) - self.X + self.T
+                arrive = k1b + self.Fb + d - self.X
+                coll = dict(coll_op=self.op, pg="0", group_size=self.ranks, bytes=self.nbytes,
+                            in_bytes=self.nbytes, out_bytes=self.nbytes, dtype="Float")
+                comp = [("gemm_fwd_kernel", t0 + self.a0, self.F, 50),
+                        ("elementwise_kernel", k1b, self.Fb + d, 60),
+                        ("gemm_bwd_kernel", e + self.OG, self.G, 80)]
+                if gpu:
+                    for name, ts, dur, launch in comp:
+                        rows.kernel(r, s, "compute", name, ts, dur, 7, t0 + launch * US)
+                    rows.kernel(r, s, "comm", COMM_NAMES[self.naming], arrive, e - arrive, 20, t0 + 70 * US, **coll)
+                    rows.kernel(r, s, "memcpy", "Memcpy DtoH (Device -> Pinned)",
+                                e + self.OG + self.G + 20 * US, self.M, 22, t0 + 90 * US)
+                    rows.add(rank=r, ts_ns=t0 + 65 * US, dur_ns=3 * US, pid=100, tid=1, kind="cpu_op", cat="cpu_op",
+                             name="c10d::allreduce_", step=s, **coll)
+                else:
+                    for name, ts, dur, _ in comp:
+                        rows.add(rank=r, ts_ns=ts, dur_ns=dur, pid=100, tid=1, kind="cpu_op", cat="cpu_op",
+                                 name=f"aten::{name}", step=s)
+                    rows.add(rank=r, ts_ns=arrive, dur_ns=e - arrive, pid=100, tid=2, kind="comm",
+                             cat="user_annotation", name="gloo:all_reduce", step=s, **coll)
+                    rows.add(rank=r, ts_ns=arrive - 2 * US, dur_ns=US, pid=100, tid=3, kind="cpu_op", cat="cpu_op",
+                             name="c10d::allreduce_", step=s, **coll)
+        return rows.frame()
+
+    def truth(self) -> dict[str, Any]:
+        S, n = range(self.steps), self.ranks
+        gpu = self.device == "gpu"
+        out: dict[str, Any] = {"overlap": {}, "breakdown": {}, "idle": {}, "bubble": {}, "step_overlap": {}}
+        e_rel = lambda s: self.a0 + self.F + self.KW + self.Fb + self.dmax(s) - self.X + self.T  # noqa: E731
+        last_end = lambda s: e_rel(s) + self.OG + self.G + ((20 * US + self.M) if gpu else 0)  # noqa: E731
+        for r in range(n):
+            comm = [self.T + self.dmax(s) - self.d(r, s) for s in S]
+            out["overlap"][r] = {"overlap_pct": 100 * self.X * len(comm) / sum(comm),
+                                 "comm_us": sum(comm) / US, "exposed_comm_us": (sum(comm) - self.X * len(comm)) / US}
+            out["step_overlap"][r] = {s: 100 * self.X / comm[s] for s in S}
+            busy = [e_rel(s) - (self.a0 + self.KW) + self.G + (self.M if gpu else 0) for s in S]
+            compute = [self.F + self.Fb + self.d(r, s) + self.G for s in S]
+            span = (self.steps - 1) * self.step_ns + last_end(self.steps - 1) - self.a0
+            out["breakdown"][r] = {"span_us": span / US, "idle_us": (span - sum(busy)) / US,
+                                   "compute_us": sum(compute) / US, "non_compute_us": (sum(busy) - sum(compute)) / US}
+            out["bubble"][r] = {s: (self.step_ns - compute[s]) / US for s in S}
+            if gpu:
+                between = range(self.steps - 1)
+                out["idle"][r] = {
+                    (7, "kernel_wait"): self.steps * self.KW / US,
+                    (7, "other"): sum(c - self.X + self.OG for c in comm) / US,
+                    (7, "host_wait"): sum(self.step_ns + self.a0 - (e_rel(s) + self.OG + self.G) for s in between) / US,
+                    (20, "host_wait"): sum(self.step_ns - self.T - self.dmax(s) + self.d(r, s + 1)
+                                           for s in between) / US,
+                    (22, "host_wait"): sum(self.step_ns + self.dmax(s + 1) - self.dmax(s) - self.M
+                                           for s in between) / US,
+                }
+        lasts = {s: [r for r in range(n) if self.d(r, s) == self.dmax(s)] for s in S}
+        waits = {r: 0 for r in range(n)}
+        times_last = {r: 0 for r in range(n)}
+        for s in S:
+            if len(lasts[s]) == 1:
+                times_last[lasts[s][0]] += 1
+                waits[lasts[s][0]] += sum(self.dmax(s) - self.d(r, s) for r in range(n)) / (n - 1) / US
+        out["collectives"] = [{"index": s, "op": self.op, "bytes": self.nbytes, "arrival_skew_us":
+                               (self.dmax(s) - min(self.d(r, s) for r in range(n))) / US, "duration_us": self.T / US,
+                               "algbw_gbps": self.nbytes / self.T, "busbw_gbps": self.nbytes / self.T * BUSBW[self.op](n),
+                               "last_rank": lasts[s][0] if len(lasts[s]) == 1 else None} for s in S]
+        out["stragglers"] = {"times_last": times_last, "wait_caused_us": waits, "step_us": self.step_ns / US}
+        return out
+
+    def kineto(self) -> dict[int, dict[str, Any]]:
+        return to_kineto(self.events(), self.ranks, backend="nccl" if self.device == "gpu" else "gloo")
+
+
+@dataclass(frozen=True)
+class CollectiveBench:
+    """Back-to-back collectives, every rank entering together: (op, bytes, transfer µs) repeated."""
+
+    ranks: int = 8
+    ops: tuple[tuple[str, int, int], ...] = (("all_reduce", 1 << 20, 50), ("all_reduce", 64 << 20, 700),
+                                             ("all_gather", 8 << 20, 120), ("all_to_all", 4 << 20, 90),
+                                             ("broadcast", 2 << 20, 40))
+    repeats: int = 3
+    base: int = 1_000_000 * US
+
+    def events(self) -> pl.DataFrame:
+        rows = _Rows()
+        for r in range(self.ranks):
+            t = self.base
+            for _ in range(self.repeats):
+                for op, nbytes, t_us in self.ops:
+                    rows.kernel(r, None, "comm", f"ncclKernel_{op}", t, t_us * US, 20, t - 10 * US, coll_op=op,
+                                pg="0", group_size=self.ranks, bytes=nbytes, dtype="Float")
+                    t += (t_us + 30) * US
+        return rows.frame()
+
+    def truth(self) -> dict[tuple[str, int], dict[str, float]]:
+        n = self.ranks
+        return {(op, b): {"count": self.repeats, "algbw_gbps": b / (t * US), "busbw_gbps": b / (t * US) * BUSBW[op](n)}
+                for op, b, t in self.ops}
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """GPipe: forward of micro-batch m on stage p in [(m+p)·tf, +tf); backward j (micro-batch M−1−j) on
+    stage p at (M+P−1)·tf + (j+P−1−p)·tb. Each step lasts L = (M+P−1)(tf+tb) on every stage, of which
+    each stage computes M(tf+tb): bubble (P−1)/(M+P−1). ``order[p]`` is the rank at stage p."""
+
+    order: tuple[int, ...] = (2, 0, 3, 1)
+    micro: int = 6
+    tf: int = 300 * US
+    tb: int = 600 * US
+    steps: int = 2
+    eps: int = 2 * US
+    nbytes: int = 4 << 20
+    base: int = 5_000_000 * US
+
+    def events(self) -> pl.DataFrame:
+        rows = _Rows()
+        P, M = len(self.order), self.micro
+        L = (M + P - 1) * (self.tf + self.tb)
+        for s in range(self.steps):
+            t0 = self.base + s * (L + 1000 * US)
+            for p, r in enumerate(self.order):
+                _step_row(rows, r, s, t0, L)
+                for m in range(M):
+                    f = t0 + (m + p) * self.tf
+                    rows.kernel(r, s, "compute", "fwd_kernel", f, self.tf, 7, None)
+                    if p + 1 < P:
+                        self._p2p(rows, s, r, self.order[p + 1], f + self.tf)
+                for j in range(M):
+                    b = t0 + (M + P - 1) * self.tf + (j + P - 1 - p) * self.tb
+                    rows.kernel(r, s, "compute", "bwd_kernel", b, self.tb, 7, None)
+                    if p > 0:
+                        self._p2p(rows, s, r, self.order[p - 1], b + self.tb)
+        return rows.frame()
+
+    def _p2p(self, rows: _Rows, s: int, src: int, dst: int, t: int) -> None:
+        meta = dict(pg="0", group_size=len(self.order), bytes=self.nbytes, dtype="Float")
+        rows.kernel(src, s, "comm", "ncclKernel_SendRecv", t, self.eps, 20, None, coll_op="send", peer=dst, **meta)
+        rows.kernel(dst, s, "comm", "ncclKernel_SendRecv", t, self.eps, 20, None, coll_op="recv", peer=src, **meta)
+
+    def truth(self) -> dict[str, Any]:
+        P, M = len(self.order), self.micro
+        return {"stages": P, "micro_batches": M, "stage_of": {r: p for p, r in enumerate(self.order)},
+                "bubble_pct": 100 * (P - 1) / (M + P - 1)}
+
+
+def to_kineto(frame: pl.DataFrame, world: int, backend: str = "nccl") -> dict[int, dict[str, Any]]:
+    """One Kineto trace per rank from a generated event table (new-format collective metadata)."""
+    cats = {"compute": "kernel", "comm": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset",
+            "runtime": "cuda_runtime", "cpu_op": "cpu_op", "annotation": "user_annotation"}
+    out = {}
+    for (rank,), part in frame.group_by("rank", maintain_order=True):
+        events = []
+        for row in part.iter_rows(named=True):
+            cat = row["cat"] or cats[row["kind"]]
+            args: dict[str, Any] = {}
+            for key, col in (("stream", "stream"), ("device", "device"), ("correlation", "correlation"),
+                             ("External id", "external_id")):
+                if row[col] is not None:
+                    args[key] = row[col]
+            if row["coll_op"] is not None and row["bytes"] is not None:
+                nel = row["bytes"] // 4
+                args.update({"Collective name": row["coll_op"], "In msg nelems": nel, "Out msg nelems": nel,
+                             "Group size": row["group_size"], "dtype": "Float", "Process Group Name": row["pg"]})
+                if row["kind"] == "comm" and row["stream"] is None:
+                    args.update({"Input Dims": [[nel]], "Input type": ["float"]})
+            events.append({"ph": "X", "cat": cat, "name": row["name"], "pid": row["pid"], "tid": row["tid"],
+                           "ts": row["ts_ns"] // US, "dur": row["dur_ns"] // US, "args": args})
+        out[rank] = {"schemaVersion": 1, "distributedInfo": {"backend": backend, "rank": rank, "world_size": world},
+                     "traceEvents": events}
+    return out

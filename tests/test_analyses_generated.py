@@ -1,0 +1,216 @@
+"""Every analysis recovers the answers a synthetic run was built with (tests/gen.py)."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+from ddprof.analyses.breakdown import breakdown_by_step, temporal_breakdown
+from ddprof.analyses.bubbles import bubbles, pipeline_stages
+from ddprof.analyses.collectives import bandwidth, collective_warnings, collectives
+from ddprof.analyses.idle import idle_breakdown
+from ddprof.analyses.overlap import overlap, overlap_by_step
+from ddprof.analyses.stragglers import stragglers
+
+from ddprof.schema import validate
+from tests.gen import CollectiveBench, DataParallel, Pipeline
+
+SCENARIOS = {
+    "gpu": DataParallel(),
+    "gpu-jitter": DataParallel(ranks=6, steps=4, jitter=30_000, seed=3, naming="nccl_dev"),
+    "gpu-rccl": DataParallel(ranks=3, naming="rccl", op="all_gather", nbytes=24 << 20),
+    "gpu-multimem": DataParallel(ranks=2, slow_rank=1, naming="multimem"),
+    "cpu-gloo": DataParallel(device="cpu", ranks=3, slow_rank=0, delay=700_000),
+}
+APPROX = dict(rel=1e-9, abs=1e-6)
+
+
+@pytest.fixture(scope="module", params=sorted(SCENARIOS))
+def case(request):
+    sc = SCENARIOS[request.param]
+    df = sc.events()
+    validate(df)
+    return sc, df.lazy(), sc.truth()
+
+
+def by_rank(df: pl.DataFrame) -> dict[int, dict]:
+    return {row["rank"]: row for row in df.iter_rows(named=True)}
+
+
+def test_overlap(case):
+    sc, lf, truth = case
+    got = by_rank(overlap(lf))
+    assert sorted(got) == list(range(sc.ranks))
+    for r, want in truth["overlap"].items():
+        for key, value in want.items():
+            assert got[r][key] == pytest.approx(value, **APPROX), (r, key)
+        assert got[r]["device"] == sc.device
+
+
+def test_overlap_by_step(case):
+    sc, lf, truth = case
+    got = overlap_by_step(lf)
+    assert got.height == sc.ranks * sc.steps
+    for row in got.iter_rows(named=True):
+        assert row["overlap_pct"] == pytest.approx(truth["step_overlap"][row["rank"]][row["step"]], **APPROX)
+
+
+def test_temporal_breakdown(case):
+    sc, lf, truth = case
+    got = by_rank(temporal_breakdown(lf))
+    for r, want in truth["breakdown"].items():
+        for key, value in want.items():
+            assert got[r][key] == pytest.approx(value, **APPROX), (r, key)
+        pct = got[r]["idle_pct"] + got[r]["compute_pct"] + got[r]["non_compute_pct"]
+        assert pct == pytest.approx(100.0)
+        assert got[r]["compute_pct"] == pytest.approx(100 * want["compute_us"] / want["span_us"], **APPROX)
+
+
+def test_breakdown_by_step_uses_the_step_window(case):
+    sc, lf, truth = case
+    got = breakdown_by_step(lf)
+    assert got.height == sc.ranks * sc.steps
+    for row in got.iter_rows(named=True):
+        assert row["span_us"] == pytest.approx(sc.step_ns / 1000)
+        idle_and_noncompute = row["idle_us"] + row["non_compute_us"]
+        assert idle_and_noncompute == pytest.approx(truth["bubble"][row["rank"]][row["step"]], **APPROX)
+
+
+def test_idle_categories(case):
+    sc, lf, truth = case
+    got = idle_breakdown(lf)
+    if sc.device == "cpu":
+        assert got.height == 0  # idle categories are about GPU streams
+        return
+    for r, want in truth["idle"].items():
+        mine = {(row["stream"], row["category"]): row["idle_us"]
+                for row in got.filter(pl.col("rank") == r).iter_rows(named=True)}
+        for key, value in want.items():
+            assert mine[key] == pytest.approx(value, **APPROX), (r, key)
+        assert sum(mine.values()) == pytest.approx(sum(want.values()), **APPROX)
+    ratios = got.group_by("rank", "stream").agg(pl.col("ratio").sum())
+    assert ratios["ratio"].to_list() == pytest.approx([1.0] * ratios.height)
+
+
+def test_idle_threshold_is_in_microseconds():
+    sc = DataParallel(steps=2, KW=40_000)  # a 40 µs gap is above HTA's effective 30 µs threshold
+    got = idle_breakdown(sc.events().lazy()).filter((pl.col("rank") == 0) & (pl.col("stream") == 7))
+    cats = {row["category"]: row["idle_us"] for row in got.iter_rows(named=True)}
+    assert cats["kernel_wait"] == 0
+    wider = idle_breakdown(sc.events().lazy(), kernel_wait_us=50.0).filter(
+        (pl.col("rank") == 0) & (pl.col("stream") == 7))
+    assert {row["category"]: row["idle_us"] for row in wider.iter_rows(named=True)}["kernel_wait"] == 80.0
+
+
+def test_bubbles(case):
+    sc, lf, truth = case
+    got = bubbles(lf)
+    assert got.height == sc.ranks * sc.steps
+    for row in got.iter_rows(named=True):
+        assert row["bubble_us"] == pytest.approx(truth["bubble"][row["rank"]][row["step"]], **APPROX)
+        assert row["bubble_pct"] == pytest.approx(100 * row["bubble_us"] / (sc.step_ns / 1000), **APPROX)
+
+
+def test_collectives(case):
+    sc, lf, truth = case
+    got = collectives(lf, world_size=sc.ranks)
+    assert got.height == sc.steps
+    assert collective_warnings(got) == []
+    for row, want in zip(got.iter_rows(named=True), truth["collectives"], strict=True):
+        assert row["pg"] == "0" and row["ranks_seen"] == list(range(sc.ranks))
+        for key, value in want.items():
+            assert row[key] == pytest.approx(value, **APPROX) if isinstance(value, float) else row[key] == value, key
+        assert max(row["arrival_us"]) == pytest.approx(want["arrival_skew_us"])
+
+
+def test_stragglers(case):
+    sc, lf, truth = case
+    got = stragglers(lf)
+    per = by_rank(pl.DataFrame(got["per_rank"]))
+    want = truth["stragglers"]
+    for r in range(sc.ranks):
+        assert per[r]["times_last"] == want["times_last"][r]
+        assert per[r]["wait_caused_us"] == pytest.approx(want["wait_caused_us"][r], **APPROX)
+        assert per[r]["step_us"] == pytest.approx(want["step_us"])
+    assert got["ranks"] == [sc.slow_rank]
+
+
+@pytest.mark.parametrize("jitter", [0, 20_000])
+def test_balanced_run_names_no_straggler(jitter):
+    sc = DataParallel(ranks=8, steps=5, slow_rank=None, jitter=jitter, seed=11)
+    got = stragglers(sc.events().lazy())
+    assert got["ranks"] == []
+    total = sum(row["wait_caused_us"] for row in got["per_rank"])
+    assert total == pytest.approx(sum(sc.truth()["stragglers"]["wait_caused_us"].values()))
+    if jitter == 0:
+        assert total == 0 and all(row["times_last"] == 0 for row in got["per_rank"])
+
+
+def test_bandwidth_per_op_and_size():
+    bench = CollectiveBench()
+    coll = collectives(bench.events().lazy(), world_size=bench.ranks)
+    assert coll.height == len(bench.ops) * bench.repeats
+    assert coll["arrival_skew_us"].max() == 0
+    got = {(row["op"], row["bytes"]): row for row in bandwidth(coll).iter_rows(named=True)}
+    assert set(got) == set(bench.truth())
+    for key, want in bench.truth().items():
+        assert got[key]["count"] == want["count"]
+        assert got[key]["algbw_gbps"] == pytest.approx(want["algbw_gbps"], **APPROX)
+        assert got[key]["busbw_gbps"] == pytest.approx(want["busbw_gbps"], **APPROX)
+
+
+@pytest.mark.parametrize("order,micro", [((2, 0, 3, 1), 6), ((0, 1), 4), ((5, 3, 1, 0, 2, 4, 7, 6), 8)])
+def test_pipeline_stages_and_bubbles(order, micro):
+    pp = Pipeline(order=order, micro=micro)
+    lf = pp.events().lazy()
+    truth = pp.truth()
+    got = pipeline_stages(lf)
+    assert got.height == len(order)
+    for row in got.iter_rows(named=True):
+        assert row["stage"] == truth["stage_of"][row["rank"]]
+        assert row["pipeline"] == order[0]
+        assert row["stages"] == truth["stages"] and row["micro_batches"] == truth["micro_batches"]
+        assert row["theoretical_pct"] == pytest.approx(truth["bubble_pct"])
+        assert row["bubble_pct"] == pytest.approx(truth["bubble_pct"], **APPROX)
+    p2p = collectives(lf)
+    assert set(p2p["op"]) == {"sendrecv"} and p2p["ranks_seen"].list.len().min() == 2
+    assert collective_warnings(p2p) == []
+
+
+def test_no_pipeline_in_data_parallel_run():
+    assert pipeline_stages(DataParallel().events().lazy()).height == 0
+
+
+def test_missing_rank_and_different_order_warn_without_crashing():
+    df = DataParallel(ranks=3, steps=4).events()
+    comm = (pl.col("kind") == "comm") & (pl.col("rank") == 1)
+    dropped = df.filter(~(comm & (pl.col("step") == 3)))
+    coll = collectives(dropped.lazy(), world_size=3)
+    assert coll.filter(pl.col("index") == 3)["missing_ranks"].to_list() == [[1]]
+    assert any("not seen on every rank" in w for w in collective_warnings(coll))
+    swapped = df.with_columns(
+        pl.when(comm & (pl.col("step") == 0)).then(pl.lit("broadcast")).otherwise(pl.col("coll_op")).alias("coll_op"))
+    warnings = collective_warnings(collectives(swapped.lazy(), world_size=3))
+    assert any("disagree on the op" in w for w in warnings)
+
+
+def test_analyses_do_not_mutate_and_return_json_ready_rows():
+    df = DataParallel().events()
+    before = df.clone()
+    lf = df.lazy()
+    for fn in (overlap, overlap_by_step, temporal_breakdown, breakdown_by_step, idle_breakdown, bubbles,
+               pipeline_stages):
+        out = fn(lf)
+        assert isinstance(out, pl.DataFrame)
+        json.dumps(out.to_dicts())
+    assert df.equals(before)
+
+
+def test_empty_store_gives_empty_sections():
+    from ddprof.schema import empty_events
+
+    lf = empty_events().lazy()
+    assert overlap(lf).height == 0 and temporal_breakdown(lf).height == 0 and idle_breakdown(lf).height == 0
+    assert bubbles(lf).height == 0 and collectives(lf).height == 0 and pipeline_stages(lf).height == 0
+    assert stragglers(lf) == {"ranks": [], "per_rank": []}
