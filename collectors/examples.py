@@ -8,7 +8,8 @@ Run one rank per process with the launcher's environment (``RANK``, ``WORLD_SIZE
 ``ddp``: an MLP under DistributedDataParallel; ``--slow-rank R`` makes rank R sleep ``--slow-ms`` before
 each forward. ``pipeline``: one MLP split into ``WORLD_SIZE`` stages, GPipe schedule (all forwards of the
 micro-batches, then all backwards), activations and gradients sent with ``send``/``recv``.
-``--facts FILE`` writes what the rank knows independently of the trace (DDP bucket sizes, bytes sent
+``--crash-rank R --crash-step K`` kills rank R (``os._exit``) at step K, to show that the other ranks'
+data stays usable. ``--facts FILE`` writes what the rank knows independently of the trace (DDP bucket sizes, bytes sent
 per peer, step times) as JSON, for tests and benchmarks.
 """
 
@@ -48,8 +49,10 @@ def run_ddp(args: argparse.Namespace, prof: Any, rank: int) -> dict[str, Any]:
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     data = torch.randn(args.batch, widths[0], generator=torch.Generator().manual_seed(rank))
     step_s = []
-    for _ in range(args.steps):
+    for i in range(args.steps):
         t0 = time.perf_counter()
+        if rank == args.crash_rank and i == args.crash_step:
+            os._exit(17)  # a rank dying without any cleanup
         if rank == args.slow_rank:
             time.sleep(args.slow_ms / 1000)
         loss = model(data).square().mean()
@@ -127,12 +130,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--bucket-cap-mb", type=float, default=0.5)
     p.add_argument("--slow-rank", type=int, default=None)
     p.add_argument("--slow-ms", type=float, default=50.0)
+    p.add_argument("--crash-rank", type=int, default=None)
+    p.add_argument("--crash-step", type=int, default=0)
     p.add_argument("--microbatches", type=int, default=4)
     p.add_argument("--wait", type=int, default=1)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--active", type=int, default=2)
     p.add_argument("--no-profile", action="store_true", help="run the same job without ddprof")
     p.add_argument("--wait-ingest", action="store_true")
+    p.add_argument("--ingest-timeout", type=float, default=120.0, help="seconds rank 0 waits for the others")
     p.add_argument("--facts", type=Path, default=None)
     return p.parse_args(argv)
 
@@ -144,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     capture: Any = contextlib.nullcontext(_NoProfile()) if args.no_profile else ddprof.profile(
-        args.run_dir, wait=args.wait, warmup=args.warmup, active=args.active, wait_ingest=args.wait_ingest)
+        args.run_dir, wait=args.wait, warmup=args.warmup, active=args.active, wait_ingest=args.wait_ingest,
+        ingest_timeout_s=args.ingest_timeout)
     with capture as prof:
         facts = run_ddp(args, prof, rank) if args.job == "ddp" else run_pipeline(args, prof, rank, world)
         dist.barrier()  # gloo aborts a rank whose peers tear down while it still exports

@@ -1,0 +1,127 @@
+"""Helpers for tests that run real multi-process gloo jobs on 127.0.0.1.
+
+Ranks are separate processes started the way torchrun starts them (``RANK``, ``LOCAL_RANK``,
+``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), running :mod:`ddprof.collectors.examples`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class JobResult:
+    returncodes: dict[int, int]
+    facts: dict[int, dict[str, Any]]
+    logs: dict[int, str]
+    seconds: float
+
+
+def rank_env(rank: int, world_size: int, port: int) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_FR_", "TORCH_NCCL_", "DDPROF_"))}
+    env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(port), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    return env
+
+
+def run_example(job: str, run_dir: Path, world_size: int, *args: str, timeout: float = 120.0,
+                expect_rc: dict[int, int] | None = None) -> JobResult:
+    """Run ``python -m ddprof.collectors.examples JOB -o RUN_DIR ARGS`` on ``world_size`` local ranks.
+
+    Fails the test (with every rank's output) when a rank's exit status differs from ``expect_rc``
+    (default: 0 for all) or the job outlives ``timeout``.
+    """
+    expect = {r: 0 for r in range(world_size)} | (expect_rc or {})
+    facts_dir = run_dir.parent / f"{run_dir.name}-facts"
+    port = free_port()
+    logs_dir = run_dir.parent / f"{run_dir.name}-logs"
+    logs_dir.mkdir(parents=True, exist_ok=True)
+    procs = {}
+    start = time.monotonic()
+    for rank in range(world_size):
+        cmd = [sys.executable, "-m", "ddprof.collectors.examples", job, "-o", str(run_dir),
+               "--facts", str(facts_dir / f"{rank}.json"), *args]
+        out = open(logs_dir / f"rank-{rank}.log", "wb")  # noqa: SIM115 - closed below
+        procs[rank] = (subprocess.Popen(cmd, env=rank_env(rank, world_size, port), stdout=out,
+                                        stderr=subprocess.STDOUT), out)
+    codes: dict[int, int] = {}
+    try:
+        for rank, (proc, _) in procs.items():
+            left = max(1.0, timeout - (time.monotonic() - start))
+            codes[rank] = proc.wait(timeout=left)
+    except subprocess.TimeoutExpired:
+        codes = {r: p.poll() if p.poll() is not None else -999 for r, (p, _) in procs.items()}
+    finally:
+        for proc, out in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            out.close()
+    seconds = time.monotonic() - start
+    logs = {r: (logs_dir / f"rank-{r}.log").read_text(errors="replace") for r in procs}
+    if codes != expect:
+        dump = "\n".join(f"--- rank {r} (exit {codes[r]}) ---\n{logs[r][-3000:]}" for r in procs)
+        raise AssertionError(f"{job} job: exit codes {codes}, expected {expect}\n{dump}")
+    facts = {}
+    for rank in range(world_size):
+        path = facts_dir / f"{rank}.json"
+        if path.exists():
+            facts[rank] = json.loads(path.read_text())
+    return JobResult(codes, facts, logs, seconds)
+
+
+def read_meta(run_dir: Path, rank: int) -> dict[str, Any]:
+    return json.loads((run_dir / "raw" / f"rank-{rank:05d}" / f"rank-{rank:05d}.meta.json").read_text())
+
+
+class _DataOnly(pickle.Unpickler):
+    """Flight Recorder dumps are pickles of plain containers: refuse anything that imports code."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a Flight Recorder dump")
+
+
+def read_flight_recorder(path: Path) -> dict[str, Any]:
+    return _DataOnly(io.BytesIO(path.read_bytes())).load()
+
+
+def ddp_buckets(param_bytes: list[int], cap_bytes: int) -> list[int]:
+    """DDP's gradient buckets after the first iteration: parameters in reverse (gradient-ready) order,
+    a bucket closes once it reaches ``cap_bytes``. [4, 8, 16, 32] with cap 40 -> [48, 12]."""
+    buckets, size = [], 0
+    for b in reversed(param_bytes):
+        size += b
+        if size >= cap_bytes:
+            buckets.append(size)
+            size = 0
+    if size:
+        buckets.append(size)
+    return buckets
+
+
+def comm_events(events: pl.DataFrame, op: str) -> pl.DataFrame:
+    """The ``kind == comm`` rows of one collective op (gloo annotations on the gloo threads), in time order."""
+    return events.filter((pl.col("kind") == "comm") & (pl.col("coll_op") == op)).sort("rank", "ts_ns")
+
+
+def cpu_collective_ops(events: pl.DataFrame, name: str) -> pl.DataFrame:
+    """The CPU ops that launch a collective (``c10d::allreduce_``...) on the main thread, in time order."""
+    return events.filter((pl.col("kind") == "cpu_op") & (pl.col("name") == name)).sort("rank", "ts_ns")
