@@ -18,11 +18,12 @@ anything else                 ``other`` (unknown categories are counted in the w
 ``step``: CPU rows take the ``ProfilerStep#N`` window (on a CPU thread) that contains their start;
 GPU rows take the step of the runtime call that launched them (matched on ``correlation``), and their
 own start's window when no launch is in the trace.
+
+Only the few rows that need per-row logic (collective markers, runtime calls inside them, candidate
+communication kernels) leave Polars for Python.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import numpy as np
 import polars as pl
@@ -32,129 +33,122 @@ from ddprof.ingestion.kineto import Decoded
 from ddprof.ingestion.link import Meta, launch_meta, row_meta
 from ddprof.schema import conform
 
-GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation"}
+GPU_CATS = ["kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation"]
 _CAT_KIND = {"kernel": "compute", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cuda_sync": "sync",
              "cpu_op": "cpu_op", "user_annotation": "annotation", "gpu_user_annotation": "annotation",
              "cuda_runtime": "runtime", "cuda_driver": "runtime"}
-KNOWN_CATS = set(_CAT_KIND) | {"python_function", "Trace", "overhead", "ac2g", "fwdbwd", "cpu_instant_event",
-                               "gpu_memory", "memory"}
+KNOWN_CATS = [*_CAT_KIND, "python_function", "Trace", "overhead", "ac2g", "fwdbwd", "cpu_instant_event",
+              "gpu_memory", "memory"]
 _NOT_COMM_KERNEL = ("void at::native", "at::native::")
+_META_COLS = ["_row", "name", "coll_name", "dtype", "in_nelems", "out_nelems", "input_dims", "input_type",
+              "group_size", "pg", "seq", "external_id", "correlation", "ts_ns", "dur_ns", "pid", "tid"]
+META_FIELDS = ["coll_op", "pg", "group_size", "in_bytes", "out_bytes", "dtype", "seq"]
 
 
 def build_events(dec: Decoded, rank: int) -> tuple[pl.DataFrame, list[str]]:
-    cols = dec.columns
-    cats, names = cols["cat"], cols["name"]
-    cat_s = pl.Series(cats, dtype=pl.String)
-    name_s = pl.Series(names, dtype=pl.String)
-    warnings: list[str] = []
+    df = dec.frame.with_row_index("_row").with_columns(
+        is_gpu=pl.col("cat").is_in(GPU_CATS).fill_null(False),
+        kind=pl.col("cat").replace_strict(_CAT_KIND, default="other", return_dtype=pl.String),
+        _marker=pl.col("name").str.contains(comms.MARKER_RE.pattern),
+    )
+    df = df.with_columns(_marker=pl.col("_marker") & ~pl.col("is_gpu"))
+    warnings = [f"{n} event(s) of unknown category {c!r} kept as kind 'other'" for c, n in
+                df.filter(~pl.col("cat").is_in(KNOWN_CATS).fill_null(False))
+                .select(pl.col("cat").fill_null("<none>")).to_series().value_counts().iter_rows()]
 
-    is_gpu = cat_s.is_in(list(GPU_CATS)).fill_null(False).to_numpy()
-    kind = cat_s.replace_strict(_CAT_KIND, default="other", return_dtype=pl.String).to_list()
-    unknown = cat_s.filter(~cat_s.is_in(list(KNOWN_CATS)).fill_null(False)).fill_null("<none>").value_counts()
-    for c, k in unknown.iter_rows():
-        warnings.append(f"{k} event(s) of unknown category {c!r} kept as kind 'other'")
+    markers = df.filter("_marker").select(_META_COLS).to_dicts()
+    own = {m["_row"]: row_meta(m) for m in markers}
+    marker_meta = {r: m for r, m in own.items() if m.coll_op is not None}
+    marker_meta.update({m["_row"]: own[m["_row"]] for m in markers if m["name"] == "record_param_comms"})
+    by_ext = {m["external_id"]: marker_meta[m["_row"]] for m in markers
+              if m["_row"] in marker_meta and m["external_id"] is not None}
+    launched: dict[int, Meta] = {}
+    if markers:
+        runtimes = _runtimes_inside_markers(df).to_dicts()
+        rt_corr = {r["_row"]: r["correlation"] for r in runtimes}
+        launched = {rt_corr[r]: m for r, m in launch_meta(markers, own, runtimes).items()
+                    if rt_corr[r] is not None}
 
-    meta: list[Meta | None] = [None] * len(names)
-    markers = np.flatnonzero(name_s.str.contains(comms.MARKER_RE.pattern).to_numpy() & ~is_gpu).tolist()
-    own: dict[int, Meta] = {}
-    for i in markers:
-        m = own[i] = row_meta(cols, i, names[i])
-        if m.coll_op is not None or names[i] == "record_param_comms":
-            meta[i] = m
-        if names[i].startswith("gloo:"):
-            kind[i] = "comm"
-    kernels = np.flatnonzero(cat_s.eq("kernel").fill_null(False).to_numpy())
-    for i in kernels:
-        if cols["coll_name"][i] is not None:
-            meta[i] = row_meta(cols, i, names[i])
-
-    by_ext = {cols["external_id"][i]: meta[i] for i in markers
-              if meta[i] is not None and cols["external_id"][i] is not None}
-    runtimes = np.flatnonzero(np.array([k == "runtime" for k in kind], dtype=bool)).tolist() if markers else []
-    launched = launch_meta(cols, own, runtimes) if markers else {}
-    by_corr = {cols["correlation"][i]: m for i, m in launched.items() if cols["correlation"][i] is not None}
-
-    named = name_s.str.contains(comms.COMM_KERNEL_RE.pattern).to_numpy()
-    ext, corr = cols["external_id"], cols["correlation"]
-    for i in kernels:
-        nm = names[i]
-        m = meta[i]
-        linked = by_ext.get(ext[i]) or by_corr.get(corr[i])
-        if m is None and linked is None and not named[i]:
-            continue
+    kernels = df.filter(pl.col("cat") == "kernel").with_columns(
+        _named=pl.col("name").str.contains(comms.COMM_KERNEL_RE.pattern))
+    candidates = kernels.filter(
+        pl.col("_named") | pl.col("coll_name").is_not_null()
+        | pl.col("external_id").is_in(list(by_ext)) | pl.col("correlation").is_in(list(launched))
+    ).select([*_META_COLS, "_named"]).to_dicts()
+    comm_rows: dict[int, Meta] = {}
+    for k in candidates:
+        m = row_meta(k) if k["coll_name"] is not None else None
+        linked = by_ext.get(k["external_id"]) or launched.get(k["correlation"])
         if m is not None and linked is not None:
             m = m.fill_from(linked)
         elif m is None:
             m = linked
-        if named[i] or (m is not None and m.coll_op is not None and not nm.startswith(_NOT_COMM_KERNEL)):
-            kind[i] = "comm"
+        if k["_named"] or (m is not None and m.coll_op is not None and not k["name"].startswith(_NOT_COMM_KERNEL)):
             m = m or Meta()
             if m.coll_op is None or m.coll_op == "unknown":
-                m = Meta(coll_op=comms.op_from_kernel(nm) or "unknown").fill_from(m)
-            meta[i] = m
-        else:
-            meta[i] = None
+                m = Meta(coll_op=comms.op_from_kernel(k["name"]) or "unknown").fill_from(m)
+            comm_rows[k["_row"]] = m
+    for m in markers:
+        if m["_row"] in marker_meta:
+            comm_rows.setdefault(m["_row"], marker_meta[m["_row"]])
 
-    df = _frame(cols, rank, kind, is_gpu, meta)
+    df = _apply_meta(df, comm_rows)
     df = _assign_steps(df)
+    df = df.with_columns(
+        rank=pl.lit(rank, dtype=pl.Int32),
+        stream=pl.when("is_gpu").then(pl.coalesce("a_stream", "tid")),
+        device=pl.when("is_gpu").then(pl.coalesce("a_device", "pid")),
+    )
     return conform(df), warnings
 
 
-def _frame(cols: dict[str, Any], rank: int, kind: list[str], is_gpu: np.ndarray,
-           meta: list[Meta | None]) -> pl.DataFrame:
-    def field(name: str) -> list[Any]:
-        return [None if m is None else getattr(m, name) for m in meta]
+def _runtimes_inside_markers(df: pl.DataFrame) -> pl.DataFrame:
+    """Runtime calls whose start lies inside some collective marker on the same thread (vectorised)."""
+    spans = (df.filter("_marker").select("pid", "tid", start="ts_ns", end=pl.col("ts_ns") + pl.col("dur_ns"))
+             .sort("pid", "tid", "start")
+             .with_columns(end=pl.col("end").cum_max().over("pid", "tid")))
+    rt = (df.filter(pl.col("kind") == "runtime").select("_row", "ts_ns", "dur_ns", "pid", "tid", "correlation")
+          .drop_nulls(["pid", "tid"]).sort("pid", "tid", "ts_ns"))
+    hit = rt.join_asof(spans.drop_nulls(["pid", "tid"]), left_on="ts_ns", right_on="start", by=["pid", "tid"],
+                       strategy="backward", check_sortedness=False)
+    return hit.filter(pl.col("ts_ns") <= pl.col("end")).drop("start", "end")
 
-    ops = field("coll_op")
-    in_b, out_b, gs = field("in_bytes"), field("out_bytes"), field("group_size")
-    size = [comms.message_size(o, a, b, g) if o else None for o, a, b, g in zip(ops, in_b, out_b, gs)]
-    df = pl.DataFrame({
-        "ts_ns": cols["ts_ns"], "dur_ns": cols["dur_ns"],
-        "pid": pl.Series(cols["pid"], dtype=pl.Int64), "tid": pl.Series(cols["tid"], dtype=pl.Int64),
-        "cat": pl.Series(cols["cat"], dtype=pl.String), "name": pl.Series(cols["name"], dtype=pl.String),
-        "a_stream": pl.Series(cols["a_stream"], dtype=pl.Int64),
-        "a_device": pl.Series(cols["a_device"], dtype=pl.Int64),
-        "correlation": pl.Series(cols["correlation"], dtype=pl.Int64),
-        "external_id": pl.Series(cols["external_id"], dtype=pl.Int64),
-        "kind": pl.Series(kind, dtype=pl.String), "is_gpu": is_gpu,
-        "coll_op": pl.Series(ops, dtype=pl.String), "pg": pl.Series(field("pg"), dtype=pl.String),
-        "group_size": pl.Series(gs, dtype=pl.Int32), "bytes": pl.Series(size, dtype=pl.Int64),
-        "in_bytes": pl.Series(in_b, dtype=pl.Int64), "out_bytes": pl.Series(out_b, dtype=pl.Int64),
-        "dtype": pl.Series(field("dtype"), dtype=pl.String), "seq": pl.Series(field("seq"), dtype=pl.Int64),
-    })
-    gpu = pl.col("is_gpu")
-    return df.with_columns(
-        rank=pl.lit(rank, dtype=pl.Int32),
-        stream=pl.when(gpu).then(pl.coalesce("a_stream", "tid")),
-        device=pl.when(gpu).then(pl.coalesce("a_device", "pid")),
+
+def _apply_meta(df: pl.DataFrame, rows: dict[int, Meta]) -> pl.DataFrame:
+    """Join the per-row collective metadata; GPU rows among them become ``comm``, gloo:* too."""
+    meta = pl.DataFrame(
+        {"_row": list(rows), **{f: [getattr(m, f) for m in rows.values()] for f in META_FIELDS}},
+        schema={"_row": pl.UInt32, "coll_op": pl.String, "pg": pl.String, "group_size": pl.Int32,
+                "in_bytes": pl.Int64, "out_bytes": pl.Int64, "dtype": pl.String, "seq": pl.Int64},
     )
+    meta = meta.with_columns(bytes=pl.Series(
+        [comms.message_size(o, a, b, g) for o, a, b, g in
+         meta.select("coll_op", "in_bytes", "out_bytes", "group_size").iter_rows()], dtype=pl.Int64))
+    df = df.drop("pg", "group_size", "dtype", "seq").join(meta, on="_row", how="left", maintain_order="left")
+    comm = (pl.col("coll_op").is_not_null() & (pl.col("cat") == "kernel")) | (
+        pl.col("_marker") & pl.col("name").str.starts_with("gloo:"))
+    return df.with_columns(kind=pl.when(comm).then(pl.lit("comm")).otherwise("kind"))
 
 
 def _assign_steps(df: pl.DataFrame) -> pl.DataFrame:
     windows = (
-        df.lazy()
-        .filter(~pl.col("is_gpu") & pl.col("name").str.starts_with("ProfilerStep#"))
-        .select(
-            w_start=pl.col("ts_ns"), w_end=pl.col("ts_ns") + pl.col("dur_ns"),
-            w_step=pl.col("name").str.extract(r"^ProfilerStep#(\d+)$").cast(pl.Int32, strict=False),
-        )
-        .drop_nulls("w_step")
-        .sort("w_start")
-        .collect()
+        df.filter(~pl.col("is_gpu") & pl.col("name").str.starts_with("ProfilerStep#"))
+        .select(start=pl.col("ts_ns"), end=pl.col("ts_ns") + pl.col("dur_ns"),
+                step=pl.col("name").str.extract(r"^ProfilerStep#(\d+)$").cast(pl.Int32, strict=False))
+        .drop_nulls("step").sort("start")
     )
     if windows.height == 0:
         return df.with_columns(step=pl.lit(None, dtype=pl.Int32))
-    df = df.with_row_index("_row").sort("ts_ns")
-    df = df.join_asof(windows, left_on="ts_ns", right_on="w_start", strategy="backward")
-    df = df.with_columns(
-        step=pl.when(pl.col("ts_ns") < pl.col("w_end")).then(pl.col("w_step"))
-    ).drop("w_start", "w_end", "w_step")
-    launch_step = (
-        df.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null() & pl.col("step").is_not_null())
-        .group_by("correlation").agg(pl.col("step").first().alias("_launch_step"))
-    )
-    df = df.join(launch_step, on="correlation", how="left")
-    df = df.with_columns(
-        step=pl.when(pl.col("is_gpu")).then(pl.coalesce("_launch_step", "step")).otherwise(pl.col("step"))
+    starts, ends = windows["start"].to_numpy(), windows["end"].to_numpy()
+    steps = windows["step"].to_numpy()
+    ts = df["ts_ns"].to_numpy()
+    pos = np.searchsorted(starts, ts, side="right") - 1
+    inside = (pos >= 0) & (ts < ends[np.maximum(pos, 0)])
+    own = pl.Series("step", np.where(inside, steps[np.maximum(pos, 0)], -1), dtype=pl.Int32)
+    df = df.with_columns(step=pl.when(own >= 0).then(own))
+    launch = (df.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
+              .group_by("correlation").agg(_launch_step=pl.col("step").first()))
+    df = df.join(launch, on="correlation", how="left", maintain_order="left")
+    return df.with_columns(
+        step=pl.when("is_gpu").then(pl.coalesce("_launch_step", "step")).otherwise("step")
     ).drop("_launch_step")
-    return df.sort("_row").drop("_row")

@@ -16,8 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
-
 from ddprof.ingestion import comms
 
 
@@ -38,73 +36,59 @@ class Meta:
         return replace(self, **changes) if changes else self
 
 
-def row_meta(cols: dict[str, Any], i: int, name: str) -> Meta:
-    """Metadata carried by row ``i`` itself (new-format fields, else old-format Input Dims)."""
-    op = comms.normalize_op(cols["coll_name"][i]) or comms.normalize_op(name)
-    dtype = cols["dtype"][i]
+def row_meta(row: dict[str, Any]) -> Meta:
+    """Metadata carried by one row itself (new-format fields, else old-format Input Dims)."""
+    op = comms.normalize_op(row["coll_name"]) or comms.normalize_op(row["name"])
+    dtype = row["dtype"]
     size = comms.dtype_size(dtype)
-    in_n, out_n = cols["in_nelems"][i], cols["out_nelems"][i]
-    in_b = in_n * size if size and isinstance(in_n, int) and in_n > 0 else None
-    out_b = out_n * size if size and isinstance(out_n, int) and out_n > 0 else None
+    in_n, out_n = row["in_nelems"], row["out_nelems"]
+    in_b = in_n * size if size and in_n is not None and in_n > 0 else None
+    out_b = out_n * size if size and out_n is not None and out_n > 0 else None
     if in_b is None and out_b is None:
-        in_b, old_dtype = comms.input_bytes(cols["input_dims"][i], cols["input_type"][i])
+        in_b, old_dtype = comms.input_bytes(row["input_dims"], row["input_type"])
         dtype = dtype or old_dtype
-    gs = cols["group_size"][i]
-    return Meta(coll_op=op, pg=cols["pg"][i], group_size=gs if isinstance(gs, int) and gs > 0 else None,
-                in_bytes=in_b, out_bytes=out_b, dtype=dtype, seq=cols["seq"][i])
+    gs = row["group_size"]
+    return Meta(coll_op=op, pg=row["pg"], group_size=gs if gs is not None and 0 < gs < 2**31 else None,
+                in_bytes=in_b, out_bytes=out_b, dtype=dtype, seq=row["seq"])
 
 
-def launch_meta(cols: dict[str, Any], markers: dict[int, Meta], runtimes: list[int]) -> dict[int, Meta]:
+def launch_meta(markers: list[dict[str, Any]], own: dict[int, Meta],
+                runtimes: list[dict[str, Any]]) -> dict[int, Meta]:
     """Map runtime row index -> merged metadata of the markers enclosing it on its thread.
 
-    ``markers`` maps each marker row to its own metadata (:func:`row_meta`).
+    ``markers`` and ``runtimes`` are rows with ``_row, ts_ns, dur_ns, pid, tid``; ``own`` maps each
+    marker's ``_row`` to its own metadata (:func:`row_meta`).
     """
-    ts, dur = cols["ts_ns"].tolist(), cols["dur_ns"].tolist()
-    tid, pid = cols["tid"], cols["pid"]
-    by_thread: dict[tuple[Any, Any], tuple[list[int], list[int]]] = {}
-    for i in markers:
-        by_thread.setdefault((pid[i], tid[i]), ([], []))[0].append(i)
-    for i in runtimes:
-        key = (pid[i], tid[i])
+    by_thread: dict[tuple[Any, Any], tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
+    for m in markers:
+        by_thread.setdefault((m["pid"], m["tid"]), ([], []))[0].append(m)
+    for r in runtimes:
+        key = (r["pid"], r["tid"])
         if key in by_thread:
-            by_thread[key][1].append(i)
+            by_thread[key][1].append(r)
     chains: dict[tuple[int, ...], Meta] = {}
     out: dict[int, Meta] = {}
     for mk, rt in by_thread.values():
-        mk.sort(key=lambda i: (ts[i], -dur[i]))
-        rt = _inside_any(mk, rt, ts, dur)
-        stack: list[int] = []
+        mk.sort(key=lambda m: (m["ts_ns"], -m["dur_ns"]))
+        rt.sort(key=lambda r: r["ts_ns"])
+        stack: list[dict[str, Any]] = []
         j = 0
         for r in rt:
-            t = ts[r]
-            while j < len(mk) and ts[mk[j]] <= t:
-                while stack and ts[stack[-1]] + dur[stack[-1]] < ts[mk[j]]:
+            t = r["ts_ns"]
+            while j < len(mk) and mk[j]["ts_ns"] <= t:
+                while stack and stack[-1]["ts_ns"] + stack[-1]["dur_ns"] < mk[j]["ts_ns"]:
                     stack.pop()
                 stack.append(mk[j])
                 j += 1
-            while stack and ts[stack[-1]] + dur[stack[-1]] < t:
+            while stack and stack[-1]["ts_ns"] + stack[-1]["dur_ns"] < t:
                 stack.pop()
             if not stack:
                 continue
-            key = tuple(stack)
+            key = tuple(m["_row"] for m in stack)
             if key not in chains:
                 merged = Meta()
                 for m in reversed(stack):
-                    merged = merged.fill_from(markers[m])
+                    merged = merged.fill_from(own[m["_row"]])
                 chains[key] = merged
-            out[r] = chains[key]
+            out[r["_row"]] = chains[key]
     return out
-
-
-def _inside_any(markers: list[int], runtimes: list[int], ts: Any, dur: Any) -> list[int]:
-    """The runtime rows (sorted by start) whose start lies inside at least one marker interval."""
-    if not runtimes:
-        return []
-    starts = np.array([ts[i] for i in markers], dtype=np.int64)
-    ends = np.maximum.accumulate(np.array([ts[i] + dur[i] for i in markers], dtype=np.int64))
-    rt = np.array(runtimes, dtype=np.int64)
-    rts = np.array([ts[i] for i in runtimes], dtype=np.int64)
-    pos = np.searchsorted(starts, rts, side="right") - 1
-    hit = (pos >= 0) & (rts <= ends[np.maximum(pos, 0)])
-    kept = rt[hit]
-    return kept[np.argsort(rts[hit], kind="stable")].tolist()

@@ -1,0 +1,113 @@
+"""Ingest speed and memory: ddprof vs Holistic Trace Analysis (HTA) on the same traces, in one run.
+
+For each trace set, in a fresh subprocess each (so imports and peak memory are not shared):
+
+* HTA:      ``TraceAnalysis(trace_dir=...)``  (parse only)
+* cold:     ``ddprof.ingest(...)`` into an empty run dir
+* warm:     ``ddprof analyze`` on the cached run dir (report built from the Parquet store)
+
+Times are wall-clock seconds of the measured call only (interpreter start and imports excluded); peak
+memory is the peak RSS during the call minus the RSS just before it (imports excluded). Each case runs
+``--repeat`` times; the median is printed.
+
+    python benchmarks/ingest_vs_hta.py [--repeat 3] [--traces ../shared/traces]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SETS = {
+    "v100-large (1 rank, 54 MB)": "hta/v100-2rank-rank1-large",
+    "dlrm 8 ranks": "dlrm-8xV100-nccl",
+}
+
+PRELUDE = """
+import gc, json, resource, sys, time
+def peak_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def rss_mb():
+    with open('/proc/self/status') as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith('VmRSS')) / 1024
+"""
+
+CASES = {
+    "hta": """
+import logging
+logging.disable(logging.CRITICAL)
+from hta.trace_analysis import TraceAnalysis
+gc.collect(); m0 = rss_mb(); t0 = time.perf_counter()
+TraceAnalysis(trace_dir=SRC)
+t = time.perf_counter() - t0
+""",
+    "cold": """
+import ddprof
+gc.collect(); m0 = rss_mb(); t0 = time.perf_counter()
+ddprof.ingest([SRC], OUT, jobs=JOBS)
+t = time.perf_counter() - t0
+""",
+    "warm": """
+import ddprof
+from ddprof.analyses.report import build_report
+ddprof.ingest([SRC], OUT, jobs=JOBS)
+gc.collect(); m0 = rss_mb(); t0 = time.perf_counter()
+build_report(ddprof.open_run(OUT))
+t = time.perf_counter() - t0
+""",
+}
+
+
+def measure(case: str, src: Path, jobs: int) -> tuple[float, float]:
+    out = Path(tempfile.mkdtemp(prefix="ddprof-bench-"))
+    code = PRELUDE + f"SRC, OUT, JOBS = {str(src)!r}, {str(out / 'run')!r}, {jobs}\n" + \
+        textwrap.dedent(CASES[case]) + "print(json.dumps({'t': t, 'mem': peak_mb() - m0}))\n"
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                              cwd=REPO)
+    except subprocess.CalledProcessError as exc:
+        raise SystemExit(f"{case} on {src} failed:\n{exc.stderr[-2000:]}") from None
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    return res["t"], res["mem"]
+
+
+def largest_json_mb(src: Path) -> float:
+    sizes = [len(gzip.decompress(f.read_bytes())) if f.suffix == ".gz" else f.stat().st_size
+             for f in src.rglob("*.json*")]
+    return max(sizes) / 2**20
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--traces", type=Path, default=REPO.parent / "shared" / "traces")
+    args = ap.parse_args()
+    print(f"{'trace set':28} {'case':6} {'time s':>8} {'peak MB':>8}   ratio vs HTA")
+    for label, rel in SETS.items():
+        src = args.traces / rel
+        results = {}
+        for case in CASES:
+            runs = [measure(case, src, args.jobs) for _ in range(args.repeat)]
+            results[case] = (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs))
+        hta_t, hta_m = results["hta"]
+        for case, (t, m) in results.items():
+            ratio = "" if case == "hta" else f"{hta_t / t:7.1f}x faster, memory {m / hta_m:5.2f}x of HTA's"
+            print(f"{label:28} {case:6} {t:8.3f} {m:8.1f}   {ratio}")
+        print(f"{'':28} largest rank's JSON: {largest_json_mb(src):.1f} MB; cold ingest peak = "
+              f"{results['cold'][1] / largest_json_mb(src):.2f}x of it")
+
+
+if __name__ == "__main__":
+    main()
