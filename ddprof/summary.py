@@ -44,10 +44,13 @@ def render_summary(summary: dict[str, Any]) -> str:
     head = (f"run: {len(ranks)} rank(s)" + (f" of {world}" if world else "")
             + f", backend {summary['backend'] or '?'}, {summary['device'].upper()} trace"
             + (f", steps {_ranges(summary['steps'])}" if summary["steps"] else ", no ProfilerStep"))
-    lines = [head, "", f"{'rank':>5} {'events':>9} {'kernels':>8} {'comm':>6} {'span ms':>10}  steps"]
+    hosts = any(p["host"] for p in summary["per_rank"])
+    host_head = f" {'host':<16}" if hosts else ""
+    lines = [head, "", f"{'rank':>5}{host_head} {'events':>9} {'kernels':>8} {'comm':>6} {'span ms':>10}  steps"]
     for p in summary["per_rank"]:
         span = f"{p['span_us'] / 1e3:10.3f}" if p["span_us"] is not None else f"{'-':>10}"
-        lines.append(f"{p['rank']:>5} {p['events']:>9} {p['kernels']:>8} {p['comm_kernels']:>6} {span}  "
+        host = f" {(p['host'] or '-')[:16]:<16}" if hosts else ""
+        lines.append(f"{p['rank']:>5}{host} {p['events']:>9} {p['kernels']:>8} {p['comm_kernels']:>6} {span}  "
                      f"{_ranges(p['steps']) or '-'}")
     if summary["failed"]:
         lines += ["", f"failed inputs ({len(summary['failed'])}):"]

@@ -225,3 +225,18 @@ def test_fuzzed_traces_raise_only_ddprof_errors(tmp_path_factory, doc, cut, gz):
     ddprof.validate(run.events())
     for src in run.manifest["sources"].values():
         assert "internal error" not in (src.get("error") or "")
+
+
+def test_collector_sidecars_give_hosts_and_clocks(tmp_path):
+    raw = tmp_path / "raw" / "rank-00001"
+    raw.mkdir(parents=True)
+    write(raw / "trace.json", kineto(1, ok_events()))
+    (raw / "rank-00001.meta.json").write_text(json.dumps({
+        "format": "ddprof-collector-meta", "rank": 1, "host": "node-b",
+        "start": {"wall_ns": 5, "monotonic_ns": 7}, "end": None, "versions": {"torch": "2.13.0"}}))
+    (tmp_path / "raw" / "junk.meta.json").write_text("{not json")
+    run = ddprof.ingest([tmp_path / "raw"], tmp_path / "run")
+    assert run.ranks == [1] and run.manifest["hosts"] == {"1": "node-b"}
+    assert run.manifest["clocks"]["1"]["start"] == {"wall_ns": 5, "monotonic_ns": 7}
+    assert run.manifest["versions"]["torch"] == "2.13.0"
+    assert any("junk.meta.json" in w for w in run.manifest["warnings"])

@@ -20,6 +20,7 @@ from ddprof.errors import BadInputError
 from ddprof.ingestion.discover import discover
 from ddprof.ingestion.job import FileResult, ingest_file
 from ddprof.ingestion.manifest import build_manifest
+from ddprof.ingestion.sidecar import read_sidecars
 from ddprof.rundir import MANIFEST, RUN_FORMAT, Run, open_run
 
 #: Below this much input, worker start-up costs more than it saves.
@@ -54,6 +55,11 @@ def ingest(sources: str | Path | Iterable[str | Path], out_dir: str | Path, *,
     for res in _run_jobs(todo, out, rank_map, jobs, progress):
         results[str(Path(res.path).resolve())] = res
     manifest = build_manifest(results, rank_map)
+    side, side_warnings = read_sidecars([Path(s) for s in srcs])
+    manifest["hosts"] = {r: h for r, h in side["hosts"].items() if int(r) in manifest["ranks"]}
+    manifest["clocks"] = side["clocks"]
+    manifest["versions"] = {**side["versions"], **{k: v for k, v in manifest["versions"].items() if v}}
+    manifest["warnings"].extend(side_warnings)
     if extra_manifest:
         manifest.update(extra_manifest)
     write_json_atomic(out / MANIFEST, manifest)
