@@ -55,9 +55,9 @@ def idle_gaps(events: pl.LazyFrame, kernel_wait_us: float = 30.0) -> pl.LazyFram
     )
 
 
-def _categorise(gaps: pl.LazyFrame, by: list[str]) -> pl.DataFrame:
+def _categorise(gaps: pl.LazyFrame, by: list[str], keys: pl.LazyFrame | None = None) -> pl.DataFrame:
     cats = pl.LazyFrame({"category": list(CATEGORIES)})
-    grid = gaps.select(*by).unique().join(cats, how="cross")
+    grid = (gaps.select(*by) if keys is None else keys).unique().join(cats, how="cross")
     sums = gaps.group_by(*by, "category").agg(pl.col("gap_ns").sum())
     return (
         grid.join(sums, on=[*by, "category"], how="left")
@@ -77,8 +77,10 @@ def idle_breakdown(events: pl.LazyFrame, kernel_wait_us: float = 30.0) -> pl.Dat
     """Per (rank, stream, category): ``idle_us`` = sum of the gaps, ``ratio`` = idle_us / stream's idle.
 
     Example (see :func:`idle_gaps`): host_wait 21 µs (ratio 0.913), kernel_wait 2 µs (0.087), other 0.
+    Every stream with a kernel has its three rows (a stream with one kernel: zeros, ratio null).
     """
-    return _categorise(idle_gaps(events, kernel_wait_us), ["rank", "stream"])
+    streams = events.filter(pl.col("stream").is_not_null() & pl.col("kind").is_in(WORK_KINDS)).select("rank", "stream")
+    return _categorise(idle_gaps(events, kernel_wait_us), ["rank", "stream"], streams)
 
 
 def idle_by_step(events: pl.LazyFrame, kernel_wait_us: float = 30.0) -> pl.DataFrame:

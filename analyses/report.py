@@ -1,8 +1,23 @@
-"""Assemble the JSON report (DESIGN.md §4) from a run: every registered analysis, one dict."""
+"""Assemble the JSON report (DESIGN.md §4) from a run: every analysis, one dict of plain JSON values.
+
+Contract sections are filled with their contract keys (plus extra keys); extra sections:
+``overlap_by_step`` is contract, ``breakdown_by_step``, ``idle_by_step``, ``pipeline`` and ``verdicts``
+are additions. ``hang`` stays empty here: it comes from Flight Recorder dumps (:mod:`analyses.hang`).
+"""
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+import polars as pl
+from ddprof.analyses.breakdown import breakdown_by_step, temporal_breakdown
+from ddprof.analyses.bubbles import bubbles, pipeline_stages
+from ddprof.analyses.collectives import bandwidth, collective_warnings, collectives
+from ddprof.analyses.idle import idle_breakdown, idle_by_step
+from ddprof.analyses.overlap import overlap, overlap_by_step
+from ddprof.analyses.stragglers import stragglers
+from ddprof.analyses.verdicts import verdicts
 
 from ddprof.rundir import Run
 
@@ -17,6 +32,10 @@ EMPTY_SECTIONS: dict[str, Any] = {
     "bandwidth": [],
     "hang": {"collectives": []},
 }
+
+#: Columns the analyses read; the run's events are loaded once with only these.
+COLUMNS = ["rank", "ts_ns", "dur_ns", "tid", "stream", "kind", "name", "step", "correlation",
+           "coll_op", "pg", "group_size", "bytes", "peer", "seq"]
 
 
 def run_section(run: Run) -> dict[str, Any]:
@@ -34,7 +53,43 @@ def run_section(run: Run) -> dict[str, Any]:
     }
 
 
+def _rows(df: pl.DataFrame) -> list[dict[str, Any]]:
+    """Rows as JSON-ready dicts: NaN/inf become null."""
+    return [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
+            for row in df.to_dicts()]
+
+
+def analyse(events: pl.LazyFrame, world_size: int | None = None) -> dict[str, Any]:
+    """Every section computed from an event table (no run dir needed)."""
+    coll = collectives(events, world_size)
+    stages = pipeline_stages(events)
+    bub = bubbles(events)
+    if stages.height:
+        bub = bub.join(stages.select("rank", "stage", "stages", "micro_batches", "theoretical_pct"),
+                       on="rank", how="left")
+    sections: dict[str, Any] = {
+        "overlap": _rows(overlap(events)),
+        "overlap_by_step": _rows(overlap_by_step(events)),
+        "breakdown": _rows(temporal_breakdown(events)),
+        "breakdown_by_step": _rows(breakdown_by_step(events)),
+        "idle": _rows(idle_breakdown(events)),
+        "idle_by_step": _rows(idle_by_step(events)),
+        "bubbles": _rows(bub),
+        "pipeline": _rows(stages),
+        "stragglers": stragglers(events),
+        "collectives": _rows(coll.drop("ops_seen")),
+        "bandwidth": _rows(bandwidth(coll)),
+    }
+    sections["collective_warnings"] = collective_warnings(coll)
+    return sections
+
+
 def build_report(run: Run) -> dict[str, Any]:
     report: dict[str, Any] = {"run": run_section(run)}
     report.update({k: (v.copy() if isinstance(v, (list, dict)) else v) for k, v in EMPTY_SECTIONS.items()})
+    events = run.events().select(COLUMNS).collect().lazy()
+    sections = analyse(events, run.world_size)
+    report["run"]["warnings"].extend(sections.pop("collective_warnings"))
+    report.update(sections)
+    report["verdicts"] = verdicts(report)
     return report

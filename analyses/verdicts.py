@@ -1,0 +1,125 @@
+"""Short sentences that say what the report's numbers mean, most important first.
+
+Pure: reads the report sections (plain dicts), returns a list of strings. Each rule names its
+threshold; a rule whose section is empty says nothing.
+"""
+
+from __future__ import annotations
+
+from statistics import mean
+from typing import Any
+
+IDLE_WORTH_MENTIONING_PCT = 5.0
+CAUSES = {
+    "host_wait": "the CPU does not launch work fast enough",
+    "kernel_wait": "launch gaps between back-to-back kernels",
+    "other": "kernels wait for other streams or events (often communication)",
+}
+
+
+def fmt_us(us: float) -> str:
+    """1234.5 -> '1.23 ms'; 0.5 -> '0.5 µs'."""
+    for unit, scale in (("s", 1e6), ("ms", 1e3)):
+        if abs(us) >= scale:
+            return f"{us / scale:.3g} {unit}"
+    return f"{us:.3g} µs"
+
+
+def fmt_bytes(n: float) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{int(n)} B"
+
+
+def _stragglers(report: dict[str, Any], nsteps: int) -> list[str]:
+    st = report["stragglers"]
+    per = {p["rank"]: p for p in st["per_rank"]}
+    if not any(p.get("instances") for p in per.values()):
+        return []
+    when = "per step" if nsteps else "in total"
+    out = []
+    for r in st["ranks"]:
+        p = per[r]
+        wait = p["wait_caused_us"] / max(nsteps, 1)
+        out.append(f"rank {r} is the straggler: the others waited {fmt_us(wait)} {when} for it "
+                   f"(last at {p['times_last']} of {p['instances']} collectives)")
+    return out or ["no straggler: no rank keeps the others waiting at collectives"]
+
+
+def _communication(report: dict[str, Any]) -> list[str]:
+    ov = [o for o in report["overlap"] if o["comm_us"] > 0]
+    if not ov:
+        return []
+    step_span: dict[int, float] = {}
+    for b in report.get("breakdown_by_step", []):
+        step_span[b["rank"]] = step_span.get(b["rank"], 0.0) + b["span_us"]
+    basis = {b["rank"]: step_span.get(b["rank"]) or b["span_us"] for b in report["breakdown"]}
+    word = "step time" if step_span else "the traced time"
+    shares = {o["rank"]: 100 * o["exposed_comm_us"] / basis[o["rank"]] for o in ov if basis.get(o["rank"])}
+    if not shares:
+        return []
+    worst = max(shares, key=lambda r: shares[r])
+    text = f"exposed communication is {mean(shares.values()):.0f} % of {word}"
+    if len(shares) > 1:
+        text += f" (worst: rank {worst}, {shares[worst]:.0f} %)"
+    return [text + f"; {mean(o['overlap_pct'] for o in ov):.0f} % of communication overlaps compute"]
+
+
+def _idle(report: dict[str, Any]) -> list[str]:
+    rows = report["breakdown"]
+    if not rows:
+        return []
+    idle = mean(b["idle_pct"] or 0.0 for b in rows)
+    if idle < IDLE_WORTH_MENTIONING_PCT:
+        return []
+    device = "GPUs" if any(o.get("device") == "gpu" for o in report["overlap"]) else "CPUs"
+    text = f"the {device} are idle {idle:.0f} % of the traced time"
+    totals: dict[str, float] = {}
+    for row in report["idle"]:
+        totals[row["category"]] = totals.get(row["category"], 0.0) + row["idle_us"]
+    if sum(totals.values()) > 0:
+        top = max(totals, key=lambda c: totals[c])
+        share = 100 * totals[top] / sum(totals.values())
+        text += f"; {share:.0f} % of the gaps are {top.replace('_', ' ')}: {CAUSES[top]}"
+    return [text]
+
+
+def _bubbles(report: dict[str, Any]) -> list[str]:
+    out = []
+    pipelines: dict[int, list[dict[str, Any]]] = {}
+    for row in report.get("pipeline", []):
+        pipelines.setdefault(row["pipeline"], []).append(row)
+    for rows in pipelines.values():
+        measured = [r["bubble_pct"] for r in rows if r["bubble_pct"] is not None]
+        m = rows[0]["micro_batches"]
+        if measured and m is not None:
+            out.append(f"pipeline of {rows[0]['stages']} stages x {m:g} micro-batches: bubble "
+                       f"{mean(measured):.1f} % measured, {rows[0]['theoretical_pct']:.1f} % in theory")
+    if not out and report["bubbles"]:
+        bub = mean(b["bubble_pct"] or 0.0 for b in report["bubbles"])
+        out.append(f"compute fills {100 - bub:.0f} % of the average step (bubble {bub:.0f} %)")
+    return out
+
+
+def _bandwidth(report: dict[str, Any]) -> list[str]:
+    best: dict[str, dict[str, Any]] = {}
+    for row in report["bandwidth"]:
+        if row["busbw_gbps"] is not None and row["bytes"] >= best.get(row["op"], {"bytes": -1})["bytes"]:
+            best[row["op"]] = row
+    top = sorted(best.values(), key=lambda r: -r["bytes"])[:3]
+    return [f"largest {r['op']} ({fmt_bytes(r['bytes'])}) reaches {r['busbw_gbps']:.3g} GB/s bus bandwidth"
+            for r in top]
+
+
+def verdicts(report: dict[str, Any]) -> list[str]:
+    """Example: ["rank 7 is the straggler: the others waited 5.08 ms per step for it (last at 5 of 8
+    collectives)", "exposed communication is 35 % of step time (worst: rank 1, 56 %); 5 % of
+    communication overlaps compute", ...]."""
+    nsteps = len(report["run"].get("steps") or [])
+    out = _stragglers(report, nsteps) + _communication(report) + _idle(report) + _bubbles(report)
+    out += _bandwidth(report)
+    nwarn = len(report["run"].get("warnings") or [])
+    if nwarn:
+        out.append(f"{nwarn} warning(s) about the input: see the warnings below")
+    return out

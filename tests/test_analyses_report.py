@@ -1,0 +1,120 @@
+"""The report end to end: synthetic runs written as Kineto traces, ingested, analysed, rendered."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from ddprof.analyses.report import EMPTY_SECTIONS, build_report
+from ddprof.analyses.verdicts import fmt_us
+
+import ddprof
+from ddprof.render_text import render_text
+from tests.gen import DataParallel
+
+CONTRACT = {
+    "run": {"world_size", "ranks", "backend", "device", "steps", "warnings"},
+    "overlap": {"rank", "overlap_pct", "comm_us", "overlapped_us", "exposed_comm_us"},
+    "overlap_by_step": {"rank", "step", "overlap_pct", "exposed_comm_us"},
+    "breakdown": {"rank", "idle_us", "compute_us", "non_compute_us", "idle_pct", "compute_pct", "non_compute_pct"},
+    "idle": {"rank", "stream", "category", "idle_us", "ratio"},
+    "bubbles": {"rank", "step", "bubble_us", "bubble_pct"},
+    "stragglers": {"ranks", "per_rank"},
+    "collectives": {"pg", "op", "index", "bytes", "ranks_seen", "arrival_skew_us", "duration_us", "algbw_gbps",
+                    "busbw_gbps"},
+    "bandwidth": {"op", "bytes", "count", "algbw_gbps", "busbw_gbps"},
+    "hang": {"collectives"},
+}
+
+
+def ingest_generated(sc, tmp: Path) -> ddprof.Run:
+    for rank, trace in sc.kineto().items():
+        (tmp / f"rank{rank}.pt.trace.json").write_text(json.dumps(trace))
+    return ddprof.ingest([tmp], tmp / "run")
+
+
+def check_contract(report: dict) -> None:
+    for key, fields in CONTRACT.items():
+        section = report[key]
+        rows = section if isinstance(section, list) else [section]
+        for row in rows:
+            assert fields <= set(row), (key, fields - set(row))
+    per_rank = report["stragglers"]["per_rank"]
+    assert all({"rank", "times_last", "wait_caused_us", "step_us"} <= set(p) for p in per_rank)
+    json.dumps(report, allow_nan=False)
+
+
+@pytest.mark.parametrize("sc", [DataParallel(), DataParallel(device="cpu", ranks=3, slow_rank=0, delay=900_000)],
+                         ids=["gpu", "cpu-gloo"])
+def test_generated_run_through_ingest_recovers_the_truth(sc, tmp_path):
+    report = build_report(ingest_generated(sc, tmp_path))
+    check_contract(report)
+    truth = sc.truth()
+    assert report["run"]["device"] == sc.device and report["run"]["steps"] == list(range(sc.steps))
+    for row in report["overlap"]:
+        assert row["overlap_pct"] == pytest.approx(truth["overlap"][row["rank"]]["overlap_pct"])
+        assert row["exposed_comm_us"] == pytest.approx(truth["overlap"][row["rank"]]["exposed_comm_us"])
+    for row in report["breakdown"]:
+        for key, value in truth["breakdown"][row["rank"]].items():
+            assert row[key] == pytest.approx(value), key
+    for row in report["bubbles"]:
+        assert row["bubble_us"] == pytest.approx(truth["bubble"][row["rank"]][row["step"]])
+    assert [c["arrival_skew_us"] for c in report["collectives"]] == [c["arrival_skew_us"] for c in truth["collectives"]]
+    assert [c["busbw_gbps"] for c in report["collectives"]] == pytest.approx(
+        [c["busbw_gbps"] for c in truth["collectives"]])
+    assert report["stragglers"]["ranks"] == [sc.slow_rank]
+    if sc.device == "gpu":
+        assert {(r["rank"], r["stream"]) for r in report["idle"]} == {(r, s) for r in range(sc.ranks) for s in (7, 20, 22)}
+    else:
+        assert report["idle"] == []
+    wait = fmt_us(truth["stragglers"]["wait_caused_us"][sc.slow_rank] / sc.steps)
+    assert report["verdicts"][0] == (f"rank {sc.slow_rank} is the straggler: the others waited {wait} per step "
+                                     f"for it (last at {sc.steps} of {sc.steps} collectives)")
+    exposed = sum(truth["overlap"][r]["exposed_comm_us"] for r in range(sc.ranks)) / sc.ranks
+    share = 100 * exposed / (sc.steps * sc.step_ns / 1000)
+    assert any(v.startswith(f"exposed communication is {share:.0f} % of step time") for v in report["verdicts"])
+    assert report["hang"] == {"collectives": []}
+
+
+def test_balanced_run_says_so(tmp_path):
+    report = build_report(ingest_generated(DataParallel(slow_rank=None), tmp_path))
+    assert report["stragglers"]["ranks"] == []
+    assert "no straggler: no rank keeps the others waiting at collectives" in report["verdicts"]
+
+
+def test_render_text_fits_100_columns_and_starts_with_verdicts(tmp_path):
+    report = build_report(ingest_generated(DataParallel(ranks=6, jitter=40_000, seed=5), tmp_path))
+    text = render_text(report)
+    lines = text.splitlines()
+    assert lines[0] == "Verdicts" and lines[2].startswith("* rank 2 is the straggler")
+    assert max(len(line) for line in lines) <= 100
+    for title in ("Communication / computation overlap", "Temporal breakdown", "Idle time by stream",
+                  "Stragglers: 2", "Bubbles", "Collectives", "Bandwidth per op and size"):
+        assert any(line.startswith(title) for line in lines), title
+
+
+def test_render_text_of_an_empty_report():
+    report = {"run": {"world_size": None, "ranks": [], "backend": None, "device": "cpu", "steps": [],
+                      "warnings": ["no trace could be read"]}, **EMPTY_SECTIONS, "verdicts": []}
+    assert render_text(report) == "Warnings\n--------\n! no trace could be read"
+
+
+def test_render_text_of_a_hang_and_long_tables():
+    report = {"run": {"warnings": []}, **EMPTY_SECTIONS,
+              "hang": {"collectives": [{"pg": "0", "op": "all_reduce", "index": 17, "missing_ranks": [3, 9]}]},
+              "overlap": [{"rank": r, "device": "gpu", "overlap_pct": None, "comm_us": 0.0, "overlapped_us": 0.0,
+                           "exposed_comm_us": 0.0} for r in range(100)]}
+    text = render_text(report)
+    assert any(line.split() == ["0", "all_reduce", "17", "3,9"] for line in text.splitlines())
+    assert "... 60 more row(s) in the JSON report" in text
+    assert max(len(line) for line in text.splitlines()) <= 100
+
+
+def test_dlrm_report(ingested):
+    report = build_report(ingested("dlrm-8xV100-nccl"))
+    check_contract(report)
+    assert report["verdicts"][0].startswith("rank 7 is the straggler")
+    assert len(report["overlap"]) == 8 and len(report["collectives"]) == 8
+    assert {b["op"] for b in report["bandwidth"]} == {"all_reduce", "all_to_all"}
+    assert max(len(line) for line in render_text(report).splitlines()) <= 100
