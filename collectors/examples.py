@@ -9,8 +9,9 @@ Run one rank per process with the launcher's environment (``RANK``, ``WORLD_SIZE
 each forward. ``pipeline``: one MLP split into ``WORLD_SIZE`` stages, GPipe schedule (all forwards of the
 micro-batches, then all backwards), activations and gradients sent with ``send``/``recv``.
 ``--crash-rank R --crash-step K`` kills rank R (``os._exit``) at step K, to show that the other ranks'
-data stays usable. ``--facts FILE`` writes what the rank knows independently of the trace (DDP bucket sizes, bytes sent
-per peer, step times) as JSON, for tests and benchmarks.
+data stays usable. ``--facts FILE`` (``{rank}`` in the name becomes the rank) writes what the rank knows
+independently of the trace (DDP bucket sizes, bytes sent per peer, step times) as JSON, for tests and
+benchmarks. :func:`spawn_local` starts the ranks of a job on this machine without torchrun.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ import argparse
 import contextlib
 import json
 import os
+import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -114,6 +118,37 @@ def run_pipeline(args: argparse.Namespace, prof: Any, rank: int, world: int) -> 
     return {"stage_widths": [d_in, d_out], "sent_bytes": {str(k): v for k, v in sent.items()}, "step_s": step_s}
 
 
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn_local(args: list[str], world_size: int, log_dir: Path, *, timeout: float = 600.0) -> dict[int, int]:
+    """Run ``python -m ddprof.collectors.examples ARGS`` as ``world_size`` ranks on this machine, with the
+    environment torchrun would give them; each rank's output goes to ``log_dir/rank-N.log``. Returns the
+    exit status per rank (-9 for a rank killed at ``timeout``)."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_FR_", "TORCH_NCCL_", "DDPROF_"))}
+    procs = []
+    for rank in range(world_size):
+        env = base | {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size),
+                      "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
+        with open(log_dir / f"rank-{rank}.log", "wb") as out:
+            procs.append(subprocess.Popen([sys.executable, "-m", "ddprof.collectors.examples", *args], env=env,
+                                          stdout=out, stderr=subprocess.STDOUT))
+    deadline = time.monotonic() + timeout
+    codes = {}
+    for rank, proc in enumerate(procs):
+        try:
+            codes[rank] = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            codes[rank] = proc.wait()
+    return codes
+
+
 class _NoProfile:
     def step(self) -> None:
         pass
@@ -139,7 +174,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-profile", action="store_true", help="run the same job without ddprof")
     p.add_argument("--wait-ingest", action="store_true")
     p.add_argument("--ingest-timeout", type=float, default=120.0, help="seconds rank 0 waits for the others")
-    p.add_argument("--facts", type=Path, default=None)
+    p.add_argument("--facts", type=Path, default=None, help="JSON file of facts; {rank} becomes the rank")
     return p.parse_args(argv)
 
 
@@ -156,8 +191,9 @@ def main(argv: list[str] | None = None) -> int:
         facts = run_ddp(args, prof, rank) if args.job == "ddp" else run_pipeline(args, prof, rank, world)
         dist.barrier()  # gloo aborts a rank whose peers tear down while it still exports
     if args.facts:
-        args.facts.parent.mkdir(parents=True, exist_ok=True)
-        args.facts.write_text(json.dumps({"rank": rank, "world_size": world, "pid": os.getpid(), **facts}))
+        path = Path(str(args.facts).format(rank=rank))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"rank": rank, "world_size": world, "pid": os.getpid(), **facts}))
     dist.barrier()
     dist.destroy_process_group()
     return 0

@@ -1,30 +1,22 @@
 """Helpers for tests that run real multi-process gloo jobs on 127.0.0.1.
 
 Ranks are separate processes started the way torchrun starts them (``RANK``, ``LOCAL_RANK``,
-``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), running :mod:`ddprof.collectors.examples`.
+``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), running :mod:`ddprof.collectors.examples`
+(see :func:`ddprof.collectors.examples.spawn_local`). Importing this module needs torch.
 """
 
 from __future__ import annotations
 
 import io
 import json
-import os
 import pickle
-import socket
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import polars as pl
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from ddprof.collectors.examples import spawn_local
 
 
 @dataclass
@@ -33,13 +25,6 @@ class JobResult:
     facts: dict[int, dict[str, Any]]
     logs: dict[int, str]
     seconds: float
-
-
-def rank_env(rank: int, world_size: int, port: int) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_FR_", "TORCH_NCCL_", "DDPROF_"))}
-    env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(port), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    return env
 
 
 def run_example(job: str, run_dir: Path, world_size: int, *args: str, timeout: float = 120.0,
@@ -51,34 +36,14 @@ def run_example(job: str, run_dir: Path, world_size: int, *args: str, timeout: f
     """
     expect = {r: 0 for r in range(world_size)} | (expect_rc or {})
     facts_dir = run_dir.parent / f"{run_dir.name}-facts"
-    port = free_port()
     logs_dir = run_dir.parent / f"{run_dir.name}-logs"
-    logs_dir.mkdir(parents=True, exist_ok=True)
-    procs = {}
     start = time.monotonic()
-    for rank in range(world_size):
-        cmd = [sys.executable, "-m", "ddprof.collectors.examples", job, "-o", str(run_dir),
-               "--facts", str(facts_dir / f"{rank}.json"), *args]
-        out = open(logs_dir / f"rank-{rank}.log", "wb")  # noqa: SIM115 - closed below
-        procs[rank] = (subprocess.Popen(cmd, env=rank_env(rank, world_size, port), stdout=out,
-                                        stderr=subprocess.STDOUT), out)
-    codes: dict[int, int] = {}
-    try:
-        for rank, (proc, _) in procs.items():
-            left = max(1.0, timeout - (time.monotonic() - start))
-            codes[rank] = proc.wait(timeout=left)
-    except subprocess.TimeoutExpired:
-        codes = {r: p.poll() if p.poll() is not None else -999 for r, (p, _) in procs.items()}
-    finally:
-        for proc, out in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            out.close()
+    argv = [job, "-o", str(run_dir), "--facts", str(facts_dir / "{rank}.json"), *args]
+    codes = spawn_local(argv, world_size, logs_dir, timeout=timeout)
     seconds = time.monotonic() - start
-    logs = {r: (logs_dir / f"rank-{r}.log").read_text(errors="replace") for r in procs}
+    logs = {r: (logs_dir / f"rank-{r}.log").read_text(errors="replace") for r in range(world_size)}
     if codes != expect:
-        dump = "\n".join(f"--- rank {r} (exit {codes[r]}) ---\n{logs[r][-3000:]}" for r in procs)
+        dump = "\n".join(f"--- rank {r} (exit {codes[r]}) ---\n{logs[r][-3000:]}" for r in codes)
         raise AssertionError(f"{job} job: exit codes {codes}, expected {expect}\n{dump}")
     facts = {}
     for rank in range(world_size):
