@@ -51,7 +51,7 @@ def temporal_breakdown(events: pl.LazyFrame) -> pl.DataFrame:
     Example: compute [0,4) us, comm [3,6) us, memcpy [8,10) us -> span 10, all 8, compute 4:
     idle 2 us (20 %), compute 4 us (40 %), non-compute 4 us (40 %).
     """
-    w = work(events)
+    w = work(events).collect().lazy()
     spans = w.group_by("rank").agg((pl.col("end").max() - pl.col("start").min()).alias("span_ns"))
     return _breakdown(w, spans, ["rank"])
 
@@ -61,7 +61,7 @@ def breakdown_by_step(events: pl.LazyFrame) -> pl.DataFrame:
 
     Example: window [0,10) us with compute [2,4) us only -> idle 8 us (80 %), compute 2 us (20 %).
     """
-    w = work(events)
+    w = work(events).collect().lazy()
     windows = step_windows(events, w)
     inside = iv.clip(w.filter(pl.col("step").is_not_null()), windows, ["rank", "step"])
     spans = windows.select("rank", "step", (pl.col("w_end") - pl.col("w_start")).alias("span_ns"))

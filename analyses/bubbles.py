@@ -24,7 +24,7 @@ def bubbles(events: pl.LazyFrame) -> pl.DataFrame:
 
     Example: window [0,100) ms, compute [10,40) and [50,80) ms -> compute 60 ms, bubble 40 ms (40 %).
     """
-    w = work(events)
+    w = work(events).collect().lazy()
     windows = step_windows(events, w)
     comp = iv.clip(w.filter((pl.col("role") == "compute") & pl.col("step").is_not_null()), windows,
                    ["rank", "step"])

@@ -102,16 +102,32 @@ def subtract(a: pl.LazyFrame, b: pl.LazyFrame, by: Sequence[str] = (), start: st
     return _sweep(a, b, by, 1, start, end)
 
 
+def _lengths(a: pl.LazyFrame, b: pl.LazyFrame, by: Sequence[str], start: str, end: str) -> pl.LazyFrame:
+    """Per group: |U(A)|, |U(B)| and |U(A ∪ B)| (columns __a, __b, __ab; 0 where a set is empty)."""
+    keys = list(by)
+    la = union_length(a, by, start, end, "__a")
+    lb = union_length(b, by, start, end, "__b")
+    both = pl.concat([a.select(*by, start, end), b.select(*by, start, end)])
+    lab = union_length(both, by, start, end, "__ab")
+    if not keys:
+        return pl.concat([la, lb, lab], how="horizontal")
+    return lab.join(la, on=keys, how="left").join(lb, on=keys, how="left").with_columns(
+        pl.col("__a", "__b").fill_null(0))
+
+
 def intersection_length(a: pl.LazyFrame, b: pl.LazyFrame, by: Sequence[str] = (), start: str = "start",
                         end: str = "end", name: str = "length") -> pl.LazyFrame:
-    """|U(A) ∩ U(B)| per group: A = [0,4) [6,8), B = [3,7) -> 1 + 1 = 2. Groups with no overlap have no row."""
-    return union_length(intersect(a, b, by, start, end), by, start, end, name)
+    """|U(A) ∩ U(B)| = |U(A)| + |U(B)| − |U(A ∪ B)| per group.
+
+    A = [0,4) [6,8), B = [3,7): 6 + 4 − 8 = 2. Groups where neither set has intervals have no row.
+    """
+    return _lengths(a, b, by, start, end).select(*by, (pl.col("__a") + pl.col("__b") - pl.col("__ab")).alias(name))
 
 
 def difference_length(a: pl.LazyFrame, b: pl.LazyFrame, by: Sequence[str] = (), start: str = "start",
                       end: str = "end", name: str = "length") -> pl.LazyFrame:
-    """|U(A) − U(B)| per group: A = [0,4) [6,8), B = [3,7) -> 3 + 1 = 4."""
-    return union_length(subtract(a, b, by, start, end), by, start, end, name)
+    """|U(A) − U(B)| = |U(A ∪ B)| − |U(B)| per group: A = [0,4) [6,8), B = [3,7) -> 8 − 4 = 4."""
+    return _lengths(a, b, by, start, end).select(*by, (pl.col("__ab") - pl.col("__b")).alias(name))
 
 
 def clip(lf: pl.LazyFrame, windows: pl.LazyFrame, by: Sequence[str], start: str = "start", end: str = "end",

@@ -49,7 +49,7 @@ def overlap(events: pl.LazyFrame) -> pl.DataFrame:
     Example: comm [0,10) us, compute [4,6) and [8,20) us -> overlapped 2 + 2 = 4 us,
     overlap_pct = 100 · 4 / 10 = 40, exposed_comm_us = 6.
     """
-    w = work(events)
+    w = work(events).collect().lazy()
     return _overlap(w, ["rank"]).join(
         w.select("rank", "on_gpu").unique().collect(), on="rank", how="left"
     ).with_columns(pl.when(pl.col("on_gpu")).then(pl.lit("gpu")).otherwise(pl.lit("cpu")).alias("device")).drop(
@@ -62,5 +62,5 @@ def overlap_by_step(events: pl.LazyFrame) -> pl.DataFrame:
 
     Example: step 3 with comm [0,10) us and compute [5,12) us -> overlap_pct 50, exposed_comm_us 5.
     """
-    w = work(events).filter(pl.col("step").is_not_null())
+    w = work(events).filter(pl.col("step").is_not_null()).collect().lazy()
     return _overlap(w, ["rank", "step"])

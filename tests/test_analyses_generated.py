@@ -9,7 +9,7 @@ import pytest
 from ddprof.analyses.breakdown import breakdown_by_step, temporal_breakdown
 from ddprof.analyses.bubbles import bubbles, pipeline_stages
 from ddprof.analyses.collectives import bandwidth, collective_warnings, collectives
-from ddprof.analyses.idle import idle_breakdown
+from ddprof.analyses.idle import idle_breakdown, idle_by_step
 from ddprof.analyses.overlap import overlap, overlap_by_step
 from ddprof.analyses.stragglers import stragglers
 
@@ -91,6 +91,21 @@ def test_idle_categories(case):
         assert sum(mine.values()) == pytest.approx(sum(want.values()), **APPROX)
     ratios = got.group_by("rank", "stream").agg(pl.col("ratio").sum())
     assert ratios["ratio"].to_list() == pytest.approx([1.0] * ratios.height)
+
+
+def test_idle_by_step_adds_up_to_the_whole(case):
+    sc, lf, _ = case
+    whole = idle_breakdown(lf).select("rank", "stream", "category", "idle_us")
+    steps = idle_by_step(lf)
+    if sc.device == "cpu":
+        assert steps.height == 0
+        return
+    assert set(steps["step"]) == set(range(sc.steps))
+    summed = steps.group_by("rank", "stream", "category").agg(pl.col("idle_us").sum().alias("steps_us"))
+    joined = whole.join(summed, on=["rank", "stream", "category"], how="left").with_columns(pl.col("steps_us").fill_null(0.0))
+    assert joined["idle_us"].to_list() == pytest.approx(joined["steps_us"].to_list())
+    # Step 0 holds no gap between steps: its host wait is nil on every stream.
+    assert steps.filter((pl.col("step") == 0) & (pl.col("category") == "host_wait"))["idle_us"].sum() == 0
 
 
 def test_idle_threshold_is_in_microseconds():
