@@ -1,18 +1,19 @@
 """Step-time overhead of ddprof.profile on a 2-rank gloo DDP job (CPU), per schedule phase.
 
-    python benchmarks/capture_overhead.py [--steps 100 --repeats 3 --hidden 1024 --batch 64]
+    python benchmarks/capture_overhead.py [--steps 80 --repeats 4 --hidden 1024 --batch 64]
 
-Runs the same job (``python -m ddprof.collectors.examples ddp``) alternately without ddprof and with
-``ddprof.init`` + ``ddprof.profile(wait=W, warmup=2, active=A, repeat=1)``, ``repeat`` times each, and
-compares the median step time of each phase with the same steps of the runs without ddprof:
+Runs the same job (``python -m ddprof.collectors.examples ddp``) without ddprof and with ``ddprof.init``
++ ``ddprof.profile(wait=W, warmup=2, active=A, repeat=1)``, in ``--repeats`` pairs ordered ABBA (so a
+slow drift of the machine cancels), and compares, pair by pair, the median step time of each phase with
+the same steps of the run without ddprof:
 
 * inactive (wait)  : profiler not yet started (Flight Recorder on, ``prof.step()`` called);
 * warmup, active   : the Kineto profiler warming up / recording;
 * inactive (after) : the cycle is done and written;
 * transitions      : the three steps whose ``prof.step()`` prepares, starts, or stops+exports the trace.
 
-Step 0 (process-group and DDP set-up) is left out. Each phase's median is taken over both ranks and all
-repeats; the spread line gives the run-to-run variation of the unprofiled medians, i.e. the noise floor.
+Step 0 (process-group and DDP set-up) is left out. Medians are over both ranks; the overhead printed is
+the median over pairs, with the lowest and highest pair beside it (that range is the noise).
 On a shared 2-core machine that floor is several per cent, far above the 1 % target, so the script
 also measures the two things ddprof adds to an inactive step, each in isolation and repeated enough to
 be precise: ``Profile.step()`` (in this process) and the Flight Recorder's cost per collective (a
@@ -108,10 +109,10 @@ def flight_recorder_cost(pairs: int = 4) -> float:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=100)
-    p.add_argument("--wait", type=int, default=40)
+    p.add_argument("--steps", type=int, default=80)
+    p.add_argument("--wait", type=int, default=30)
     p.add_argument("--active", type=int, default=10)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=4, help="pairs of runs (without, with)")
     p.add_argument("--hidden", type=int, default=1024)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--collective-cost", type=int, default=None, help=argparse.SUPPRESS)
@@ -122,29 +123,30 @@ def main() -> int:
     warmup = 2
     job = ["--steps", str(a.steps), "--hidden", str(a.hidden), "--batch", str(a.batch), "--bucket-cap-mb", "25",
            "--wait", str(a.wait), "--warmup", str(warmup), "--active", str(a.active)]
-    base: list[list[float]] = []
-    prof: list[list[float]] = []
-    base_medians: dict[str, list[float]] = {}
     groups = phases(a.steps, a.wait, warmup, a.active)
+    pairs: list[tuple[list[list[float]], list[list[float]]]] = []
     with tempfile.TemporaryDirectory(prefix="ddprof-overhead-") as tmp:
         out = Path(tmp)
         for i in range(a.repeats):
-            facts = run_job(out, f"base-{i}", job, profiled=False)
-            runs = [f["step_s"] for f in facts]
-            buckets = len(facts[0]["bucket_sizes"].split(","))
-            base += runs
-            for name, idx in groups.items():
-                base_medians.setdefault(name, []).append(statistics.median(r[s] for r in runs for s in idx))
-            prof += [f["step_s"] for f in run_job(out, f"prof-{i}", job, profiled=True)]
+            order = (False, True) if i % 2 == 0 else (True, False)  # ABBA
+            got = {}
+            for profiled in order:
+                facts = run_job(out, f"{'prof' if profiled else 'base'}-{i}", job, profiled=profiled)
+                got[profiled] = [f["step_s"] for f in facts]
+                buckets = len(facts[0]["bucket_sizes"].split(","))
+            pairs.append((got[False], got[True]))
 
-    print(f"2-rank gloo DDP, MLP hidden {a.hidden}, batch {a.batch}, {a.steps} steps, {a.repeats} runs each; "
+    def med(runs: list[list[float]], idx: list[int]) -> float:
+        return statistics.median(r[s] for r in runs for s in idx)
+
+    print(f"2-rank gloo DDP, MLP hidden {a.hidden}, batch {a.batch}, {a.steps} steps, {a.repeats} pairs of runs; "
           f"schedule wait={a.wait} warmup={warmup} active={a.active} repeat=1")
-    print(f"{'phase':<18}{'steps':>6}{'without ms':>12}{'with ms':>10}{'overhead':>10}{'noise':>9}")
+    print(f"{'phase':<18}{'steps':>6}{'without ms':>12}{'with ms':>10}{'overhead':>10}   {'pairs range':<16}")
+    base = [r for b, _ in pairs for r in b]
     for name, idx in groups.items():
-        b = statistics.median(r[s] for r in base for s in idx)
-        w = statistics.median(r[s] for r in prof for s in idx)
-        noise = (max(base_medians[name]) - min(base_medians[name])) / b
-        print(f"{name:<18}{len(idx):>6}{b * 1e3:>12.2f}{w * 1e3:>10.2f}{(w / b - 1) * 100:>9.2f}%{noise * 100:>8.2f}%")
+        ratios = sorted(med(w, idx) / med(b, idx) - 1 for b, w in pairs)
+        print(f"{name:<18}{len(idx):>6}{med(base, idx) * 1e3:>12.2f}{med([r for _, w in pairs for r in w], idx) * 1e3:>10.2f}"
+              f"{statistics.median(ratios) * 100:>9.2f}%   {ratios[0] * 100:+.1f}% .. {ratios[-1] * 100:+.1f}%")
     inactive = statistics.median(r[s] for r in base for s in groups["inactive (wait)"])
     step_cost = inactive_step_cost()
     fr_cost = flight_recorder_cost()

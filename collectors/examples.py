@@ -158,7 +158,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m ddprof.collectors.examples", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("job", choices=["ddp", "pipeline"])
-    p.add_argument("-o", "--run-dir", type=Path, required=True)
+    p.add_argument("-o", "--run-dir", type=Path, default=None, help="default: $DDPROF_RUN_DIR (ddprof launch)")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--hidden", type=int, default=0, help="ddp: hidden width (default 512)")

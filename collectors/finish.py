@@ -99,8 +99,9 @@ def finish(run_dir: str | Path, *, world_size: int | None = None, timeout_s: flo
             log.warning("ddprof: %s", warning)
         return ddprof.ingest([layout.raw_dir(run_dir)], run_dir, extra_manifest={"collector": collector})
     except Exception as exc:
-        log.error("ddprof: ingest of %s failed: %s: %s; finish it later with `ddprof ingest %s -o %s`",
-                  run_dir, type(exc).__name__, exc, layout.raw_dir(run_dir), run_dir)
+        log.error("ddprof: ingest of %s failed: %s: %s; finish it later with `python -m ddprof.collectors %s` "
+                  "(or `ddprof ingest %s -o %s`, which leaves out the collector section)",
+                  run_dir, type(exc).__name__, exc, run_dir, layout.raw_dir(run_dir), run_dir)
         return None
 
 
