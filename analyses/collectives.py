@@ -170,6 +170,10 @@ def collective_warnings(coll: pl.DataFrame) -> list[str]:
             out.append(f"process group {pg}: ranks disagree on the op of {mixed.height} collective(s) "
                        f"(first: #{first['index']}: {', '.join(first['ops_seen'])}); they may issue this "
                        "group's collectives in different orders, so its matching is unreliable")
+        blind = part.filter((pl.col("op") == "sendrecv") & pl.col("src").is_null())
+        if blind.height:
+            out.append(f"process group {pg}: {blind.height} send/recv transfer(s) without a known peer are "
+                       "matched by their order in the group only; their skew and bandwidth are unreliable")
         skewed = part.filter(~pl.col("clock_aligned"))
         if skewed.height:
             out.append(f"process group {pg}: rank clocks disagree on {skewed.height} collective(s); "

@@ -10,9 +10,10 @@ GPU rank (the sets HTA uses, classified by ``kind`` instead of kernel-name regex
 
 CPU rank (gloo, no GPU rows):
   * comm: the ``gloo:*`` rows (``kind == "comm"``, no stream) on the gloo worker threads;
-  * compute: ``cpu_op`` rows that are not collectives (``coll_op`` null, name not ``c10d::``/``gloo:``/
-    ``nccl:``/``record_param_comms``), on threads that run no gloo rows. Nested ops are merged by the
-    union, so a parent op and its children count once.
+  * compute: the time of ``cpu_op`` rows that are not collectives (``coll_op`` null, name not
+    ``c10d::``/``gloo:``/``nccl:``/``record_param_comms``), minus the time of the gloo rows on the same
+    thread (blocking send/recv run on the caller's thread; an op around or inside one is waiting, not
+    computing). Nested ops are merged, so a parent op and its children count once.
 
 Every function returns a LazyFrame with ``start``/``end`` in integer ns.
 """
@@ -20,6 +21,7 @@ Every function returns a LazyFrame with ``start``/``end`` in integer ns.
 from __future__ import annotations
 
 import polars as pl
+from ddprof.analyses import intervals as iv
 
 WORK_KINDS = ("compute", "comm", "memcpy", "memset")
 COLLECTIVE_OP_RE = r"^(c10d::|c10d_functional::|_c10d_functional::|gloo:|nccl:|record_param_comms$)"
@@ -53,18 +55,14 @@ def work(events: pl.LazyFrame) -> pl.LazyFrame:
     )
     cpu = ev.filter(~pl.col("on_gpu") & pl.col("stream").is_null())
     cpu_comm = cpu.filter(pl.col("kind") == "comm").with_columns(pl.lit("comm").alias("role"))
-    gloo_threads = cpu_comm.select("rank", "tid").unique().with_columns(pl.lit(True).alias("__gloo"))
-    cpu_compute = (
-        cpu.filter(
-            (pl.col("kind") == "cpu_op") & pl.col("coll_op").is_null()
-            & ~pl.col("name").str.contains(COLLECTIVE_OP_RE)
-        )
-        .join(gloo_threads, on=["rank", "tid"], how="left")
-        .filter(pl.col("__gloo").is_null())
-        .drop("__gloo")
-        .with_columns(pl.lit("compute").alias("role"))
+    ops = cpu.filter(
+        (pl.col("kind") == "cpu_op") & pl.col("coll_op").is_null() & ~pl.col("name").str.contains(COLLECTIVE_OP_RE)
     )
-    cols = ["rank", "step", "stream", "tid", "role", *_span(), "on_gpu"]
+    keys = ["rank", "tid", "step"]
+    cpu_compute = iv.subtract(ops.select(*keys, *_span()), cpu_comm.select(*keys, *_span()), keys).with_columns(
+        pl.lit(None, dtype=pl.Int64).alias("stream"), pl.lit("compute").alias("role"), pl.lit(False).alias("on_gpu"))
+    cols = ["rank", "step", "stream", "tid", "role", "start", "end", "on_gpu"]
+    gpu_rows, cpu_comm = (f.with_columns(*_span()) for f in (gpu_rows, cpu_comm))
     return pl.concat([f.select(cols) for f in (gpu_rows, cpu_comm, cpu_compute)])
 
 

@@ -1,6 +1,8 @@
 """Stragglers: which ranks make the others wait at collectives (DESIGN.md §3).
 
-Per collective instance seen on two or more ranks (:func:`collectives.arrivals`), the last arriver
+Per collective instance seen on two or more ranks (:func:`collectives.arrivals`; point-to-point
+transfers are left out: a receiver waiting for its sender is a pipeline dependency, measured by
+:mod:`analyses.bubbles`, not a straggler), the last arriver
 (unique latest arrival) made each other rank r wait ``latest arrival − arrival_r``. Per rank:
 
 * ``times_last``: instances it arrived last at;
@@ -28,7 +30,7 @@ _US = 1000.0
 def _per_rank(events: pl.LazyFrame) -> pl.DataFrame:
     arr = arrivals(events)
     inst = ["group", "src", "dst", "index"]
-    multi = arr.filter(pl.len().over(inst) > 1)
+    multi = arr.filter((pl.len().over(inst) > 1) & (pl.col("match_op") != "sendrecv"))
     last = (
         multi.group_by(inst)
         .agg(

@@ -229,3 +229,24 @@ def test_empty_store_gives_empty_sections():
     assert overlap(lf).height == 0 and temporal_breakdown(lf).height == 0 and idle_breakdown(lf).height == 0
     assert bubbles(lf).height == 0 and collectives(lf).height == 0 and pipeline_stages(lf).height == 0
     assert stragglers(lf) == {"ranks": [], "per_rank": []}
+
+
+def test_cpu_compute_excludes_time_inside_blocking_gloo_ops():
+    """gloo send/recv run on the caller's thread: the op around them waits, it does not compute."""
+    from ddprof.schema import conform
+
+    us = 1000
+    rows = [
+        # main thread: a 100 µs op that blocks 30 µs in a recv, and a recv's own c10d op
+        dict(tid=1, kind="cpu_op", name="aten::outer_step", ts_ns=0, dur_ns=100 * us),
+        dict(tid=1, kind="comm", name="gloo:recv", ts_ns=40 * us, dur_ns=30 * us, coll_op="recv"),
+        dict(tid=1, kind="cpu_op", name="c10d::recv_", ts_ns=39 * us, dur_ns=32 * us, coll_op="recv"),
+        # a gloo worker thread: an all-reduce with a copy inside it
+        dict(tid=2, kind="comm", name="gloo:all_reduce", ts_ns=80 * us, dur_ns=50 * us, coll_op="all_reduce"),
+        dict(tid=2, kind="cpu_op", name="aten::copy_", ts_ns=90 * us, dur_ns=10 * us),
+    ]
+    lf = conform(pl.DataFrame([{**r, "rank": 0} for r in rows])).lazy()
+    got = overlap(lf).row(0, named=True)
+    # compute = [0,40) + [70,100) = 70 µs; comm = [40,70) + [80,130) = 80 µs; overlap = [80,100) = 20 µs
+    assert got["device"] == "cpu" and got["comm_us"] == 80.0 and got["overlapped_us"] == 20.0
+    assert temporal_breakdown(lf).row(0, named=True)["compute_us"] == 70.0
