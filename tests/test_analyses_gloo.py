@@ -1,0 +1,63 @@
+"""The analyses on real CPU-only gloo runs (3 local ranks): a DDP job with a slow rank, a GPipe job."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch", reason="real gloo runs need torch (pip install 'ddprof[torch]')")
+
+from ddprof.analyses.report import build_report  # noqa: E402
+from distributed_util import run_example  # noqa: E402
+
+import ddprof  # noqa: E402
+from ddprof.render_text import render_text  # noqa: E402
+
+pytestmark = pytest.mark.slow
+SLOW_RANK, SLOW_MS = 1, 40
+
+
+@pytest.fixture(scope="module")
+def ddp_report(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("ddp-slow") / "run"
+    run_example("ddp", run_dir, 3, "--steps", "6", "--wait", "1", "--warmup", "1", "--active", "3",
+                "--slow-rank", str(SLOW_RANK), "--slow-ms", str(SLOW_MS), "--wait-ingest")
+    return build_report(ddprof.open_run(run_dir))
+
+
+def test_slow_rank_is_the_straggler(ddp_report):
+    st = ddp_report["stragglers"]
+    assert st["ranks"] == [SLOW_RANK]
+    per = {p["rank"]: p for p in st["per_rank"]}
+    assert per[SLOW_RANK]["times_last"] == per[SLOW_RANK]["instances"] > 0
+    # The others wait for the sleep at every step's first bucket (most of the 40 ms).
+    steps = len(ddp_report["run"]["steps"])
+    assert per[SLOW_RANK]["wait_caused_us"] / steps > 0.5 * SLOW_MS * 1000
+    assert ddp_report["verdicts"][0].startswith(f"rank {SLOW_RANK} is the straggler")
+
+
+def test_cpu_sections(ddp_report):
+    assert ddp_report["run"]["device"] == "cpu" and ddp_report["idle"] == []
+    assert all(o["device"] == "cpu" and o["comm_us"] > 0 for o in ddp_report["overlap"])
+    # DDP all-reduces run on gloo threads while the backward pass computes: some overlap.
+    assert max(o["overlapped_us"] for o in ddp_report["overlap"]) > 0
+    for b in ddp_report["breakdown"]:
+        assert b["idle_pct"] + b["compute_pct"] + b["non_compute_pct"] == pytest.approx(100.0)
+    coll = ddp_report["collectives"]
+    assert coll and {c["op"] for c in coll} == {"all_reduce"} and all(c["ranks_seen"] == [0, 1, 2] for c in coll)
+    assert all(c["bytes"] and c["busbw_gbps"] > 0 for c in coll)
+    assert not [w for w in ddp_report["run"]["warnings"] if "process group" in w]
+    assert max(len(line) for line in render_text(ddp_report).splitlines()) <= 100
+
+
+def test_gpipe_over_gloo(tmp_path):
+    run_dir = tmp_path / "run"
+    run_example("pipeline", run_dir, 3, "--steps", "4", "--wait", "1", "--warmup", "1", "--active", "2",
+                "--microbatches", "4", "--wait-ingest")
+    report = build_report(ddprof.open_run(run_dir))
+    # Blocking send/recv run on the main thread; the compute around them is still found.
+    assert all(b["compute_us"] > 0 for b in report["breakdown"])
+    assert all(0 < b["bubble_pct"] < 100 for b in report["bubbles"])
+    # Without the peer of each transfer (not in the store yet) no rank is called a straggler for
+    # waiting on its pipeline neighbour, and the matching says it is unreliable.
+    assert report["stragglers"]["ranks"] == []
+    assert any("without a known peer" in w for w in report["run"]["warnings"])
