@@ -78,8 +78,6 @@ def test_bytes_sent_match_what_each_stage_sent(pipe_run):
             assert traced == per_step
 
 
-@pytest.mark.xfail(reason="ingest leaves `peer` null for gloo send/recv although c10d::send/c10d::recv_ carry "
-                          "the peer rank in args['Concrete Inputs'][2]", strict=False)
 def test_peer_of_each_transfer(pipe_run):
     run_dir, _ = pipe_run
     events = ddprof.open_run(run_dir).events().collect()

@@ -72,6 +72,8 @@ def test_plain_torch_profiler_gloo_run_ingests(gloo_traces, tmp_path):
     p2p = comm.filter(pl.col("coll_op").is_in(["send", "recv"]))
     assert set(zip(p2p["rank"], p2p["coll_op"])) == {(0, "send"), (1, "recv")}
     assert p2p["bytes"].unique().to_list() == [400]
+    # The peer comes from c10d::send/recv_'s concrete inputs and reaches the gloo rows by issue order.
+    assert set(zip(p2p["rank"], p2p["peer"])) == {(0, 1), (1, 0)}
     # The c10d ops on the main thread carry the collective too, but stay CPU ops.
     c10d = ev.filter(pl.col("name") == "c10d::allreduce_")
     assert c10d.height >= 2 * STEPS and set(c10d["kind"]) == {"cpu_op"} and set(c10d["coll_op"]) == {"all_reduce"}

@@ -41,8 +41,9 @@ KNOWN_CATS = [*_CAT_KIND, "python_function", "Trace", "overhead", "ac2g", "fwdbw
               "gpu_memory", "memory"]
 _NOT_COMM_KERNEL = ("void at::native", "at::native::")
 _META_COLS = ["_row", "name", "coll_name", "dtype", "in_nelems", "out_nelems", "input_dims", "input_type",
+              "concrete_inputs",
               "group_size", "pg", "seq", "external_id", "correlation", "ts_ns", "dur_ns", "pid", "tid"]
-META_FIELDS = ["coll_op", "pg", "group_size", "in_bytes", "out_bytes", "dtype", "seq"]
+META_FIELDS = ["coll_op", "pg", "group_size", "in_bytes", "out_bytes", "dtype", "seq", "peer"]
 
 
 def build_events(dec: Decoded, rank: int) -> tuple[pl.DataFrame, list[str]]:
@@ -119,15 +120,40 @@ def _apply_meta(df: pl.DataFrame, rows: dict[int, Meta]) -> pl.DataFrame:
     meta = pl.DataFrame(
         {"_row": list(rows), **{f: [getattr(m, f) for m in rows.values()] for f in META_FIELDS}},
         schema={"_row": pl.UInt32, "coll_op": pl.String, "pg": pl.String, "group_size": pl.Int32,
-                "in_bytes": pl.Int64, "out_bytes": pl.Int64, "dtype": pl.String, "seq": pl.Int64},
+                "in_bytes": pl.Int64, "out_bytes": pl.Int64, "dtype": pl.String, "seq": pl.Int64,
+                "peer": pl.Int32},
     )
     meta = meta.with_columns(bytes=pl.Series(
         [comms.message_size(o, a, b, g) for o, a, b, g in
          meta.select("coll_op", "in_bytes", "out_bytes", "group_size").iter_rows()], dtype=pl.Int64))
     df = df.drop("pg", "group_size", "dtype", "seq").join(meta, on="_row", how="left", maintain_order="left")
-    comm = (pl.col("coll_op").is_not_null() & (pl.col("cat") == "kernel")) | (
-        pl.col("_marker") & pl.col("name").str.starts_with("gloo:"))
-    return df.with_columns(kind=pl.when(comm).then(pl.lit("comm")).otherwise("kind"))
+    gloo = pl.col("_marker") & pl.col("name").str.starts_with("gloo:")
+    comm = (pl.col("coll_op").is_not_null() & (pl.col("cat") == "kernel")) | gloo
+    df = df.with_columns(kind=pl.when(comm).then(pl.lit("comm")).otherwise("kind"))
+    return _gloo_peers(df)
+
+
+def _gloo_peers(df: pl.DataFrame) -> pl.DataFrame:
+    """gloo:send/gloo:recv (on gloo threads) take the peer of the c10d::send/recv_ that issued them.
+
+    Gloo runs a rank's point-to-point ops in the order they were issued, so the k-th gloo:send pairs
+    with the k-th c10d::send. When the counts differ (the trace window cut a pair) nothing is guessed.
+    """
+    def ordered(name_expr: pl.Expr) -> pl.DataFrame:
+        return (df.filter(name_expr & pl.col("coll_op").is_in(["send", "recv"])).sort("ts_ns")
+                .select("_row", "coll_op", "peer", k=pl.int_range(pl.len()).over("coll_op")))
+
+    issued = ordered(pl.col("name").str.starts_with("c10d::"))
+    run = ordered(pl.col("_marker") & pl.col("name").str.starts_with("gloo:"))
+    counts_i = dict(issued.group_by("coll_op").len().iter_rows())
+    counts_r = dict(run.group_by("coll_op").len().iter_rows())
+    same = [op for op, n in counts_r.items() if counts_i.get(op) == n]
+    if not same or issued["peer"].null_count() == issued.height:
+        return df
+    pairs = (run.filter(pl.col("coll_op").is_in(same)).drop("peer")
+             .join(issued.select("coll_op", "k", _peer="peer"), on=["coll_op", "k"]).select("_row", "_peer"))
+    return (df.join(pairs, on="_row", how="left", maintain_order="left")
+            .with_columns(peer=pl.coalesce("peer", "_peer")).drop("_peer"))
 
 
 def _assign_steps(df: pl.DataFrame) -> pl.DataFrame:

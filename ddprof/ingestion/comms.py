@@ -137,3 +137,26 @@ def message_size(op: str | None, in_bytes: int | None, out_bytes: int | None,
     if op == "barrier":
         return None
     return in_bytes or out_bytes or None
+
+
+def p2p_peer(name: str, concrete_raw: bytes | None) -> int | None:
+    """Peer of a ``c10d::send``/``c10d::recv_`` op: its third concrete input (``dstRank``/``srcRank``),
+    a rank within the op's process group.
+
+    >>> p2p_peer("c10d::send", b'["", "", "2", "0"]')
+    2
+    """
+    if not concrete_raw or not name.startswith("c10d::"):
+        return None
+    try:
+        values = _dims_decoder.decode(concrete_raw)
+    except msgspec.DecodeError:
+        return None
+    if not isinstance(values, list) or len(values) < 3:
+        return None
+    v = values[2]
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v if 0 <= v < 2**31 else None
+    if isinstance(v, str) and v.isdigit() and int(v) < 2**31:
+        return int(v)
+    return None

@@ -54,6 +54,7 @@ class Args(msgspec.Struct, forbid_unknown_fields=False, gc=False):
     seq: Num = msgspec.field(default=None, name="Seq")
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input type")
+    concrete_inputs: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Concrete Inputs")
 
 
 class Event(msgspec.Struct, forbid_unknown_fields=False, gc=False):
@@ -86,7 +87,7 @@ RAW_SCHEMA: dict[str, pl.DataType] = {
     "name": pl.String(), "a_stream": pl.Int64(), "a_device": pl.Int64(), "correlation": pl.Int64(),
     "external_id": pl.Int64(), "coll_name": pl.String(), "in_nelems": pl.Int64(), "out_nelems": pl.Int64(),
     "group_size": pl.Int64(), "dtype": pl.String(), "pg": pl.String(), "seq": pl.Int64(),
-    "input_dims": pl.Binary(), "input_type": pl.Binary(),
+    "input_dims": pl.Binary(), "input_type": pl.Binary(), "concrete_inputs": pl.Binary(),
 }
 
 
@@ -272,6 +273,7 @@ def _chunk_frame(events: list[Event], dropped: Counter[str]) -> tuple[pl.DataFra
         "seq": [_as_int(a.seq) for a in sub],
         "input_dims": [bytes(a.input_dims) or None for a in sub],
         "input_type": [bytes(a.input_type) or None for a in sub],
+        "concrete_inputs": [bytes(a.concrete_inputs) or None for a in sub],
     }
     for name, values in sparse.items():
         dtype = RAW_SCHEMA[name]

@@ -28,6 +28,7 @@ class Meta:
     out_bytes: int | None = None
     dtype: str | None = None
     seq: int | None = None
+    peer: int | None = None
 
     def fill_from(self, outer: Meta) -> Meta:
         """This (inner) metadata, with fields it lacks taken from an enclosing marker."""
@@ -48,8 +49,9 @@ def row_meta(row: dict[str, Any]) -> Meta:
         in_b, old_dtype = comms.input_bytes(row["input_dims"], row["input_type"])
         dtype = dtype or old_dtype
     gs = row["group_size"]
+    peer = comms.p2p_peer(row["name"], row["concrete_inputs"]) if op in ("send", "recv") else None
     return Meta(coll_op=op, pg=row["pg"], group_size=gs if gs is not None and 0 < gs < 2**31 else None,
-                in_bytes=in_b, out_bytes=out_b, dtype=dtype, seq=row["seq"])
+                in_bytes=in_b, out_bytes=out_b, dtype=dtype, seq=row["seq"], peer=peer)
 
 
 def launch_meta(markers: list[dict[str, Any]], own: dict[int, Meta],
