@@ -11,10 +11,10 @@ process group name (``pg``); where a trace does not name it, the GPU stream (``"
 starts. Point-to-point ops with a known ``peer`` are matched per (group, sender, receiver) instead:
 NCCL orders p2p per peer pair. Disagreements never raise: see :func:`collective_warnings`.
 
-Clocks: arrivals compare start times on the traces' clocks. Where an instance's kernels cannot all
+Clocks: arrivals compare start times on the traces' clocks. Where a collective's kernels cannot all
 have run together (a rank's start after another's end by more than 2 µs), the clocks disagree, and
 arrivals are aligned on the latest end instead (``arrival = latest end − duration``; ``clock_aligned``
-false).
+false). Not for send/recv: a buffered send may finish before its receive starts.
 """
 
 from __future__ import annotations
@@ -80,7 +80,8 @@ def arrivals(events: pl.LazyFrame) -> pl.DataFrame:
     return (
         rows.with_columns((pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"))
         .with_columns(
-            ((pl.col("ts_ns").max() - pl.col("end_ns").min()).over(inst) <= _CLOCK_SLACK_NS).alias("clock_aligned")
+            ((pl.col("match_op") == "sendrecv")
+             | ((pl.col("ts_ns").max() - pl.col("end_ns").min()).over(inst) <= _CLOCK_SLACK_NS)).alias("clock_aligned")
         )
         .with_columns(
             pl.when(pl.col("clock_aligned")).then(pl.col("ts_ns"))

@@ -57,7 +57,13 @@ def test_gpipe_over_gloo(tmp_path):
     # Blocking send/recv run on the main thread; the compute around them is still found.
     assert all(b["compute_us"] > 0 for b in report["breakdown"])
     assert all(0 < b["bubble_pct"] < 100 for b in report["bubbles"])
-    # Without the peer of each transfer (not in the store yet) no rank is called a straggler for
-    # waiting on its pipeline neighbour, and the matching says it is unreliable.
+    # Waiting on a pipeline neighbour is a bubble, not straggling.
     assert report["stragglers"]["ranks"] == []
-    assert any("without a known peer" in w for w in report["run"]["warnings"])
+    assert not [w for w in report["run"]["warnings"] if "process group" in w]
+    stages = sorted(report["pipeline"], key=lambda p: p["stage"])
+    assert [p["rank"] for p in stages] == [0, 1, 2]
+    assert all(p["stages"] == 3 and p["micro_batches"] == 4 for p in stages)
+    assert all(p["theoretical_pct"] == pytest.approx(100 * 2 / 6) and 0 < p["bubble_pct"] < 100 for p in stages)
+    p2p = report["collectives"]
+    assert {(c["src"], c["dst"]) for c in p2p} == {(0, 1), (1, 2), (2, 1), (1, 0)}
+    assert all(len(c["ranks_seen"]) == 2 and c["bytes"] for c in p2p)
