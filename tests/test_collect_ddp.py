@@ -68,7 +68,8 @@ def test_allreduce_bytes_are_the_gradient_buckets(ddp_run):
         assert mine.filter(pl.col("name") != "gloo:all_reduce").height == 0
         for step in (2, 3):
             in_step = mine.filter(pl.col("step") == step)
-            assert in_step["bytes"].to_list() == buckets, f"rank {rank} step {step}"
+            # the buckets run on two gloo threads at once: either may start first
+            assert sorted(in_step["bytes"].to_list()) == sorted(buckets), f"rank {rank} step {step}"
             assert in_step["dtype"].to_list() == ["float", "float"]
             assert (in_step["dur_ns"] > 0).all()
         # one launch per bucket on the main thread; the transfer runs on gloo's own threads

@@ -34,7 +34,8 @@ def test_every_rank_and_bucket_is_captured(slow_run):
     assert run.manifest["collector"]["ranks_complete"] == [0, 1, 2, 3]
     comms = comm_events(run.events().collect(), "all_reduce")
     for (rank, step), group in comms.group_by(["rank", "step"], maintain_order=True):
-        assert group["bytes"].to_list() == BUCKETS, f"rank {rank} step {step}"
+        # the buckets run on two gloo threads at once: either may start first
+        assert sorted(group["bytes"].to_list()) == sorted(BUCKETS), f"rank {rank} step {step}"
 
 
 def test_slow_rank_arrives_last_at_every_all_reduce(slow_run):
