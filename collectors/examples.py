@@ -149,6 +149,28 @@ def spawn_local(args: list[str], world_size: int, log_dir: Path, *, timeout: flo
     return codes
 
 
+def capture_sample(dest: Path, job: list[str], world_size: int) -> None:
+    """Run an example job under ``ddprof launch`` + torchrun and copy its ``raw/`` capture to ``dest/raw``
+    (the store is re-derived with ``ddprof ingest dest/raw -o RUN_DIR``). Used by ``sample_traces/*/make.py``."""
+    import shutil
+    import tempfile
+
+    from ddprof.collectors.launch import launch
+
+    with tempfile.TemporaryDirectory(prefix="ddprof-sample-") as tmp:
+        run_dir = Path(tmp) / "run"
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world_size}",
+               "-m", "ddprof.collectors.examples", *job, "--wait-ingest"]
+        rc = launch(run_dir, cmd, environ={**os.environ, "OMP_NUM_THREADS": "1"})
+        if rc != 0:
+            raise SystemExit(f"the job failed with exit status {rc}")
+        run = ddprof.open_run(run_dir)
+        if run.ranks != list(range(world_size)):
+            raise SystemExit(f"capture incomplete: ranks {run.ranks}, warnings {run.manifest['collector']['warnings']}")
+        shutil.rmtree(dest / "raw", ignore_errors=True)
+        shutil.copytree(run_dir / "raw", dest / "raw")
+
+
 class _NoProfile:
     def step(self) -> None:
         pass

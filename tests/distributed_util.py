@@ -2,7 +2,7 @@
 
 Ranks are separate processes started the way torchrun starts them (``RANK``, ``LOCAL_RANK``,
 ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), running :mod:`ddprof.collectors.examples`
-(see :func:`ddprof.collectors.examples.spawn_local`). Importing this module needs torch.
+(see :func:`ddprof.collectors.examples.spawn_local`). Only :func:`run_example` needs torch.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ def run_example(job: str, run_dir: Path, world_size: int, *args: str, timeout: f
     Fails the test (with every rank's output) when a rank's exit status differs from ``expect_rc``
     (default: 0 for all) or the job outlives ``timeout``.
     """
+
     expect = {r: 0 for r in range(world_size)} | (expect_rc or {})
     facts_dir = run_dir.parent / f"{run_dir.name}-facts"
     logs_dir = run_dir.parent / f"{run_dir.name}-logs"
@@ -80,6 +81,18 @@ def ddp_buckets(param_bytes: list[int], cap_bytes: int) -> list[int]:
     if size:
         buckets.append(size)
     return buckets
+
+
+def gpipe_p2p(rank: int, stages: int, micro: int, batch: int, widths: tuple[int, ...]) -> list[tuple[str, int, int]]:
+    """GPipe on one stage, as (op, bytes, peer): M x (recv input, send output), then M x (recv output
+    grad, send input grad); float32 activations of ``batch x widths[stage]``. Stage 1 of 4 with widths
+    (64, 96, 128, ...) and batch 8: recv 3072 bytes from 0, send 4096 to 2, ... then recv 4096 from 2,
+    send 3072 to 0, ..."""
+    first, last = rank == 0, rank == stages - 1
+    act_in, act_out = batch * widths[rank] * 4, batch * widths[rank + 1] * 4
+    fwd = [("recv", act_in, rank - 1)] * (not first) + [("send", act_out, rank + 1)] * (not last)
+    bwd = [("recv", act_out, rank + 1)] * (not last) + [("send", act_in, rank - 1)] * (not first)
+    return fwd * micro + bwd * micro
 
 
 def comm_events(events: pl.DataFrame, op: str) -> pl.DataFrame:

@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("torch", reason="capture tests need torch (pip install 'ddprof[torch]')")
 
 from ddprof.collectors.examples import PIPE_WIDTHS  # noqa: E402
-from distributed_util import cpu_collective_ops, read_meta, run_example  # noqa: E402
+from distributed_util import cpu_collective_ops, gpipe_p2p, read_meta, run_example  # noqa: E402
 
 import ddprof  # noqa: E402
 
@@ -24,14 +24,7 @@ def pipe_run(tmp_path_factory):
 
 
 def expected_p2p(rank: int) -> list[tuple[str, int, int]]:
-    """GPipe on one stage, as (op, bytes, peer): M x (recv input, send output), then M x (recv output
-    grad, send input grad). Stage 1 of 4 (widths 96 -> 128, batch 8): recv 3072 from 0, send 4096 to 2..."""
-    first, last = rank == 0, rank == STAGES - 1
-    act_in = BATCH * PIPE_WIDTHS[rank] * 4
-    act_out = BATCH * PIPE_WIDTHS[rank + 1] * 4
-    fwd = [("recv", act_in, rank - 1)] * (not first) + [("send", act_out, rank + 1)] * (not last)
-    bwd = [("recv", act_out, rank + 1)] * (not last) + [("send", act_in, rank - 1)] * (not first)
-    return fwd * MICRO + bwd * MICRO
+    return gpipe_p2p(rank, STAGES, MICRO, BATCH, PIPE_WIDTHS)
 
 
 def test_pipeline_run_dir(pipe_run):

@@ -1,4 +1,4 @@
-"""A real 4-rank DDP job in which rank 2 sleeps 60 ms before every forward: the others wait for it in
+"""A real 4-rank DDP job in which rank 2 sleeps 100 ms before every forward: the others wait for it in
 the gradient all-reduce, and the capture must show who arrived last and who waited."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from distributed_util import comm_events, cpu_collective_ops, ddp_buckets, run_e
 
 import ddprof  # noqa: E402
 
-WORLD, SLOW, SLOW_MS, STEPS = 4, 2, 60.0, 5
+WORLD, SLOW, SLOW_MS, STEPS = 4, 2, 100.0, 5
 SLOW_NS = int(SLOW_MS * 1e6)
 BUCKETS = ddp_buckets([256 * 512 * 4, 512 * 4, 512 * 512 * 4, 512 * 4, 512 * 10 * 4, 10 * 4], 512 * 1024)
 
