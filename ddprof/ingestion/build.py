@@ -116,21 +116,24 @@ def _runtimes_inside_markers(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def _apply_meta(df: pl.DataFrame, rows: dict[int, Meta]) -> pl.DataFrame:
-    """Join the per-row collective metadata; GPU rows among them become ``comm``, gloo:* too."""
-    meta = pl.DataFrame(
-        {"_row": list(rows), **{f: [getattr(m, f) for m in rows.values()] for f in META_FIELDS}},
-        schema={"_row": pl.UInt32, "coll_op": pl.String, "pg": pl.String, "group_size": pl.Int32,
-                "in_bytes": pl.Int64, "out_bytes": pl.Int64, "dtype": pl.String, "seq": pl.Int64,
-                "peer": pl.Int32},
-    )
-    meta = meta.with_columns(bytes=pl.Series(
-        [comms.message_size(o, a, b, g) for o, a, b, g in
-         meta.select("coll_op", "in_bytes", "out_bytes", "group_size").iter_rows()], dtype=pl.Int64))
-    df = df.drop("pg", "group_size", "dtype", "seq").join(meta, on="_row", how="left", maintain_order="left")
+    """Scatter the per-row collective metadata into full-length columns (no join: nothing else is
+    copied); GPU rows among them become ``comm``, gloo:* annotations too."""
+    idx = pl.Series(list(rows), dtype=pl.UInt32)
+    values = {f: [getattr(m, f) for m in rows.values()] for f in META_FIELDS}
+    values["bytes"] = [comms.message_size(m.coll_op, m.in_bytes, m.out_bytes, m.group_size) for m in rows.values()]
+    dtypes = {"coll_op": pl.String, "pg": pl.String, "group_size": pl.Int32, "in_bytes": pl.Int64,
+              "out_bytes": pl.Int64, "dtype": pl.String, "seq": pl.Int64, "peer": pl.Int32, "bytes": pl.Int64}
+    cols = [_scatter(name, df.height, idx, values[name], dtype) for name, dtype in dtypes.items()]
+    df = df.with_columns(cols)
     gloo = pl.col("_marker") & pl.col("name").str.starts_with("gloo:")
     comm = (pl.col("coll_op").is_not_null() & (pl.col("cat") == "kernel")) | gloo
     df = df.with_columns(kind=pl.when(comm).then(pl.lit("comm")).otherwise("kind"))
     return _gloo_peers(df)
+
+
+def _scatter(name: str, n: int, idx: pl.Series, values: list[object], dtype: pl.DataType) -> pl.Series:
+    col = pl.Series(name, [None] * n, dtype=dtype)
+    return col.scatter(idx, pl.Series(values, dtype=dtype)) if len(idx) else col
 
 
 def _gloo_peers(df: pl.DataFrame) -> pl.DataFrame:
@@ -151,9 +154,8 @@ def _gloo_peers(df: pl.DataFrame) -> pl.DataFrame:
     if not same or issued["peer"].null_count() == issued.height:
         return df
     pairs = (run.filter(pl.col("coll_op").is_in(same)).drop("peer")
-             .join(issued.select("coll_op", "k", _peer="peer"), on=["coll_op", "k"]).select("_row", "_peer"))
-    return (df.join(pairs, on="_row", how="left", maintain_order="left")
-            .with_columns(peer=pl.coalesce("peer", "_peer")).drop("_peer"))
+             .join(issued.select("coll_op", "k", "peer"), on=["coll_op", "k"]).drop_nulls("peer"))
+    return df.with_columns(df["peer"].scatter(pairs["_row"], pairs["peer"]))
 
 
 def _assign_steps(df: pl.DataFrame) -> pl.DataFrame:
@@ -172,9 +174,9 @@ def _assign_steps(df: pl.DataFrame) -> pl.DataFrame:
     inside = (pos >= 0) & (ts < ends[np.maximum(pos, 0)])
     own = pl.Series("step", np.where(inside, steps[np.maximum(pos, 0)], -1), dtype=pl.Int32)
     df = df.with_columns(step=pl.when(own >= 0).then(own))
-    launch = (df.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
-              .group_by("correlation").agg(_launch_step=pl.col("step").first()))
-    df = df.join(launch, on="correlation", how="left", maintain_order="left")
-    return df.with_columns(
-        step=pl.when("is_gpu").then(pl.coalesce("_launch_step", "step")).otherwise("step")
-    ).drop("_launch_step")
+    launch = (df.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null()
+                        & pl.col("step").is_not_null())
+              .group_by("correlation").agg(pl.col("step").first()))
+    launch_step = pl.col("correlation").replace_strict(launch["correlation"], launch["step"], default=None,
+                                                       return_dtype=pl.Int32)
+    return df.with_columns(step=pl.when("is_gpu").then(pl.coalesce(launch_step, "step")).otherwise("step"))
