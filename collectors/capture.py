@@ -13,34 +13,25 @@ logged with its reason, recorded in the rank's meta file and in :attr:`Profile.f
 from __future__ import annotations
 
 import contextlib
-import gzip
 import json
 import logging
-import shutil
+import os
 import signal
 import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from ddprof.collectors import finish, flight_recorder, layout
-from ddprof.collectors.meta import base_meta, clocks, process_groups, write_meta
+from ddprof.collectors.rankfiles import RankFiles, initialised_dist
 from ddprof.collectors.rankinfo import RankInfo, detect_rank
 from ddprof.collectors.watch import DumpWatch
 
-from ddprof.atomic import write_atomic
 from ddprof.errors import UsageError
 from ddprof.rundir import Run
 
 log = logging.getLogger("ddprof.collectors")
 
-
-def _dist():
-    """torch.distributed when it is initialised, else None."""
-    dist = sys.modules.get("torch.distributed")
-    return dist if dist is not None and dist.is_available() and dist.is_initialized() else None
 
 
 class Profile(contextlib.ContextDecorator):
@@ -79,16 +70,16 @@ class Profile(contextlib.ContextDecorator):
         self.rank_info: RankInfo | None = None
         self.run: Run | None = None
         self.ingest_process: subprocess.Popen | None = None
-        self.failures: list[dict[str, str]] = []
-        self._meta: dict[str, Any] = {}
-        self._meta_lock = threading.Lock()
+        self._files: RankFiles | None = None
         self._prof: Any = None
         self._watch: DumpWatch | None = None
-        self._cycle = 0
         self._dist_info_pending = False
         self._last_step = time.monotonic()
         self._entered = False
-        self._writable = False
+
+    @property
+    def failures(self) -> list[dict[str, str]]:
+        return self._files.failures if self._files else []
 
     # -- entry -------------------------------------------------------------------------------------------
     def __enter__(self) -> Profile:
@@ -98,20 +89,19 @@ class Profile(contextlib.ContextDecorator):
         info = detect_rank()
         layout.claim(path, info.rank, "profile")  # the one deliberate raise: a reused run dir
         self.run_dir, self.rank_info, self._entered = path, info, True
+        self._files = files = RankFiles(path, info)
+        cuda = False
         try:
             import torch
 
             cuda = torch.cuda.is_available() if self._cuda is None else self._cuda
-            self._meta = base_meta(info, self._enabled(cuda))
-            layout.rank_raw_dir(path, info.rank).mkdir(parents=True, exist_ok=True)
-            self._writable = write_meta(layout.meta_path(path, info.rank), self._meta)
         except Exception as exc:
-            self._fail("setup", exc)
-        if not self._writable:
+            files.fail("setup", exc)
+        if not files.failures and files.open(self._enabled(cuda)):
+            self._start_flight_recorder(files)
+            self._start_profiler(files, cuda)
+        else:
             log.error("ddprof: capture is off for rank %d: %s cannot be written", info.rank, path)
-            return self
-        self._start_flight_recorder()
-        self._start_profiler(cuda)
         return self
 
     def _enabled(self, cuda: bool) -> dict[str, Any]:
@@ -121,50 +111,47 @@ class Profile(contextlib.ContextDecorator):
                 "stall_timeout_s": self._stall_timeout_s,
                 "ingest": "off" if not self._ingest else "sync" if self._wait_ingest else "background"}
 
-    def _start_flight_recorder(self) -> None:
-        assert self.run_dir is not None and self.rank_info is not None
+    def _start_flight_recorder(self, files: RankFiles) -> None:
         if not self._fr_wanted:
             return
         try:
-            if _dist() is None:  # the process group does not exist yet: the settings arrive in time
-                import os
-
-                os.environ.update(flight_recorder.fr_env(self.run_dir, self.rank_info.rank, flight_recorder.DEFAULT_BUFFER,
-                                                         True, dict(os.environ)))
+            if initialised_dist() is None:  # the process group does not exist yet: the settings arrive in time
+                os.environ.update(flight_recorder.fr_env(files.run_dir, files.info.rank,
+                                                         flight_recorder.DEFAULT_BUFFER, True, dict(os.environ)))
             elif not flight_recorder.buffer_enabled():
-                self._warn("Flight Recorder is off: its buffer size must be set before the process group is "
+                files.meta["enabled"]["flight_recorder"] = False
+                files.warn("Flight Recorder is off: its buffer size must be set before the process group is "
                            "created; call ddprof.init() before init_process_group (or use ddprof launch)")
-                self._meta["enabled"]["flight_recorder"] = False
                 return
             if flight_recorder.dump_function(None) is None:
-                self._warn("this torch build has no Flight Recorder")
-                self._meta["enabled"]["flight_recorder"] = False
+                files.meta["enabled"]["flight_recorder"] = False
+                files.warn("this torch build has no Flight Recorder")
                 return
-            self._watch = DumpWatch(self._dump_flight_recorder, lambda: self._last_step,
+            self._watch = DumpWatch(files.dump_flight_recorder, lambda: self._last_step,
                                     signum=self._dump_signal, stall_timeout_s=self._stall_timeout_s)
             self._watch.start()
         except Exception as exc:
-            self._fail("flight_recorder", exc)
+            files.fail("flight_recorder", exc)
 
-    def _start_profiler(self, cuda: bool) -> None:
+    def _start_profiler(self, files: RankFiles, cuda: bool) -> None:
         try:
             from torch.profiler import ProfilerActivity, schedule
             from torch.profiler import profile as torch_profile
 
             activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
             prof = torch_profile(activities=activities, schedule=schedule(**self.schedule),
-                                 on_trace_ready=self._export, **self.options)
+                                 on_trace_ready=files.write_trace, **self.options)
             self._dist_info_pending = True
             self._preset_distributed_info(prof)
             prof.start()
             self._prof = prof
         except Exception as exc:
-            self._fail("profiler start", exc)
+            files.fail("profiler start", exc)
 
     def _preset_distributed_info(self, prof: Any) -> None:
         """Before the process group exists, tell the trace which rank it is (torch writes nothing then)."""
         assert self.rank_info is not None
-        if _dist() is not None:
+        if initialised_dist() is not None:
             prof.preset_metadata.pop("distributedInfo", None)
             self._dist_info_pending = False
             return
@@ -184,94 +171,37 @@ class Profile(contextlib.ContextDecorator):
                 self._preset_distributed_info(prof)
             prof.step()
         except Exception as exc:
-            self._fail("profiler step", exc)
+            assert self._files is not None
+            self._files.fail("profiler step", exc)
             self._prof = None
-
-    def _export(self, prof: Any) -> None:
-        """``on_trace_ready``: write the cycle's trace, gzip-compressed, atomically."""
-        assert self.run_dir is not None and self.rank_info is not None
-        target = layout.trace_path(self.run_dir, self.rank_info.rank, self._cycle)
-        tmp = target.with_name(f".{target.name}.export.tmp")
-        self._cycle += 1
-        try:
-            prof.export_chrome_trace(str(tmp))
-
-            def compress(dest: Path) -> None:
-                with open(tmp, "rb") as src, gzip.open(dest, "wb", compresslevel=6) as out:
-                    shutil.copyfileobj(src, out, 1 << 20)
-
-            write_atomic(target, compress)
-            with self._meta_lock:
-                self._meta["traces"].append(target.name)
-            self._write_meta()
-        except Exception as exc:
-            self._fail("export", exc)
-        finally:
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)
-
-    def _dump_flight_recorder(self, reason: str) -> None:
-        assert self.run_dir is not None and self.rank_info is not None
-        dist = _dist()
-        try:
-            path = flight_recorder.dump(self.run_dir, self.rank_info.rank, str(dist.get_backend()) if dist else None)
-            with self._meta_lock:
-                self._meta["flight_recorder"].append({"file": path.name, "reason": reason,
-                                                      "bytes": path.stat().st_size, **clocks()})
-            log.info("ddprof: rank %d dumped the Flight Recorder (%s) to %s", self.rank_info.rank, reason, path)
-            self._write_meta()
-        except Exception as exc:
-            self._fail(f"flight_recorder dump ({reason})", exc)
 
     def dump_flight_recorder(self) -> None:
         """Dump this rank's Flight Recorder now (also done at exit, on the signal and on a stall)."""
-        if self._watch is not None:
-            self._dump_flight_recorder("requested")
+        if self._watch is not None and self._files is not None:
+            self._files.dump_flight_recorder("requested")
 
     # -- exit --------------------------------------------------------------------------------------------
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
         self._entered = False
-        if not self._writable:
+        files = self._files
+        if files is None or not files.writable:
             return False
-        assert self.run_dir is not None and self.rank_info is not None
         if self._prof is not None:
             try:
                 self._prof.stop()  # exports a cycle still being recorded
             except Exception as err:
-                self._fail("profiler stop", err)
+                files.fail("profiler stop", err)
             self._prof = None
         if self._watch is not None:
             self._watch.stop()
-            self._dump_flight_recorder("exit")
             self._watch = None
-        self._final_meta(exc)
+            files.dump_flight_recorder("exit")
+        self.rank_info = files.close(exc)
         if self.rank_info.rank == 0 and self._ingest:
-            self._start_ingest()
+            self._start_ingest(files)
         return False
 
-    def _final_meta(self, exc: BaseException | None) -> None:
-        assert self.rank_info is not None
-        dist = _dist()
-        with self._meta_lock:
-            if dist is not None:
-                try:
-                    if dist.get_rank() != self.rank_info.rank:
-                        self._meta["warnings"].append(
-                            f"torch.distributed says rank {dist.get_rank()}, the environment said "
-                            f"{self.rank_info.rank} at entry; files are under rank {self.rank_info.rank}")
-                    self._meta.update(backend=str(dist.get_backend()), world_size=dist.get_world_size(),
-                                      process_groups=process_groups())
-                    self.rank_info = RankInfo(self.rank_info.rank, self.rank_info.local_rank,
-                                              dist.get_world_size(), self.rank_info.source, str(dist.get_backend()))
-                except Exception as err:
-                    self._meta["failures"].append({"stage": "exit", "error": repr(err)})
-            self._meta["end"] = clocks()
-            self._meta["status"] = "complete" if exc is None else "failed"
-            if exc is not None:
-                self._meta["error"] = f"training raised {type(exc).__name__}: {exc}"
-        self._write_meta()
-
-    def _start_ingest(self) -> None:
+    def _start_ingest(self, files: RankFiles) -> None:
         assert self.run_dir is not None and self.rank_info is not None
         try:
             if self._wait_ingest:
@@ -281,30 +211,7 @@ class Profile(contextlib.ContextDecorator):
                 self.ingest_process = finish.start_background(self.run_dir, world_size=self.rank_info.world_size,
                                                               timeout_s=self._ingest_timeout_s)
         except Exception as exc:
-            self._fail("ingest", exc)
-
-    # -- bookkeeping -------------------------------------------------------------------------------------
-    def _write_meta(self) -> None:
-        assert self.run_dir is not None and self.rank_info is not None
-        with self._meta_lock:
-            snapshot = json.loads(json.dumps(self._meta, default=str))
-        write_meta(layout.meta_path(self.run_dir, self.rank_info.rank), snapshot)
-
-    def _warn(self, message: str) -> None:
-        log.warning("ddprof: %s", message)
-        with self._meta_lock:
-            self._meta.setdefault("warnings", []).append(message)
-
-    def _fail(self, stage: str, exc: BaseException) -> None:
-        rank = self.rank_info.rank if self.rank_info else "?"
-        log.error("ddprof: rank %s: %s failed: %s: %s (training continues)", rank, stage, type(exc).__name__, exc)
-        record = {"stage": stage, "error": f"{type(exc).__name__}: {exc}"}
-        self.failures.append(record)
-        with self._meta_lock:
-            if self._meta:
-                self._meta["failures"].append(record)
-        if self._writable and stage != "setup":
-            self._write_meta()
+            files.fail("ingest", exc)
 
 
 def profile(run_dir: str | Path | None = None, **options: Any) -> Profile:
