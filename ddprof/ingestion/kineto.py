@@ -1,6 +1,6 @@
 """Decode one Kineto (PyTorch profiler) trace file into a Polars frame of its complete events.
 
-The event list is first split into raw JSON slices (one cheap pass), then decoded in chunks with a typed
+The event list is first split into raw JSON slices (with the header, in one pass), then decoded in chunks with a typed
 msgspec decoder (:mod:`ddprof.ingestion.events`). Each chunk becomes a small columnar frame at once, so
 the Python objects of at most one chunk are alive at a time. A chunk the typed decoder rejects is decoded
 event by event: malformed complete events are dropped and counted, never fatal.
@@ -26,14 +26,13 @@ CHUNK = 8192
 
 
 class Trace(msgspec.Struct, forbid_unknown_fields=False):
-    traceEvents: msgspec.Raw = msgspec.Raw()  # noqa: N815 - Kineto's key; split into raw events below
+    traceEvents: list[msgspec.Raw] | None = None  # noqa: N815 - Kineto's key: raw events, decoded in chunks
     distributedInfo: Any = None  # noqa: N815
     baseTimeNanoseconds: Any = None  # noqa: N815
     deviceProperties: Any = None  # noqa: N815
 
 
 _trace_decoder = msgspec.json.Decoder(Trace)
-_raw_list_decoder = msgspec.json.Decoder(list[msgspec.Raw])
 _chunk_decoder = msgspec.json.Decoder(list[Event])
 _event_decoder = msgspec.json.Decoder(Event)
 _any_decoder = msgspec.json.Decoder()
@@ -96,19 +95,18 @@ def decode(path: Path) -> Decoded:
     try:
         trace = _trace_decoder.decode(data)
     except msgspec.ValidationError:
-        kind = type(_any_decoder.decode(data)).__name__
-        raise BadInputError(f"top level is a JSON {kind}, expected an object with 'traceEvents'",
-                            path=path) from None
+        doc = _any_decoder.decode(data)
+        if isinstance(doc, dict):
+            raise BadInputError("'traceEvents' is not a list of events", path=path) from None
+        raise BadInputError(f"top level is a JSON {type(doc).__name__}, expected an object with "
+                            "'traceEvents'", path=path) from None
     except msgspec.DecodeError as exc:
         raise BadInputError(f"not valid JSON ({exc}); the file may be truncated", path=path) from None
     del data
-    if not trace.traceEvents:
+    raws = trace.traceEvents
+    if raws is None:
         raise BadInputError("no 'traceEvents' list: not a Kineto/Chrome trace", path=path)
-    try:
-        raws = _raw_list_decoder.decode(trace.traceEvents)
-    except msgspec.ValidationError:
-        raise BadInputError("'traceEvents' is not a list", path=path) from None
-    trace.traceEvents = msgspec.Raw()
+    trace.traceEvents = None
     dropped: Counter[str] = Counter()
     frames, complete = [], 0
     for start in range(0, len(raws), CHUNK):

@@ -13,14 +13,12 @@ one names the op and outer ones fill in what it lacks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from ddprof.ingestion import comms
 
 
-@dataclass(frozen=True)
-class Meta:
+class Meta(NamedTuple):
     coll_op: str | None = None
     pg: str | None = None
     group_size: int | None = None
@@ -32,9 +30,7 @@ class Meta:
 
     def fill_from(self, outer: Meta) -> Meta:
         """This (inner) metadata, with fields it lacks taken from an enclosing marker."""
-        changes = {k: getattr(outer, k) for k in self.__dataclass_fields__
-                   if getattr(self, k) is None and getattr(outer, k) is not None}
-        return replace(self, **changes) if changes else self
+        return Meta._make(a if a is not None else b for a, b in zip(self, outer))
 
 
 def row_meta(row: dict[str, Any]) -> Meta:
