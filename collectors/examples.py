@@ -20,9 +20,11 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -152,9 +154,6 @@ def spawn_local(args: list[str], world_size: int, log_dir: Path, *, timeout: flo
 def capture_sample(dest: Path, job: list[str], world_size: int) -> None:
     """Run an example job under ``ddprof launch`` + torchrun and copy its ``raw/`` capture to ``dest/raw``
     (the store is re-derived with ``ddprof ingest dest/raw -o RUN_DIR``). Used by ``sample_traces/*/make.py``."""
-    import shutil
-    import tempfile
-
     from ddprof.collectors.launch import launch
 
     with tempfile.TemporaryDirectory(prefix="ddprof-sample-") as tmp:
