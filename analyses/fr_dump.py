@@ -1,0 +1,157 @@
+"""One loaded Flight Recorder dump object -> :class:`~ddprof.analyses.fr_records.FRDump`.
+
+Validates the top level (a dict with ``version`` 2.x and ``pg_config``), parses the groups, entries and
+``pg_status``, works out which rank wrote the dump, and keys ``pg_status`` by group name:
+
+- Rank: a dump has no rank field. The content pins it when it has a ``rank`` key (a producer may add one)
+  or when exactly one rank is common to every group in ``pg_config`` (a process only records the groups it
+  belongs to); else the file name's trailing number does. Content and name must agree, and there is no
+  default rank.
+- ``pg_config`` is keyed by the group *name* (a counter shared by all ranks), ``pg_status`` by the local
+  ``pg_id`` (a per-process counter); :func:`map_status_to_names` joins the two.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ddprof.analyses.fr_records import FRDump, FREntry, PGStatus, parse_entry, parse_ranks, parse_status
+
+from ddprof.errors import BadInputError, RankError
+
+__all__ = ["SUPPORTED_MAJOR", "parse_dump", "rank_from_filename", "resolve_rank", "map_status_to_names"]
+
+#: The major format version this reader understands (PyTorch writes 2.0 ... 2.10 as of torch 2.9).
+SUPPORTED_MAJOR = "2"
+
+
+def rank_from_filename(path: str | Path) -> int | None:
+    """The trailing number of a file name, or None: ``_dump_12`` -> 12, ``rank3.json`` -> 3, ``x`` -> None."""
+    p = Path(path)
+    m = re.search(r"(\d+)$", p.name) or re.search(r"(\d+)$", p.stem)
+    return int(m.group(1)) if m else None
+
+
+def _rank_from_content(obj: Mapping[str, Any], pg_ranks: Mapping[str, tuple[int, ...]]) -> int | None:
+    """The rank the content pins: a ``rank`` key, else the single rank common to all recorded groups."""
+    rank = obj.get("rank")
+    if isinstance(rank, int) and not isinstance(rank, bool):
+        return rank
+    common: set[int] | None = None
+    for ranks in pg_ranks.values():
+        common = set(ranks) if common is None else common & set(ranks)
+    if common is not None and len(common) == 1:
+        return next(iter(common))
+    return None
+
+
+def resolve_rank(content_rank: int | None, name_rank: int | None, path: str | Path) -> tuple[int, str]:
+    """Pick the rank of a dump: content first, then file name; refuse a disagreement or no rank at all."""
+    if content_rank is not None and name_rank is not None and content_rank != name_rank:
+        raise RankError(
+            f"the dump's content says rank {content_rank} but the file name says {name_rank}; "
+            "rename the file or check that it was not copied from another rank",
+            path=path,
+            rank=name_rank,
+        )
+    if content_rank is not None:
+        return content_rank, "content"
+    if name_rank is not None:
+        return name_rank, "file name"
+    raise RankError(
+        "cannot tell which rank wrote this dump: the content does not pin it and the file name has no "
+        "trailing rank number (name it like _dump_<rank>)",
+        path=path,
+    )
+
+
+def map_status_to_names(
+    status_by_id: Mapping[str, PGStatus], pg_names: list[str], entries: tuple[FREntry, ...]
+) -> tuple[dict[str, PGStatus], list[str]]:
+    """Key ``pg_status`` (by local ``pg_id``) by group name.
+
+    Rule: an entry's (process_group name, pg_id) pair anchors a name to an id. Groups without entries are
+    mapped by creation order: group names and local ids both grow as groups are created, so when
+    ``pg_config`` and ``pg_status`` list the same number of groups, the i-th smallest name maps to the i-th
+    smallest id. The order mapping is used only where it agrees with every anchor.
+
+    Example: names ``["0", "7", "41"]``, ids ``["0", "1", "5"]``, an entry of group "41" with pg_id 5
+    -> ``{"0": status["0"], "7": status["1"], "41": status["5"]}``.
+
+    Returns the mapping and warnings for groups left unmapped.
+    """
+    anchors = {e.pg_name: str(e.pg_id) for e in entries if e.pg_id is not None}
+    mapping = {name: pid for name, pid in anchors.items() if pid in status_by_id}
+    warnings: list[str] = []
+    numeric = all(n.isdigit() for n in pg_names) and all(k.lstrip("-").isdigit() for k in status_by_id)
+    if numeric and len(pg_names) == len(status_by_id):
+        by_order = dict(zip(sorted(pg_names, key=int), sorted(status_by_id, key=int), strict=True))
+        if all(by_order.get(n) == pid for n, pid in anchors.items()):
+            mapping = by_order
+        else:
+            warnings.append(
+                "pg_status ids do not follow group creation order; only groups with entries have status"
+            )
+    elif status_by_id:
+        unmapped = sorted(set(pg_names) - set(mapping))
+        if unmapped:
+            warnings.append(
+                f"no pg_status for groups {', '.join(unmapped)} (cannot map local pg ids to names)"
+            )
+    return {name: status_by_id[pid] for name, pid in mapping.items()}, warnings
+
+
+def parse_dump(obj: Any, path: str | Path) -> FRDump:
+    """Validate a loaded dump object and normalise it into an :class:`FRDump`. Raises BadInputError."""
+    name_rank = rank_from_filename(path)
+
+    def bad(message: str) -> BadInputError:
+        return BadInputError(message, path=path, rank=name_rank)
+
+    if not isinstance(obj, Mapping):
+        raise bad(f"not a Flight Recorder dump: top level is a {type(obj).__name__}, expected a dict")
+    missing = [k for k in ("version", "pg_config") if k not in obj]
+    if missing:
+        found = ", ".join(map(str, list(obj)[:8]))
+        raise bad(f"not a Flight Recorder dump: no {', '.join(missing)} key (found {found})")
+    version = str(obj["version"])
+    if version.split(".")[0] != SUPPORTED_MAJOR:
+        raise bad(
+            f"Flight Recorder format version {version} is not supported "
+            f"(this reader understands {SUPPORTED_MAJOR}.x)"
+        )
+    try:
+        pg_config = obj["pg_config"]
+        if not isinstance(pg_config, Mapping):
+            raise ValueError("pg_config must be a dict")
+        pg_ranks = {str(k): parse_ranks(v.get("ranks", [])) for k, v in pg_config.items()}
+        pg_desc = {str(k): str(v.get("desc", "")) for k, v in pg_config.items()}
+        raw_entries = obj.get("entries", [])
+        if not isinstance(raw_entries, (list, tuple)):
+            raise ValueError("entries must be a list")
+        entries = tuple(parse_entry(e, i) for i, e in enumerate(raw_entries))
+        status_by_id = parse_status(obj.get("pg_status"))
+    except (ValueError, TypeError, AttributeError, KeyError) as exc:
+        raise bad(f"malformed Flight Recorder dump: {exc}") from exc
+    rank, source = resolve_rank(_rank_from_content(obj, pg_ranks), name_rank, path)
+    warnings: list[str] = []
+    if "entries" not in obj:
+        warnings.append("the dump has no entries (written without collectives?)")
+    stray = next((e for e in entries if e.pg_name not in pg_ranks), None)
+    if stray is not None:
+        warnings.append(f"entry {stray.record_id} names group {stray.pg_name!r}, absent from pg_config")
+    pg_status, status_warnings = map_status_to_names(status_by_id, list(pg_ranks), entries)
+    return FRDump(
+        path=str(path),
+        rank=rank,
+        rank_source=source,
+        version=version,
+        pg_ranks=pg_ranks,
+        pg_desc=pg_desc,
+        pg_status=pg_status,
+        entries=entries,
+        warnings=tuple(warnings + status_warnings),
+    )

@@ -1,0 +1,118 @@
+"""Loading a directory of per-rank Flight Recorder dumps, and the cheap check that a directory holds some.
+
+:func:`load_dump_dir` reads every candidate file (skipping logs and notes kept beside the dumps) into a
+:class:`DumpSet`: the dumps by rank, plus each file that failed as a BadInputError, so one bad rank never
+stops the others. :func:`is_flight_recorder_dir` sniffs names and file heads only, never unpickling.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ddprof.analyses.fr_dump import parse_dump
+from ddprof.analyses.fr_records import FRDump
+from ddprof.analyses.fr_unpickle import looks_like_pickle, read_dump_object
+
+from ddprof.errors import BadInputError, RankError
+
+__all__ = ["SKIPPED_SUFFIXES", "DumpSet", "load_dump", "load_dump_dir", "is_flight_recorder_dir"]
+
+#: File suffixes that are never dumps (logs, notes, reference answers kept beside the dumps).
+SKIPPED_SUFFIXES = frozenset({".log", ".txt", ".md", ".rst", ".csv", ".yaml", ".yml", ".py", ".sh", ".html"})
+_SNIFF_BYTES = 65536
+_SNIFF_FILES = 64
+
+
+@dataclass(frozen=True)
+class DumpSet:
+    """The dumps of a directory: loaded ones by rank, and the files that failed (each a BadInputError)."""
+
+    path: str
+    dumps: dict[int, FRDump]
+    failures: list[BadInputError] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def load_dump(path: str | Path) -> FRDump:
+    """Read and validate one dump file (pickle or JSON). Raises BadInputError naming the file and rank."""
+    return parse_dump(read_dump_object(path), path)
+
+
+def _candidate_files(directory: Path) -> tuple[list[Path], list[str]]:
+    """The files of a directory that may be dumps (sorted), and the names skipped as logs or notes."""
+    files, skipped = [], []
+    for p in sorted(directory.iterdir()):
+        if p.name.startswith(".") or not p.is_file():
+            continue
+        if p.suffix.lower() in SKIPPED_SUFFIXES or p.name.upper().startswith(("LICENSE", "README")):
+            skipped.append(p.name)
+            continue
+        files.append(p)
+    return files, skipped
+
+
+def load_dump_dir(path: str | Path) -> DumpSet:
+    """Load every dump in a directory. A bad file becomes a failure; the other ranks still load.
+
+    Files named like logs or notes (``*.log``, ``*.txt``, ``*.md``, ...) are skipped. Two files claiming
+    the same rank both fail (RankError), since neither can be trusted over the other.
+    """
+    directory = Path(path)
+    if not directory.is_dir():
+        raise BadInputError("expected a directory of Flight Recorder dumps", path=path)
+    files, skipped = _candidate_files(directory)
+    failures: list[BadInputError] = []
+    by_rank: dict[int, list[FRDump]] = {}
+    for f in files:
+        try:
+            d = load_dump(f)
+        except BadInputError as exc:
+            failures.append(exc)
+            continue
+        by_rank.setdefault(d.rank, []).append(d)
+    dumps = {}
+    for rank, ds in sorted(by_rank.items()):
+        if len(ds) == 1:
+            dumps[rank] = ds[0]
+            continue
+        names = ", ".join(Path(d.path).name for d in ds)
+        failures.extend(
+            RankError(f"rank {rank} is claimed by several dumps ({names})", path=d.path, rank=rank)
+            for d in ds
+        )
+    return DumpSet(path=str(directory), dumps=dumps, failures=failures, skipped=skipped)
+
+
+def _sniff_file(p: Path) -> bool:
+    try:
+        with p.open("rb") as fh:
+            head = fh.read(_SNIFF_BYTES)
+    except OSError:
+        return False
+    if looks_like_pickle(head):
+        return True
+    if p.suffix.lower() == ".json":
+        text = head.decode("utf-8", errors="ignore")
+        return '"pg_config"' in text and '"traceEvents"' not in text
+    return False
+
+
+def is_flight_recorder_dir(path: str | Path) -> bool:
+    """Cheap check that a directory holds FR dumps, so a CLI can route it to hang diagnosis.
+
+    True when some file starts with a pickle protocol header, or is a JSON file mentioning ``pg_config``
+    (and not ``traceEvents``, which marks a Kineto trace), or is named ``*_dump_<n>``. Reads at most 64 KiB
+    of at most 64 files; never unpickles anything.
+    """
+    directory = Path(path)
+    if not directory.is_dir():
+        return False
+    try:
+        files, _ = _candidate_files(directory)
+    except OSError:
+        return False
+    if any(re.search(r"_dump_\d+$", f.name) for f in files):
+        return True
+    return any(_sniff_file(f) for f in files[:_SNIFF_FILES])

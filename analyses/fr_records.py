@@ -1,0 +1,138 @@
+"""The records of a Flight Recorder dump, and the parsing of one raw entry or status table into them.
+
+:class:`FREntry` is one record of the FR ring buffer, :class:`PGStatus` one group's counters from
+``pg_status``, :class:`FRDump` one rank's whole dump. The parsers take the plain objects a pickle or JSON
+file holds (lists and tuples alike) and raise ValueError on anything malformed; :func:`parse_dump
+<ddprof.analyses.fr_dump.parse_dump>` turns that into a BadInputError naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["FREntry", "PGStatus", "FRDump", "parse_entry", "parse_status", "parse_ranks"]
+
+
+@dataclass(frozen=True)
+class FREntry:
+    """One record of the FR ring buffer, normalised (JSON lists and pickle tuples alike)."""
+
+    record_id: int
+    pg_name: str
+    pg_desc: str
+    pg_id: int | None
+    collective_seq_id: int
+    p2p_seq_id: int
+    is_p2p: bool
+    op: str
+    state: str
+    time_created_ns: int | None
+    input_sizes: list[Any]
+    input_dtypes: list[str]
+    output_sizes: list[Any]
+
+    @property
+    def seq(self) -> int:
+        """The sequence number this entry has in its stream (``p2p_seq_id`` for send/recv)."""
+        return self.p2p_seq_id if self.is_p2p else self.collective_seq_id
+
+    @property
+    def completed(self) -> bool:
+        return self.state == "completed"
+
+
+@dataclass(frozen=True)
+class PGStatus:
+    last_enqueued: int
+    last_completed: int
+    last_started: int | None
+
+
+@dataclass(frozen=True)
+class FRDump:
+    """One rank's dump. ``pg_status`` is keyed by group *name* (mapped from the local ``pg_id``)."""
+
+    path: str
+    rank: int
+    rank_source: str
+    version: str
+    pg_ranks: dict[str, tuple[int, ...]]
+    pg_desc: dict[str, str]
+    pg_status: dict[str, PGStatus]
+    entries: tuple[FREntry, ...]
+    warnings: tuple[str, ...] = ()
+
+
+def _as_int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{what} must be an integer, got {value!r}")
+    return value
+
+
+def parse_ranks(value: Any) -> tuple[int, ...]:
+    """``"[0, 1]"`` (pickle/JSON string) or ``[0, 1]`` -> ``(0, 1)``; anything else raises ValueError."""
+    if isinstance(value, str):
+        value = json.loads(value) if value.strip() else []
+    if not isinstance(value, (list, tuple)) or not all(
+        isinstance(r, int) and not isinstance(r, bool) for r in value
+    ):
+        raise ValueError(f"ranks must be a list of integers, got {value!r}")
+    return tuple(value)
+
+
+def parse_entry(raw: Any, index: int) -> FREntry:
+    """One raw ``entries`` item (the ``index``-th) -> :class:`FREntry`; raises ValueError when malformed.
+
+    ``is_p2p`` is taken from the op name (``nccl:send``/``nccl:recv``) when the dump does not say.
+    """
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"entry {index} is a {type(raw).__name__}, not a dict")
+    try:
+        pg = raw["process_group"]
+        if not isinstance(pg, (list, tuple)) or len(pg) < 1:
+            raise ValueError(f"entry {index}: process_group must be [name, desc], got {pg!r}")
+        op = str(raw["profiling_name"])
+        is_p2p = raw.get("is_p2p")
+        if is_p2p is None:
+            is_p2p = bool(re.match(r"nccl:(send|recv)\b", op))
+        pg_id = raw.get("pg_id")
+        return FREntry(
+            record_id=_as_int(raw.get("record_id", index), "record_id"),
+            pg_name=str(pg[0]),
+            pg_desc=str(pg[1]) if len(pg) > 1 else "",
+            pg_id=None if pg_id is None else _as_int(pg_id, "pg_id"),
+            collective_seq_id=_as_int(raw["collective_seq_id"], "collective_seq_id"),
+            p2p_seq_id=_as_int(raw.get("p2p_seq_id", 0), "p2p_seq_id"),
+            is_p2p=bool(is_p2p),
+            op=op,
+            state=str(raw["state"]),
+            time_created_ns=raw.get("time_created_ns"),
+            input_sizes=list(raw.get("input_sizes") or []),
+            input_dtypes=list(raw.get("input_dtypes") or []),
+            output_sizes=list(raw.get("output_sizes") or []),
+        )
+    except KeyError as exc:
+        raise ValueError(f"entry {index} lacks the field {exc.args[0]!r}") from exc
+
+
+def parse_status(raw: Any) -> dict[str, PGStatus]:
+    """The raw ``pg_status`` table (keyed by local ``pg_id``; None when absent) -> {pg_id: PGStatus}."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"pg_status must be a dict, got {type(raw).__name__}")
+    out = {}
+    for key, st in raw.items():
+        if not isinstance(st, Mapping):
+            raise ValueError(f"pg_status[{key!r}] must be a dict")
+        started = st.get("last_started_collective")
+        out[str(key)] = PGStatus(
+            last_enqueued=_as_int(st["last_enqueued_collective"], "last_enqueued_collective"),
+            last_completed=_as_int(st["last_completed_collective"], "last_completed_collective"),
+            last_started=None if started is None else _as_int(started, "last_started_collective"),
+        )
+    return out
