@@ -18,6 +18,7 @@ def run_summary(run: Run) -> dict[str, Any]:
             "events": info.get("events", 0),
             "kernels": info.get("kernels", 0),
             "comm_kernels": info.get("comm_kernels", 0),
+            "comm_events": info.get("comm_events", info.get("comm_kernels", 0)),
             "steps": info.get("steps", []),
             "span_us": round((last - first) / 1e3, 3) if first is not None and last is not None else None,
             "device_names": sorted(set(info.get("device_names", []))),
@@ -50,7 +51,7 @@ def render_summary(summary: dict[str, Any]) -> str:
     for p in summary["per_rank"]:
         span = f"{p['span_us'] / 1e3:10.3f}" if p["span_us"] is not None else f"{'-':>10}"
         host = f" {(p['host'] or '-')[:16]:<16}" if hosts else ""
-        lines.append(f"{p['rank']:>5}{host} {p['events']:>9} {p['kernels']:>8} {p['comm_kernels']:>6} {span}  "
+        lines.append(f"{p['rank']:>5}{host} {p['events']:>9} {p['kernels']:>8} {p['comm_events']:>6} {span}  "
                      f"{_ranges(p['steps']) or '-'}")
     if summary["failed"]:
         lines += ["", f"failed inputs ({len(summary['failed'])}):"]

@@ -240,3 +240,15 @@ def test_collector_sidecars_give_hosts_and_clocks(tmp_path):
     assert run.manifest["clocks"]["1"]["start"] == {"wall_ns": 5, "monotonic_ns": 7}
     assert run.manifest["versions"]["torch"] == "2.13.0"
     assert any("junk.meta.json" in w for w in run.manifest["warnings"])
+
+
+def test_cache_written_by_other_ingest_code_is_not_reused(tmp_path):
+    f = write(tmp_path / "rank-0.json", kineto(0, ok_events(), world=1))
+    run = ddprof.ingest([f], tmp_path / "run")
+    manifest = run.path / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    doc["ingest_fingerprint"] = "an-older-ingest"
+    doc["per_rank"]["0"]["events"] = 999  # what an older ingest might have written
+    manifest.write_text(json.dumps(doc))
+    run = ddprof.ingest([f], tmp_path / "run")
+    assert run.rank_info(0)["events"] == 3

@@ -42,6 +42,7 @@ class FileResult:
     events: int = 0
     kernels: int = 0
     comm_kernels: int = 0
+    comm_events: int = 0  # communication rows: GPU kernels, or gloo ops on CPU-only ranks
     gpu: bool = False
     steps: list[int] = field(default_factory=list)
     first_ns: int | None = None
@@ -109,10 +110,12 @@ def _summarise(df: pl.DataFrame, res: FileResult) -> None:
         events=pl.len(),
         kernels=pl.col("kind").is_in(["compute", "comm"]).and_(pl.col("stream").is_not_null()).sum(),
         comm_kernels=((pl.col("kind") == "comm") & pl.col("stream").is_not_null()).sum(),
+        comm_events=(pl.col("kind") == "comm").sum(),
         gpu=(pl.col("kind").is_in(gpu_kinds) & pl.col("stream").is_not_null()).any(),
         first=pl.col("ts_ns").min(),
         last=(pl.col("ts_ns") + pl.col("dur_ns")).max(),
     ).row(0, named=True)
-    res.events, res.kernels, res.comm_kernels = s["events"], s["kernels"], s["comm_kernels"]
+    res.events, res.kernels = s["events"], s["kernels"]
+    res.comm_kernels, res.comm_events = s["comm_kernels"], s["comm_events"]
     res.gpu, res.first_ns, res.last_ns = bool(s["gpu"]), s["first"], s["last"]
     res.steps = df.get_column("step").drop_nulls().unique().sort().to_list()

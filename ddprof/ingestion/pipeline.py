@@ -6,11 +6,13 @@ write the manifest last (atomically), then drop Parquet parts no manifest refers
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from functools import lru_cache
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -55,6 +57,7 @@ def ingest(sources: str | Path | Iterable[str | Path], out_dir: str | Path, *,
     for res in _run_jobs(todo, out, rank_map, jobs, progress):
         results[str(Path(res.path).resolve())] = res
     manifest = build_manifest(results, rank_map)
+    manifest["ingest_fingerprint"] = ingest_fingerprint()
     side, side_warnings = read_sidecars([Path(s) for s in srcs])
     manifest["hosts"] = {r: h for r, h in side["hosts"].items() if int(r) in manifest["ranks"]}
     manifest["clocks"] = side["clocks"]
@@ -74,12 +77,24 @@ def _same_map(hit: dict[str, Any], rank_map: dict[str, int] | None) -> bool:
     return hit.get("rank_map") == (rank_map or None)
 
 
+@lru_cache(maxsize=1)
+def ingest_fingerprint() -> str:
+    """Hash of the code that shapes the store: a cache written by other ingest code is not reused."""
+    import ddprof.ingestion as pkg
+    import ddprof.schema as schema
+
+    h = hashlib.sha1()
+    for f in sorted(Path(pkg.__file__).parent.glob("*.py")) + [Path(schema.__file__)]:
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def _previous_sources(out: Path) -> dict[str, dict[str, Any]]:
     try:
         m = json.loads((out / MANIFEST).read_text())
     except (OSError, ValueError):
         return {}
-    if m.get("format") != RUN_FORMAT:
+    if m.get("format") != RUN_FORMAT or m.get("ingest_fingerprint") != ingest_fingerprint():
         return {}
     return {k: v for k, v in m.get("sources", {}).items() if isinstance(v, dict)}
 
