@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from ddprof.collectors.examples import spawn_local
 
 
 @dataclass
@@ -34,6 +33,7 @@ def run_example(job: str, run_dir: Path, world_size: int, *args: str, timeout: f
     Fails the test (with every rank's output) when a rank's exit status differs from ``expect_rc``
     (default: 0 for all) or the job outlives ``timeout``.
     """
+    from ddprof.collectors.examples import spawn_local  # needs torch
 
     expect = {r: 0 for r in range(world_size)} | (expect_rc or {})
     facts_dir = run_dir.parent / f"{run_dir.name}-facts"
