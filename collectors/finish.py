@@ -62,7 +62,7 @@ def summarize(metas: dict[int, dict[str, Any] | None], waited_s: float, timeout_
     for rank, meta in sorted(metas.items()):
         if meta is None:
             by_status["missing"].append(rank)
-            warnings.append(f"rank {rank}: no meta file ({layout.meta_path('RUN', rank).relative_to('RUN')}); "
+            warnings.append(f"rank {rank}: no meta file ({layout.meta_path('', rank)}); "
                             "the rank never started capturing or its directory is gone")
             continue
         status = {"running": "incomplete"}.get(meta.get("status", ""), meta.get("status", "incomplete"))
