@@ -4,7 +4,7 @@
 
     run_dir/raw/rank-00003/rank-00003.meta.json                  what ran, where, what was enabled, failures
     run_dir/raw/rank-00003/rank-00003.cycle-000.pt.trace.json.gz   one Kineto trace per profiled cycle
-    run_dir/raw/rank-00003/fr_trace_rank_3                       Flight Recorder dump (pickle, torch's format)
+    run_dir/raw/rank-00003/fr_trace_rank_3                       latest Flight Recorder dump (torch's pickle)
 
 Policy for a run dir that already holds a capture: **refuse at entry**, before training starts. A rank
 refuses when the run dir has a ``manifest.json`` or when its own ``rank-NNNNN.meta.json`` exists (every
