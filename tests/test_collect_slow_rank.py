@@ -53,12 +53,10 @@ def test_slow_rank_arrives_last_at_every_all_reduce(slow_run):
 def test_fast_ranks_wait_in_the_all_reduce_and_the_slow_rank_does_not(slow_run):
     run_dir, job = slow_run
     events = ddprof.open_run(run_dir).events().collect()
-    waited = comm_events(events, "all_reduce").group_by("rank", "step").agg(pl.col("dur_ns").max())
-    for rank, step, longest in waited.iter_rows():
-        if rank == SLOW:
-            assert longest < SLOW_NS // 2, f"slow rank waited {longest} ns in step {step}"
-        else:
-            assert longest > SLOW_NS // 2, f"rank {rank} waited only {longest} ns in step {step}"
+    # median over the rank's 4 all-reduces (2 steps x 2 buckets): robust to one descheduled thread
+    waited = dict(comm_events(events, "all_reduce").group_by("rank").agg(pl.col("dur_ns").median()).iter_rows())
+    assert waited[SLOW] < SLOW_NS / 2, waited
+    assert min(w for r, w in waited.items() if r != SLOW) > SLOW_NS / 2, waited
     # all ranks are held to the slow rank's pace
     steps = events.filter(pl.col("name").str.starts_with("ProfilerStep#"))
     assert steps.height == WORLD * 2
