@@ -14,8 +14,26 @@ from pathlib import Path
 from typing import Any
 
 
+def _umask() -> int:
+    """The process umask, read without changing it (``os.umask`` would, racing other threads)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: str | Path, writer: Callable[[Path], None]) -> Path:
-    """Call ``writer(tmp_path)`` then rename ``tmp_path`` to ``path``."""
+    """Call ``writer(tmp_path)`` then rename ``tmp_path`` to ``path``.
+
+    The file gets the permissions a plain ``open()`` would give it (``0o666`` less the umask), not
+    ``mkstemp``'s private ``0o600``: run dirs are often shared with teammates.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
@@ -23,6 +41,7 @@ def write_atomic(path: str | Path, writer: Callable[[Path], None]) -> Path:
     tmp_path = Path(tmp)
     try:
         writer(tmp_path)
+        tmp_path.chmod(0o666 & ~_umask())
         with open(tmp_path, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp_path, path)

@@ -252,3 +252,23 @@ def test_cache_written_by_other_ingest_code_is_not_reused(tmp_path):
     manifest.write_text(json.dumps(doc))
     run = ddprof.ingest([f], tmp_path / "run")
     assert run.rank_info(0)["events"] == 3
+
+
+def test_outputs_are_readable_by_others_like_plain_files(tmp_path):
+    import os
+
+    f = write(tmp_path / "rank-0.json", kineto(0, ok_events(), world=1))
+    old = os.umask(0o022)
+    try:
+        run = ddprof.ingest([f], tmp_path / "run")
+    finally:
+        os.umask(old)
+    for p in [run.path / "manifest.json", run.path / run.rank_info(0)["parts"][0]]:
+        assert p.stat().st_mode & 0o777 == 0o644, p
+
+
+def test_reingest_keeps_the_collector_section(tmp_path):
+    f = write(tmp_path / "rank-0.json", kineto(0, ok_events(), world=1))
+    ddprof.ingest([f], tmp_path / "run", extra_manifest={"collector": {"ranks_complete": [0]}})
+    run = ddprof.ingest([f], tmp_path / "run", force=True)
+    assert run.manifest["collector"] == {"ranks_complete": [0]}

@@ -69,6 +69,8 @@ def test_plain_torch_profiler_gloo_run_ingests(gloo_traces, tmp_path):
     per_rank = allreduce.filter(pl.col("step").is_not_null()).group_by("rank").len().sort("rank")
     assert per_rank["len"].to_list() == [STEPS, STEPS]
     assert allreduce["bytes"].unique().to_list() == [NUMEL * 4]
+    # One process group in distributedInfo.pg_config: every collective belongs to it.
+    assert comm["pg"].unique().to_list() == ["0"] and comm["group_size"].unique().to_list() == [2]
     p2p = comm.filter(pl.col("coll_op").is_in(["send", "recv"]))
     assert set(zip(p2p["rank"], p2p["coll_op"])) == {(0, "send"), (1, "recv")}
     assert p2p["bytes"].unique().to_list() == [400]

@@ -11,6 +11,7 @@ import click
 from ddprof import __version__
 from ddprof.cli.analyze_cmd import analyze
 from ddprof.cli.ingest_cmd import ingest
+from ddprof.collectors.launch import launch_command
 from ddprof.errors import DdprofError
 
 
@@ -22,6 +23,7 @@ def cli() -> None:
 
 cli.add_command(ingest)
 cli.add_command(analyze)
+cli.add_command(launch_command)  # `ddprof launch -o RUN -- torchrun ...` (never imports torch itself)
 
 
 def main(argv: list[str] | None = None) -> int:

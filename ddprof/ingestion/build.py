@@ -25,6 +25,8 @@ communication kernels) leave Polars for Python.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import polars as pl
 
@@ -92,6 +94,9 @@ def build_events(dec: Decoded, rank: int) -> tuple[pl.DataFrame, list[str]]:
     for m in markers:
         if m["_row"] in marker_meta:
             comm_rows.setdefault(m["_row"], marker_meta[m["_row"]])
+    only = _only_group(dec.distributed_info)
+    if only is not None:
+        comm_rows = {r: m.fill_from(only) for r, m in comm_rows.items()}
 
     df = _apply_meta(df, comm_rows)
     df = _assign_steps(df)
@@ -101,6 +106,21 @@ def build_events(dec: Decoded, rank: int) -> tuple[pl.DataFrame, list[str]]:
         device=pl.when("is_gpu").then(pl.coalesce("a_device", "pid")),
     )
     return conform(df), warnings
+
+
+def _only_group(info: dict[str, Any] | None) -> Meta | None:
+    """The process group every collective must belong to when the trace lists exactly one.
+
+    Gloo traces (and old NCCL ones) do not say which group a collective ran in; with a single group in
+    ``distributedInfo.pg_config`` there is no doubt, so its name and size fill the gaps.
+    """
+    groups = (info or {}).get("pg_config")
+    if not isinstance(groups, list) or len(groups) != 1 or not isinstance(groups[0], dict):
+        return None
+    size = groups[0].get("pg_size")
+    name = groups[0].get("pg_name")
+    return Meta(pg=None if name is None else str(name),
+                group_size=size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None)
 
 
 def _runtimes_inside_markers(df: pl.DataFrame) -> pl.DataFrame:

@@ -41,7 +41,8 @@ def ingest(sources: str | Path | Iterable[str | Path], out_dir: str | Path, *,
     srcs = [sources] if isinstance(sources, (str, Path)) else list(sources)
     out = Path(out_dir)
     files = discover(srcs)
-    previous = {} if force else _previous_sources(out)
+    previous_manifest = _read_manifest(out)
+    previous = {} if force else _previous_sources(previous_manifest)
     results: dict[str, FileResult] = {}
     todo: list[Path] = []
     for f in files:
@@ -65,6 +66,8 @@ def ingest(sources: str | Path | Iterable[str | Path], out_dir: str | Path, *,
     manifest["warnings"].extend(side_warnings)
     if extra_manifest:
         manifest.update(extra_manifest)
+    elif "collector" in previous_manifest:  # re-ingesting a captured run keeps what the collector said
+        manifest["collector"] = previous_manifest["collector"]
     write_json_atomic(out / MANIFEST, manifest)
     _remove_stale_parts(out, manifest)
     if not manifest["ranks"]:
@@ -89,12 +92,16 @@ def ingest_fingerprint() -> str:
     return h.hexdigest()[:16]
 
 
-def _previous_sources(out: Path) -> dict[str, dict[str, Any]]:
+def _read_manifest(out: Path) -> dict[str, Any]:
     try:
         m = json.loads((out / MANIFEST).read_text())
     except (OSError, ValueError):
         return {}
-    if m.get("format") != RUN_FORMAT or m.get("ingest_fingerprint") != ingest_fingerprint():
+    return m if isinstance(m, dict) and m.get("format") == RUN_FORMAT else {}
+
+
+def _previous_sources(m: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    if m.get("ingest_fingerprint") != ingest_fingerprint():
         return {}
     return {k: v for k, v in m.get("sources", {}).items() if isinstance(v, dict)}
 
