@@ -142,3 +142,16 @@ def test_large_trace_every_allreduce_is_comm(ingested):
     comm = ev.filter(pl.col("kind") == "comm")
     assert comm.height == 2020 and set(comm["coll_op"]) == {"all_reduce"}
     assert ev["rank"].unique().to_list() == [1]
+
+
+def test_parallel_ingest_gives_the_same_store(traces, tmp_path, monkeypatch, ingested):
+    """Ranks parse in worker processes; the store is the same as the one parsed in-process."""
+    import ddprof
+    from ddprof.ingestion import pipeline
+
+    monkeypatch.setattr(pipeline, "PARALLEL_MIN_BYTES", 0)
+    run = ddprof.ingest([traces / "dlrm-8xV100-nccl"], tmp_path / "par", jobs=2)
+    serial = ingested("dlrm-8xV100-nccl")
+    got = run.events().collect().sort("rank", "ts_ns", "name", "dur_ns")
+    want = serial.events().collect().sort("rank", "ts_ns", "name", "dur_ns")
+    assert got.equals(want)
