@@ -38,32 +38,14 @@ def ingest(sources: str | Path | Iterable[str | Path], out_dir: str | Path, *,
     the run keeps every rank that ingested. If *nothing* ingested, raises :class:`BadInputError`
     listing every failure.
     """
-    srcs = [sources] if isinstance(sources, (str, Path)) else list(sources)
+    srcs = [Path(s) for s in ([sources] if isinstance(sources, (str, Path)) else sources)]
     out = Path(out_dir)
-    files = discover(srcs)
     previous_manifest = _read_manifest(out)
-    previous = {} if force else _previous_sources(previous_manifest)
-    results: dict[str, FileResult] = {}
-    todo: list[Path] = []
-    for f in files:
-        key = str(f.resolve())
-        hit = previous.get(key)
-        st = f.stat()
-        if (hit and hit.get("status") == "ok" and hit.get("size") == st.st_size
-                and hit.get("mtime_ns") == st.st_mtime_ns and hit.get("part") and (out / hit["part"]).is_file()
-                and _same_map(hit, rank_map)):
-            results[key] = FileResult(**{k: v for k, v in hit.items() if k in FileResult.__dataclass_fields__})
-        else:
-            todo.append(f)
+    cached = {} if force else _previous_sources(previous_manifest)
+    results, todo = _split_cached(discover(srcs), out, cached, rank_map)
     for res in _run_jobs(todo, out, rank_map, jobs, progress):
         results[str(Path(res.path).resolve())] = res
-    manifest = build_manifest(results, rank_map)
-    manifest["ingest_fingerprint"] = ingest_fingerprint()
-    side, side_warnings = read_sidecars([Path(s) for s in srcs])
-    manifest["hosts"] = {r: h for r, h in side["hosts"].items() if int(r) in manifest["ranks"]}
-    manifest["clocks"] = side["clocks"]
-    manifest["versions"] = {**side["versions"], **{k: v for k, v in manifest["versions"].items() if v}}
-    manifest["warnings"].extend(side_warnings)
+    manifest = _assemble(results, srcs, rank_map)
     if extra_manifest:
         manifest.update(extra_manifest)
     elif "collector" in previous_manifest:  # re-ingesting a captured run keeps what the collector said
@@ -76,8 +58,35 @@ def ingest(sources: str | Path | Iterable[str | Path], out_dir: str | Path, *,
     return open_run(out)
 
 
-def _same_map(hit: dict[str, Any], rank_map: dict[str, int] | None) -> bool:
-    return hit.get("rank_map") == (rank_map or None)
+def _split_cached(files: list[Path], out: Path, cached: dict[str, dict[str, Any]],
+                  rank_map: dict[str, int] | None) -> tuple[dict[str, FileResult], list[Path]]:
+    """Results reused from the previous manifest (same size, mtime, rank map, part present), and the
+    files that must be parsed."""
+    results: dict[str, FileResult] = {}
+    todo: list[Path] = []
+    for f in files:
+        key = str(f.resolve())
+        hit = cached.get(key)
+        st = f.stat()
+        if (hit and hit.get("status") == "ok" and hit.get("size") == st.st_size
+                and hit.get("mtime_ns") == st.st_mtime_ns and hit.get("part") and (out / hit["part"]).is_file()
+                and hit.get("rank_map") == (rank_map or None)):
+            results[key] = FileResult(**{k: v for k, v in hit.items() if k in FileResult.__dataclass_fields__})
+        else:
+            todo.append(f)
+    return results, todo
+
+
+def _assemble(results: dict[str, FileResult], srcs: list[Path], rank_map: dict[str, int] | None) -> dict[str, Any]:
+    """The manifest: reconciled per-file results plus what the collector's sidecar files say."""
+    manifest = build_manifest(results, rank_map)
+    manifest["ingest_fingerprint"] = ingest_fingerprint()
+    side, side_warnings = read_sidecars(srcs)
+    manifest["hosts"] = {r: h for r, h in side["hosts"].items() if int(r) in manifest["ranks"]}
+    manifest["clocks"] = side["clocks"]
+    manifest["versions"] = {**side["versions"], **{k: v for k, v in manifest["versions"].items() if v}}
+    manifest["warnings"].extend(side_warnings)
+    return manifest
 
 
 @lru_cache(maxsize=1)
