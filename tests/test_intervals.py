@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 from ddprof.analyses import intervals as iv
+from ddprof.analyses.coverage import union_lengths
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -48,6 +49,27 @@ def test_intersection_and_difference_match_brute_force(a, b):
     diff = lengths(iv.difference_length(frame(a), frame(b), ["g"]))
     assert {g: n for g, n in inter.items() if n} == expected(a, b, set.__and__)
     assert {g: n for g, n in diff.items() if n} == expected(a, b, set.__sub__)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 1), st.integers(0, 60), st.integers(-5, 25),
+                          st.booleans()), max_size=40))
+def test_union_lengths_of_several_sets_match_brute_force(rows):
+    df = pl.DataFrame([(g, h, s, s + d, x) for g, h, s, d, x in rows], orient="row",
+                      schema={"g": pl.Int32, "h": pl.Int64, "start": pl.Int64, "end": pl.Int64, "x": pl.Boolean})
+    got = union_lengths(df, ["g", "h"], {"all": pl.lit(True), "x": pl.col("x"), "not_x": ~pl.col("x")})
+    groups = sorted({(g, h) for g, h, *_ in rows})
+    assert got.select("g", "h").rows() == groups
+    for name, keep in (("all", lambda x: True), ("x", bool), ("not_x", lambda x: not x)):
+        want = [len({t for g2, h2, s, d, x in rows if (g2, h2) == gh and keep(x) for t in range(s, s + d)})
+                for gh in groups]
+        assert got[name].to_list() == want, name
+
+
+def test_union_lengths_without_groups_and_on_no_rows():
+    df = pl.DataFrame({"start": [0, 2, 9], "end": [4, 5, 10]})
+    assert union_lengths(df, [], {"n": pl.lit(True)}).rows() == [(6,)]
+    assert union_lengths(df.head(0).with_columns(g=pl.lit(1)), ["g"], {"n": pl.lit(True)}).height == 0
 
 
 @settings(max_examples=100, deadline=None)
