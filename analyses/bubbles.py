@@ -12,26 +12,24 @@ next. GPipe and 1F1B both idle ``(P−1)/(M+P−1)`` of a step on each stage, re
 from __future__ import annotations
 
 import polars as pl
-from ddprof.analyses import intervals as iv
 from ddprof.analyses.collectives import comm_rows
-from ddprof.analyses.sets import step_windows, work
+from ddprof.analyses.lengths import window_lengths
+from ddprof.analyses.prepared import Events, Prepared, prepare
 
 _US = 1000.0
 
 
-def bubbles(events: pl.LazyFrame) -> pl.DataFrame:
+def bubbles(events: Events) -> pl.DataFrame:
     """Per (rank, step): window_us, compute_us, bubble_us = window − compute, bubble_pct.
 
     Example: window [0,100) ms, compute [10,40) and [50,80) ms -> compute 60 ms, bubble 40 ms (40 %).
     """
-    w = work(events).collect().lazy()
-    windows = step_windows(events, w)
-    comp = iv.clip(w.filter((pl.col("role") == "compute") & pl.col("step").is_not_null()), windows,
-                   ["rank", "step"])
-    busy = iv.union_length(comp, ["rank", "step"], name="compute_ns")
+    return prepare(events).get(_bubbles)
+
+
+def _bubbles(p: Prepared) -> pl.DataFrame:
     return (
-        windows.join(busy, on=["rank", "step"], how="left")
-        .with_columns(pl.col("compute_ns").fill_null(0), (pl.col("w_end") - pl.col("w_start")).alias("window_ns"))
+        p.get(window_lengths)
         .with_columns((pl.col("window_ns") - pl.col("compute_ns")).alias("bubble_ns"))
         .select(
             "rank", "step",
@@ -41,7 +39,6 @@ def bubbles(events: pl.LazyFrame) -> pl.DataFrame:
             pl.when(pl.col("window_ns") > 0).then(100.0 * pl.col("bubble_ns") / pl.col("window_ns")).alias("bubble_pct"),
         )
         .sort("rank", "step")
-        .collect()
     )
 
 
@@ -78,13 +75,14 @@ def _chains(edges: list[tuple[int, int]], first_send: dict[int, bool]) -> list[l
     return chains
 
 
-def pipeline_stages(events: pl.LazyFrame) -> pl.DataFrame:
+def pipeline_stages(events: Events) -> pl.DataFrame:
     """Per rank of an inferred pipeline: pipeline (its stage-0 rank), stage, stages P, micro_batches M,
     bubble_pct (mean over steps) and theoretical_pct = 100·(P−1)/(M+P−1).
 
     Example: 4 stages, 8 micro-batches -> theoretical 100 · 3 / 11 = 27.3 %.
     """
-    p2p = comm_rows(events).filter(pl.col("src").is_not_null()).collect()
+    p = prepare(events)
+    p2p = comm_rows(p).filter(pl.col("src").is_not_null())
     schema = {"rank": pl.Int32, "pipeline": pl.Int32, "stage": pl.Int32, "stages": pl.Int32,
               "micro_batches": pl.Float64, "bubble_pct": pl.Float64, "theoretical_pct": pl.Float64}
     if p2p.height == 0:
@@ -104,7 +102,7 @@ def pipeline_stages(events: pl.LazyFrame) -> pl.DataFrame:
         .group_by("pipeline", "src", "step").len()
         .group_by("pipeline").agg(pl.col("len").median().alias("micro_batches"))
     )
-    measured = bubbles(events).group_by("rank").agg(pl.col("bubble_pct").mean())
+    measured = bubbles(p).group_by("rank").agg(pl.col("bubble_pct").mean())
     p, m = pl.col("stages"), pl.col("micro_batches")
     return (
         stages.join(sends, on="pipeline", how="left")

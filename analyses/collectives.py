@@ -20,6 +20,7 @@ false). Not for send/recv: a buffered send may finish before its receive starts.
 from __future__ import annotations
 
 import polars as pl
+from ddprof.analyses.prepared import Events, Prepared, collect, prepare
 from ddprof.analyses.sets import gpu_ranks
 
 _US = 1000.0
@@ -38,8 +39,13 @@ def _busbw_factor(op: pl.Expr, n: pl.Expr) -> pl.Expr:
     )
 
 
-def comm_rows(events: pl.LazyFrame) -> pl.LazyFrame:
+def comm_rows(events: Events) -> pl.DataFrame:
     """The rows that stand for collectives on each rank, with their group key, p2p pair and index."""
+    return prepare(events).get(_comm_rows)
+
+
+def _comm_rows(p: Prepared) -> pl.DataFrame:
+    events = p.events
     gpu = gpu_ranks(events).with_columns(pl.lit(True).alias("on_gpu"))
     rows = (
         events.filter(pl.col("kind") == "comm")
@@ -62,22 +68,26 @@ def comm_rows(events: pl.LazyFrame) -> pl.LazyFrame:
         .alias("dst"),
     )
     key = ["rank", "group", "src", "dst"]
-    return rows.sort("ts_ns").with_columns(
+    return collect(rows.sort("ts_ns").with_columns(
         pl.when(pl.col("seq").is_not_null().all().over(key)).then(pl.col("seq"))
         .otherwise(pl.int_range(pl.len()).over(key)).alias("index"),
         pl.when(pl.col("op").is_in(P2P)).then(pl.lit("sendrecv")).otherwise(pl.col("op")).alias("match_op"),
-    )
+    ))
 
 
-def arrivals(events: pl.LazyFrame) -> pl.DataFrame:
+def arrivals(events: Events) -> pl.DataFrame:
     """One row per (instance, rank): arrival_ns, end_ns, dur_ns, wait_ns = latest arrival − arrival.
 
     Example: all-reduce #0 entered by rank 0 at 10 ms and rank 1 at 14 ms, both ending at 15 ms ->
     rank 0 waited 4 ms, rank 1 0 ms.
     """
+    return prepare(events).get(_arrivals)
+
+
+def _arrivals(p: Prepared) -> pl.DataFrame:
     inst = ["group", "src", "dst", "index"]
-    rows = comm_rows(events).select(*inst, "rank", "op", "match_op", "ts_ns", "dur_ns", "bytes", "group_size")
-    return (
+    rows = comm_rows(p).lazy().select(*inst, "rank", "op", "match_op", "ts_ns", "dur_ns", "bytes", "group_size")
+    return collect(
         rows.with_columns((pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"))
         .with_columns(
             ((pl.col("match_op") == "sendrecv")
@@ -90,11 +100,10 @@ def arrivals(events: pl.LazyFrame) -> pl.DataFrame:
         .with_columns((pl.col("arrival_ns").max().over(inst) - pl.col("arrival_ns")).alias("wait_ns"))
         .drop("ts_ns")
         .sort(*inst, "rank", nulls_last=True)
-        .collect()
     )
 
 
-def collectives(events: pl.LazyFrame, world_size: int | None = None) -> pl.DataFrame:
+def collectives(events: Events, world_size: int | None = None) -> pl.DataFrame:
     """One row per collective instance (DESIGN.md §3).
 
     arrival_skew_us = latest − earliest arrival; duration_us = the shortest duration across ranks (the

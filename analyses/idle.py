@@ -18,26 +18,32 @@ HTA would subtract it from the stream's idle time.
 from __future__ import annotations
 
 import polars as pl
-from ddprof.analyses.sets import WORK_KINDS
+from ddprof.analyses.prepared import Events, Prepared, collect, prepare
+from ddprof.analyses.sets import WORK_KINDS, work_frame
 
 CATEGORIES = ("host_wait", "kernel_wait", "other")
 _US = 1000.0
 
 
-def idle_gaps(events: pl.LazyFrame, kernel_wait_us: float = 30.0) -> pl.LazyFrame:
+def idle_gaps(events: Events, kernel_wait_us: float = 30.0) -> pl.DataFrame:
     """One row per gap between consecutive kernels of a stream: rank, stream, step, gap_ns, category.
 
     Example, one stream, threshold 30 µs: kernel A [0,10) µs; B launched at 5 µs, starts at 12 µs
     -> gap 2 µs, kernel_wait; C launched at 40 µs (after B ended at 20 µs), starts at 41 µs
     -> gap 21 µs, host_wait.
     """
+    return prepare(events).get(_gaps, kernel_wait_us)
+
+
+def _gaps(p: Prepared, kernel_wait_us: float) -> pl.DataFrame:
+    events = p.events
     launches = (
         events.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
         .group_by("rank", "correlation")
         .agg(pl.col("ts_ns").min().alias("launch_ns"))
     )
     threshold = int(round(kernel_wait_us * _US))
-    return (
+    return collect(
         events.filter(pl.col("stream").is_not_null() & pl.col("kind").is_in(WORK_KINDS))
         .join(launches, on=["rank", "correlation"], how="left")
         .sort("rank", "stream", "ts_ns")
@@ -55,8 +61,8 @@ def idle_gaps(events: pl.LazyFrame, kernel_wait_us: float = 30.0) -> pl.LazyFram
     )
 
 
-def _categorise(gaps: pl.LazyFrame, by: list[str], keys: pl.LazyFrame | None = None) -> pl.DataFrame:
-    cats = pl.LazyFrame({"category": list(CATEGORIES)})
+def _categorise(gaps: pl.DataFrame, by: list[str], keys: pl.DataFrame | None = None) -> pl.DataFrame:
+    cats = pl.DataFrame({"category": list(CATEGORIES)})
     grid = (gaps.select(*by) if keys is None else keys).unique().join(cats, how="cross")
     sums = gaps.group_by(*by, "category").agg(pl.col("gap_ns").sum())
     return (
@@ -69,21 +75,21 @@ def _categorise(gaps: pl.LazyFrame, by: list[str], keys: pl.LazyFrame | None = N
         )
         .select(*by, "category", "idle_us", "ratio")
         .sort(*by, "category")
-        .collect()
     )
 
 
-def idle_breakdown(events: pl.LazyFrame, kernel_wait_us: float = 30.0) -> pl.DataFrame:
+def idle_breakdown(events: Events, kernel_wait_us: float = 30.0) -> pl.DataFrame:
     """Per (rank, stream, category): ``idle_us`` = sum of the gaps, ``ratio`` = idle_us / stream's idle.
 
     Example (see :func:`idle_gaps`): host_wait 21 µs (ratio 0.913), kernel_wait 2 µs (0.087), other 0.
     Every stream with a kernel has its three rows (a stream with one kernel: zeros, ratio null).
     """
-    streams = events.filter(pl.col("stream").is_not_null() & pl.col("kind").is_in(WORK_KINDS)).select("rank", "stream")
-    return _categorise(idle_gaps(events, kernel_wait_us), ["rank", "stream"], streams)
+    p = prepare(events)
+    streams = p.get(work_frame).filter(pl.col("stream").is_not_null()).select("rank", "stream")  # GPU rows
+    return _categorise(idle_gaps(p, kernel_wait_us), ["rank", "stream"], streams)
 
 
-def idle_by_step(events: pl.LazyFrame, kernel_wait_us: float = 30.0) -> pl.DataFrame:
+def idle_by_step(events: Events, kernel_wait_us: float = 30.0) -> pl.DataFrame:
     """The same per (rank, step, stream); a gap belongs to the step of the kernel that ends it."""
     gaps = idle_gaps(events, kernel_wait_us).filter(pl.col("step").is_not_null())
     return _categorise(gaps, ["rank", "step", "stream"])

@@ -1,7 +1,7 @@
 """Communication/computation overlap per rank, whole trace and per step (DESIGN.md §3).
 
 The sets are those of :mod:`ddprof.analyses.sets` (GPU kernels when the rank has them, else gloo ops
-vs CPU compute ops).
+vs CPU compute ops); their union lengths come from :mod:`ddprof.analyses.lengths`.
 """
 
 from __future__ import annotations
@@ -9,22 +9,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import polars as pl
-from ddprof.analyses import intervals as iv
-from ddprof.analyses.sets import work
+from ddprof.analyses.lengths import rank_lengths, step_lengths
+from ddprof.analyses.prepared import Events, prepare
 
 _US = 1000.0
 
 
-def _overlap(w: pl.LazyFrame, by: Sequence[str]) -> pl.DataFrame:
-    comm = w.filter(pl.col("role") == "comm")
-    comp = w.filter(pl.col("role") == "compute")
-    keys = w.select(*by).unique()
-    comm_len = iv.union_length(comm, by, name="comm_ns")
-    both = iv.intersection_length(comm, comp, by, name="overlapped_ns")
-    out = (
-        keys.join(comm_len, on=list(by), how="left")
-        .join(both, on=list(by), how="left")
-        .with_columns(pl.col("comm_ns", "overlapped_ns").fill_null(0))
+def _overlap(t: pl.DataFrame, by: Sequence[str], *extra: str) -> pl.DataFrame:
+    """From comm_ns, compute_ns and comm_compute_ns: overlapped_ns = |U(comm) ∩ U(compute)|
+    = comm_ns + compute_ns − comm_compute_ns."""
+    return (
+        t.with_columns((pl.col("comm_ns") + pl.col("compute_ns") - pl.col("comm_compute_ns")).alias("overlapped_ns"))
         .with_columns(
             pl.when(pl.col("comm_ns") > 0)
             .then(100.0 * pl.col("overlapped_ns") / pl.col("comm_ns"))
@@ -33,13 +28,12 @@ def _overlap(w: pl.LazyFrame, by: Sequence[str]) -> pl.DataFrame:
             (pl.col("overlapped_ns") / _US).alias("overlapped_us"),
             ((pl.col("comm_ns") - pl.col("overlapped_ns")) / _US).alias("exposed_comm_us"),
         )
-        .select(*by, "overlap_pct", "comm_us", "overlapped_us", "exposed_comm_us")
+        .select(*by, "overlap_pct", "comm_us", "overlapped_us", "exposed_comm_us", *extra)
         .sort(list(by))
     )
-    return out.collect()
 
 
-def overlap(events: pl.LazyFrame) -> pl.DataFrame:
+def overlap(events: Events) -> pl.DataFrame:
     """Per rank over the whole trace: ``overlap_pct = 100 · |U(comm) ∩ U(compute)| / |U(comm)|``.
 
     Also ``comm_us = |U(comm)|``, ``overlapped_us = |U(comm) ∩ U(compute)|`` and
@@ -49,18 +43,14 @@ def overlap(events: pl.LazyFrame) -> pl.DataFrame:
     Example: comm [0,10) us, compute [4,6) and [8,20) us -> overlapped 2 + 2 = 4 us,
     overlap_pct = 100 · 4 / 10 = 40, exposed_comm_us = 6.
     """
-    w = work(events).collect().lazy()
-    return _overlap(w, ["rank"]).join(
-        w.select("rank", "on_gpu").unique().collect(), on="rank", how="left"
-    ).with_columns(pl.when(pl.col("on_gpu")).then(pl.lit("gpu")).otherwise(pl.lit("cpu")).alias("device")).drop(
-        "on_gpu"
-    )
+    t = prepare(events).get(rank_lengths).with_columns(
+        pl.when(pl.col("on_gpu")).then(pl.lit("gpu")).otherwise(pl.lit("cpu")).alias("device"))
+    return _overlap(t, ["rank"], "device")
 
 
-def overlap_by_step(events: pl.LazyFrame) -> pl.DataFrame:
+def overlap_by_step(events: Events) -> pl.DataFrame:
     """The same per (rank, step), on the events of each step (GPU kernels by their launch's step).
 
     Example: step 3 with comm [0,10) us and compute [5,12) us -> overlap_pct 50, exposed_comm_us 5.
     """
-    w = work(events).filter(pl.col("step").is_not_null()).collect().lazy()
-    return _overlap(w, ["rank", "step"])
+    return _overlap(prepare(events).get(step_lengths), ["rank", "step"])

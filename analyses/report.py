@@ -7,7 +7,6 @@ are additions. ``hang`` stays empty here: it comes from Flight Recorder dumps (:
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import polars as pl
@@ -16,6 +15,7 @@ from ddprof.analyses.bubbles import bubbles, pipeline_stages
 from ddprof.analyses.collectives import bandwidth, collective_warnings, collectives
 from ddprof.analyses.idle import idle_breakdown, idle_by_step
 from ddprof.analyses.overlap import overlap, overlap_by_step
+from ddprof.analyses.prepared import Events, collect, prepare
 from ddprof.analyses.stragglers import stragglers
 from ddprof.analyses.verdicts import verdicts
 
@@ -54,13 +54,17 @@ def run_section(run: Run) -> dict[str, Any]:
 
 
 def _rows(df: pl.DataFrame) -> list[dict[str, Any]]:
-    """Rows as JSON-ready dicts: NaN/inf become null."""
-    return [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
-            for row in df.to_dicts()]
+    """Rows as JSON-ready dicts: NaN/inf (in float columns) become null. Converted column by column."""
+    df = df.with_columns(pl.when(pl.col(c).is_finite()).then(pl.col(c)).alias(c)
+                         for c, dtype in df.schema.items() if dtype.is_float())
+    columns = df.to_dict(as_series=False)
+    return [dict(zip(columns, values)) for values in zip(*columns.values())]
 
 
-def analyse(events: pl.LazyFrame, world_size: int | None = None) -> dict[str, Any]:
-    """Every section computed from an event table (no run dir needed)."""
+def analyse(events: Events, world_size: int | None = None) -> dict[str, Any]:
+    """Every section computed from an event table (no run dir needed); the frames several sections
+    share (work intervals, their union lengths, step windows, arrivals, idle gaps) are computed once."""
+    events = prepare(events)
     coll = collectives(events, world_size)
     stages = pipeline_stages(events)
     bub = bubbles(events)
@@ -87,7 +91,7 @@ def analyse(events: pl.LazyFrame, world_size: int | None = None) -> dict[str, An
 def build_report(run: Run) -> dict[str, Any]:
     report: dict[str, Any] = {"run": run_section(run)}
     report.update({k: (v.copy() if isinstance(v, (list, dict)) else v) for k, v in EMPTY_SECTIONS.items()})
-    events = run.events().select(COLUMNS).collect().lazy()
+    events = collect(run.events().select(COLUMNS)).lazy()
     sections = analyse(events, run.world_size)
     report["run"]["warnings"].extend(sections.pop("collective_warnings"))
     report.update(sections)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import polars as pl
 from ddprof.analyses import intervals as iv
+from ddprof.analyses.prepared import Prepared, collect
 
 WORK_KINDS = ("compute", "comm", "memcpy", "memset")
 COLLECTIVE_OP_RE = r"^(c10d::|c10d_functional::|_c10d_functional::|gloo:|nccl:|record_param_comms$)"
@@ -40,39 +41,74 @@ def gpu_ranks(events: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
+def _cpu_rows(events: pl.LazyFrame) -> pl.LazyFrame:
+    """The rows the CPU sets come from: gloo and CPU op rows of ranks without GPU work rows."""
+    return events.filter(pl.col("stream").is_null() & pl.col("kind").is_in(["comm", "cpu_op"])).join(
+        gpu_ranks(events), on="rank", how="anti")
+
+
+def _work(events: pl.LazyFrame, cpu: pl.LazyFrame | None) -> pl.LazyFrame:
+    """The GPU work rows of ``events`` and the CPU sets of ``cpu`` (:func:`_cpu_rows`; None: none)."""
+    # A GPU work row makes its rank a GPU rank: the GPU rows need no lookup of their rank.
+    parts = [events.filter(pl.col("stream").is_not_null() & pl.col("kind").is_in(WORK_KINDS)).with_columns(
+        pl.when(pl.col("kind").is_in(["memcpy", "memset"])).then(pl.lit("memory"))
+        .otherwise(pl.col("kind").cast(pl.String)).alias("role"), pl.lit(True).alias("on_gpu"), *_span()
+    )]
+    if cpu is not None:
+        cpu_comm = cpu.filter(pl.col("kind") == "comm").with_columns(
+            pl.lit("comm").alias("role"), pl.lit(False).alias("on_gpu"), *_span())
+        ops = cpu.filter(
+            (pl.col("kind") == "cpu_op") & pl.col("coll_op").is_null()
+            & ~pl.col("name").str.contains(COLLECTIVE_OP_RE)
+        )
+        keys = ["rank", "tid", "step"]
+        parts += [cpu_comm, iv.subtract(ops.select(*keys, *_span()), cpu_comm.select(*keys, "start", "end"), keys)
+                  .with_columns(pl.lit(None, dtype=pl.Int64).alias("stream"), pl.lit("compute").alias("role"),
+                                pl.lit(False).alias("on_gpu"))]
+    cols = ["rank", "step", "stream", "tid", "role", "start", "end", "on_gpu"]
+    return pl.concat([f.select(cols) for f in parts])
+
+
 def work(events: pl.LazyFrame) -> pl.LazyFrame:
     """Work intervals per rank with a ``role`` (compute / comm / memory) and ``on_gpu``.
 
     Columns: rank, step, stream, tid, role, start, end, on_gpu.
     """
-    gpu = gpu_ranks(events).with_columns(pl.lit(True).alias("on_gpu"))
-    ev = events.join(gpu, on="rank", how="left").with_columns(pl.col("on_gpu").fill_null(False))
-    gpu_rows = ev.filter(
-        pl.col("on_gpu") & pl.col("stream").is_not_null() & pl.col("kind").is_in(WORK_KINDS)
-    ).with_columns(
-        pl.when(pl.col("kind").is_in(["memcpy", "memset"])).then(pl.lit("memory"))
-        .otherwise(pl.col("kind").cast(pl.String)).alias("role")
-    )
-    cpu = ev.filter(~pl.col("on_gpu") & pl.col("stream").is_null())
-    cpu_comm = cpu.filter(pl.col("kind") == "comm").with_columns(pl.lit("comm").alias("role"))
-    ops = cpu.filter(
-        (pl.col("kind") == "cpu_op") & pl.col("coll_op").is_null() & ~pl.col("name").str.contains(COLLECTIVE_OP_RE)
-    )
-    keys = ["rank", "tid", "step"]
-    cpu_compute = iv.subtract(ops.select(*keys, *_span()), cpu_comm.select(*keys, *_span()), keys).with_columns(
-        pl.lit(None, dtype=pl.Int64).alias("stream"), pl.lit("compute").alias("role"), pl.lit(False).alias("on_gpu"))
-    cols = ["rank", "step", "stream", "tid", "role", "start", "end", "on_gpu"]
-    gpu_rows, cpu_comm = (f.with_columns(*_span()) for f in (gpu_rows, cpu_comm))
-    return pl.concat([f.select(cols) for f in (gpu_rows, cpu_comm, cpu_compute)])
+    return _work(events, _cpu_rows(events))
+
+
+def work_frame(p: Prepared) -> pl.DataFrame:
+    """:func:`work`, collected; the CPU sets are skipped when no rank lacks GPU work."""
+    cpu = collect(_cpu_rows(p.events))
+    return collect(_work(p.events, cpu.lazy() if cpu.height else None))
 
 
 def profiler_steps(events: pl.LazyFrame) -> pl.LazyFrame:
     """The ``ProfilerStep#N`` annotations on CPU threads: rank, step, start, end (duplicates merged)."""
     return (
-        events.filter(pl.col("stream").is_null() & pl.col("name").str.contains(STEP_RE))
+        events.filter(pl.col("stream").is_null() & pl.col("name").str.starts_with("ProfilerStep#"))
+        .filter(pl.col("name").str.contains(STEP_RE))
         .with_columns(pl.col("name").str.extract(STEP_RE).cast(pl.Int32).alias("step"))
         .group_by("rank", "step")
         .agg(pl.col("ts_ns").min().alias("start"), (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("end"))
+    )
+
+
+def steps_frame(p: Prepared) -> pl.DataFrame:
+    """:func:`profiler_steps`, collected."""
+    return collect(profiler_steps(p.events))
+
+
+def _windows(steps: pl.LazyFrame, w: pl.LazyFrame) -> pl.LazyFrame:
+    parts = [
+        steps.select("rank", "step", "start", "end"),
+        w.filter(pl.col("step").is_not_null()).select("rank", "step", "start", "end"),
+    ]
+    return (
+        pl.concat(parts)
+        .group_by("rank", "step")
+        .agg(pl.col("start").min().alias("w_start"), pl.col("end").max().alias("w_end"))
+        .sort("rank", "step")
     )
 
 
@@ -83,14 +119,9 @@ def step_windows(events: pl.LazyFrame, work_lf: pl.LazyFrame | None = None) -> p
     step launched. Example: ProfilerStep#3 on [0, 100) ms whose last kernel ends at 104 ms -> [0, 104).
     Columns: rank, step, w_start, w_end.
     """
-    w = work(events) if work_lf is None else work_lf
-    parts = [
-        profiler_steps(events).select("rank", "step", "start", "end"),
-        w.filter(pl.col("step").is_not_null()).select("rank", "step", "start", "end"),
-    ]
-    return (
-        pl.concat(parts)
-        .group_by("rank", "step")
-        .agg(pl.col("start").min().alias("w_start"), pl.col("end").max().alias("w_end"))
-        .sort("rank", "step")
-    )
+    return _windows(profiler_steps(events), work(events) if work_lf is None else work_lf)
+
+
+def windows_frame(p: Prepared) -> pl.DataFrame:
+    """:func:`step_windows`, collected."""
+    return collect(_windows(p.get(steps_frame).lazy(), p.get(work_frame).lazy()))

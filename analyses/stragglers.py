@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import polars as pl
 from ddprof.analyses.collectives import arrivals
-from ddprof.analyses.sets import profiler_steps
+from ddprof.analyses.prepared import Events, Prepared, collect, prepare
+from ddprof.analyses.sets import steps_frame
 
 _US = 1000.0
 
 
-def _per_rank(events: pl.LazyFrame) -> pl.DataFrame:
-    arr = arrivals(events)
+def _per_rank(p: Prepared) -> pl.DataFrame:
+    arr = arrivals(p)
     inst = ["group", "src", "dst", "index"]
     multi = arr.filter((pl.len().over(inst) > 1) & (pl.col("match_op") != "sendrecv"))
     last = (
@@ -42,36 +43,34 @@ def _per_rank(events: pl.LazyFrame) -> pl.DataFrame:
         .group_by("rank")
         .agg(pl.len().alias("times_last"), (pl.col("__mean_wait").sum() / _US).alias("wait_caused_us"))
     )
-    ranks = events.select(pl.col("rank").unique()).collect()
     seen = multi.group_by("rank").agg(pl.len().alias("instances"))
     steps = (
-        profiler_steps(events)
+        p.get(steps_frame)
         .group_by("rank")
         .agg(((pl.col("end") - pl.col("start")).mean() / _US).alias("step_us"),
              ((pl.col("end") - pl.col("start")).sum() / _US).alias("__steps_total_us"))
-        .collect()
     )
-    spans = (
-        events.group_by("rank")
+    spans = collect(  # one row per rank of the run
+        p.events.group_by("rank")
         .agg(((pl.col("ts_ns") + pl.col("dur_ns")).max() - pl.col("ts_ns").min()).alias("__span_ns"))
-        .collect()
     )
     return (
-        ranks.join(last, on="rank", how="left").join(seen, on="rank", how="left")
-        .join(steps, on="rank", how="left").join(spans, on="rank", how="left")
+        spans.join(last, on="rank", how="left").join(seen, on="rank", how="left")
+        .join(steps, on="rank", how="left")
+        .select("rank", "times_last", "wait_caused_us", "instances", "step_us", "__steps_total_us", "__span_ns")
         .with_columns(pl.col("times_last", "instances").fill_null(0), pl.col("wait_caused_us").fill_null(0.0))
         .sort("rank")
     )
 
 
-def straggler_table(events: pl.LazyFrame, k: float = 3.0, min_wait_us: float = 50.0,
+def straggler_table(events: Events, k: float = 3.0, min_wait_us: float = 50.0,
                     min_share: float = 0.02, rel_to_worst: float = 0.5) -> pl.DataFrame:
     """Per rank: times_last, wait_caused_us, step_us, instances, is_straggler (rule in the module doc).
 
     Example: 4 ranks, wait caused 0, 0, 0 and 900 µs over a 10 ms run -> rank 3 exceeds
     median(others) + 3·MAD(others) = 0 and the floor max(50, 0.02 · 10,000, 0.5 · 900) = 450 µs.
     """
-    t = _per_rank(events)
+    t = prepare(events).get(_per_rank)
     if t.height == 0:
         return t.with_columns(pl.lit(False).alias("is_straggler")).drop("__steps_total_us", "__span_ns")
     steps_total = t["__steps_total_us"].drop_nulls()
@@ -90,7 +89,7 @@ def straggler_table(events: pl.LazyFrame, k: float = 3.0, min_wait_us: float = 5
     return t.with_columns(pl.Series("is_straggler", flags)).drop("__steps_total_us", "__span_ns")
 
 
-def stragglers(events: pl.LazyFrame, **rule: float) -> dict[str, object]:
+def stragglers(events: Events, **rule: float) -> dict[str, object]:
     """The report section: ``{ranks: [...], per_rank: [{rank, times_last, wait_caused_us, step_us, ...}]}``."""
     t = straggler_table(events, **rule)
     return {

@@ -1,0 +1,53 @@
+"""Union lengths of the work sets (:mod:`sets`) that overlap, breakdown and bubbles share.
+
+Three tables, each from one pass of :func:`coverage.union_lengths` over the work intervals:
+
+* per rank: ``busy_ns = |U(all work)|``, ``compute_ns``, ``comm_ns``, ``comm_compute_ns =
+  |U(comm ∪ compute)|``, ``span_ns`` = last work end − first work start, and ``on_gpu``;
+* per (rank, step), on the work rows of the step: ``compute_ns``, ``comm_ns``, ``comm_compute_ns``;
+* per step window (:func:`sets.step_windows`), on the work of the step cut to its window:
+  ``window_ns = w_end − w_start``, ``busy_ns``, ``compute_ns``.
+
+|U(comm) ∩ U(compute)| = comm_ns + compute_ns − comm_compute_ns. Each table has a row for every group
+that has work rows (every window, for the third), with 0 for an empty set.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+from ddprof.analyses import intervals as iv
+from ddprof.analyses.coverage import union_lengths
+from ddprof.analyses.prepared import Prepared, collect
+from ddprof.analyses.sets import windows_frame, work_frame
+
+_ROLE = pl.col("role")
+_COMPUTE = {"compute_ns": _ROLE == "compute"}
+_OVERLAP = {**_COMPUTE, "comm_ns": _ROLE == "comm", "comm_compute_ns": _ROLE.is_in(["comm", "compute"])}
+
+
+def rank_lengths(p: Prepared) -> pl.DataFrame:
+    """rank, busy_ns, compute_ns, comm_ns, comm_compute_ns, span_ns, on_gpu; sorted by rank."""
+    w = p.get(work_frame)
+    spans = w.group_by("rank").agg((pl.col("end").max() - pl.col("start").min()).alias("span_ns"),
+                                   pl.col("on_gpu").first())
+    return union_lengths(w, ["rank"], {"busy_ns": pl.lit(True), **_OVERLAP}).join(spans, on="rank").sort("rank")
+
+
+def step_lengths(p: Prepared) -> pl.DataFrame:
+    """rank, step, compute_ns, comm_ns, comm_compute_ns over the work rows with a step; sorted."""
+    w = p.get(work_frame).filter(pl.col("step").is_not_null())
+    return union_lengths(w, ["rank", "step"], _OVERLAP)
+
+
+def window_lengths(p: Prepared) -> pl.DataFrame:
+    """rank, step, w_start, w_end, window_ns, busy_ns, compute_ns; one row per step window, sorted."""
+    windows = p.get(windows_frame)
+    keys = ["rank", "step"]
+    inside = iv.clip(p.get(work_frame).lazy().filter(pl.col("step").is_not_null()), windows.lazy(), keys)
+    busy = union_lengths(collect(inside), keys, {"busy_ns": pl.lit(True), **_COMPUTE})
+    return (
+        windows.join(busy, on=keys, how="left")
+        .with_columns(pl.col("busy_ns", "compute_ns").fill_null(0),
+                      (pl.col("w_end") - pl.col("w_start")).alias("window_ns"))
+        .sort(keys)
+    )

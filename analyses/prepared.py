@@ -1,0 +1,50 @@
+"""One event table and the frames several analyses derive from it, each computed once.
+
+Every analysis takes ``events``: a LazyFrame of events, or a :class:`Prepared` wrapping one. Given a
+LazyFrame it wraps it itself (its intermediate frames then serve that call only); the report wraps the
+run's events once, so the work intervals, their union lengths, step windows, collective arrivals and
+idle gaps are computed once for all sections instead of once per analysis.
+
+A derived frame is a pure function of the events (and of plain parameters), registered by the
+function that computes it: ``prepared.get(fn, *args)`` returns ``fn(prepared, *args)``, computed on
+the first call and kept. Frames handed out are Polars DataFrames: immutable, safe to share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
+
+import polars as pl
+
+T = TypeVar("T")
+
+#: Engine for the analyses' queries: their frames are small, and the in-memory engine starts faster.
+ENGINE = "in-memory"
+
+
+class Prepared:
+    """The event table (``events``, a LazyFrame) and the frames derived from it so far."""
+
+    def __init__(self, events: pl.LazyFrame) -> None:
+        self.events = events
+        self._memo: dict[tuple[Callable[..., Any], tuple[Hashable, ...]], Any] = {}
+
+    def get(self, fn: Callable[..., T], *args: Hashable) -> T:
+        """``fn(self, *args)``, computed once per Prepared."""
+        key = (fn, args)
+        if key not in self._memo:
+            self._memo[key] = fn(self, *args)
+        return self._memo[key]
+
+
+Events = pl.LazyFrame | Prepared
+
+
+def prepare(events: Events) -> Prepared:
+    """``events`` itself if already prepared, else a new Prepared around the LazyFrame."""
+    return events if isinstance(events, Prepared) else Prepared(events)
+
+
+def collect(lf: pl.LazyFrame) -> pl.DataFrame:
+    return lf.collect(engine=ENGINE)
