@@ -6,9 +6,11 @@ starts no later than ``start_i``, so what they cover from ``start_i`` on is exac
 ``[start_i, reach_{i−1})``. Example: [0,4) [2,5) [9,10) add 4, 1 and 1 -> |U| = 6. An empty interval
 (``end <= start``) adds nothing and never raises the reach above a later start.
 
-The running maximum restarts at each group: times are replaced by their rank among the frame's
-distinct times (same order), and group g's ranks are shifted by g · (number of distinct times), so no
-maximum carries over from one group into the next. Equal to :func:`intervals.union_length` per set.
+The running maximum restarts at each group: group g's times are shifted to lie above every earlier
+group's (by ``base_g − min_g``, ``base_g`` = the sum of the earlier groups' extents), so one sort orders
+the rows by (group, start) and no maximum carries over into the next group. Where the extents add up to
+more than int64 holds, times are first replaced by their rank among the distinct times (same order).
+Equal to :func:`intervals.union_length` per set.
 """
 
 from __future__ import annotations
@@ -18,41 +20,59 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import polars as pl
 
+_FITS = 2.0**62
+
 
 def union_lengths(frame: pl.DataFrame, by: Sequence[str], sets: Mapping[str, pl.Expr],
                   start: str = "start", end: str = "end") -> pl.DataFrame:
-    """One row per group of ``by`` in ``frame`` (first the ``by`` columns, sorted), and per named set
-    (a boolean expression on the rows) the Int64 column |U(intervals of the group in the set)|, 0 where
-    the group has none. ``start``/``end`` must not be null.
+    """One row per group of ``by`` in ``frame`` (the ``by`` columns, sorted), and per named set (a
+    boolean expression on the rows) the Int64 column |U(the group's intervals in the set)|, 0 where the
+    group has none. ``by``, ``start`` and ``end`` must not be null.
 
     Example, by rank: rank 0 comm [0,10), compute [4,6) [8,20) -> comm 10, compute 14, both 20.
     """
     keys = list(by)
-    f = frame.sort([*keys, start])
-    n = f.height
-    cols = f.select(pl.col(start), pl.col(end), *[e.fill_null(False).alias(k) for k, e in sets.items()])
-    if keys:
-        gid = f.select(pl.struct(keys).rle_id()).to_series().to_numpy().astype(np.int64)
-    else:
-        gid = np.zeros(n, dtype=np.int64)
-    n_groups = int(gid[-1]) + 1 if n else 0
-    s, e = cols[start].to_numpy(), cols[end].to_numpy()
-    times, ranks = np.unique(np.concatenate([s, e]), return_inverse=True)
-    shift = gid * len(times)
-    rank_s, rank_e = ranks[:n] + shift, ranks[n:] + shift
-    out = {}
+    group = pl.lit(0) if not keys else pl.col(keys[0]) if len(keys) == 1 else pl.struct(keys)
+    cols = frame.select(group.rank("dense").cast(pl.Int64).alias("__g") - 1, pl.col(start).alias("__s"),
+                        pl.col(end).alias("__e"), *[e.fill_null(False).alias(k) for k, e in sets.items()])
+    g, s, e = (cols[c].to_numpy() for c in ("__g", "__s", "__e"))
+    times = None
+    lo, hi = _bounds(g, s, e)
+    if float((hi.astype(np.float64) - lo.astype(np.float64) + 1).sum()) >= _FITS:
+        times, ranks = np.unique(np.concatenate([s, e]), return_inverse=True)
+        s, e = ranks[: len(s)], ranks[len(s):]
+        lo, hi = _bounds(g, s, e)
+    extent = hi - lo + 1
+    base = np.cumsum(extent) - extent
+    s, e = s - lo[g] + base[g], e - lo[g] + base[g]  # group g now in [base_g, base_g + extent_g)
+    order = np.argsort(s, kind="stable")
+    g, s, e = g[order], s[order], e[order]
+    n_groups = len(extent)
+    out = []
     for name in sets:
-        m = cols[name].to_numpy()
-        g, sh = gid[m], shift[m]
-        reach = np.maximum.accumulate(rank_e[m])
-        prev = np.empty_like(reach)
-        prev[:1], prev[1:] = -1, reach[:-1]
-        begin = np.maximum(rank_s[m], prev)
-        added = np.maximum(times[reach - sh] - times[begin - sh], 0)
+        m = cols[name].to_numpy()[order]
+        top = np.maximum.accumulate(e[m])
+        prev = np.empty_like(top)
+        prev[:1], prev[1:] = -1, top[:-1]
+        gm = g[m]
+        reach, begin = top - base[gm] + lo[gm], np.maximum(s[m], prev) - base[gm] + lo[gm]
+        if times is not None:
+            reach, begin = times[reach], times[begin]
         total = np.zeros(n_groups, dtype=np.int64)
-        np.add.at(total, g, added)
-        out[name] = pl.Series(name, total, dtype=pl.Int64)
+        np.add.at(total, gm, np.maximum(reach - begin, 0))
+        out.append(pl.Series(name, total, dtype=pl.Int64))
     if not keys:
-        return pl.DataFrame(list(out.values()))
-    first = np.flatnonzero(np.diff(gid, prepend=-1))
-    return f.select(keys)[first].with_columns(*out.values())
+        return pl.DataFrame(out)
+    first = order[np.flatnonzero(np.diff(g, prepend=-1))]
+    return frame.select(keys)[first].with_columns(out)
+
+
+def _bounds(g: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per group: the smallest and the largest of its starts and ends."""
+    n_groups = int(g.max()) + 1 if len(g) else 0
+    lo = np.full(n_groups, np.iinfo(np.int64).max, dtype=np.int64)
+    hi = np.full(n_groups, np.iinfo(np.int64).min, dtype=np.int64)
+    for t in (s, e):
+        np.minimum.at(lo, g, t)
+        np.maximum.at(hi, g, t)
+    return lo, hi

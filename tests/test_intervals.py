@@ -53,15 +53,19 @@ def test_intersection_and_difference_match_brute_force(a, b):
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 1), st.integers(0, 60), st.integers(-5, 25),
-                          st.booleans()), max_size=40))
-def test_union_lengths_of_several_sets_match_brute_force(rows):
-    df = pl.DataFrame([(g, h, s, s + d, x) for g, h, s, d, x in rows], orient="row",
+                          st.booleans()), max_size=40),
+       st.sampled_from([(1, 0), (2**56, 2**62)]))
+def test_union_lengths_of_several_sets_match_brute_force(rows, scale_shift):
+    """Also with times near the int64 limits, where the groups' extents add up past int64."""
+    scale, shift = scale_shift
+    df = pl.DataFrame([(g, h, s * scale - shift, (s + d) * scale - shift, x) for g, h, s, d, x in rows],
+                      orient="row",
                       schema={"g": pl.Int32, "h": pl.Int64, "start": pl.Int64, "end": pl.Int64, "x": pl.Boolean})
     got = union_lengths(df, ["g", "h"], {"all": pl.lit(True), "x": pl.col("x"), "not_x": ~pl.col("x")})
     groups = sorted({(g, h) for g, h, *_ in rows})
     assert got.select("g", "h").rows() == groups
     for name, keep in (("all", lambda x: True), ("x", bool), ("not_x", lambda x: not x)):
-        want = [len({t for g2, h2, s, d, x in rows if (g2, h2) == gh and keep(x) for t in range(s, s + d)})
+        want = [scale * len({t for g2, h2, s, d, x in rows if (g2, h2) == gh and keep(x) for t in range(s, s + d)})
                 for gh in groups]
         assert got[name].to_list() == want, name
 
