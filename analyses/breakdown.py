@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import polars as pl
 from ddprof.analyses.lengths import rank_lengths, window_lengths
-from ddprof.analyses.prepared import Events, prepare
+from ddprof.analyses.prepared import Events, collect, prepare
 
 _US = 1000.0
 
@@ -20,13 +20,13 @@ _US = 1000.0
 def _breakdown(t: pl.DataFrame, by: Sequence[str]) -> pl.DataFrame:
     """From span_ns, busy_ns (all work inside the span) and compute_ns per group."""
     keys = list(by)
-    out = t.with_columns(
+    out = t.lazy().with_columns(
         (pl.col("span_ns") - pl.col("busy_ns")).alias("idle_ns"),
         (pl.col("busy_ns") - pl.col("compute_ns")).alias("non_compute_ns"),
     )
     pct = {f"{k}_pct": pl.when(pl.col("span_ns") > 0).then(100.0 * pl.col(f"{k}_ns") / pl.col("span_ns"))
            for k in ("idle", "compute", "non_compute")}
-    return (
+    return collect(
         out.with_columns(
             *[(pl.col(f"{k}_ns") / _US).alias(f"{k}_us") for k in ("idle", "compute", "non_compute", "span")],
             **pct,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import polars as pl
 from ddprof.analyses.collectives import comm_rows
 from ddprof.analyses.lengths import window_lengths
-from ddprof.analyses.prepared import Events, Prepared, prepare
+from ddprof.analyses.prepared import Events, Prepared, collect, prepare
 
 _US = 1000.0
 
@@ -28,8 +28,8 @@ def bubbles(events: Events) -> pl.DataFrame:
 
 
 def _bubbles(p: Prepared) -> pl.DataFrame:
-    return (
-        p.get(window_lengths)
+    return collect(
+        p.get(window_lengths).lazy()
         .with_columns((pl.col("window_ns") - pl.col("compute_ns")).alias("bubble_ns"))
         .select(
             "rank", "step",

@@ -113,10 +113,10 @@ def collectives(events: Events, world_size: int | None = None) -> pl.DataFrame:
     Example: all-reduce of 1 GB over 8 ranks, shortest duration 10 ms -> algbw 100 GB/s,
     busbw 100 · 2 · 7/8 = 175 GB/s.
     """
-    arr = arrivals(events)
+    arr = arrivals(events).lazy()
     inst = ["group", "src", "dst", "index"]
     members = arr.group_by("group").agg(pl.col("rank").unique().sort().alias("members"))
-    out = (
+    return collect(
         arr.sort("rank")
         .group_by(inst, maintain_order=True)
         .agg(
@@ -147,15 +147,14 @@ def collectives(events: Events, world_size: int | None = None) -> pl.DataFrame:
         .drop("__last", "members")
         .sort("pg", "src", "dst", "index", nulls_last=True)
     )
-    return out
 
 
 def bandwidth(coll: pl.DataFrame) -> pl.DataFrame:
     """Per (op, bytes): count, mean duration, algbw = bytes / mean duration and busbw, as nccl-tests
     reports one size. Example: two 1 MB all-reduces of 10 and 30 µs on 2 ranks -> algbw
     1e6 / 20e3 = 50 GB/s, busbw 50 · 2 · 1/2 = 50 GB/s."""
-    ok = coll.filter(pl.col("bytes").is_not_null() & (pl.col("duration_us") > 0))
-    return (
+    ok = coll.lazy().filter(pl.col("bytes").is_not_null() & (pl.col("duration_us") > 0))
+    return collect(
         ok.group_by("op", "bytes", "n")
         .agg(pl.len().alias("count"), pl.col("duration_us").mean())
         .with_columns((pl.col("bytes") / (pl.col("duration_us") * _US)).alias("algbw_gbps"))

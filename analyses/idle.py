@@ -61,11 +61,11 @@ def _gaps(p: Prepared, kernel_wait_us: float) -> pl.DataFrame:
     )
 
 
-def _categorise(gaps: pl.DataFrame, by: list[str], keys: pl.DataFrame | None = None) -> pl.DataFrame:
-    cats = pl.DataFrame({"category": list(CATEGORIES)})
+def _categorise(gaps: pl.LazyFrame, by: list[str], keys: pl.LazyFrame | None = None) -> pl.DataFrame:
+    cats = pl.LazyFrame({"category": list(CATEGORIES)})
     grid = (gaps.select(*by) if keys is None else keys).unique().join(cats, how="cross")
     sums = gaps.group_by(*by, "category").agg(pl.col("gap_ns").sum())
-    return (
+    return collect(
         grid.join(sums, on=[*by, "category"], how="left")
         .with_columns(pl.col("gap_ns").fill_null(0))
         .with_columns(pl.col("gap_ns").sum().over(by).alias("__total"))
@@ -85,11 +85,11 @@ def idle_breakdown(events: Events, kernel_wait_us: float = 30.0) -> pl.DataFrame
     Every stream with a kernel has its three rows (a stream with one kernel: zeros, ratio null).
     """
     p = prepare(events)
-    streams = p.get(work_frame).filter(pl.col("stream").is_not_null()).select("rank", "stream")  # GPU rows
-    return _categorise(idle_gaps(p, kernel_wait_us), ["rank", "stream"], streams)
+    streams = p.get(work_frame).lazy().filter(pl.col("stream").is_not_null()).select("rank", "stream")  # GPU rows
+    return _categorise(idle_gaps(p, kernel_wait_us).lazy(), ["rank", "stream"], streams)
 
 
 def idle_by_step(events: Events, kernel_wait_us: float = 30.0) -> pl.DataFrame:
     """The same per (rank, step, stream); a gap belongs to the step of the kernel that ends it."""
-    gaps = idle_gaps(events, kernel_wait_us).filter(pl.col("step").is_not_null())
+    gaps = idle_gaps(events, kernel_wait_us).lazy().filter(pl.col("step").is_not_null())
     return _categorise(gaps, ["rank", "step", "stream"])

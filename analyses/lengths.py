@@ -28,9 +28,10 @@ _OVERLAP = {**_COMPUTE, "comm_ns": _ROLE == "comm", "comm_compute_ns": _ROLE.is_
 def rank_lengths(p: Prepared) -> pl.DataFrame:
     """rank, busy_ns, compute_ns, comm_ns, comm_compute_ns, span_ns, on_gpu; sorted by rank."""
     w = p.get(work_frame)
-    spans = w.group_by("rank").agg((pl.col("end").max() - pl.col("start").min()).alias("span_ns"),
-                                   pl.col("on_gpu").first())
-    return union_lengths(w, ["rank"], {"busy_ns": pl.lit(True), **_OVERLAP}).join(spans, on="rank").sort("rank")
+    spans = w.lazy().group_by("rank").agg((pl.col("end").max() - pl.col("start").min()).alias("span_ns"),
+                                          pl.col("on_gpu").first())
+    lengths = union_lengths(w, ["rank"], {"busy_ns": pl.lit(True), **_OVERLAP})
+    return collect(lengths.lazy().join(spans, on="rank").sort("rank"))
 
 
 def step_lengths(p: Prepared) -> pl.DataFrame:
@@ -45,8 +46,8 @@ def window_lengths(p: Prepared) -> pl.DataFrame:
     keys = ["rank", "step"]
     inside = iv.clip(p.get(work_frame).lazy().filter(pl.col("step").is_not_null()), windows.lazy(), keys)
     busy = union_lengths(collect(inside), keys, {"busy_ns": pl.lit(True), **_COMPUTE})
-    return (
-        windows.join(busy, on=keys, how="left")
+    return collect(
+        windows.lazy().join(busy.lazy(), on=keys, how="left")
         .with_columns(pl.col("busy_ns", "compute_ns").fill_null(0),
                       (pl.col("w_end") - pl.col("w_start")).alias("window_ns"))
         .sort(keys)

@@ -10,16 +10,16 @@ from collections.abc import Sequence
 
 import polars as pl
 from ddprof.analyses.lengths import rank_lengths, step_lengths
-from ddprof.analyses.prepared import Events, prepare
+from ddprof.analyses.prepared import Events, collect, prepare
 
 _US = 1000.0
 
 
-def _overlap(t: pl.DataFrame, by: Sequence[str], *extra: str) -> pl.DataFrame:
+def _overlap(t: pl.DataFrame, by: Sequence[str], *extra: pl.Expr) -> pl.DataFrame:
     """From comm_ns, compute_ns and comm_compute_ns: overlapped_ns = |U(comm) ∩ U(compute)|
     = comm_ns + compute_ns − comm_compute_ns."""
-    return (
-        t.with_columns((pl.col("comm_ns") + pl.col("compute_ns") - pl.col("comm_compute_ns")).alias("overlapped_ns"))
+    return collect(
+        t.lazy().with_columns((pl.col("comm_ns") + pl.col("compute_ns") - pl.col("comm_compute_ns")).alias("overlapped_ns"))
         .with_columns(
             pl.when(pl.col("comm_ns") > 0)
             .then(100.0 * pl.col("overlapped_ns") / pl.col("comm_ns"))
@@ -43,9 +43,8 @@ def overlap(events: Events) -> pl.DataFrame:
     Example: comm [0,10) us, compute [4,6) and [8,20) us -> overlapped 2 + 2 = 4 us,
     overlap_pct = 100 · 4 / 10 = 40, exposed_comm_us = 6.
     """
-    t = prepare(events).get(rank_lengths).with_columns(
-        pl.when(pl.col("on_gpu")).then(pl.lit("gpu")).otherwise(pl.lit("cpu")).alias("device"))
-    return _overlap(t, ["rank"], "device")
+    device = pl.when(pl.col("on_gpu")).then(pl.lit("gpu")).otherwise(pl.lit("cpu")).alias("device")
+    return _overlap(prepare(events).get(rank_lengths), ["rank"], device)
 
 
 def overlap_by_step(events: Events) -> pl.DataFrame:

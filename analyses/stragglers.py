@@ -29,7 +29,7 @@ _US = 1000.0
 
 
 def _per_rank(p: Prepared) -> pl.DataFrame:
-    arr = arrivals(p)
+    arr = arrivals(p).lazy()
     inst = ["group", "src", "dst", "index"]
     multi = arr.filter((pl.len().over(inst) > 1) & (pl.col("match_op") != "sendrecv"))
     last = (
@@ -45,16 +45,16 @@ def _per_rank(p: Prepared) -> pl.DataFrame:
     )
     seen = multi.group_by("rank").agg(pl.len().alias("instances"))
     steps = (
-        p.get(steps_frame)
+        p.get(steps_frame).lazy()
         .group_by("rank")
         .agg(((pl.col("end") - pl.col("start")).mean() / _US).alias("step_us"),
              ((pl.col("end") - pl.col("start")).sum() / _US).alias("__steps_total_us"))
     )
-    spans = collect(  # one row per rank of the run
+    spans = (  # one row per rank of the run
         p.events.group_by("rank")
         .agg(((pl.col("ts_ns") + pl.col("dur_ns")).max() - pl.col("ts_ns").min()).alias("__span_ns"))
     )
-    return (
+    return collect(
         spans.join(last, on="rank", how="left").join(seen, on="rank", how="left")
         .join(steps, on="rank", how="left")
         .select("rank", "times_last", "wait_caused_us", "instances", "step_us", "__steps_total_us", "__span_ns")
