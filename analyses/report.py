@@ -7,6 +7,7 @@ are additions. ``hang`` stays empty here: it comes from Flight Recorder dumps (:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import polars as pl
@@ -15,7 +16,7 @@ from ddprof.analyses.bubbles import bubbles, pipeline_stages
 from ddprof.analyses.collectives import bandwidth, collective_warnings, collectives
 from ddprof.analyses.idle import idle_breakdown, idle_by_step
 from ddprof.analyses.overlap import overlap, overlap_by_step
-from ddprof.analyses.prepared import Events, collect, prepare
+from ddprof.analyses.prepared import Events, prepare
 from ddprof.analyses.stragglers import stragglers
 from ddprof.analyses.verdicts import verdicts
 
@@ -55,9 +56,10 @@ def run_section(run: Run) -> dict[str, Any]:
 
 def _rows(df: pl.DataFrame) -> list[dict[str, Any]]:
     """Rows as JSON-ready dicts: NaN/inf (in float columns) become null. Converted column by column."""
-    df = df.with_columns(pl.when(pl.col(c).is_finite()).then(pl.col(c)).alias(c)
-                         for c, dtype in df.schema.items() if dtype.is_float())
     columns = df.to_dict(as_series=False)
+    for name, dtype in df.schema.items():
+        if dtype.is_float() and not df[name].is_finite().all():
+            columns[name] = [v if v is None or math.isfinite(v) else None for v in columns[name]]
     return [dict(zip(columns, values)) for values in zip(*columns.values())]
 
 
@@ -91,7 +93,7 @@ def analyse(events: Events, world_size: int | None = None) -> dict[str, Any]:
 def build_report(run: Run) -> dict[str, Any]:
     report: dict[str, Any] = {"run": run_section(run)}
     report.update({k: (v.copy() if isinstance(v, (list, dict)) else v) for k, v in EMPTY_SECTIONS.items()})
-    events = collect(run.events().select(COLUMNS)).lazy()
+    events = run.events().select(COLUMNS).collect().lazy()  # the default engine reads Parquet fastest
     sections = analyse(events, run.world_size)
     report["run"]["warnings"].extend(sections.pop("collective_warnings"))
     report.update(sections)
