@@ -20,8 +20,8 @@ false). Not for send/recv: a buffered send may finish before its receive starts.
 from __future__ import annotations
 
 import polars as pl
+from ddprof.analyses.frames import kernel_rows
 from ddprof.analyses.prepared import Events, Prepared, collect, prepare
-from ddprof.analyses.sets import gpu_ranks
 
 _US = 1000.0
 _CLOCK_SLACK_NS = 2_000
@@ -46,7 +46,7 @@ def comm_rows(events: Events) -> pl.DataFrame:
 
 def _comm_rows(p: Prepared) -> pl.DataFrame:
     events = p.events
-    gpu = gpu_ranks(events).with_columns(pl.lit(True).alias("on_gpu"))
+    gpu = p.get(kernel_rows).lazy().select("rank").unique().with_columns(pl.lit(True).alias("on_gpu"))
     rows = (
         events.filter(pl.col("kind") == "comm")
         .join(gpu, on="rank", how="left")

@@ -54,17 +54,16 @@ def union_lengths(frame: pl.DataFrame, by: Sequence[str], sets: Mapping[str, pl.
         top = np.maximum.accumulate(e[m])
         prev = np.empty_like(top)
         prev[:1], prev[1:] = -1, top[:-1]
-        gm = g[m]
-        reach, begin = top - base[gm] + lo[gm], np.maximum(s[m], prev) - base[gm] + lo[gm]
-        if times is not None:
-            reach, begin = times[reach], times[begin]
+        begin, gm = np.maximum(s[m], prev), g[m]
+        if times is None:  # both shifted by the same group's offset
+            added = top - begin
+        else:
+            added = times[top - base[gm] + lo[gm]] - times[begin - base[gm] + lo[gm]]
         total = np.zeros(n_groups, dtype=np.int64)
-        np.add.at(total, gm, np.maximum(reach - begin, 0))
+        np.add.at(total, gm, np.maximum(added, 0))
         out.append(pl.Series(name, total, dtype=pl.Int64))
-    if not keys:
-        return pl.DataFrame(out)
     first = order[np.flatnonzero(np.diff(g, prepend=-1))]
-    return frame.select(keys)[first].with_columns(out)
+    return pl.DataFrame([*(frame[k].gather(first) for k in keys), *out])
 
 
 def _bounds(g: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

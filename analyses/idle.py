@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
+from ddprof.analyses.frames import kernel_rows
 from ddprof.analyses.prepared import Events, Prepared, collect, prepare
-from ddprof.analyses.sets import WORK_KINDS, work_frame
 
 CATEGORIES = ("host_wait", "kernel_wait", "other")
 _US = 1000.0
@@ -44,7 +44,7 @@ def _gaps(p: Prepared, kernel_wait_us: float) -> pl.DataFrame:
         .agg(pl.col("ts_ns").min().alias("launch_ns"))
     )
     kernels = collect(
-        events.filter(pl.col("stream").is_not_null() & pl.col("kind").is_in(WORK_KINDS))
+        p.get(kernel_rows).lazy()
         .join(launches, on=["rank", "correlation"], how="left", maintain_order="left")
         .select("rank", "stream", "step", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"), "launch_ns")
     )
@@ -92,7 +92,7 @@ def idle_breakdown(events: Events, kernel_wait_us: float = 30.0) -> pl.DataFrame
     Every stream with a kernel has its three rows (a stream with one kernel: zeros, ratio null).
     """
     p = prepare(events)
-    streams = p.get(work_frame).lazy().filter(pl.col("stream").is_not_null()).select("rank", "stream")  # GPU rows
+    streams = p.get(kernel_rows).lazy().select("rank", "stream")
     return _categorise(idle_gaps(p, kernel_wait_us).lazy(), ["rank", "stream"], streams)
 
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import polars as pl
 from ddprof.analyses import intervals as iv
 from ddprof.analyses.coverage import union_lengths
+from ddprof.analyses.frames import windows_frame, work_frame
 from ddprof.analyses.prepared import Prepared, collect
-from ddprof.analyses.sets import windows_frame, work_frame
 
 _ROLE = pl.col("role")
 _COMPUTE = {"compute_ns": _ROLE == "compute"}

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import polars as pl
 from ddprof.analyses import intervals as iv
-from ddprof.analyses.prepared import Prepared, collect
 
 WORK_KINDS = ("compute", "comm", "memcpy", "memset")
 COLLECTIVE_OP_RE = r"^(c10d::|c10d_functional::|_c10d_functional::|gloo:|nccl:|record_param_comms$)"
@@ -33,24 +32,26 @@ def _span() -> list[pl.Expr]:
     return [pl.col("ts_ns").alias("start"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("end")]
 
 
+def gpu_rows(events: pl.LazyFrame) -> pl.LazyFrame:
+    """The GPU work rows: kind in :data:`WORK_KINDS`, with a stream. Their ranks are the GPU ranks."""
+    return events.filter(pl.col("stream").is_not_null() & pl.col("kind").is_in(WORK_KINDS))
+
+
 def gpu_ranks(events: pl.LazyFrame) -> pl.LazyFrame:
     """Ranks with at least one GPU work row: ``[rank]``."""
-    return (
-        events.filter(pl.col("stream").is_not_null() & pl.col("kind").is_in(WORK_KINDS))
-        .select("rank").unique()
-    )
+    return gpu_rows(events).select("rank").unique()
 
 
-def _cpu_rows(events: pl.LazyFrame) -> pl.LazyFrame:
-    """The rows the CPU sets come from: gloo and CPU op rows of ranks without GPU work rows."""
+def cpu_rows(events: pl.LazyFrame, gpu: pl.LazyFrame) -> pl.LazyFrame:
+    """The rows the CPU sets come from: gloo and CPU op rows of the ranks not in ``gpu`` (the GPU ranks)."""
     return events.filter(pl.col("stream").is_null() & pl.col("kind").is_in(["comm", "cpu_op"])).join(
-        gpu_ranks(events), on="rank", how="anti")
+        gpu, on="rank", how="anti")
 
 
-def _work(events: pl.LazyFrame, cpu: pl.LazyFrame | None) -> pl.LazyFrame:
-    """The GPU work rows of ``events`` and the CPU sets of ``cpu`` (:func:`_cpu_rows`; None: none)."""
-    # A GPU work row makes its rank a GPU rank: the GPU rows need no lookup of their rank.
-    parts = [events.filter(pl.col("stream").is_not_null() & pl.col("kind").is_in(WORK_KINDS)).with_columns(
+def work_of(gpu: pl.LazyFrame, cpu: pl.LazyFrame | None) -> pl.LazyFrame:
+    """:func:`work` from the GPU work rows (:func:`gpu_rows`) and the CPU rows (:func:`cpu_rows`; None
+    where there are none)."""
+    parts = [gpu.with_columns(
         pl.when(pl.col("kind").is_in(["memcpy", "memset"])).then(pl.lit("memory"))
         .otherwise(pl.col("kind").cast(pl.String)).alias("role"), pl.lit(True).alias("on_gpu"), *_span()
     )]
@@ -74,32 +75,22 @@ def work(events: pl.LazyFrame) -> pl.LazyFrame:
 
     Columns: rank, step, stream, tid, role, start, end, on_gpu.
     """
-    return _work(events, _cpu_rows(events))
-
-
-def work_frame(p: Prepared) -> pl.DataFrame:
-    """:func:`work`, collected; the CPU sets are skipped when no rank lacks GPU work."""
-    cpu = collect(_cpu_rows(p.events))
-    return collect(_work(p.events, cpu.lazy() if cpu.height else None))
+    return work_of(gpu_rows(events), cpu_rows(events, gpu_ranks(events)))
 
 
 def profiler_steps(events: pl.LazyFrame) -> pl.LazyFrame:
     """The ``ProfilerStep#N`` annotations on CPU threads: rank, step, start, end (duplicates merged)."""
     return (
         events.filter(pl.col("stream").is_null() & pl.col("name").str.starts_with("ProfilerStep#"))
-        .filter(pl.col("name").str.contains(STEP_RE))
         .with_columns(pl.col("name").str.extract(STEP_RE).cast(pl.Int32).alias("step"))
+        .filter(pl.col("step").is_not_null())  # the names STEP_RE matches (the regex on a few rows only)
         .group_by("rank", "step")
         .agg(pl.col("ts_ns").min().alias("start"), (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("end"))
     )
 
 
-def steps_frame(p: Prepared) -> pl.DataFrame:
-    """:func:`profiler_steps`, collected."""
-    return collect(profiler_steps(p.events))
-
-
-def _windows(steps: pl.LazyFrame, w: pl.LazyFrame) -> pl.LazyFrame:
+def windows_of(steps: pl.LazyFrame, w: pl.LazyFrame) -> pl.LazyFrame:
+    """:func:`step_windows` from the profiler steps (:func:`profiler_steps`) and the work intervals."""
     parts = [
         steps.select("rank", "step", "start", "end"),
         w.filter(pl.col("step").is_not_null()).select("rank", "step", "start", "end"),
@@ -119,9 +110,4 @@ def step_windows(events: pl.LazyFrame, work_lf: pl.LazyFrame | None = None) -> p
     step launched. Example: ProfilerStep#3 on [0, 100) ms whose last kernel ends at 104 ms -> [0, 104).
     Columns: rank, step, w_start, w_end.
     """
-    return _windows(profiler_steps(events), work(events) if work_lf is None else work_lf)
-
-
-def windows_frame(p: Prepared) -> pl.DataFrame:
-    """:func:`step_windows`, collected."""
-    return collect(_windows(p.get(steps_frame).lazy(), p.get(work_frame).lazy()))
+    return windows_of(profiler_steps(events), work(events) if work_lf is None else work_lf)

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import polars as pl
 from ddprof.analyses.collectives import arrivals
+from ddprof.analyses.frames import rank_spans, steps_frame
 from ddprof.analyses.prepared import Events, Prepared, collect, prepare
-from ddprof.analyses.sets import steps_frame
 
 _US = 1000.0
 
@@ -50,10 +50,7 @@ def _per_rank(p: Prepared) -> pl.DataFrame:
         .agg(((pl.col("end") - pl.col("start")).mean() / _US).alias("step_us"),
              ((pl.col("end") - pl.col("start")).sum() / _US).alias("__steps_total_us"))
     )
-    spans = (  # one row per rank of the run
-        p.events.group_by("rank")
-        .agg(((pl.col("ts_ns") + pl.col("dur_ns")).max() - pl.col("ts_ns").min()).alias("__span_ns"))
-    )
+    spans = p.get(rank_spans).lazy().select("rank", (pl.col("last_ns") - pl.col("first_ns")).alias("__span_ns"))
     return collect(
         spans.join(last, on="rank", how="left").join(seen, on="rank", how="left")
         .join(steps, on="rank", how="left")
