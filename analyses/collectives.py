@@ -118,6 +118,7 @@ def collectives(events: Events, world_size: int | None = None) -> pl.DataFrame:
     members = arr.group_by("group").agg(pl.col("rank").unique().sort().alias("members"))
     return collect(
         arr.sort("rank")
+        .with_columns(((pl.col("arrival_ns") - pl.col("arrival_ns").min().over(inst)) / _US).alias("arrival_us"))
         .group_by(inst, maintain_order=True)
         .agg(
             pl.col("match_op").mode().sort().first().alias("op"),
@@ -125,7 +126,7 @@ def collectives(events: Events, world_size: int | None = None) -> pl.DataFrame:
             pl.col("bytes").max(),
             pl.col("group_size").max(),
             pl.col("rank").alias("ranks_seen"),
-            ((pl.col("arrival_ns") - pl.col("arrival_ns").min()) / _US).alias("arrival_us"),
+            pl.col("arrival_us"),
             (pl.col("arrival_ns").min() / _US).alias("start_us"),
             ((pl.col("arrival_ns").max() - pl.col("arrival_ns").min()) / _US).alias("arrival_skew_us"),
             (pl.col("dur_ns").min() / _US).alias("duration_us"),
