@@ -68,10 +68,16 @@ def _gaps(p: Prepared, kernel_wait_us: float) -> pl.DataFrame:
     )
 
 
-def _categorise(gaps: pl.LazyFrame, by: list[str], keys: pl.LazyFrame | None = None) -> pl.DataFrame:
+def _gap_sums(p: Prepared, kernel_wait_us: float) -> pl.DataFrame:
+    """Sum of the gaps per (rank, step, stream, category): what both tables below add up."""
+    return collect(idle_gaps(p, kernel_wait_us).lazy().group_by("rank", "step", "stream", "category")
+                   .agg(pl.col("gap_ns").sum()))
+
+
+def _categorise(sums: pl.LazyFrame, by: list[str], keys: pl.LazyFrame | None = None) -> pl.DataFrame:
     cats = pl.LazyFrame({"category": list(CATEGORIES)})
-    grid = (gaps.select(*by) if keys is None else keys).unique().join(cats, how="cross")
-    sums = gaps.group_by(*by, "category").agg(pl.col("gap_ns").sum())
+    grid = (sums.select(*by) if keys is None else keys).unique().join(cats, how="cross")
+    sums = sums.group_by(*by, "category").agg(pl.col("gap_ns").sum())
     return collect(
         grid.join(sums, on=[*by, "category"], how="left")
         .with_columns(pl.col("gap_ns").fill_null(0))
@@ -93,10 +99,10 @@ def idle_breakdown(events: Events, kernel_wait_us: float = 30.0) -> pl.DataFrame
     """
     p = prepare(events)
     streams = p.get(kernel_rows).lazy().select("rank", "stream")
-    return _categorise(idle_gaps(p, kernel_wait_us).lazy(), ["rank", "stream"], streams)
+    return _categorise(p.get(_gap_sums, kernel_wait_us).lazy(), ["rank", "stream"], streams)
 
 
 def idle_by_step(events: Events, kernel_wait_us: float = 30.0) -> pl.DataFrame:
     """The same per (rank, step, stream); a gap belongs to the step of the kernel that ends it."""
-    gaps = idle_gaps(events, kernel_wait_us).lazy().filter(pl.col("step").is_not_null())
-    return _categorise(gaps, ["rank", "step", "stream"])
+    sums = prepare(events).get(_gap_sums, kernel_wait_us).lazy().filter(pl.col("step").is_not_null())
+    return _categorise(sums, ["rank", "step", "stream"])
