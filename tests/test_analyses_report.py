@@ -5,13 +5,22 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import polars as pl
 import pytest
-from ddprof.analyses.report import EMPTY_SECTIONS, build_report
+from ddprof.analyses import frames, sets
+from ddprof.analyses.breakdown import breakdown_by_step, temporal_breakdown
+from ddprof.analyses.bubbles import pipeline_stages
+from ddprof.analyses.collectives import bandwidth, collectives
+from ddprof.analyses.idle import idle_breakdown, idle_by_step
+from ddprof.analyses.overlap import overlap, overlap_by_step
+from ddprof.analyses.prepared import Prepared
+from ddprof.analyses.report import EMPTY_SECTIONS, _rows, analyse, build_report
+from ddprof.analyses.stragglers import stragglers
 from ddprof.analyses.verdicts import fmt_us
 
 import ddprof
 from ddprof.render_text import render_text
-from tests.gen import DataParallel
+from tests.gen import DataParallel, Pipeline
 
 CONTRACT = {
     "run": {"world_size", "ranks", "backend", "device", "steps", "warnings"},
@@ -118,3 +127,40 @@ def test_dlrm_report(ingested):
     assert len(report["overlap"]) == 8 and len(report["collectives"]) == 8
     assert {b["op"] for b in report["bandwidth"]} == {"all_reduce", "all_to_all"}
     assert max(len(line) for line in render_text(report).splitlines()) <= 100
+
+
+def _mixed_events():
+    """Two GPU ranks and two CPU-only (gloo) ranks in one table: the CPU sets are built for ranks 2, 3 only."""
+    gpu = DataParallel(ranks=2).events()
+    cpu = DataParallel(device="cpu", ranks=2).events().with_columns(pl.col("rank") + 2)
+    return pl.concat([gpu, cpu])
+
+
+@pytest.mark.parametrize("make", [lambda: DataParallel().events(),
+                                  lambda: DataParallel(device="cpu", ranks=3, slow_rank=0).events(),
+                                  lambda: Pipeline().events(), _mixed_events],
+                         ids=["gpu", "cpu-gloo", "pipeline", "mixed"])
+def test_sections_from_shared_frames_equal_each_analysis_alone(make):
+    """analyse() derives the frames several sections share once (analyses.prepared); every section must
+    be what its analysis gives when called alone on the events."""
+    events = make()
+    before = events.clone()
+    lf = events.lazy()
+    sections = analyse(lf, 4)
+    alone = {"overlap": overlap, "overlap_by_step": overlap_by_step, "breakdown": temporal_breakdown,
+             "breakdown_by_step": breakdown_by_step, "idle": idle_breakdown, "idle_by_step": idle_by_step,
+             "pipeline": pipeline_stages}
+    for key, fn in alone.items():
+        assert sections[key] == _rows(fn(lf)), key
+    coll = collectives(lf, 4)
+    assert sections["collectives"] == _rows(coll.drop("ops_seen"))
+    assert sections["bandwidth"] == _rows(bandwidth(coll))
+    assert sections["stragglers"] == stragglers(lf)
+    columns = sets.work(lf).collect().columns
+    shared = Prepared(lf).get(frames.work_frame)
+    assert shared.sort(columns, nulls_last=True).equals(sets.work(lf).collect().sort(columns, nulls_last=True))
+    if make is _mixed_events:
+        assert dict(shared.group_by("rank").agg(pl.col("on_gpu").all()).iter_rows()) == {
+            0: True, 1: True, 2: False, 3: False}
+        assert shared.filter((pl.col("rank") >= 2) & (pl.col("role") == "compute")).height > 0
+    assert events.equals(before)
