@@ -7,11 +7,13 @@ idle gaps are computed once for all sections instead of once per analysis.
 
 A derived frame is a pure function of the events (and of plain parameters), registered by the
 function that computes it: ``prepared.get(fn, *args)`` returns ``fn(prepared, *args)``, computed on
-the first call and kept. Frames handed out are Polars DataFrames: immutable, safe to share.
+the first call and kept. Frames handed out are Polars DataFrames: immutable, safe to share, also
+between threads (``get`` computes each frame once even when several threads ask for it at once).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
@@ -29,12 +31,18 @@ class Prepared:
     def __init__(self, events: pl.LazyFrame) -> None:
         self.events = events
         self._memo: dict[tuple[Callable[..., Any], tuple[Hashable, ...]], Any] = {}
+        self._locks: dict[tuple[Callable[..., Any], tuple[Hashable, ...]], threading.Lock] = {}
+        self._lock = threading.Lock()
 
     def get(self, fn: Callable[..., T], *args: Hashable) -> T:
-        """``fn(self, *args)``, computed once per Prepared."""
+        """``fn(self, *args)``, computed once per Prepared (one lock per frame: a thread asking for a frame
+        another thread is computing waits for it; frames never depend on themselves, so none deadlocks)."""
         key = (fn, args)
-        if key not in self._memo:
-            self._memo[key] = fn(self, *args)
+        with self._lock:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            if key not in self._memo:
+                self._memo[key] = fn(self, *args)
         return self._memo[key]
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import polars as pl
@@ -164,3 +166,17 @@ def test_sections_from_shared_frames_equal_each_analysis_alone(make):
             0: True, 1: True, 2: False, 3: False}
         assert shared.filter((pl.col("rank") >= 2) & (pl.col("role") == "compute")).height > 0
     assert events.equals(before)
+
+
+def test_prepared_computes_a_frame_once_when_threads_ask_at_once():
+    calls = []
+
+    def slow(p, x):
+        calls.append(x)
+        time.sleep(0.01)
+        return 2 * x
+
+    p = Prepared(pl.LazyFrame())
+    with ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(lambda _: p.get(slow, 21), range(16))) == [42] * 16
+    assert calls == [21]
