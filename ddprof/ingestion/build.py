@@ -52,9 +52,8 @@ def build_events(dec: Decoded, rank: int) -> tuple[pl.DataFrame, list[str]]:
     df = dec.frame.with_row_index("_row").with_columns(
         is_gpu=pl.col("cat").is_in(GPU_CATS).fill_null(False),
         kind=pl.col("cat").replace_strict(_CAT_KIND, default="other", return_dtype=pl.String),
-        _marker=pl.col("name").str.contains(comms.MARKER_RE.pattern),
     )
-    df = df.with_columns(_marker=pl.col("_marker") & ~pl.col("is_gpu"))
+    df = df.with_columns(_marker=pl.col("is_marker") & ~pl.col("is_gpu"))
     warnings = [f"{n} event(s) of unknown category {c!r} kept as kind 'other'" for c, n in
                 df.filter(~pl.col("cat").is_in(KNOWN_CATS).fill_null(False))
                 .select(pl.col("cat").fill_null("<none>")).to_series().value_counts().iter_rows()]

@@ -66,6 +66,7 @@ RAW_SCHEMA: dict[str, pl.DataType] = {
     "external_id": pl.Int64(), "coll_name": pl.String(), "in_nelems": pl.Int64(), "out_nelems": pl.Int64(),
     "group_size": pl.Int64(), "dtype": pl.String(), "pg": pl.String(), "seq": pl.Int64(),
     "input_dims": pl.Binary(), "input_type": pl.Binary(), "concrete_inputs": pl.Binary(),
+    "is_marker": pl.Boolean(),  # the name is a collective marker's (comms.MARKER_RE)
 }
 
 
@@ -138,8 +139,8 @@ def chunk_frame(events: list[Event], dropped: Counter[str]) -> tuple[pl.DataFram
     # Collective metadata: gathered from the few rows that can carry it, then scattered.
     cols["coll_name"] = pl.Series([a.coll_name for a in args], dtype=pl.String)
     names = pl.Series(cols["name"], dtype=pl.String)
-    wanted = names.str.contains(MARKER_PATTERN) | cols["coll_name"].is_not_null()
-    rare = wanted.arg_true()
+    cols["is_marker"] = names.str.contains(MARKER_PATTERN)
+    rare = (cols["is_marker"] | cols["coll_name"].is_not_null()).arg_true()
     sub = [args[i] for i in rare.to_list()]
     cols["name"] = names
     sparse = {
