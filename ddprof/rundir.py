@@ -92,6 +92,18 @@ class Run:
             return empty_events().lazy()
         return pl.scan_parquet(files, schema=EVENT_SCHEMA, hive_partitioning=False)
 
+    def collect_events(self, columns: list[str] | None = None, ranks: list[int] | None = None) -> pl.DataFrame:
+        """:meth:`events` collected; an unreadable Parquet part becomes a :class:`SchemaError` naming the
+        run dir and the fix, instead of a Polars traceback."""
+        lf = self.events(ranks)
+        if columns is not None:
+            lf = lf.select(columns)
+        try:
+            return lf.collect()
+        except (pl.exceptions.PolarsError, OSError) as exc:
+            raise SchemaError(f"{self.path}: the event store cannot be read ({str(exc).splitlines()[0]}); "
+                              "rebuild it with `ddprof ingest --force`") from None
+
     @cached_property
     def steps(self) -> list[int]:
         return sorted({s for info in self.manifest.get("per_rank", {}).values() for s in info.get("steps", [])})

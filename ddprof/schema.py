@@ -62,6 +62,16 @@ EVENT_SCHEMA: dict[str, pl.DataType] = {
 
 NOT_NULL = ("rank", "ts_ns", "dur_ns", "kind", "name")
 
+STEP_PREFIX = "ProfilerStep#"
+
+
+def step_number(name: pl.Expr) -> pl.Expr:
+    """``ProfilerStep#N`` -> N (Int32); any other name, or an N that does not fit, -> null.
+
+    The one parser of step names: ingest assigns steps with it and analyses find step windows with it.
+    """
+    return name.str.extract(r"^ProfilerStep#(\d+)$").cast(pl.Int32, strict=False)
+
 
 def empty_events() -> pl.DataFrame:
     """An event table with no rows and the canonical schema."""

@@ -33,7 +33,7 @@ import polars as pl
 from ddprof.ingestion import comms
 from ddprof.ingestion.kineto import Decoded
 from ddprof.ingestion.link import Meta, launch_meta, row_meta
-from ddprof.schema import conform
+from ddprof.schema import STEP_PREFIX, conform, step_number
 
 GPU_CATS = ["kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation"]
 _CAT_KIND = {"kernel": "compute", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cuda_sync": "sync",
@@ -179,9 +179,8 @@ def _gloo_peers(df: pl.DataFrame) -> pl.DataFrame:
 
 def _assign_steps(df: pl.DataFrame) -> pl.DataFrame:
     windows = (
-        df.filter(~pl.col("is_gpu") & pl.col("name").str.starts_with("ProfilerStep#"))
-        .select(start=pl.col("ts_ns"), end=pl.col("ts_ns") + pl.col("dur_ns"),
-                step=pl.col("name").str.extract(r"^ProfilerStep#(\d+)$").cast(pl.Int32, strict=False))
+        df.filter(~pl.col("is_gpu") & pl.col("name").str.starts_with(STEP_PREFIX))
+        .select(start=pl.col("ts_ns"), end=pl.col("ts_ns") + pl.col("dur_ns"), step=step_number(pl.col("name")))
         .drop_nulls("step").sort("start")
     )
     if windows.height == 0:
