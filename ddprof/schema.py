@@ -10,6 +10,10 @@ Conventions
 * GPU rows have ``device`` and ``stream`` set; CPU rows have ``stream`` null and ``tid`` = thread.
 * ``kind`` is classified once, at ingest (see :mod:`ddprof.ingestion.build`).
 * Collective metadata (``coll_op`` ... ``seq``) is null where unknown, never -1.
+* ``coll_op`` is ``sendrecv`` for an NCCL SendRecv kernel whose metadata does not say more: NCCL runs
+  point-to-point transfers (and all-to-all, grouped) with that kernel, so its name alone proves neither.
+* ``peer`` is the global rank at the other end of a send/recv where the process group's ranks are known,
+  else the rank within the group.
 * ``bytes`` is the nccl-tests message size S of the collective: all-reduce/broadcast/reduce: count x
   element size; all-gather: output bytes; reduce-scatter: input bytes; all-to-all: total bytes sent;
   send/recv: bytes sent or received.
@@ -32,7 +36,7 @@ GPU_KINDS = ("compute", "comm", "memcpy", "memset", "sync")
 #: Normalised collective names used in ``coll_op``.
 COLL_OPS = (
     "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
-    "send", "recv", "barrier", "gather", "scatter", "unknown",
+    "send", "recv", "sendrecv", "barrier", "gather", "scatter", "unknown",
 )
 
 EVENT_SCHEMA: dict[str, pl.DataType] = {

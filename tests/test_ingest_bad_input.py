@@ -272,3 +272,17 @@ def test_reingest_keeps_the_collector_section(tmp_path):
     ddprof.ingest([f], tmp_path / "run", extra_manifest={"collector": {"ranks_complete": [0]}})
     run = ddprof.ingest([f], tmp_path / "run", force=True)
     assert run.manifest["collector"] == {"ranks_complete": [0]}
+
+
+def test_peer_is_translated_to_the_global_rank(tmp_path):
+    """A send to group rank 1 in a pipeline group made of global ranks [2, 6] goes to rank 6."""
+    send = {"ph": "X", "cat": "cpu_op", "name": "c10d::send", "pid": 1, "tid": 1, "ts": 10.0, "dur": 5.0,
+            "args": {"Concrete Inputs": ["", "", "1", "0"], "Input Dims": [[4]], "Input type": ["float"]}}
+    gloo = {"ph": "X", "cat": "user_annotation", "name": "gloo:send", "pid": 1, "tid": 2, "ts": 11.0, "dur": 3.0,
+            "args": {"Input Dims": [[4]], "Input type": ["float"]}}
+    doc = kineto(2, [send, gloo], world=8)
+    doc["distributedInfo"]["pg_config"] = [{"pg_name": "7", "pg_size": 2, "ranks": [2, 6]}]
+    run = ddprof.ingest([write(tmp_path / "rank-2.json", doc)], tmp_path / "run")
+    rows = run.events().filter(pl.col("coll_op") == "send").collect()
+    assert sorted(rows["peer"].to_list()) == [6, 6] and set(rows["pg"]) == {"7"}
+    assert rows.filter(pl.col("kind") == "comm")["bytes"].to_list() == [16]

@@ -90,7 +90,9 @@ def test_a100_16rank_three_nccl_streams(ingested):
     comm = ingested("hta/a100-16rank-rank0").events().collect().filter(pl.col("kind") == "comm")
     assert comm.height == 80
     assert comm["stream"].n_unique() == 3
-    assert set(comm["coll_op"]) == {"all_to_all", "reduce_scatter", "all_gather", "all_reduce"}
+    ops = dict(comm.group_by("coll_op").len().iter_rows())
+    # 5 SendRecv kernels have no launch in the trace: their name alone does not say all_to_all.
+    assert ops == {"all_to_all": 45, "reduce_scatter": 10, "all_gather": 10, "all_reduce": 10, "sendrecv": 5}
 
 
 def test_comm_kernel_without_nccl_in_its_name(ingested):

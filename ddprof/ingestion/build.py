@@ -96,6 +96,7 @@ def build_events(dec: Decoded, rank: int) -> tuple[pl.DataFrame, list[str]]:
     only = _only_group(dec.distributed_info)
     if only is not None:
         comm_rows = {r: m.fill_from(only) for r, m in comm_rows.items()}
+    comm_rows = _global_peers(comm_rows, dec.distributed_info)
 
     df = _apply_meta(df, comm_rows)
     df = _assign_steps(df)
@@ -120,6 +121,24 @@ def _only_group(info: dict[str, Any] | None) -> Meta | None:
     name = groups[0].get("pg_name")
     return Meta(pg=None if name is None else str(name),
                 group_size=size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None)
+
+
+def _global_peers(rows: dict[int, Meta], info: dict[str, Any] | None) -> dict[int, Meta]:
+    """Send/recv name their peer by its rank within the process group; where ``pg_config`` lists the
+    group's ranks, translate it to the global rank (pipeline groups are rarely the world group)."""
+    members: dict[str, list[int]] = {}
+    for g in (info or {}).get("pg_config") or []:
+        if isinstance(g, dict) and isinstance(g.get("ranks"), list):
+            members[str(g.get("pg_name"))] = g["ranks"]
+    if not members:
+        return rows
+    out = {}
+    for r, m in rows.items():
+        ranks = members.get(m.pg) if m.peer is not None and m.pg is not None else None
+        if ranks is not None and 0 <= m.peer < len(ranks) and isinstance(ranks[m.peer], int):
+            m = m._replace(peer=ranks[m.peer])
+        out[r] = m
+    return out
 
 
 def _runtimes_inside_markers(df: pl.DataFrame) -> pl.DataFrame:

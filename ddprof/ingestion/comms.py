@@ -44,7 +44,7 @@ _OP_ALIASES = {
     "all_to_allv": "all_to_all", "alltoallv": "all_to_all", "all_to_all_single": "all_to_all",
     "broadcast": "broadcast", "reduce": "reduce", "send": "send", "recv": "recv", "recv_": "recv",
     "recv_any_source": "recv", "barrier": "barrier", "gather": "gather", "scatter": "scatter",
-    "sendrecv": "all_to_all", "multimem_all_reduce": "all_reduce", "one_shot_all_reduce": "all_reduce",
+    "sendrecv": "sendrecv", "multimem_all_reduce": "all_reduce", "one_shot_all_reduce": "all_reduce",
     "two_shot_all_reduce": "all_reduce",
 }
 
@@ -61,7 +61,7 @@ COMM_KERNEL_RE = re.compile(r"(?i)^(void )?(nccl|rccl)|ncclKernel|ncclDevKernel|
 # Kernel names in ncclKernel_<Op>_... / ncclDevKernel_<Op>_...
 _KERNEL_OP_RE = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)")
 _KERNEL_OPS = {"AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatter": "reduce_scatter",
-               "Broadcast": "broadcast", "Reduce": "reduce", "SendRecv": "all_to_all", "Send": "send",
+               "Broadcast": "broadcast", "Reduce": "reduce", "SendRecv": "sendrecv", "Send": "send",
                "Recv": "recv", "AllToAll": "all_to_all"}
 
 _dims_decoder = msgspec.json.Decoder()
