@@ -1,4 +1,5 @@
-"""One error hierarchy. The CLI maps it to exit codes in one place (:data:`EXIT_CODES`)."""
+"""One error hierarchy. Each class carries its exit code; the CLI's ``main`` is the one place that turns
+an error into a message and that code (0 ok, 1 problem found, 2 bad input or usage, 3 partial)."""
 
 from __future__ import annotations
 
@@ -54,5 +55,3 @@ class ProblemFound(DdprofError):
 
     exit_code = 1
 
-
-EXIT_CODES = {"ok": 0, "problem": 1, "bad_input": 2, "partial": 3}

@@ -137,3 +137,25 @@ def test_console_script_runs_without_torch_or_dash(tmp_path, traces):
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["run"]["world_size"] == 8
+
+
+def test_a_bug_is_an_internal_error_not_problem_found(tmp_path, traces, capsys, monkeypatch):
+    from ddprof.cli import INTERNAL_ERROR
+    from ddprof.cli import analyze_cmd
+
+    def broken(*a, **k):
+        raise ZeroDivisionError("boom")
+
+    monkeypatch.setattr(analyze_cmd, "run_summary", broken)
+    rc, _, err = run_cli(["analyze", str(traces / "dlrm-8xV100-nccl"), "--cache", str(tmp_path / "c")], capsys)
+    assert rc == INTERNAL_ERROR != 1 and "internal error" in err and "ZeroDivisionError: boom" in err
+
+
+def test_ingest_partial_exits_3_naming_the_file(tmp_path, traces, capsys):
+    src = tmp_path / "src"
+    shutil.copytree(traces / "dlrm-8xV100-nccl", src)
+    src.chmod(0o755)
+    (src / "worker2_step_12.1694128201554.pt.trace.json.gz").write_bytes(b"")
+    rc, out, err = run_cli(["ingest", str(src), "-o", str(tmp_path / "run")], capsys)
+    assert rc == 3 and "worker2_step_12.1694128201554.pt.trace.json.gz" in err and "file is empty" in err
+    assert "7 rank(s) of 8" in out

@@ -1,10 +1,13 @@
 """Command line: thin commands, one module each; errors map to exit codes here and only here.
 
 Exit codes: 0 ok, 1 an analysis or check found a problem, 2 bad input or usage, 3 partial (some
-ranks failed; the rest were analysed and the failures named).
+ranks failed; the rest were analysed and the failures named), 70 internal error (a bug in ddprof).
+Commands raise; only :func:`main` turns errors into messages and codes.
 """
 
 from __future__ import annotations
+
+import traceback
 
 import click
 
@@ -13,6 +16,8 @@ from ddprof.cli.analyze_cmd import analyze
 from ddprof.cli.ingest_cmd import ingest
 from ddprof.collectors.launch import launch_command
 from ddprof.errors import DdprofError
+
+INTERNAL_ERROR = 70  # EX_SOFTWARE
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -41,5 +46,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except click.exceptions.Exit as exc:
         return exc.exit_code
+    except Exception:  # a bug: say so, keep the evidence, and never look like "problem found" (1)
+        click.echo("ddprof: internal error (a bug in ddprof; please report it with the command and the "
+                   "traces):\n" + traceback.format_exc(), err=True)
+        return INTERNAL_ERROR
     return rv if isinstance(rv, int) else 0
 

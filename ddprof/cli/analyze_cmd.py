@@ -8,7 +8,8 @@ from typing import Any
 
 import click
 
-from ddprof.cli.common import emit, open_source, rank_option
+from ddprof.cli.common import emit, open_source, partial_failure, rank_option
+from ddprof.errors import BadInputError, PartialRunError, ProblemFound
 from ddprof.rundir import is_run_dir
 from ddprof.summary import render_summary, run_summary
 
@@ -34,7 +35,12 @@ def analyze(sources: tuple[str, ...], fmt: str, output: str | None, cache: str |
         report.update({k: v for k, v in EMPTY_SECTIONS.items()})
         report["hang"] = hang
         _emit(report, None, fmt, output)
-        return 1 if hang.get("collectives") else 0
+        if hang.get("collectives"):
+            raise ProblemFound(hang.get("verdict") or "a hang was found (see the report)")
+        if hang.get("failed"):
+            raise PartialRunError([BadInputError(f.get("reason", "unreadable"), path=f.get("path"), rank=f.get("rank"))
+                                   for f in hang["failed"]])
+        return 0
     with open_source(sources, cache, ranks, progress=fmt == "text" and output is None) as run:
         from ddprof.analyses.report import build_report
 
@@ -44,9 +50,7 @@ def analyze(sources: tuple[str, ...], fmt: str, output: str | None, cache: str |
         report["run"]["failed"] = summary["failed"]
         _emit(report, summary, fmt, output)
         if run.failed:
-            click.echo(f"ddprof: {len(run.failed)} input(s) failed and were left out; the other ranks were "
-                       "analysed", err=True)
-            return 3
+            raise partial_failure(run, "the other ranks were analysed")
     return 0
 
 

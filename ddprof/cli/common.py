@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from ddprof.atomic import write_text_atomic
-from ddprof.errors import UsageError
+from ddprof.errors import BadInputError, PartialRunError, UsageError
 from ddprof.ingestion import ingest as run_ingest
 from ddprof.rundir import Run, is_run_dir, open_run
 
@@ -71,6 +71,13 @@ def open_source(sources: tuple[str, ...], cache: str | None, ranks: tuple[str, .
         yield run_ingest(paths, tmp, rank_map=rank_map, progress=progress)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def partial_failure(run: Run, rest: str) -> PartialRunError:
+    """The error (exit 3) for a run some of whose inputs failed, naming each failure."""
+    err = PartialRunError([BadInputError(v.get("error") or "failed") for v in run.failed.values()])
+    err.args = (f"{err}\n{rest}",)
+    return err
 
 
 def emit(text: str, output: str | None) -> None:

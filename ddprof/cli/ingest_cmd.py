@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ddprof.cli.common import parse_rank_map, rank_option
+from ddprof.cli.common import parse_rank_map, partial_failure, rank_option
 from ddprof.ingestion import ingest as run_ingest
 from ddprof.summary import render_summary, run_summary
 
@@ -26,6 +26,5 @@ def ingest(sources: tuple[str, ...], out_dir: str, ranks: tuple[str, ...], jobs:
         click.echo(render_summary(run_summary(run)))
         click.echo(f"\nrun dir: {run.path}")
     if run.failed:
-        click.echo(f"ddprof: {len(run.failed)} input(s) failed; the other ranks were ingested", err=True)
-        return 3
+        raise partial_failure(run, "the other ranks were ingested")
     return 0
