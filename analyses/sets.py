@@ -23,9 +23,10 @@ from __future__ import annotations
 import polars as pl
 from ddprof.analyses import intervals as iv
 
+from ddprof.schema import STEP_PREFIX, step_number
+
 WORK_KINDS = ("compute", "comm", "memcpy", "memset")
 COLLECTIVE_OP_RE = r"^(c10d::|c10d_functional::|_c10d_functional::|gloo:|nccl:|record_param_comms$)"
-STEP_RE = r"^ProfilerStep#(\d+)$"
 
 
 def _span() -> list[pl.Expr]:
@@ -79,11 +80,15 @@ def work(events: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def profiler_steps(events: pl.LazyFrame) -> pl.LazyFrame:
-    """The ``ProfilerStep#N`` annotations on CPU threads: rank, step, start, end (duplicates merged)."""
+    """The ``ProfilerStep#N`` annotations on CPU threads: rank, step, start, end (duplicates merged).
+
+    N is read by :func:`ddprof.schema.step_number`, the parser ingest uses: a name that is not exactly
+    ``ProfilerStep#<digits>``, or whose number does not fit Int32 (``ProfilerStep#99999999999``), is no step.
+    """
     return (
-        events.filter(pl.col("stream").is_null() & pl.col("name").str.starts_with("ProfilerStep#"))
-        .with_columns(pl.col("name").str.extract(STEP_RE).cast(pl.Int32).alias("step"))
-        .filter(pl.col("step").is_not_null())  # the names STEP_RE matches (the regex on a few rows only)
+        events.filter(pl.col("stream").is_null() & pl.col("name").str.starts_with(STEP_PREFIX))
+        .with_columns(step_number(pl.col("name")).alias("step"))
+        .filter(pl.col("step").is_not_null())  # the regex runs on the few ProfilerStep rows only
         .group_by("rank", "step")
         .agg(pl.col("ts_ns").min().alias("start"), (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("end"))
     )

@@ -250,3 +250,16 @@ def test_cpu_compute_excludes_time_inside_blocking_gloo_ops():
     # compute = [0,40) + [70,100) = 70 µs; comm = [40,70) + [80,130) = 80 µs; overlap = [80,100) = 20 µs
     assert got["device"] == "cpu" and got["comm_us"] == 80.0 and got["overlapped_us"] == 20.0
     assert temporal_breakdown(lf).row(0, named=True)["compute_us"] == 70.0
+
+
+def test_step_number_that_does_not_fit_is_no_step():
+    """``ProfilerStep#99999999999`` overflows Int32: the shared parser reads it as no step, no crash."""
+    from ddprof.analyses.sets import profiler_steps
+
+    df = DataParallel(ranks=2, steps=2).events()
+    huge = df.filter(pl.col("name") == "ProfilerStep#1").with_columns(
+        pl.lit("ProfilerStep#99999999999").alias("name"), pl.lit(None, dtype=pl.Int32).alias("step"))
+    lf = pl.concat([df, huge]).lazy()
+    got = profiler_steps(lf).collect().sort("rank", "step")
+    assert got.select("rank", "step").rows() == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert bubbles(lf).height == 2 * 2
