@@ -41,10 +41,10 @@ COLUMNS = ["rank", "ts_ns", "dur_ns", "tid", "stream", "kind", "name", "step", "
 
 
 def run_section(run: Run) -> dict[str, Any]:
+    """The ``run`` section. ``warnings`` are the manifest's: they already hold one line per input that
+    failed to ingest (its error, which names the file); the failures themselves are in ``run.failed``."""
     m = run.manifest
     warnings = list(m.get("warnings", []))
-    for key, src in run.failed.items():
-        warnings.append(f"{src.get('path', key)}: {src.get('error')}")
     return {
         "world_size": run.world_size,
         "ranks": run.ranks,
@@ -118,7 +118,8 @@ def analyse(events: Events, world_size: int | None = None) -> dict[str, Any]:
 def build_report(run: Run) -> dict[str, Any]:
     report: dict[str, Any] = {"run": run_section(run)}
     report.update({k: (v.copy() if isinstance(v, (list, dict)) else v) for k, v in EMPTY_SECTIONS.items()})
-    events = run.events().select(COLUMNS).collect().lazy()  # the default engine reads Parquet fastest
+    # Read with the default engine (fastest on Parquet); an unreadable part is a SchemaError, not a Polars one.
+    events = run.collect_events(COLUMNS).lazy()
     sections = analyse(events, run.world_size)
     report["run"]["warnings"].extend(sections.pop("collective_warnings"))
     report.update(sections)

@@ -180,3 +180,28 @@ def test_prepared_computes_a_frame_once_when_threads_ask_at_once():
     with ThreadPoolExecutor(8) as pool:
         assert list(pool.map(lambda _: p.get(slow, 21), range(16))) == [42] * 16
     assert calls == [21]
+
+
+def test_unreadable_event_part_is_a_schema_error(tmp_path):
+    from ddprof.errors import SchemaError
+
+    run = ingest_generated(DataParallel(ranks=2, steps=1), tmp_path)
+    part = run.path / run.rank_info(1)["parts"][0]
+    part.write_bytes(b"PAR1 not a parquet file PAR1")
+    with pytest.raises(SchemaError, match="cannot be read"):
+        build_report(ddprof.open_run(run.path))
+
+
+def test_failed_input_is_warned_once(tmp_path):
+    sc = DataParallel(ranks=3, steps=1)
+    for rank, trace in sc.kineto().items():
+        if rank != 1:
+            (tmp_path / f"rank{rank}.pt.trace.json").write_text(json.dumps(trace))
+    bad = tmp_path / "rank1.pt.trace.json"
+    bad.write_text("{ not json")
+    run = ddprof.ingest([tmp_path], tmp_path / "run")
+    assert len(run.failed) == 1
+    warnings = build_report(run)["run"]["warnings"]
+    about_bad = [w for w in warnings if str(bad) in w]
+    assert len(about_bad) == 1, warnings
+    assert about_bad[0].count(str(bad)) == 1
