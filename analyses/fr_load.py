@@ -23,6 +23,10 @@ __all__ = ["SKIPPED_SUFFIXES", "DumpSet", "load_dump", "load_dump_dir", "is_flig
 SKIPPED_SUFFIXES = frozenset({".log", ".txt", ".md", ".rst", ".csv", ".yaml", ".yml", ".py", ".sh", ".html"})
 _SNIFF_BYTES = 65536
 _SNIFF_FILES = 64
+#: Top-level keys of a Kineto (PyTorch profiler) trace; a JSON file with one of them is no dump.
+KINETO_KEYS = frozenset({"schemaVersion", "traceEvents", "deviceProperties", "distributedInfo"})
+#: A JSON string, or one of the characters that open, close or separate (numbers and literals skipped).
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]:]')
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,27 @@ def load_dump_dir(path: str | Path) -> DumpSet:
     return DumpSet(path=str(directory), dumps=dumps, failures=failures, skipped=skipped)
 
 
+def _has_kineto_key(text: str) -> bool:
+    """Whether the outermost object of a JSON text (a file head, possibly cut short) has a key of
+    :data:`KINETO_KEYS`. A key is a string followed by ``:`` one level deep; the scan stops at the first
+    Kineto key, so a trace whose ``distributedInfo.pg_config`` fills the head is still recognised.
+
+    ``{"schemaVersion": 1, "distributedInfo": {"pg_config": [...]`` -> True (``distributedInfo``);
+    ``{"version": "2.9", "pg_config": {"0": {"desc": "traceEvents"}}`` -> False.
+    """
+    depth, previous = 0, ""
+    for m in _JSON_TOKEN.finditer(text):
+        tok = m.group()
+        if tok in ("{", "["):
+            depth += 1
+        elif tok in ("}", "]"):
+            depth -= 1
+        elif tok == ":" and depth == 1 and previous[1:-1] in KINETO_KEYS:
+            return True
+        previous = tok
+    return False
+
+
 def _sniff_file(p: Path) -> bool:
     try:
         with p.open("rb") as fh:
@@ -95,7 +120,7 @@ def _sniff_file(p: Path) -> bool:
         return True
     if p.suffix.lower() == ".json":
         text = head.decode("utf-8", errors="ignore")
-        return '"pg_config"' in text and '"traceEvents"' not in text
+        return '"pg_config"' in text and not _has_kineto_key(text)
     return False
 
 
@@ -103,8 +128,9 @@ def is_flight_recorder_dir(path: str | Path) -> bool:
     """Cheap check that a directory holds FR dumps, so a CLI can route it to hang diagnosis.
 
     True when some file starts with a pickle protocol header, or is a JSON file mentioning ``pg_config``
-    (and not ``traceEvents``, which marks a Kineto trace), or is named ``*_dump_<n>``. Reads at most 64 KiB
-    of at most 64 files; never unpickles anything.
+    whose outermost object has no Kineto key (``schemaVersion``, ``traceEvents``, ``deviceProperties``,
+    ``distributedInfo``: a Kineto trace names its process groups in ``distributedInfo.pg_config``), or is
+    named ``*_dump_<n>``. Reads at most 64 KiB of at most 64 files; never unpickles anything.
     """
     directory = Path(path)
     if not directory.is_dir():

@@ -165,6 +165,32 @@ def test_sniffing_routes_dump_dirs_only(tmp_path):
         assert not is_flight_recorder_dir(TRACES / "dlrm-8xV100-nccl")
 
 
+def kineto_with_many_groups(rank: int, world: int = 64, groups: int = 800) -> dict:
+    """An uncompressed Kineto trace whose ``distributedInfo.pg_config`` (one entry per process group, as
+    torch writes it) comes before ``traceEvents`` and fills more than the 64 KiB the sniffer reads."""
+    pg_config = [{"pg_name": str(g), "pg_desc": f"GROUP_{g}", "backend_config": "cuda:nccl", "pg_size": 8,
+                  "ranks": [(g * 8 + i) % world for i in range(8)]} for g in range(groups)]
+    return {
+        "schemaVersion": 1,
+        "deviceProperties": [{"id": 0, "name": "NVIDIA H100", "totalGlobalMem": 85_000_000_000}],
+        "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world, "pg_count": groups,
+                            "pg_config": pg_config, "nccl_version": "2.21.5"},
+        "traceEvents": [{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 1, "dur": 2,
+                         "args": {"stream": 7, "device": 0}}],
+    }
+
+
+def test_kineto_trace_with_many_process_groups_is_not_a_dump_dir(tmp_path):
+    for rank in range(2):
+        (tmp_path / f"rank{rank}.pt.trace.json").write_text(json.dumps(kineto_with_many_groups(rank)))
+    head = (tmp_path / "rank0.pt.trace.json").read_bytes()[:65536].decode()
+    assert '"pg_config"' in head and '"traceEvents"' not in head  # the case the old sniffer got wrong
+    assert not is_flight_recorder_dir(tmp_path)
+    # A Flight Recorder JSON dump beside it is still recognised by its own content.
+    (tmp_path / "rank0.json").write_text(json.dumps(dump({DEFAULT: WORLD}, [], {0: (1, 1)})))
+    assert is_flight_recorder_dir(tmp_path)
+
+
 # ------------------------------------------------------------------------------------------ generated dumps
 
 
