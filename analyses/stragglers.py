@@ -2,47 +2,78 @@
 
 Per collective instance seen on two or more ranks (:func:`collectives.arrivals`; point-to-point
 transfers are left out: a receiver waiting for its sender is a pipeline dependency, measured by
-:mod:`analyses.bubbles`, not a straggler), the last arriver
-(unique latest arrival) made each other rank r wait ``latest arrival − arrival_r``. Per rank:
+:mod:`analyses.bubbles`, not a straggler), the last arriver X (unique latest arrival) made each other
+rank r wait over ``[arrival_r, latest arrival)``. Per rank X:
 
 * ``times_last``: instances it arrived last at;
-* ``wait_caused_us``: over those instances, the sum of the others' mean wait;
+* ``wait_caused_us``: the total wall-clock wait it caused, ``Σ_r |U_r(X)|`` over the other ranks r, where
+  U_r(X) is the union of r's wait intervals ``[arrival_r, latest arrival)`` at the instances X was last
+  at. Waits that overlap in time (DDP buckets, collectives of several groups or streams in flight at
+  once) count once per waiting rank, so a rank's share of it never exceeds the time it was traced;
+* ``waiting_ranks``: how many other ranks waited for it (U_r(X) not empty); the mean wait per waiting
+  rank is ``wait_caused_us / waiting_ranks``;
 * ``step_us``: its mean ``ProfilerStep`` duration (null without steps).
 
+Example: rank 3 is last at two all-reduces of two groups in flight together: rank 0 enters them at 0 and
+2 ms, rank 3 at 10 and 11 ms. Rank 0 waited [0, 10) ∪ [2, 11) = [0, 11): 11 ms, not 10 + 9 = 19 ms.
+
 Rule naming the stragglers (robust and quiet on balanced runs): rank r is one when
-``wait_caused_r > median(others) + k · 1.4826 · MAD(others)`` (the other ranks' values, k = 3) **and**
-``wait_caused_r ≥ max(min_wait_us, min_share · basis, rel_to_worst · max_r' wait_caused_r')``, where
-basis is the run's time (sum of the median rank's step durations, else the median rank's trace span).
-With k = 3, 50 µs, 2 % and 0.5, a perfectly balanced run names nobody, neither does jitter that costs
-under 2 % of the run, and a rank that was last now and then is not named beside one that caused
-more than twice its wait.
+
+* ``wait_caused_r > median(others) + k · 1.4826 · MAD(others)`` (the other ranks' values, k = 3), and,
+  where that spread says little (fewer than 3 other ranks, or MAD = 0), also
+  ``wait_caused_r ≥ margin · median(others)`` (margin = 2: with 2 ranks, the one that caused twice the
+  other's wait, not merely more);
+* its mean wait per waiting rank ``≥ max(min_wait_us, min_share · basis)``, where basis is the run's time
+  (sum of the median rank's step durations, else the median rank's trace span);
+* ``wait_caused_r ≥ rel_to_worst · max_r' wait_caused_r'``.
+
+With k = 3, margin 2, 50 µs, 2 % and 0.5, a perfectly balanced run names nobody, neither does jitter
+that costs under 2 % of the run, two ranks that take turns being last are not named, and a rank that was
+last now and then is not named beside one that caused more than twice its wait.
 """
 
 from __future__ import annotations
 
 import polars as pl
 from ddprof.analyses.collectives import arrivals
+from ddprof.analyses.coverage import union_lengths
 from ddprof.analyses.frames import rank_spans, steps_frame
 from ddprof.analyses.prepared import Events, Prepared, collect, prepare
 
 _US = 1000.0
+_INST = ["group", "src", "dst", "index"]
+
+
+def _waits_caused(p: Prepared) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(rank, times_last) per last arriver, and (rank, wait_caused_us, waiting_ranks) from the union of
+    each waiting rank's wait intervals (module doc)."""
+    multi = arrivals(p).lazy().filter((pl.len().over(_INST) > 1) & (pl.col("match_op") != "sendrecv"))
+    last = (
+        multi.group_by(_INST)
+        .agg(pl.col("rank").filter(pl.col("wait_ns") == 0).alias("__lasts"),
+             pl.col("arrival_ns").max().alias("__latest"))
+        .filter(pl.col("__lasts").list.len() == 1)
+        .with_columns(pl.col("__lasts").list.first().alias("last"))
+        .drop("__lasts")
+    )
+    times = collect(last.group_by(pl.col("last").alias("rank")).agg(pl.len().cast(pl.Int64).alias("times_last")))
+    intervals = collect(
+        multi.join(last, on=_INST, nulls_equal=True)
+        .filter(pl.col("rank") != pl.col("last"))
+        .select("last", "rank", pl.col("arrival_ns").alias("start"), pl.col("__latest").alias("end"))
+    )
+    per_waiter = union_lengths(intervals, ["last", "rank"], {"wait_ns": pl.lit(True)})
+    caused = collect(
+        per_waiter.lazy().group_by(pl.col("last").alias("rank"))
+        .agg((pl.col("wait_ns").sum() / _US).alias("wait_caused_us"),
+             (pl.col("wait_ns") > 0).sum().cast(pl.Int64).alias("waiting_ranks"))
+    )
+    return times, caused
 
 
 def _per_rank(p: Prepared) -> pl.DataFrame:
-    arr = arrivals(p).lazy()
-    inst = ["group", "src", "dst", "index"]
-    multi = arr.filter((pl.len().over(inst) > 1) & (pl.col("match_op") != "sendrecv"))
-    last = (
-        multi.group_by(inst)
-        .agg(
-            pl.col("rank").filter(pl.col("wait_ns") == 0).alias("__lasts"),
-            (pl.col("wait_ns").sum() / (pl.len() - 1)).alias("__mean_wait"),
-        )
-        .filter(pl.col("__lasts").list.len() == 1)
-        .select(pl.col("__lasts").list.first().alias("rank"), "__mean_wait")
-        .group_by("rank")
-        .agg(pl.len().alias("times_last"), (pl.col("__mean_wait").sum() / _US).alias("wait_caused_us"))
-    )
+    times, caused = _waits_caused(p)
+    multi = arrivals(p).lazy().filter((pl.len().over(_INST) > 1) & (pl.col("match_op") != "sendrecv"))
     seen = multi.group_by("rank").agg(pl.len().alias("instances"))
     steps = (
         p.get(steps_frame).lazy()
@@ -52,20 +83,25 @@ def _per_rank(p: Prepared) -> pl.DataFrame:
     )
     spans = p.get(rank_spans).lazy().select("rank", (pl.col("last_ns") - pl.col("first_ns")).alias("__span_ns"))
     return collect(
-        spans.join(last, on="rank", how="left").join(seen, on="rank", how="left")
-        .join(steps, on="rank", how="left")
-        .select("rank", "times_last", "wait_caused_us", "instances", "step_us", "__steps_total_us", "__span_ns")
-        .with_columns(pl.col("times_last", "instances").fill_null(0), pl.col("wait_caused_us").fill_null(0.0))
+        spans.join(times.lazy(), on="rank", how="left").join(caused.lazy(), on="rank", how="left")
+        .join(seen, on="rank", how="left").join(steps, on="rank", how="left")
+        .select("rank", "times_last", "wait_caused_us", "waiting_ranks", "instances", "step_us",
+                "__steps_total_us", "__span_ns")
+        .with_columns(pl.col("times_last", "waiting_ranks", "instances").fill_null(0),
+                      pl.col("wait_caused_us").fill_null(0.0))
         .sort("rank")
     )
 
 
-def straggler_table(events: Events, k: float = 3.0, min_wait_us: float = 50.0,
+def straggler_table(events: Events, k: float = 3.0, margin: float = 2.0, min_wait_us: float = 50.0,
                     min_share: float = 0.02, rel_to_worst: float = 0.5) -> pl.DataFrame:
-    """Per rank: times_last, wait_caused_us, step_us, instances, is_straggler (rule in the module doc).
+    """Per rank: times_last, wait_caused_us, waiting_ranks, instances, step_us, is_straggler (rule in the
+    module doc).
 
-    Example: 4 ranks, wait caused 0, 0, 0 and 900 µs over a 10 ms run -> rank 3 exceeds
-    median(others) + 3·MAD(others) = 0 and the floor max(50, 0.02 · 10,000, 0.5 · 900) = 450 µs.
+    Example: 4 ranks, wait caused 0, 0, 0 and 2,700 µs (900 µs to each of 3 ranks) over a 10 ms run ->
+    rank 3 exceeds median(others) + 3·MAD(others) = 0 and 2 · median(others) = 0; its 900 µs per waiting
+    rank pass max(50, 0.02 · 10,000) = 200 µs, and 2,700 ≥ 0.5 · 2,700. With 2 ranks that caused 5 and
+    6 ms, neither is named (6 < 2 · 5).
     """
     t = prepare(events).get(_per_rank)
     if t.height == 0:
@@ -73,7 +109,8 @@ def straggler_table(events: Events, k: float = 3.0, min_wait_us: float = 50.0,
     steps_total = t["__steps_total_us"].drop_nulls()
     basis = float(steps_total.median()) if steps_total.len() else float(t["__span_ns"].median() or 0) / _US
     x = t["wait_caused_us"].to_list()
-    floor = max(min_wait_us, min_share * basis, rel_to_worst * max(x))
+    per_waiter = [w / n if n else 0.0 for w, n in zip(x, t["waiting_ranks"].to_list(), strict=True)]
+    floor = max(min_wait_us, min_share * basis)
     flags = []
     for i, xi in enumerate(x):
         others = pl.Series([v for j, v in enumerate(x) if j != i], dtype=pl.Float64)
@@ -82,12 +119,16 @@ def straggler_table(events: Events, k: float = 3.0, min_wait_us: float = 50.0,
             continue
         med = float(others.median())
         mad = float((others - med).abs().median())
-        flags.append(xi > med + k * 1.4826 * mad and xi >= floor)
+        stands_out = xi > med + k * 1.4826 * mad
+        if others.len() < 3 or mad == 0:
+            stands_out = stands_out and xi >= margin * med
+        flags.append(stands_out and per_waiter[i] >= floor and xi >= rel_to_worst * max(x))
     return t.with_columns(pl.Series("is_straggler", flags)).drop("__steps_total_us", "__span_ns")
 
 
 def stragglers(events: Events, **rule: float) -> dict[str, object]:
-    """The report section: ``{ranks: [...], per_rank: [{rank, times_last, wait_caused_us, step_us, ...}]}``."""
+    """The report section: ``{ranks: [...], per_rank: [{rank, times_last, wait_caused_us, waiting_ranks,
+    instances, step_us}]}``."""
     t = straggler_table(events, **rule)
     return {
         "ranks": t.filter(pl.col("is_straggler"))["rank"].to_list(),

@@ -5,7 +5,8 @@ Three scenarios, each a frozen dataclass with ``events()`` (a conformed event ta
 derived from the parameters by hand, not by the code under test). All times are whole microseconds
 (multiples of 1,000 ns), so Kineto's microsecond timestamps carry them exactly.
 
-``DataParallel``, per step s and rank r, with d = the rank's delay at step s (slow rank + jitter)::
+``DataParallel``, per step s and rank r, with d = the rank's delay at step s (slow rank + jitter, or
+``delays[s][r]``)::
 
     stream 7   K1 [a0, a0+F)  K1b [a0+F+KW, +Fb+d)          K2 [e+OG, +G)
     stream 20                          comm [K1b_end−X, e)        (e = a0+F+KW+Fb+max d−X+T on all ranks)
@@ -93,9 +94,13 @@ class DataParallel:
     step_ns: int = 10_000 * US
     base: int = 1_700_000_000_000_000 * US
     seed: int = 0
+    delays: tuple[tuple[int, ...], ...] | None = None
 
     def d(self, r: int, s: int) -> int:
-        """Delay of rank r at step s: the slow rank's delay plus whole-µs jitter (seeded)."""
+        """Delay of rank r at step s: ``delays[s][r]`` when given, else the slow rank's delay plus
+        whole-µs jitter (seeded)."""
+        if self.delays is not None:
+            return self.delays[s][r]
         j = random.Random(f"{self.seed}-{r}-{s}").randint(0, self.jitter // US) * US if self.jitter else 0
         return j + (self.delay if r == self.slow_rank else 0)
 
@@ -169,7 +174,8 @@ class DataParallel:
         for s in S:
             if len(lasts[s]) == 1:
                 times_last[lasts[s][0]] += 1
-                waits[lasts[s][0]] += sum(self.dmax(s) - self.d(r, s) for r in range(n)) / (n - 1) / US
+                # one collective per step, steps apart: the union of each rank's waits is their sum
+                waits[lasts[s][0]] += sum(self.dmax(s) - self.d(r, s) for r in range(n)) / US
         out["collectives"] = [{"index": s, "op": self.op, "bytes": self.nbytes, "arrival_skew_us":
                                (self.dmax(s) - min(self.d(r, s) for r in range(n))) / US, "duration_us": self.T / US,
                                "algbw_gbps": self.nbytes / self.T, "busbw_gbps": self.nbytes / self.T * BUSBW[self.op](n),

@@ -263,3 +263,49 @@ def test_step_number_that_does_not_fit_is_no_step():
     got = profiler_steps(lf).collect().sort("rank", "step")
     assert got.select("rank", "step").rows() == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert bubbles(lf).height == 2 * 2
+
+
+def _with_overlapping_copy(df: pl.DataFrame, shift_ns: int) -> pl.DataFrame:
+    """Each comm kernel also in flight on a second group and stream, ``shift_ns`` later (DDP buckets or
+    several process groups waiting at the same time)."""
+    copy = df.filter(pl.col("kind") == "comm").with_columns(
+        pl.lit("1").alias("pg"), pl.lit(21, dtype=pl.Int64).alias("stream"), pl.col("ts_ns") + shift_ns)
+    return pl.concat([df, copy.select(df.columns)]).sort("rank", "ts_ns")
+
+
+def test_overlapping_waits_count_once_per_waiting_rank():
+    """Rank 2 is last at two collectives in flight together: rank r waits [a_r, L) and [a_r + 200 µs,
+    L + 200 µs), a union of delay + 200 µs per step, not 2 · delay."""
+    sc = DataParallel(ranks=4, steps=3, slow_rank=2, delay=400_000)
+    got = stragglers(_with_overlapping_copy(sc.events(), 200_000).lazy())
+    per = by_rank(pl.DataFrame(got["per_rank"]))
+    assert got["ranks"] == [2]
+    assert per[2]["times_last"] == 2 * sc.steps and per[2]["waiting_ranks"] == 3
+    assert per[2]["wait_caused_us"] == pytest.approx(3 * sc.steps * (400 + 200))
+    assert all(per[r]["wait_caused_us"] == 0 for r in (0, 1, 3))
+
+
+def test_wait_per_waiting_rank_never_exceeds_the_traced_time():
+    """Fully overlapping copies (shift 0): the union equals one collective's wait."""
+    sc = DataParallel(ranks=3, steps=2, slow_rank=0, delay=900_000)
+    got = by_rank(pl.DataFrame(stragglers(_with_overlapping_copy(sc.events(), 0).lazy())["per_rank"]))
+    assert got[0]["wait_caused_us"] == pytest.approx(sc.truth()["stragglers"]["wait_caused_us"][0])
+    assert got[0]["wait_caused_us"] / got[0]["waiting_ranks"] < sc.steps * sc.step_ns / 1000
+
+
+MS = 1_000_000
+
+
+@pytest.mark.parametrize("delays,named", [
+    # two ranks taking turns: 5.5 ms vs 6.5 ms caused -> nobody stands out
+    (((3 * MS, 0), (0, 3_500_000), (2_500_000, 0), (0, 3 * MS)), []),
+    # rank 1 causes 10x what rank 0 causes -> rank 1
+    (((0, 3 * MS), (900_000, 0), (0, 3 * MS), (0, 3 * MS)), [1]),
+])
+def test_two_ranks_need_a_clear_margin(delays, named):
+    """With 2 ranks the MAD of the one other value is 0: more wait than the other is not enough."""
+    sc = DataParallel(ranks=2, steps=4, delays=delays)
+    got = stragglers(sc.events().lazy())
+    assert got["ranks"] == named
+    caused = {p["rank"]: p["wait_caused_us"] for p in got["per_rank"]}
+    assert caused == pytest.approx(sc.truth()["stragglers"]["wait_caused_us"])

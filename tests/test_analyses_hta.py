@@ -165,6 +165,15 @@ def test_dlrm_rank7_arrives_last_at_the_first_collectives(ingested):
     assert stragglers(ev)["ranks"] == [7]
 
 
+def test_two_ranks_taking_turns_are_no_stragglers(ingested):
+    """hta/sendrecv-2-of-128: rank 1 caused 123 ms of wait, rank 0 106 ms; with two ranks, a MAD of 0 must
+    not make the larger one a straggler."""
+    got = stragglers(ingested("hta/sendrecv-2-of-128").events().collect().lazy())
+    caused = sorted(p["wait_caused_us"] for p in got["per_rank"])
+    assert caused[0] > 0 and caused[1] < 2 * caused[0]
+    assert got["ranks"] == []
+
+
 def test_sendrecv_ranks_in_different_orders_warn(ingested):
     from ddprof.analyses.collectives import collective_warnings
 

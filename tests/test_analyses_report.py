@@ -79,9 +79,12 @@ def test_generated_run_through_ingest_recovers_the_truth(sc, tmp_path):
         assert {(r["rank"], r["stream"]) for r in report["idle"]} == {(r, s) for r in range(sc.ranks) for s in (7, 20, 22)}
     else:
         assert report["idle"] == []
-    wait = fmt_us(truth["stragglers"]["wait_caused_us"][sc.slow_rank] / sc.steps)
-    assert report["verdicts"][0] == (f"rank {sc.slow_rank} is the straggler: the others waited {wait} per step "
-                                     f"for it (last at {sc.steps} of {sc.steps} collectives)")
+    others = sc.ranks - 1
+    wait = fmt_us(truth["stragglers"]["wait_caused_us"][sc.slow_rank] / others / sc.steps)
+    assert wait == fmt_us(sc.delay / 1000)  # each other rank waits the slow rank's delay, once per step
+    assert report["verdicts"][0] == (f"rank {sc.slow_rank} is the straggler: each of the {others} other ranks "
+                                     f"spent {wait} per step on average waiting for it at collectives "
+                                     f"(wall-clock; last at {sc.steps} of {sc.steps} collectives)")
     exposed = sum(truth["overlap"][r]["exposed_comm_us"] for r in range(sc.ranks)) / sc.ranks
     share = 100 * exposed / (sc.steps * sc.step_ns / 1000)
     assert any(v.startswith(f"exposed communication is {share:.0f} % of step time") for v in report["verdicts"])
@@ -205,3 +208,20 @@ def test_failed_input_is_warned_once(tmp_path):
     about_bad = [w for w in warnings if str(bad) in w]
     assert len(about_bad) == 1, warnings
     assert about_bad[0].count(str(bad)) == 1
+
+
+def test_slow_rank_sample_wait_is_wall_clock_and_within_a_step(tmp_path):
+    """sample_traces/gloo-ddp-4rank-slow-rank: rank 2 sleeps 100 ms per step of ~120 ms; DDP's buckets wait
+    for it at the same time, so the others wait ~100 ms per step (not the sum over buckets)."""
+    sample = Path(__file__).resolve().parents[1] / "sample_traces" / "gloo-ddp-4rank-slow-rank" / "raw"
+    report = build_report(ddprof.ingest([sample], tmp_path / "run"))
+    assert report["stragglers"]["ranks"] == [2]
+    per = {p["rank"]: p for p in report["stragglers"]["per_rank"]}
+    nsteps = len(report["run"]["steps"])
+    per_step = per[2]["wait_caused_us"] / per[2]["waiting_ranks"] / nsteps
+    assert per[2]["waiting_ranks"] == 3
+    assert 90_000 < per_step < 105_000
+    assert per_step < min(p["step_us"] for p in per.values())
+    assert report["verdicts"][0] == (f"rank 2 is the straggler: each of the 3 other ranks spent {fmt_us(per_step)} "
+                                     f"per step on average waiting for it at collectives (wall-clock; last at "
+                                     f"{per[2]['times_last']} of {per[2]['instances']} collectives)")
