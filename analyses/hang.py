@@ -104,13 +104,15 @@ def diagnose_hang(path: str | Path) -> dict[str, Any]:
     Returns the ``hang`` section of the report (DESIGN.md §4)::
 
         {"collectives": [{"pg": "74", "pg_desc": "EXPERT_MODEL_PARALLEL_GROUP", "pg_ranks": [12, 13, 14, 15],
-                          "kind": "collective" | "p2p", "op": "nccl:all_to_all", "index": 20537, "seq_id": 20537,
+                          "kind": "collective" | "p2p", "op": "all_to_all",  # normalised as in other sections
+                          "op_name": "nccl:all_to_all",  # Flight Recorder's name ("nccl:send 1->2" -> op "send")
+                          "index": 20537, "seq_id": 20537,
                           "status": "missing" | "not_completed",
                           "missing_ranks": [12],              # never entered it
                           "not_completed_ranks": [13, 14, 15],  # entered, not completed
                           "completed_ranks": [], "unknown_ranks": [],  # no dump / no record
                           "per_rank": [{"rank", "state", "entered_upto", "completed_upto", "input_sizes", ...}],
-                          "first_incomplete": {"index", "op", "not_completed_ranks", "completed_ranks"},
+                          "first_incomplete": {"index", "op", "op_name", "not_completed_ranks", "completed_ranks"},
                           "waiting_since_ns": int | None, "verdict": "pg 74 (...) ..."}, ...],
          "suspect_ranks": [12],          # ranks others wait for, whose own dump shows they wait for nobody
          "unaccounted_ranks": [],        # ranks others wait for that left no usable dump

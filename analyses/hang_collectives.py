@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ddprof.analyses.hang_verdicts import record_verdict
-from ddprof.analyses.hang_views import COMPLETED, NO_RECORD, NOT_ENTERED, Group, RankView, running
+from ddprof.analyses.hang_views import COMPLETED, NO_RECORD, NOT_ENTERED, Group, RankView, op_names, running
 
 __all__ = ["candidate_seqs", "first_missing", "first_incomplete", "collective_finding"]
 
@@ -90,7 +90,7 @@ def _per_rank(views: list[RankView], k: int) -> list[dict[str, Any]]:
 def _summary(views: list[RankView], k: int) -> dict[str, Any]:
     return {
         "index": k,
-        "op": _op_at(views, k),
+        **op_names(_op_at(views, k)),
         "not_completed_ranks": _ranks_where(views, k, running),
         "completed_ranks": _ranks_where(views, k, lambda s: s == COMPLETED),
     }
@@ -115,6 +115,7 @@ def collective_finding(group: Group, views: list[RankView]) -> dict[str, Any] | 
         **group.header(),
         "kind": "collective",
         "op": summary["op"],
+        "op_name": summary["op_name"],
         "index": k,
         "seq_id": k,
         "status": "missing" if k_missing is not None else "not_completed",

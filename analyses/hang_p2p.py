@@ -14,7 +14,7 @@ from typing import Any
 
 from ddprof.analyses.fr_records import FRDump, FREntry
 from ddprof.analyses.hang_verdicts import record_verdict
-from ddprof.analyses.hang_views import NO_DUMP, Group
+from ddprof.analyses.hang_views import NO_DUMP, Group, op_names
 
 __all__ = ["P2POp", "parse_p2p", "p2p_finding"]
 
@@ -92,7 +92,7 @@ def p2p_finding(
     record = {
         **group.header(),
         "kind": "p2p",
-        "op": first_op.entry.op,
+        **op_names(first_op.entry.op),
         "index": first_op.entry.p2p_seq_id,
         "seq_id": first_op.entry.p2p_seq_id,
         "seq_rank": first_op.rank,

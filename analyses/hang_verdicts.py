@@ -21,7 +21,7 @@ def _fmt(ranks: Iterable[int]) -> str:
 
 def record_verdict(rec: Mapping[str, Any]) -> str:
     """One line for one record: which ranks wait in which op, and for whom."""
-    where = f"pg {rec['pg']} ({rec['pg_desc']}) {rec['op']} #{rec['index']}"
+    where = f"pg {rec['pg']} ({rec['pg_desc']}) {rec['op_name']} #{rec['index']}"
     if rec["kind"] == "p2p":
         gone = rec["missing_ranks"] + rec["unknown_ranks"]
         return f"{where}: {_fmt(rec['waiting_ranks'])} wait for {_fmt(gone)}, which never posted the matching send/recv"

@@ -2,11 +2,13 @@
 
 Contract sections are filled with their contract keys (plus extra keys); extra sections:
 ``overlap_by_step`` is contract, ``breakdown_by_step``, ``idle_by_step``, ``pipeline`` and ``verdicts``
-are additions. ``hang`` stays empty here: it comes from Flight Recorder dumps (:mod:`analyses.hang`).
+are additions. ``hang`` stays empty here: it comes from Flight Recorder dumps (:mod:`analyses.hang`),
+whose report :func:`hang_report` builds.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -115,9 +117,39 @@ def analyse(events: Events, world_size: int | None = None) -> dict[str, Any]:
     return {k: parts[k] for k in SECTION_ORDER}
 
 
+def _empty_sections() -> dict[str, Any]:
+    return copy.deepcopy(EMPTY_SECTIONS)
+
+
+def hang_report(hang: dict[str, Any]) -> dict[str, Any]:
+    """The whole report for a directory of Flight Recorder dumps, from ``diagnose_hang(path)``.
+
+    Every contract section is present (empty but ``hang``); ``run`` comes from the hang result: its
+    world size and ranks, backend ``nccl``, device ``gpu``, no steps, and as warnings the hang's own
+    followed by one line per unreadable dump (``path, rank N: reason``). ``verdicts`` holds the hang
+    verdict when a hang was found, else nothing.
+    """
+    failed = []
+    for f in hang.get("failed", []):
+        where = ", ".join(w for w in (f.get("path"), None if f.get("rank") is None else f"rank {f['rank']}") if w)
+        failed.append(f"{where}: {f.get('reason')}" if where else str(f.get("reason")))
+    report: dict[str, Any] = {"run": {
+        "world_size": hang.get("world_size"),
+        "ranks": list(hang.get("ranks", [])),
+        "backend": "nccl",
+        "device": "gpu",
+        "steps": [],
+        "warnings": [*hang.get("warnings", []), *failed],
+    }}
+    report.update(_empty_sections())
+    report["hang"] = hang
+    report["verdicts"] = [hang["verdict"]] if hang.get("collectives") and hang.get("verdict") else []
+    return report
+
+
 def build_report(run: Run) -> dict[str, Any]:
     report: dict[str, Any] = {"run": run_section(run)}
-    report.update({k: (v.copy() if isinstance(v, (list, dict)) else v) for k, v in EMPTY_SECTIONS.items()})
+    report.update(_empty_sections())
     # Read with the default engine (fastest on Parquet); an unreadable part is a SchemaError, not a Polars one.
     events = run.collect_events(COLUMNS).lazy()
     sections = analyse(events, run.world_size)

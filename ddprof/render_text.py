@@ -87,12 +87,34 @@ def _bubble_rows(report: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+def _hang_section(hang: dict[str, Any]) -> str:
+    """Flight Recorder findings: the suspect ranks, then per group the first collective (or send/recv) some
+    members never entered (missing) or entered and never completed (for send/recv: the ranks waiting)."""
+    rows = hang.get("collectives") or []
+    text = table("Hang: per process group, the first collective not entered or not completed by all",
+                 ["pg", "group", "op", "#", "missing", "not completed"],
+                 [[str(h.get("pg")), str(h.get("pg_desc") or "-"), str(h.get("op")), str(h.get("index")),
+                   _ranks(h.get("missing_ranks")), _ranks(h.get("not_completed_ranks", h.get("waiting_ranks")))]
+                  for h in rows], left=3)
+    if not text:
+        return ""
+    lines = text.split("\n")
+    suspects = f"suspect ranks (the hang started there): {_ranks(hang.get('suspect_ranks'))}"
+    if hang.get("unaccounted_ranks"):
+        suspects += f"; waited for, no usable dump: {_ranks(hang['unaccounted_ranks'])}"
+    return "\n".join([*lines[:2], suspects[:WIDTH], "", *lines[2:]])
+
+
 def render_text(report: dict[str, Any]) -> str:
     """The whole report as text: verdicts, then one table per non-empty section, then warnings."""
     parts: list[str] = []
-    if report.get("verdicts"):
+    hang = report.get("hang") or {}
+    verdicts = list(report.get("verdicts") or [])
+    if hang.get("verdict") and hang["verdict"] not in verdicts:
+        verdicts.insert(0, hang["verdict"])  # Flight Recorder input: the hang verdict comes first
+    if verdicts:
         lines = ["Verdicts", "--------"]
-        for v in report["verdicts"]:
+        for v in verdicts:
             lines += textwrap.wrap(v, WIDTH, initial_indent="* ", subsequent_indent="  ")
         parts.append("\n".join(lines))
     parts.append(table("Communication / computation overlap (whole trace)",
@@ -124,10 +146,7 @@ def render_text(report: dict[str, Any]) -> str:
                        ["op", "size", "ranks", "count", "mean time", "algbw GB/s", "busbw GB/s"],
                        [[b["op"], _bytes(b["bytes"]), _num(b.get("n"), "{}"), str(b["count"]), _us(b["duration_us"]),
                          _num(b["algbw_gbps"]), _num(b["busbw_gbps"])] for b in report["bandwidth"]], left=1))
-    hang = report.get("hang", {}).get("collectives", [])
-    parts.append(table("Hang: first collective some ranks never reached", ["pg", "op", "#", "missing ranks"],
-                       [[str(h.get("pg")), str(h.get("op")), str(h.get("index")), _ranks(h.get("missing_ranks"))]
-                        for h in hang], left=2))
+    parts.append(_hang_section(hang))
     warnings = report.get("run", {}).get("warnings") or []
     if warnings:
         lines = ["Warnings", "--------"]

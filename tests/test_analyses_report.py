@@ -115,12 +115,22 @@ def test_render_text_of_an_empty_report():
 
 
 def test_render_text_of_a_hang_and_long_tables():
+    verdict = "hang started at rank 3 (waited for, waiting for no one); first: pg 0 (default_pg) ..."
     report = {"run": {"warnings": []}, **EMPTY_SECTIONS,
-              "hang": {"collectives": [{"pg": "0", "op": "all_reduce", "index": 17, "missing_ranks": [3, 9]}]},
+              "hang": {"collectives": [{"pg": "0", "pg_desc": "default_pg", "op": "all_reduce",
+                                        "op_name": "nccl:all_reduce", "index": 17, "missing_ranks": [3, 9],
+                                        "not_completed_ranks": [0, 1, 2]},
+                                       {"pg": "4", "pg_desc": "PP", "kind": "p2p", "op": "send", "index": 5,
+                                        "missing_ranks": [3], "waiting_ranks": [1]}],
+                       "suspect_ranks": [3], "verdict": verdict},
               "overlap": [{"rank": r, "device": "gpu", "overlap_pct": None, "comm_us": 0.0, "overlapped_us": 0.0,
                            "exposed_comm_us": 0.0} for r in range(100)]}
     text = render_text(report)
-    assert any(line.split() == ["0", "all_reduce", "17", "3,9"] for line in text.splitlines())
+    lines = text.splitlines()
+    assert lines[:3] == ["Verdicts", "--------", "* " + verdict]  # the hang verdict first
+    assert "suspect ranks (the hang started there): 3" in lines
+    assert any(line.split() == ["0", "default_pg", "all_reduce", "17", "3,9", "0,1,2"] for line in lines)
+    assert any(line.split() == ["4", "PP", "send", "5", "3", "1"] for line in lines)
     assert "... 60 more row(s) in the JSON report" in text
     assert max(len(line) for line in text.splitlines()) <= 100
 

@@ -19,6 +19,8 @@ from ddprof.analyses.flight_recorder import (
     rank_from_filename,
 )
 from ddprof.analyses.hang import diagnose_hang, terminal_components
+from ddprof.analyses.hang_views import op_names
+from ddprof.analyses.report import EMPTY_SECTIONS, hang_report
 
 from ddprof.errors import BadInputError, RankError
 
@@ -86,7 +88,8 @@ def test_real_scenario_reproduces_reference(scenario):
         assert len(matches) == 1, f"{scenario}: no record for {row}"
         rec = matches[0]
         assert rec["pg_desc"] == row["desc"]
-        assert rec["op"] == row["op"]
+        assert rec["op_name"] == row["op"]  # the reference spells Flight Recorder's names
+        assert rec["op"] == row["op"].removeprefix("nccl:")  # normalised as in the other sections
         assert rec["status"] == "missing"
         present = [p for p in rec["per_rank"] if p["state"] != "not_entered"]
         assert {_size(p["input_sizes"]) for p in present} >= {row["size"]}
@@ -269,9 +272,10 @@ def test_one_rank_never_enters_collective(tmp_path):
     result = diagnose_hang(folder)
     assert len(result["collectives"]) == 1
     rec = result["collectives"][0]
-    assert (rec["pg"], rec["pg_desc"], rec["op"], rec["index"]) == (
+    assert (rec["pg"], rec["pg_desc"], rec["op"], rec["op_name"], rec["index"]) == (
         "5",
         "TENSOR_MODEL_PARALLEL_GROUP",
+        "all_reduce",
         "nccl:all_reduce",
         10,
     )
@@ -372,7 +376,8 @@ def test_collective_completed_by_a_peer_is_never_missing(tmp_path):
     assert (rec["index"], rec["missing_ranks"]) == (11, [3])
     assert rec["first_incomplete"] == {
         "index": 10,
-        "op": "nccl:all_reduce",
+        "op": "all_reduce",
+        "op_name": "nccl:all_reduce",
         "not_completed_ranks": [3],
         "completed_ranks": [0, 1, 2],
     }
@@ -387,7 +392,7 @@ def test_unmatched_send_names_the_peer(tmp_path):
     dumps = {0: dump(groups, [send], {0: (1, 1), 1: (5, 4)}), 1: dump(groups, [], {0: (1, 1), 1: (4, 4)})}
     result = diagnose_hang(write(tmp_path / "d", dumps))
     [rec] = result["collectives"]
-    assert (rec["kind"], rec["pg"], rec["op"], rec["index"]) == ("p2p", "3", "nccl:send 0->1", 5)
+    assert (rec["kind"], rec["pg"], rec["op"], rec["op_name"], rec["index"]) == ("p2p", "3", "send", "nccl:send 0->1", 5)
     assert rec["missing_ranks"] == [1] and rec["waiting_ranks"] == [0]
     assert rec["channels"] == [{"src": 0, "dst": 1, "pending_sends": 1, "pending_recvs": 0}]
     assert result["suspect_ranks"] == [1]
@@ -419,6 +424,46 @@ def test_crossed_collectives_are_a_deadlock(tmp_path):
     assert got == {("5", 5): [1], ("6", 7): [0]}
     assert result["deadlock_cycles"] == [[0, 1]] and result["suspect_ranks"] == []
     assert "wait for each other" in result["verdict"]
+
+
+@pytest.mark.parametrize("raw,op", [("nccl:all_to_all", "all_to_all"), ("nccl:send 1->2", "send"),
+                                    ("nccl:recv 1<-0", "recv"), ("nccl:_all_gather_base", "all_gather"),
+                                    ("nccl:_reduce_scatter_base", "reduce_scatter"),
+                                    ("nccl:allreduce_coalesced", "all_reduce"), ("nccl:coalesced", "coalesced")])
+def test_op_is_normalised_and_the_raw_name_kept(raw, op):
+    assert op_names(raw) == {"op": op, "op_name": raw}
+
+
+def test_hang_report_is_a_whole_report(tmp_path):
+    from ddprof.render_text import render_text
+
+    waiting = lambda r: ([entry(TP, 10, record_id=100, t=r)], (10, 9))  # noqa: E731
+    folder = write(tmp_path / "d", tp_world({0: waiting(0), 1: waiting(1), 2: waiting(2), 3: ([], (9, 9))}))
+    (folder / "_dump_7").write_bytes(b"\x80\x02 truncated")
+    hang = diagnose_hang(folder)
+    report = hang_report(hang)
+    json.dumps(report, allow_nan=False)
+    assert set(EMPTY_SECTIONS) | {"run", "verdicts"} <= set(report)
+    assert {k: report[k] for k in EMPTY_SECTIONS if k != "hang"} == {k: v for k, v in EMPTY_SECTIONS.items()
+                                                                     if k != "hang"}
+    assert report["hang"] is hang and report["verdicts"] == [hang["verdict"]]
+    run = report["run"]
+    assert (run["world_size"], run["ranks"], run["backend"], run["device"], run["steps"]) == (
+        hang["world_size"], [0, 1, 2, 3], "nccl", "gpu", [])
+    [bad] = [w for w in run["warnings"] if "_dump_7" in w]
+    assert bad.startswith(str(folder / "_dump_7") + ", rank 7: ")
+    report["stragglers"]["ranks"].append(1)  # the sections are the report's own, not shared
+    assert EMPTY_SECTIONS["stragglers"] == {"ranks": [], "per_rank": []}
+    lines = render_text(report).splitlines()
+    assert lines[2].startswith("* hang started at rank 3")
+    assert "suspect ranks (the hang started there): 3" in lines
+
+
+def test_hang_report_without_a_hang_has_no_verdict(tmp_path):
+    done = ([entry(TP, 10, record_id=1, state="completed")], (10, 10))
+    report = hang_report(diagnose_hang(write(tmp_path / "d", tp_world({r: done for r in WORLD}))))
+    assert report["verdicts"] == [] and report["hang"]["collectives"] == []
+    assert report["run"]["warnings"] == []
 
 
 def test_json_flavour_gives_the_same_answer(tmp_path):
