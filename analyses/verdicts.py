@@ -9,27 +9,14 @@ from __future__ import annotations
 from statistics import mean
 from typing import Any
 
+from ddprof.units import fmt_bytes, fmt_us
+
 IDLE_WORTH_MENTIONING_PCT = 5.0
 CAUSES = {
     "host_wait": "the CPU does not launch work fast enough",
     "kernel_wait": "launch gaps between back-to-back kernels",
     "other": "kernels wait for other streams or events (often communication)",
 }
-
-
-def fmt_us(us: float) -> str:
-    """1234.5 -> '1.23 ms'; 0.5 -> '0.5 µs'."""
-    for unit, scale in (("s", 1e6), ("ms", 1e3)):
-        if abs(us) >= scale:
-            return f"{us / scale:.3g} {unit}"
-    return f"{us:.3g} µs"
-
-
-def fmt_bytes(n: float) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{int(n)} B"
 
 
 def _stragglers(report: dict[str, Any], nsteps: int) -> list[str]:

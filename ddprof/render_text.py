@@ -1,7 +1,7 @@
 """The report (DESIGN.md §4) as plain text for a terminal: verdicts first, then compact tables.
 
-Standard library only; every line fits in 100 columns. Long tables show their first rows and say
-how many more the JSON report holds.
+Standard library (and :mod:`ddprof.units`, the formatters the verdicts share) only; every line fits in
+100 columns. Long tables show their first rows and say how many more the JSON report holds.
 """
 
 from __future__ import annotations
@@ -10,17 +10,10 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
+from ddprof.units import fmt_bytes, fmt_us
+
 WIDTH = 100
 MAX_ROWS = 40
-
-
-def _us(v: Any) -> str:
-    if v is None:
-        return "-"
-    for unit, scale in (("s", 1e6), ("ms", 1e3)):
-        if abs(v) >= scale:
-            return f"{v / scale:.2f} {unit}"
-    return f"{v:.1f} us"
 
 
 def _pct(v: Any) -> str:
@@ -29,15 +22,6 @@ def _pct(v: Any) -> str:
 
 def _num(v: Any, fmt: str = "{:.3g}") -> str:
     return "-" if v is None else fmt.format(v)
-
-
-def _bytes(v: Any) -> str:
-    if v is None:
-        return "-"
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if v >= scale:
-            return f"{v / scale:.3g} {unit}"
-    return f"{int(v)} B"
 
 
 def _ranks(v: Sequence[int] | None) -> str:
@@ -68,7 +52,7 @@ def _idle_rows(idle: list[dict[str, Any]]) -> list[list[str]]:
     by_stream: dict[tuple[int, int], dict[str, float]] = {}
     for row in idle:
         by_stream.setdefault((row["rank"], row["stream"]), {})[row["category"]] = row["idle_us"]
-    return [[str(r), str(s), _us(c.get("host_wait")), _us(c.get("kernel_wait")), _us(c.get("other"))]
+    return [[str(r), str(s), fmt_us(c.get("host_wait")), fmt_us(c.get("kernel_wait")), fmt_us(c.get("other"))]
             for (r, s), c in sorted(by_stream.items())]
 
 
@@ -81,7 +65,7 @@ def _bubble_rows(report: dict[str, Any]) -> list[list[str]]:
     for r, steps in sorted(per.items()):
         pcts = [s["bubble_pct"] for s in steps if s["bubble_pct"] is not None]
         p = stage.get(r, {})
-        rows.append([str(r), str(len(steps)), _us(sum(s["bubble_us"] for s in steps) / len(steps)),
+        rows.append([str(r), str(len(steps)), fmt_us(sum(s["bubble_us"] for s in steps) / len(steps)),
                      _pct(sum(pcts) / len(pcts) if pcts else None), _num(p.get("stage"), "{}"),
                      _pct(p.get("theoretical_pct"))])
     return rows
@@ -119,12 +103,12 @@ def render_text(report: dict[str, Any]) -> str:
         parts.append("\n".join(lines))
     parts.append(table("Communication / computation overlap (whole trace)",
                        ["rank", "device", "overlap", "comm", "overlapped", "exposed comm"],
-                       [[str(o["rank"]), o.get("device", "-"), _pct(o["overlap_pct"]), _us(o["comm_us"]),
-                         _us(o["overlapped_us"]), _us(o["exposed_comm_us"])] for o in report["overlap"]]))
+                       [[str(o["rank"]), o.get("device", "-"), _pct(o["overlap_pct"]), fmt_us(o["comm_us"]),
+                         fmt_us(o["overlapped_us"]), fmt_us(o["exposed_comm_us"])] for o in report["overlap"]]))
     parts.append(table("Temporal breakdown (first to last kernel)",
                        ["rank", "span", "idle", "compute", "non-compute", "idle %", "compute %", "non-comp %"],
-                       [[str(b["rank"]), _us(b.get("span_us")), _us(b["idle_us"]), _us(b["compute_us"]),
-                         _us(b["non_compute_us"]), _pct(b["idle_pct"]), _pct(b["compute_pct"]),
+                       [[str(b["rank"]), fmt_us(b.get("span_us")), fmt_us(b["idle_us"]), fmt_us(b["compute_us"]),
+                         fmt_us(b["non_compute_us"]), _pct(b["idle_pct"]), _pct(b["compute_pct"]),
                          _pct(b["non_compute_pct"])] for b in report["breakdown"]]))
     parts.append(table("Idle time by stream and cause", ["rank", "stream", "host wait", "kernel wait", "other"],
                        _idle_rows(report["idle"])))
@@ -132,19 +116,19 @@ def render_text(report: dict[str, Any]) -> str:
     parts.append(table(f"Stragglers: {_ranks(st['ranks']) if st['ranks'] else 'none'}",
                        ["rank", "times last", "collectives", "wait caused", "mean step"],
                        [[str(p["rank"]), str(p["times_last"]), str(p.get("instances", "-")),
-                         _us(p["wait_caused_us"]), _us(p["step_us"])] for p in st["per_rank"]
+                         fmt_us(p["wait_caused_us"]), fmt_us(p["step_us"])] for p in st["per_rank"]
                         if p.get("instances")]))
     parts.append(table("Bubbles (mean over steps)", ["rank", "steps", "bubble", "bubble %", "stage", "theory"],
                        _bubble_rows(report)))
     coll = sorted(report["collectives"], key=lambda c: -(c.get("arrival_skew_us") or 0))
     parts.append(table("Collectives, largest arrival skew first",
                        ["pg", "#", "op", "size", "ranks", "skew", "duration", "busbw GB/s", "last"],
-                       [[str(c["pg"]), str(c["index"]), c["op"], _bytes(c["bytes"]), _ranks(c["ranks_seen"]),
-                         _us(c["arrival_skew_us"]), _us(c["duration_us"]), _num(c["busbw_gbps"]),
+                       [[str(c["pg"]), str(c["index"]), c["op"], fmt_bytes(c["bytes"]), _ranks(c["ranks_seen"]),
+                         fmt_us(c["arrival_skew_us"]), fmt_us(c["duration_us"]), _num(c["busbw_gbps"]),
                          _num(c.get("last_rank"), "{}")] for c in coll], left=3))
     parts.append(table("Bandwidth per op and size (nccl-tests definitions)",
                        ["op", "size", "ranks", "count", "mean time", "algbw GB/s", "busbw GB/s"],
-                       [[b["op"], _bytes(b["bytes"]), _num(b.get("n"), "{}"), str(b["count"]), _us(b["duration_us"]),
+                       [[b["op"], fmt_bytes(b["bytes"]), _num(b.get("n"), "{}"), str(b["count"]), fmt_us(b["duration_us"]),
                          _num(b["algbw_gbps"]), _num(b["busbw_gbps"])] for b in report["bandwidth"]], left=1))
     parts.append(_hang_section(hang))
     warnings = report.get("run", {}).get("warnings") or []

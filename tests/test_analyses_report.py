@@ -18,10 +18,10 @@ from ddprof.analyses.overlap import overlap, overlap_by_step
 from ddprof.analyses.prepared import Prepared
 from ddprof.analyses.report import EMPTY_SECTIONS, _rows, analyse, build_report
 from ddprof.analyses.stragglers import stragglers
-from ddprof.analyses.verdicts import fmt_us
 
 import ddprof
 from ddprof.render_text import render_text
+from ddprof.units import fmt_bytes, fmt_us
 from tests.gen import DataParallel, Pipeline
 
 CONTRACT = {
@@ -235,3 +235,24 @@ def test_slow_rank_sample_wait_is_wall_clock_and_within_a_step(tmp_path):
     assert report["verdicts"][0] == (f"rank 2 is the straggler: each of the 3 other ranks spent {fmt_us(per_step)} "
                                      f"per step on average waiting for it at collectives (wall-clock; last at "
                                      f"{per[2]['times_last']} of {per[2]['instances']} collectives)")
+
+
+@pytest.mark.parametrize("us,text", [(1234.5, "1.23 ms"), (999.96, "1 ms"), (999.4, "999 µs"), (0.5, "0.5 µs"),
+                                     (2.5e6, "2.5 s"), (99_500, "99.5 ms"), (999_999, "1 s"), (None, "-")])
+def test_durations_read_the_same_everywhere(us, text):
+    """One formatter (ddprof.units) for the verdicts and the tables; rounding never gives '1e+03 µs'."""
+    assert fmt_us(us) == text
+
+
+@pytest.mark.parametrize("n,text", [(100, "100 B"), (1536, "1.5 KiB"), (64 << 20, "64 MiB"),
+                                    (1023.99 * 1024, "1 MiB"), (None, "-")])
+def test_sizes_read_the_same_everywhere(n, text):
+    assert fmt_bytes(n) == text
+
+
+def test_tables_and_verdicts_format_a_wait_alike(tmp_path):
+    report = build_report(ingest_generated(DataParallel(), tmp_path))
+    per = {p["rank"]: p for p in report["stragglers"]["per_rank"]}
+    row = next(line.split() for line in render_text(report).splitlines() if line.split()[:2] == ["2", "3"])
+    assert " ".join(row[3:5]) == fmt_us(per[2]["wait_caused_us"])
+    assert f"spent {fmt_us(per[2]['wait_caused_us'] / 3 / 3)} per step" in report["verdicts"][0]

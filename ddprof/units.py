@@ -1,0 +1,35 @@
+"""Durations and sizes for people: the one formatter of each, used by the verdicts and the text report.
+
+Three significant digits in the largest unit the value reaches; ``None`` (a value that does not apply)
+reads ``-``. The value is rounded before the unit is chosen, so 999.96 µs reads ``1 ms``, never
+``1e+03 µs``.
+"""
+
+from __future__ import annotations
+
+_TIME = (("s", 1e6), ("ms", 1e3), ("µs", 1.0))
+_SIZE = (("GiB", float(1 << 30)), ("MiB", float(1 << 20)), ("KiB", float(1 << 10)))
+
+
+def _in_units(value: float, units: tuple[tuple[str, float], ...]) -> str:
+    for unit, scale in units:
+        x = float(f"{value / scale:.3g}")
+        if abs(x) >= 1 or scale == units[-1][1]:
+            return f"{x:.3g} {unit}" if abs(x) < 1000 else f"{x:.0f} {unit}"
+    raise AssertionError("unreachable: the last unit always matches")
+
+
+def fmt_us(us: float | None) -> str:
+    """A duration given in µs: 1234.5 -> '1.23 ms'; 999.96 -> '1 ms'; 0.5 -> '0.5 µs'; 2.5e6 -> '2.5 s';
+    None -> '-'."""
+    return "-" if us is None else _in_units(float(us), _TIME)
+
+
+def fmt_bytes(n: float | None) -> str:
+    """A size in bytes (binary units): 1536 -> '1.5 KiB'; 64 << 20 -> '64 MiB'; 100 -> '100 B';
+    None -> '-'."""
+    if n is None:
+        return "-"
+    if abs(n) < 1 << 10:
+        return f"{int(n)} B"
+    return _in_units(float(n), _SIZE)
