@@ -10,7 +10,6 @@ The running maximum restarts at each group: group g's times are shifted to lie a
 group's (by ``base_g − min_g``, ``base_g`` = the sum of the earlier groups' extents), so one sort orders
 the rows by (group, start) and no maximum carries over into the next group. Where the extents add up to
 more than int64 holds, times are first replaced by their rank among the distinct times (same order).
-Equal to :func:`intervals.union_length` per set.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Interval math on Polars frames: merge, union length, intersection and difference of two unions.
+"""Interval math on Polars frames: merge, the difference of two unions, clip to windows.
+
+(Union lengths of many sets at once are :func:`coverage.union_lengths`.)
 
 Every function takes a LazyFrame with half-open intervals ``[start, end)`` (integer ns) and grouping
 columns ``by`` (e.g. ``["rank"]`` or ``["rank", "step"]``), and works per group, vectorised: sort by
@@ -48,23 +50,14 @@ def merge(lf: pl.LazyFrame, by: Sequence[str] = (), start: str = "start", end: s
     return _unkey(merged, by)
 
 
-def union_length(lf: pl.LazyFrame, by: Sequence[str] = (), start: str = "start", end: str = "end",
-                 name: str = "length") -> pl.LazyFrame:
-    """|U(X)| per group: time covered by at least one interval.
+def subtract(a: pl.LazyFrame, b: pl.LazyFrame, by: Sequence[str] = (), start: str = "start",
+             end: str = "end") -> pl.LazyFrame:
+    """Disjoint intervals of U(A) − U(B) per group, sorted by start.
 
-    ``[0,4) [2,5) [9,10)`` -> 5 + 1 = 6. Groups without intervals have no row.
-    """
-    merged = merge(lf, by, start, end)
-    if not by:
-        return merged.select((pl.col(end) - pl.col(start)).sum().alias(name))
-    return merged.group_by(list(by)).agg((pl.col(end) - pl.col(start)).sum().alias(name))
+    A and B are merged first, then swept: A's starts and ends count +1/−1, B's +2/−2, so the running
+    sum is 1 exactly where A covers and B does not (2 = only B, 3 = both)::
 
-
-def _sweep(a: pl.LazyFrame, b: pl.LazyFrame, by: Sequence[str], level: int, start: str, end: str) -> pl.LazyFrame:
-    """Segments where the running coverage code equals ``level`` (A counts 1, B counts 2).
-
-    A and B are merged first, so each contributes 0 or its weight at any instant:
-    code 3 = in both, 1 = only in A, 2 = only in B.
+        A = [0,4) [6,8), B = [3,7)  ->  [0,3) [7,8)
     """
     parts = []
     for frame, weight in ((a, 1), (b, 2)):
@@ -78,56 +71,10 @@ def _sweep(a: pl.LazyFrame, b: pl.LazyFrame, by: Sequence[str], level: int, star
             pl.col("__d").cast(pl.Int32).cum_sum().over(keys).alias("__code"),
             pl.col("__t").shift(-1).over(keys).alias("__next"),
         )
-        .filter((pl.col("__code") == level) & (pl.col("__next") > pl.col("__t")))
+        .filter((pl.col("__code") == 1) & (pl.col("__next") > pl.col("__t")))
         .select(*keys, pl.col("__t").alias(start), pl.col("__next").alias(end))
     )
     return merge(_unkey(segs, by), by, start, end)
-
-
-def intersect(a: pl.LazyFrame, b: pl.LazyFrame, by: Sequence[str] = (), start: str = "start",
-              end: str = "end") -> pl.LazyFrame:
-    """Disjoint intervals of U(A) ∩ U(B) per group.
-
-    A = [0,4) [6,8), B = [3,7)  ->  [3,4) [6,7)
-    """
-    return _sweep(a, b, by, 3, start, end)
-
-
-def subtract(a: pl.LazyFrame, b: pl.LazyFrame, by: Sequence[str] = (), start: str = "start",
-             end: str = "end") -> pl.LazyFrame:
-    """Disjoint intervals of U(A) − U(B) per group.
-
-    A = [0,4) [6,8), B = [3,7)  ->  [0,3) [7,8)
-    """
-    return _sweep(a, b, by, 1, start, end)
-
-
-def _lengths(a: pl.LazyFrame, b: pl.LazyFrame, by: Sequence[str], start: str, end: str) -> pl.LazyFrame:
-    """Per group: |U(A)|, |U(B)| and |U(A ∪ B)| (columns __a, __b, __ab; 0 where a set is empty)."""
-    keys = list(by)
-    la = union_length(a, by, start, end, "__a")
-    lb = union_length(b, by, start, end, "__b")
-    both = pl.concat([a.select(*by, start, end), b.select(*by, start, end)])
-    lab = union_length(both, by, start, end, "__ab")
-    if not keys:
-        return pl.concat([la, lb, lab], how="horizontal")
-    return lab.join(la, on=keys, how="left").join(lb, on=keys, how="left").with_columns(
-        pl.col("__a", "__b").fill_null(0))
-
-
-def intersection_length(a: pl.LazyFrame, b: pl.LazyFrame, by: Sequence[str] = (), start: str = "start",
-                        end: str = "end", name: str = "length") -> pl.LazyFrame:
-    """|U(A) ∩ U(B)| = |U(A)| + |U(B)| − |U(A ∪ B)| per group.
-
-    A = [0,4) [6,8), B = [3,7): 6 + 4 − 8 = 2. Groups where neither set has intervals have no row.
-    """
-    return _lengths(a, b, by, start, end).select(*by, (pl.col("__a") + pl.col("__b") - pl.col("__ab")).alias(name))
-
-
-def difference_length(a: pl.LazyFrame, b: pl.LazyFrame, by: Sequence[str] = (), start: str = "start",
-                      end: str = "end", name: str = "length") -> pl.LazyFrame:
-    """|U(A) − U(B)| = |U(A ∪ B)| − |U(B)| per group: A = [0,4) [6,8), B = [3,7) -> 8 − 4 = 4."""
-    return _lengths(a, b, by, start, end).select(*by, (pl.col("__ab") - pl.col("__b")).alias(name))
 
 
 def clip(lf: pl.LazyFrame, windows: pl.LazyFrame, by: Sequence[str], start: str = "start", end: str = "end",
