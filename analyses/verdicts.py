@@ -41,15 +41,28 @@ def _stragglers(report: dict[str, Any], nsteps: int) -> list[str]:
 
 
 def _communication(report: dict[str, Any]) -> list[str]:
+    """Exposed communication as a share of time, one basis for every rank: when every rank with
+    communication has steps, the exposed communication inside its steps (``overlap_by_step``) over its
+    step time (``breakdown_by_step`` windows), labelled "step time"; else the whole trace's
+    (``overlap``) over the traced span (``breakdown``), labelled "the traced time".
+    Example: 40 µs exposed in two 100 µs steps -> "20 % of step time", even if 20 µs more lie
+    outside the steps."""
     ov = [o for o in report["overlap"] if o["comm_us"] > 0]
     if not ov:
         return []
     step_span: dict[int, float] = {}
     for b in report.get("breakdown_by_step", []):
         step_span[b["rank"]] = step_span.get(b["rank"], 0.0) + b["span_us"]
-    basis = {b["rank"]: step_span.get(b["rank"]) or b["span_us"] for b in report["breakdown"]}
-    word = "step time" if step_span else "the traced time"
-    shares = {o["rank"]: 100 * o["exposed_comm_us"] / basis[o["rank"]] for o in ov if basis.get(o["rank"])}
+    if all(step_span.get(o["rank"]) for o in ov):
+        word, basis = "step time", step_span
+        exposed: dict[int, float] = {}
+        for row in report.get("overlap_by_step", []):
+            exposed[row["rank"]] = exposed.get(row["rank"], 0.0) + (row["exposed_comm_us"] or 0.0)
+    else:
+        word = "the traced time"
+        basis = {b["rank"]: b["span_us"] for b in report["breakdown"]}
+        exposed = {o["rank"]: o["exposed_comm_us"] for o in ov}
+    shares = {o["rank"]: 100 * exposed.get(o["rank"], 0.0) / basis[o["rank"]] for o in ov if basis.get(o["rank"])}
     if not shares:
         return []
     worst = max(shares, key=lambda r: shares[r])

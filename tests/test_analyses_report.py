@@ -256,3 +256,25 @@ def test_tables_and_verdicts_format_a_wait_alike(tmp_path):
     row = next(line.split() for line in render_text(report).splitlines() if line.split()[:2] == ["2", "3"])
     assert " ".join(row[3:5]) == fmt_us(per[2]["wait_caused_us"])
     assert f"spent {fmt_us(per[2]['wait_caused_us'] / 3 / 3)} per step" in report["verdicts"][0]
+
+
+def _comm_report(with_steps: tuple[int, ...]) -> dict:
+    """Two ranks: 100 µs of comm each, 60 µs exposed over the trace (300 µs), of which 40 µs inside two
+    100 µs steps; only the ranks in ``with_steps`` have steps."""
+    return {"run": {"steps": [0, 1], "warnings": []}, **EMPTY_SECTIONS,
+            "overlap": [{"rank": r, "device": "gpu", "overlap_pct": 40.0, "comm_us": 100.0, "overlapped_us": 40.0,
+                         "exposed_comm_us": 60.0} for r in (0, 1)],
+            "breakdown": [{"rank": r, "span_us": 300.0, "idle_pct": 0.0} for r in (0, 1)],
+            "overlap_by_step": [{"rank": r, "step": s, "overlap_pct": 50.0, "exposed_comm_us": 20.0}
+                                for r in with_steps for s in (0, 1)],
+            "breakdown_by_step": [{"rank": r, "step": s, "span_us": 100.0} for r in with_steps for s in (0, 1)]}
+
+
+@pytest.mark.parametrize("with_steps,text", [
+    ((0, 1), "exposed communication is 20 % of step time (worst: rank 0, 20 %)"),  # in-step comm / step time
+    ((0,), "exposed communication is 20 % of the traced time (worst: rank 0, 20 %)"),  # one basis for all
+])
+def test_exposed_communication_has_one_basis(with_steps, text):
+    from ddprof.analyses.verdicts import verdicts
+
+    assert any(v.startswith(text + "; 40 % of communication") for v in verdicts(_comm_report(with_steps)))
