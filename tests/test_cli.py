@@ -140,8 +140,7 @@ def test_console_script_runs_without_torch_or_dash(tmp_path, traces):
 
 
 def test_a_bug_is_an_internal_error_not_problem_found(tmp_path, traces, capsys, monkeypatch):
-    from ddprof.cli import INTERNAL_ERROR
-    from ddprof.cli import analyze_cmd
+    from ddprof.cli import INTERNAL_ERROR, analyze_cmd
 
     def broken(*a, **k):
         raise ZeroDivisionError("boom")

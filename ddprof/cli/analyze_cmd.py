@@ -26,14 +26,11 @@ def analyze(sources: tuple[str, ...], fmt: str, output: str | None, cache: str |
             ranks: tuple[str, ...]) -> int:
     """Analyse a run: raw traces, a run dir, or a directory of NCCL Flight Recorder dumps."""
     from ddprof.analyses.hang import diagnose_hang, is_flight_recorder_dir
-    from ddprof.analyses.report import EMPTY_SECTIONS
+    from ddprof.analyses.report import hang_report
 
     if len(sources) == 1 and not is_run_dir(sources[0]) and is_flight_recorder_dir(Path(sources[0])):
-        hang = diagnose_hang(Path(sources[0]))
-        report: dict[str, Any] = {"run": {"world_size": None, "ranks": [], "backend": "nccl", "device": "gpu",
-                                          "steps": [], "warnings": []}}
-        report.update({k: v for k, v in EMPTY_SECTIONS.items()})
-        report["hang"] = hang
+        report = hang_report(diagnose_hang(Path(sources[0])))
+        hang = report["hang"]
         _emit(report, None, fmt, output)
         if hang.get("collectives"):
             raise ProblemFound(hang.get("verdict") or "a hang was found (see the report)")
