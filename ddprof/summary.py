@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 from ddprof.rundir import Run
+
+
+WIDTH = 100
 
 
 def run_summary(run: Run) -> dict[str, Any]:
@@ -55,14 +59,20 @@ def render_summary(summary: dict[str, Any]) -> str:
                      f"{_ranges(p['steps']) or '-'}")
     if summary["failed"]:
         lines += ["", f"failed inputs ({len(summary['failed'])}):"]
-        lines += [f"  - {f['error']}" for f in summary["failed"]]
+        lines += [_item(f["error"]) for f in summary["failed"]]
     other = [w for w in summary["warnings"] if not any(w == f["error"] for f in summary["failed"])]
     rank_w = [(p["rank"], w) for p in summary["per_rank"] for w in p["warnings"]]
     if other or rank_w:
         lines += ["", "warnings:"]
-        lines += [f"  - {w}" for w in other]
-        lines += [f"  - rank {r}: {w}" for r, w in rank_w]
+        lines += [_item(w) for w in other]
+        lines += [_item(f"rank {r}: {w}") for r, w in rank_w]
     return "\n".join(lines)
+
+
+def _item(text: str) -> str:
+    """A bullet wrapped to 100 columns (long paths are not broken)."""
+    return textwrap.fill(text, width=WIDTH, initial_indent="  - ", subsequent_indent="    ",
+                         break_long_words=False, break_on_hyphens=False)
 
 
 def _ranges(xs: list[int]) -> str:
