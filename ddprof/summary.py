@@ -7,7 +7,6 @@ from typing import Any
 
 from ddprof.rundir import Run
 
-
 WIDTH = 100
 
 
