@@ -28,7 +28,7 @@ def _umask() -> int:
     return mask
 
 
-def write_atomic(path: str | Path, writer: Callable[[Path], None]) -> Path:
+def write_atomic(path: str | Path, writer: Callable[[Path], object]) -> Path:
     """Call ``writer(tmp_path)`` then rename ``tmp_path`` to ``path``.
 
     The file gets the permissions a plain ``open()`` would give it (``0o666`` less the umask), not

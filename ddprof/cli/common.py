@@ -7,9 +7,10 @@ import shutil
 import stat
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
@@ -19,6 +20,7 @@ from ddprof.ingestion import ingest as run_ingest
 from ddprof.rundir import Run, is_run_dir, open_run
 
 CACHE_NAME = ".ddprof-cache"
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def parse_rank_map(values: tuple[str, ...]) -> dict[str, int] | None:
@@ -32,7 +34,8 @@ def parse_rank_map(values: tuple[str, ...]) -> dict[str, int] | None:
     return out or None
 
 
-def rank_option(f):  # type: ignore[no-untyped-def]
+def rank_option(f: F) -> F:
+    """The ``--rank FILE=N`` option, shared by the commands that ingest."""
     return click.option("--rank", "ranks", multiple=True, metavar="FILE=N",
                         help="Rank of a trace that does not say (repeatable).")(f)
 

@@ -90,9 +90,9 @@ def build_events(dec: Decoded, rank: int) -> tuple[pl.DataFrame, list[str]]:
             if m.coll_op is None or m.coll_op == "unknown":
                 m = Meta(coll_op=comms.op_from_kernel(k["name"]) or "unknown").fill_from(m)
             comm_rows[k["_row"]] = m
-    for m in markers:
-        if m["_row"] in marker_meta:
-            comm_rows.setdefault(m["_row"], marker_meta[m["_row"]])
+    for row in markers:
+        if row["_row"] in marker_meta:
+            comm_rows.setdefault(row["_row"], marker_meta[row["_row"]])
     only = _only_group(dec.distributed_info)
     if only is not None:
         comm_rows = {r: m.fill_from(only) for r, m in comm_rows.items()}
@@ -134,9 +134,9 @@ def _global_peers(rows: dict[int, Meta], info: dict[str, Any] | None) -> dict[in
         return rows
     out = {}
     for r, m in rows.items():
-        ranks = members.get(m.pg) if m.peer is not None and m.pg is not None else None
-        if ranks is not None and 0 <= m.peer < len(ranks) and isinstance(ranks[m.peer], int):
-            m = m._replace(peer=ranks[m.peer])
+        peer, ranks = m.peer, members.get(m.pg or "")
+        if peer is not None and ranks is not None and 0 <= peer < len(ranks) and isinstance(ranks[peer], int):
+            m = m._replace(peer=ranks[peer])
         out[r] = m
     return out
 
@@ -159,8 +159,9 @@ def _apply_meta(df: pl.DataFrame, rows: dict[int, Meta]) -> pl.DataFrame:
     idx = pl.Series(list(rows), dtype=pl.UInt32)
     values = {f: [getattr(m, f) for m in rows.values()] for f in META_FIELDS}
     values["bytes"] = [comms.message_size(m.coll_op, m.in_bytes, m.out_bytes, m.group_size) for m in rows.values()]
-    dtypes = {"coll_op": pl.String, "pg": pl.String, "group_size": pl.Int32, "in_bytes": pl.Int64,
-              "out_bytes": pl.Int64, "dtype": pl.String, "seq": pl.Int64, "peer": pl.Int32, "bytes": pl.Int64}
+    dtypes = {"coll_op": pl.String(), "pg": pl.String(), "group_size": pl.Int32(), "in_bytes": pl.Int64(),
+              "out_bytes": pl.Int64(), "dtype": pl.String(), "seq": pl.Int64(), "peer": pl.Int32(),
+              "bytes": pl.Int64()}
     cols = [_scatter(name, df.height, idx, values[name], dtype) for name, dtype in dtypes.items()]
     df = df.with_columns(cols)
     gloo = pl.col("_marker") & pl.col("name").str.starts_with("gloo:")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from ddprof.errors import UsageError
@@ -15,7 +16,7 @@ def is_trace_name(name: str) -> bool:
     return low.endswith(TRACE_SUFFIXES) and name not in _SKIP_NAMES and not low.endswith(".meta.json")
 
 
-def discover(sources: list[str | Path]) -> list[Path]:
+def discover(sources: Sequence[str | Path]) -> list[Path]:
     """Trace files under ``sources``, sorted, without duplicates.
 
     A file named explicitly is always taken. In a directory tree, ``*.json``/``*.json.gz`` files are taken,

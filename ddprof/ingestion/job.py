@@ -83,9 +83,10 @@ def _ingest(path: Path, out_dir: Path, rank_map: dict[str, int] | None, res: Fil
     if res.world_size is not None and res.rank >= res.world_size:
         raise BadInputError(f"rank {res.rank} is not below world_size {res.world_size}", path=path, rank=res.rank)
     res.backend = info.get("backend") if isinstance(info.get("backend"), str) else None
-    res.pg_config = info.get("pg_config") if isinstance(info.get("pg_config"), list) else []
+    pg_config = info.get("pg_config")
+    res.pg_config = pg_config if isinstance(pg_config, list) else []
     res.nccl_version = info.get("nccl_version") if isinstance(info.get("nccl_version"), str) else None
-    res.device_names = [d.get("name") for d in dec.device_properties if isinstance(d, dict) and d.get("name")]
+    res.device_names = [str(d["name"]) for d in dec.device_properties if isinstance(d, dict) and d.get("name")]
     res.base_time_ns = dec.base_time_ns
     res.raw_complete = dec.raw_complete
     res.dropped = dict(dec.dropped)

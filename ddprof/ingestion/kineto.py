@@ -14,6 +14,7 @@ import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import msgspec
@@ -54,11 +55,14 @@ class Decoded:
 def _gunzip(raw: bytes) -> bytes:
     """Inflate a gzip file into a buffer sized from its trailer (no doubling reallocations, so the
     peak is the output size, not twice it). Multi-member files fall back to the general path."""
+    zlib_impl: ModuleType = zlib
+    gzip_impl: ModuleType = gzip
     try:  # ISA-L inflates about twice as fast as zlib; same format
-        from isal import igzip
-        from isal import isal_zlib as zlib_impl
+        from isal import igzip, isal_zlib
+
+        zlib_impl, gzip_impl = isal_zlib, igzip
     except ImportError:  # pragma: no cover - isal is a dependency; the standard library does the same
-        zlib_impl, igzip = zlib, gzip
+        pass
     size = int.from_bytes(raw[-4:], "little") if len(raw) >= 18 else 0
     if size:
         try:
@@ -67,7 +71,7 @@ def _gunzip(raw: bytes) -> bytes:
             out = b""
         if len(out) == size:
             return out
-    return igzip.decompress(raw)
+    return gzip_impl.decompress(raw)
 
 
 def read_bytes(path: Path) -> tuple[bytes, str]:
