@@ -103,11 +103,11 @@ def pipeline_stages(events: Events) -> pl.DataFrame:
         .group_by("pipeline").agg(pl.col("len").median().alias("micro_batches"))
     )
     measured = bubbles(p).group_by("rank").agg(pl.col("bubble_pct").mean())
-    p, m = pl.col("stages"), pl.col("micro_batches")
+    s, m = pl.col("stages"), pl.col("micro_batches")
     return (
         stages.join(sends, on="pipeline", how="left")
         .join(measured, on="rank", how="left")
-        .with_columns((100.0 * (p - 1) / (m + p - 1)).alias("theoretical_pct"))
+        .with_columns((100.0 * (s - 1) / (m + s - 1)).alias("theoretical_pct"))
         .select(list(schema))
         .sort("pipeline", "stage")
     )

@@ -6,7 +6,7 @@ overall verdict mentions.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ddprof.analyses.hang_waits import Suspects
@@ -50,7 +50,7 @@ def lagging_completion_ranks(records: Iterable[Mapping[str, Any]]) -> list[int]:
 
 
 def overall_verdict(
-    records: list[Mapping[str, Any]], suspects: Suspects, absent: Mapping[int, str], lagging: list[int]
+    records: Sequence[Mapping[str, Any]], suspects: Suspects, absent: Mapping[int, str], lagging: list[int]
 ) -> str:
     """One line: where the hang started, or that none was found.
 

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Hashable
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import polars as pl
 
 T = TypeVar("T")
 
 #: Engine for the analyses' queries: their frames are small, and the in-memory engine starts faster.
-ENGINE = "in-memory"
+ENGINE: Final = "in-memory"
 
 
 class Prepared:

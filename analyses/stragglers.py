@@ -93,6 +93,14 @@ def _per_rank(p: Prepared) -> pl.DataFrame:
     )
 
 
+def _number(value: object, what: str) -> float:
+    """``float(value)`` for a Series aggregate (``median()`` etc.), which Polars types as any Python scalar;
+    anything but a number (None: only nulls were aggregated) is a bug upstream."""
+    if not isinstance(value, (int, float)):
+        raise TypeError(f"stragglers: {what} is {value!r}; expected a number")
+    return float(value)
+
+
 def straggler_table(events: Events, k: float = 3.0, margin: float = 2.0, min_wait_us: float = 50.0,
                     min_share: float = 0.02, rel_to_worst: float = 0.5) -> pl.DataFrame:
     """Per rank: times_last, wait_caused_us, waiting_ranks, instances, step_us, is_straggler (rule in the
@@ -107,7 +115,8 @@ def straggler_table(events: Events, k: float = 3.0, margin: float = 2.0, min_wai
     if t.height == 0:
         return t.with_columns(pl.lit(False).alias("is_straggler")).drop("__steps_total_us", "__span_ns")
     steps_total = t["__steps_total_us"].drop_nulls()
-    basis = float(steps_total.median()) if steps_total.len() else float(t["__span_ns"].median() or 0) / _US
+    basis = (_number(steps_total.median(), "the median rank's step total") if steps_total.len()
+             else _number(t["__span_ns"].median() or 0, "the median rank's trace span") / _US)
     x = t["wait_caused_us"].to_list()
     per_waiter = [w / n if n else 0.0 for w, n in zip(x, t["waiting_ranks"].to_list(), strict=True)]
     floor = max(min_wait_us, min_share * basis)
@@ -117,7 +126,7 @@ def straggler_table(events: Events, k: float = 3.0, margin: float = 2.0, min_wai
         if others.len() == 0:
             flags.append(False)
             continue
-        med = float(others.median())
+        med = _number(others.median(), "the other ranks' median wait_caused_us")
         mad = float((others - med).abs().median())
         stands_out = xi > med + k * 1.4826 * mad
         if others.len() < 3 or mad == 0:

@@ -20,7 +20,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from ddprof.collectors import finish, flight_recorder, layout
 from ddprof.collectors.rankfiles import RankFiles, initialised_dist
@@ -31,6 +31,15 @@ from ddprof.errors import UsageError
 from ddprof.rundir import Run
 
 log = logging.getLogger("ddprof.collectors")
+
+
+class _ProfilerOptions(TypedDict):
+    """The ``torch.profiler.profile`` keyword options :class:`Profile` passes through."""
+
+    record_shapes: bool
+    with_stack: bool
+    profile_memory: bool
+    with_modules: bool
 
 
 
@@ -57,7 +66,7 @@ class Profile(contextlib.ContextDecorator):
         self._run_dir_arg = run_dir
         self.schedule = {"skip_first": skip_first, "wait": wait, "warmup": warmup, "active": active,
                          "repeat": repeat}
-        self.options = {"record_shapes": record_shapes, "with_stack": with_stack,
+        self.options: _ProfilerOptions = {"record_shapes": record_shapes, "with_stack": with_stack,
                         "profile_memory": profile_memory, "with_modules": with_modules}
         self._cuda = cuda
         self._fr_wanted = flight_recorder
@@ -181,7 +190,7 @@ class Profile(contextlib.ContextDecorator):
             self._files.dump_flight_recorder("requested")
 
     # -- exit --------------------------------------------------------------------------------------------
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         self._entered = False
         files = self._files
         if files is None or not files.writable:

@@ -112,7 +112,10 @@ def run_pipeline(args: argparse.Namespace, prof: Any, rank: int, world: int) -> 
                 dist.recv(grad, rank + 1)
                 outputs[m].backward(grad)
             if not first:
-                send(inputs[m].grad, rank - 1)
+                grad_in = inputs[m].grad
+                if grad_in is None:  # x.requires_grad_() was set, so backward must have filled it
+                    raise RuntimeError(f"pipeline stage {rank}: microbatch {m} input has no gradient after backward")
+                send(grad_in, rank - 1)
         opt.step()
         opt.zero_grad(set_to_none=True)
         prof.step()

@@ -17,8 +17,12 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from types import FrameType
 
 log = logging.getLogger("ddprof.collectors")
+
+#: What ``signal.signal`` accepts and ``signal.getsignal`` returns (None: a handler not set from Python).
+_Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
 
 
 class DumpWatch:
@@ -32,31 +36,31 @@ class DumpWatch:
         self._stop = threading.Event()
         self._rfd, self._wfd = os.pipe()
         os.set_blocking(self._wfd, False)
-        self._old_handler: object = None
+        self._old_handler: _Handler = None
         self._old_wakeup: int | None = None
         self._thread = threading.Thread(target=self._run, name="ddprof-fr-watch", daemon=True)
 
     def start(self) -> None:
         if self._signum is not None:
-            self._install_signal()
+            self._install_signal(self._signum)
         self._thread.start()
 
-    def _install_signal(self) -> None:
+    def _install_signal(self, signum: int) -> None:
         try:
-            if signal.getsignal(self._signum) not in (signal.SIG_DFL, None):
+            if signal.getsignal(signum) not in (signal.SIG_DFL, None):
                 log.warning("ddprof: signal %s already has a handler; Flight Recorder dumps on request are off",
-                            self._signum)
+                            signum)
                 return
             wfd = self._wfd
             old_wakeup = signal.set_wakeup_fd(wfd)
             if old_wakeup != -1:  # someone (asyncio...) owns the wakeup fd: give it back, use a plain handler
                 signal.set_wakeup_fd(old_wakeup)
-                self._old_handler = signal.signal(self._signum, lambda s, f: os.write(wfd, bytes([s])))
+                self._old_handler = signal.signal(signum, lambda s, f: os.write(wfd, bytes([s])))
             else:
                 self._old_wakeup = old_wakeup
-                self._old_handler = signal.signal(self._signum, lambda s, f: None)
+                self._old_handler = signal.signal(signum, lambda s, f: None)
         except (ValueError, OSError) as exc:  # not the main thread, or no such signal here
-            log.warning("ddprof: cannot dump the Flight Recorder on signal %s: %s", self._signum, exc)
+            log.warning("ddprof: cannot dump the Flight Recorder on signal %s: %s", signum, exc)
             self._signum = None
 
     def stop(self) -> None:
