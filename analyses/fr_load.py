@@ -67,6 +67,23 @@ def load_dump_dir(path: str | Path) -> DumpSet:
     if not directory.is_dir():
         raise BadInputError("expected a directory of Flight Recorder dumps", path=path)
     files, skipped = _candidate_files(directory)
+    return load_dump_files(files, source=str(directory), skipped=skipped)
+
+
+#: Names PyTorch gives dump files: ``TORCH_FR_DUMP_TEMP_FILE`` + rank (ddprof's collector sets
+#: ``fr_trace_rank_``; PyTorch's default is ``nccl_trace_rank_``).
+DUMP_NAME_PATTERNS = ("fr_trace_rank_*", "nccl_trace_rank_*")
+
+
+def find_dump_files(root: str | Path) -> list[Path]:
+    """Flight Recorder dumps anywhere under ``root`` (e.g. a captured run's ``raw/rank-NNNNN/``), by name."""
+    root = Path(root)
+    found = {p for pattern in DUMP_NAME_PATTERNS for p in root.rglob(pattern) if p.is_file()}
+    return sorted(p for p in found if not any(part.startswith(".") for part in p.relative_to(root).parts))
+
+
+def load_dump_files(files: list[Path], *, source: str, skipped: list[str] | None = None) -> DumpSet:
+    """Load the given dump files; a bad file becomes a failure, two files claiming one rank both fail."""
     failures: list[BadInputError] = []
     by_rank: dict[int, list[FRDump]] = {}
     for f in files:
@@ -86,7 +103,7 @@ def load_dump_dir(path: str | Path) -> DumpSet:
             RankError(f"rank {rank} is claimed by several dumps ({names})", path=d.path, rank=rank)
             for d in ds
         )
-    return DumpSet(path=str(directory), dumps=dumps, failures=failures, skipped=skipped)
+    return DumpSet(path=source, dumps=dumps, failures=failures, skipped=skipped or [])
 
 
 def _has_kineto_key(text: str) -> bool:

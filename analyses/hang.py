@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ddprof.analyses.flight_recorder import FRDump, is_flight_recorder_dir, load_dump_dir
+from ddprof.analyses.fr_load import find_dump_files, load_dump_files
 from ddprof.analyses.hang_collectives import collective_finding
 from ddprof.analyses.hang_p2p import p2p_finding
 from ddprof.analyses.hang_verdicts import lagging_completion_ranks, overall_verdict
@@ -131,3 +132,15 @@ def diagnose_hang(path: str | Path) -> dict[str, Any]:
         detail = "; ".join(str(f) for f in dump_set.failures[:3]) or "no candidate files"
         raise BadInputError(f"no readable Flight Recorder dump in this directory ({detail})", path=path)
     return diagnose_dumps(dump_set.dumps, dump_set.failures, source=str(path), skipped=dump_set.skipped)
+
+
+def diagnose_captured(root: str | Path) -> dict[str, Any] | None:
+    """The hang section for the Flight Recorder dumps found anywhere under ``root`` (a captured run:
+    ``raw/rank-NNNNN/fr_trace_rank_N``), or None when there are none."""
+    files = find_dump_files(root)
+    if not files:
+        return None
+    dump_set = load_dump_files(files, source=str(root))
+    if not dump_set.dumps:
+        return None
+    return diagnose_dumps(dump_set.dumps, dump_set.failures, source=str(root))

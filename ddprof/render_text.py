@@ -95,7 +95,8 @@ def render_text(report: dict[str, Any]) -> str:
     hang = report.get("hang") or {}
     verdicts = list(report.get("verdicts") or [])
     if hang.get("verdict") and hang["verdict"] not in verdicts:
-        verdicts.insert(0, hang["verdict"])  # Flight Recorder input: the hang verdict comes first
+        # A hang comes first; "no hang found" (a healthy capture's dumps) is worth a line, last.
+        verdicts.insert(0 if hang.get("collectives") else len(verdicts), hang["verdict"])
     if verdicts:
         lines = ["Verdicts", "--------"]
         for v in verdicts:

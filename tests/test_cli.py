@@ -158,3 +158,27 @@ def test_ingest_partial_exits_3_naming_the_file(tmp_path, traces, capsys):
     rc, out, err = run_cli(["ingest", str(src), "-o", str(tmp_path / "run")], capsys)
     assert rc == 3 and "worker2_step_12.1694128201554.pt.trace.json.gz" in err and "file is empty" in err
     assert "7 rank(s) of 8" in out
+
+
+def test_captured_run_reports_its_flight_recorder_dumps(tmp_path, capsys):
+    """The collector leaves a Flight Recorder dump per rank beside the traces: analyze reads them too."""
+    src = tmp_path / "cap"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "sample_traces" / "gloo-ddp-4rank-slow-rank", src)
+    rc, out, _ = run_cli(["analyze", str(src), "--format", "json"], capsys)
+    hang = json.loads(out)["hang"]
+    assert rc == 0 and hang["ranks"] == [0, 1, 2, 3] and hang["collectives"] == []
+    assert hang["verdict"].startswith("no hang found")
+
+
+def test_hang_in_captured_dumps_is_a_problem_found(tmp_path, traces, capsys):
+    src = tmp_path / "cap"
+    shutil.copytree(traces / "dlrm-8xV100-nccl", src)
+    src.chmod(0o755)
+    fr = src / "raw"
+    fr.mkdir()
+    for dump in (traces / "flight-recorder/megatron-16rank-gpu_error_1st").glob("_dump_*"):
+        shutil.copy(dump, fr / f"fr_trace_rank_{dump.name.rsplit('_', 1)[1]}")
+    rc, out, err = run_cli(["analyze", str(src), "--format", "json"], capsys)
+    report = json.loads(out)
+    assert rc == 1 and report["hang"]["collectives"][0]["missing_ranks"] == [12]
+    assert report["verdicts"][0] == report["hang"]["verdict"] and "rank 12" in err

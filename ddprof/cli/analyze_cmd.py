@@ -25,7 +25,7 @@ from ddprof.summary import render_summary, run_summary
 def analyze(sources: tuple[str, ...], fmt: str, output: str | None, cache: str | None,
             ranks: tuple[str, ...]) -> int:
     """Analyse a run: raw traces, a run dir, or a directory of NCCL Flight Recorder dumps."""
-    from ddprof.analyses.hang import diagnose_hang, is_flight_recorder_dir
+    from ddprof.analyses.hang import diagnose_captured, diagnose_hang, is_flight_recorder_dir
     from ddprof.analyses.report import hang_report
 
     if len(sources) == 1 and not is_run_dir(sources[0]) and is_flight_recorder_dir(Path(sources[0])):
@@ -42,13 +42,31 @@ def analyze(sources: tuple[str, ...], fmt: str, output: str | None, cache: str |
         from ddprof.analyses.report import build_report
 
         report = build_report(run)
+        hang = _captured_hang(run.path, sources, diagnose_captured)
+        if hang is not None:
+            report["hang"] = hang
+            if hang.get("collectives"):
+                report["verdicts"].insert(0, hang["verdict"])
         summary = run_summary(run)
         report["run"]["per_rank"] = summary["per_rank"]
         report["run"]["failed"] = summary["failed"]
         _emit(report, summary, fmt, output)
         if run.failed:
             raise partial_failure(run, "the other ranks were analysed")
+        if report["hang"].get("collectives"):
+            raise ProblemFound(report["hang"].get("verdict") or "a hang was found (see the report)")
     return 0
+
+
+def _captured_hang(run_dir: Path, sources: tuple[str, ...], diagnose: Any) -> dict[str, Any] | None:
+    """Flight Recorder dumps a capture left beside its traces (``raw/rank-NNNNN/fr_trace_rank_N``)."""
+    roots = [run_dir / "raw"] + [Path(s) for s in sources if Path(s).is_dir()]
+    for root in roots:
+        if root.is_dir():
+            hang = diagnose(root)
+            if hang is not None:
+                return hang
+    return None
 
 
 def _emit(report: dict[str, Any], summary: dict[str, Any] | None, fmt: str, output: str | None) -> None:
