@@ -7,9 +7,7 @@ Ranks are separate processes started the way torchrun starts them (``RANK``, ``L
 
 from __future__ import annotations
 
-import io
 import json
-import pickle
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,15 +56,13 @@ def read_meta(run_dir: Path, rank: int) -> dict[str, Any]:
     return json.loads((run_dir / "raw" / f"rank-{rank:05d}" / f"rank-{rank:05d}.meta.json").read_text())
 
 
-class _DataOnly(pickle.Unpickler):
-    """Flight Recorder dumps are pickles of plain containers: refuse anything that imports code."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a Flight Recorder dump")
-
-
 def read_flight_recorder(path: Path) -> dict[str, Any]:
-    return _DataOnly(io.BytesIO(path.read_bytes())).load()
+    """A Flight Recorder dump as plain objects, read with the product's import-nothing unpickler."""
+    from ddprof.analyses.fr_unpickle import read_dump_object
+
+    dump = read_dump_object(path)
+    assert isinstance(dump, dict), f"{path}: not a Flight Recorder dump"
+    return dump
 
 
 def ddp_buckets(param_bytes: list[int], cap_bytes: int) -> list[int]:
