@@ -32,7 +32,7 @@ import polars as pl
 
 from ddprof.ingestion import comms
 from ddprof.ingestion.kineto import Decoded
-from ddprof.ingestion.link import Meta, launch_meta, row_meta
+from ddprof.ingestion.link import FIELDS, enclosing_meta, own_meta
 from ddprof.schema import STEP_PREFIX, conform, step_number
 
 GPU_CATS = ["kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation"]
@@ -42,10 +42,7 @@ _CAT_KIND = {"kernel": "compute", "gpu_memcpy": "memcpy", "gpu_memset": "memset"
 KNOWN_CATS = [*_CAT_KIND, "python_function", "Trace", "overhead", "ac2g", "fwdbwd", "cpu_instant_event",
               "gpu_memory", "memory"]
 _NOT_COMM_KERNEL = ("void at::native", "at::native::")
-_META_COLS = ["_row", "name", "coll_name", "dtype", "in_nelems", "out_nelems", "input_dims", "input_type",
-              "concrete_inputs",
-              "group_size", "pg", "seq", "external_id", "correlation", "ts_ns", "dur_ns", "pid", "tid"]
-META_FIELDS = ["coll_op", "pg", "group_size", "in_bytes", "out_bytes", "dtype", "seq", "peer"]
+_ROW_COLS = ["_row", "name", "external_id", "correlation", "ts_ns", "dur_ns", "pid", "tid"]
 
 
 def build_events(dec: Decoded, rank: int) -> tuple[pl.DataFrame, list[str]]:
@@ -58,47 +55,14 @@ def build_events(dec: Decoded, rank: int) -> tuple[pl.DataFrame, list[str]]:
                 df.filter(~pl.col("cat").is_in(KNOWN_CATS).fill_null(False))
                 .select(pl.col("cat").fill_null("<none>")).to_series().value_counts().iter_rows()]
 
-    markers = df.filter("_marker").select(_META_COLS).to_dicts()
-    own = {m["_row"]: row_meta(m) for m in markers}
-    marker_meta = {r: m for r, m in own.items() if m.coll_op is not None}
-    marker_meta.update({m["_row"]: own[m["_row"]] for m in markers if m["name"] == "record_param_comms"})
-    by_ext = {m["external_id"]: marker_meta[m["_row"]] for m in markers
-              if m["_row"] in marker_meta and m["external_id"] is not None}
-    launched: dict[int, Meta] = {}
-    if markers:
-        runtimes = _runtimes_inside_markers(df).to_dicts()
-        rt_corr = {r["_row"]: r["correlation"] for r in runtimes}
-        launched = {rt_corr[r]: m for r, m in launch_meta(markers, own, runtimes).items()
-                    if rt_corr[r] is not None}
+    markers = df.filter("_marker").select(_ROW_COLS)
+    markers = pl.concat([markers, own_meta(markers.join(dec.meta, on="_row", how="left", maintain_order="left"))
+                         .drop("_row")], how="horizontal")
+    described = markers.filter(pl.col("coll_op").is_not_null() | (pl.col("name") == "record_param_comms"))
+    comm = pl.concat([_comm_kernels(df, dec.meta, markers, described), described.select("_row", *FIELDS)])
+    comm = _global_peers(_fill_only_group(comm, dec.distributed_info), dec.distributed_info)
 
-    kernels = df.filter(pl.col("cat") == "kernel").with_columns(
-        _named=pl.col("name").str.contains(comms.COMM_KERNEL_RE.pattern))
-    candidates = kernels.filter(
-        pl.col("_named") | pl.col("coll_name").is_not_null()
-        | pl.col("external_id").is_in(list(by_ext)) | pl.col("correlation").is_in(list(launched))
-    ).select([*_META_COLS, "_named"]).to_dicts()
-    comm_rows: dict[int, Meta] = {}
-    for k in candidates:
-        m = row_meta(k) if k["coll_name"] is not None else None
-        linked = by_ext.get(k["external_id"]) or launched.get(k["correlation"])
-        if m is not None and linked is not None:
-            m = m.fill_from(linked)
-        elif m is None:
-            m = linked
-        if k["_named"] or (m is not None and m.coll_op is not None and not k["name"].startswith(_NOT_COMM_KERNEL)):
-            m = m or Meta()
-            if m.coll_op is None or m.coll_op == "unknown":
-                m = Meta(coll_op=comms.op_from_kernel(k["name"]) or "unknown").fill_from(m)
-            comm_rows[k["_row"]] = m
-    for row in markers:
-        if row["_row"] in marker_meta:
-            comm_rows.setdefault(row["_row"], marker_meta[row["_row"]])
-    only = _only_group(dec.distributed_info)
-    if only is not None:
-        comm_rows = {r: m.fill_from(only) for r, m in comm_rows.items()}
-    comm_rows = _global_peers(comm_rows, dec.distributed_info)
-
-    df = _apply_meta(df, comm_rows)
+    df = _apply_meta(df, comm)
     df = _assign_steps(df)
     df = df.with_columns(
         rank=pl.lit(rank, dtype=pl.Int32),
@@ -108,7 +72,46 @@ def build_events(dec: Decoded, rank: int) -> tuple[pl.DataFrame, list[str]]:
     return conform(df), warnings
 
 
-def _only_group(info: dict[str, Any] | None) -> Meta | None:
+def _comm_kernels(df: pl.DataFrame, meta: pl.DataFrame, markers: pl.DataFrame,
+                  described: pl.DataFrame) -> pl.DataFrame:
+    """Communication kernels and their metadata: their own (new-format fields), else that of the
+    marker they link to by External id, else that of the markers enclosing their launch."""
+    by_ext = (described.drop_nulls("external_id").unique("external_id", keep="last", maintain_order=True)
+              .select("external_id", *FIELDS))
+    kernels = df.filter(pl.col("cat") == "kernel").select("_row", "name", "external_id", "correlation")
+    launched = pl.DataFrame(schema={"correlation": pl.Int64(), **FIELDS})
+    if markers.height:
+        runtimes = df.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null()
+                             & pl.col("correlation").is_in(kernels["correlation"].drop_nulls().implode()))
+        launched = enclosing_meta(markers, runtimes.select("_row", "ts_ns", "pid", "tid", "correlation"))
+    kernels = kernels.join(meta.filter(pl.col("coll_name").is_not_null()), on="_row", how="left",
+                           maintain_order="left").with_columns(
+        _named=pl.col("name").str.contains(comms.COMM_KERNEL_RE.pattern))
+    cand = kernels.filter(pl.col("_named") | pl.col("coll_name").is_not_null()
+                          | pl.col("external_id").is_in(by_ext["external_id"].implode())
+                          | pl.col("correlation").is_in(launched["correlation"].implode()))
+    own = pl.concat([cand.filter(pl.col("coll_name").is_null()).select("_row"),
+                     own_meta(cand.filter(pl.col("coll_name").is_not_null()))], how="diagonal_relaxed")
+    cand = (cand.select("_row", "name", "external_id", "correlation", "_named")
+            .join(own, on="_row", how="left", maintain_order="left")
+            .join(by_ext.rename({f: f"{f}_e" for f in FIELDS}).with_columns(_e=True), on="external_id",
+                  how="left", maintain_order="left")
+            .join(launched.rename({f: f"{f}_l" for f in FIELDS}), on="correlation", how="left",
+                  maintain_order="left"))
+    cand = cand.with_columns(pl.coalesce(f, pl.when("_e").then(f"{f}_e").otherwise(f"{f}_l")).alias(f)
+                             for f in FIELDS)
+    is_comm = pl.col("_named") | (pl.col("coll_op").is_not_null()
+                                  & ~pl.col("name").str.starts_with(_NOT_COMM_KERNEL[0])
+                                  & ~pl.col("name").str.starts_with(_NOT_COMM_KERNEL[1]))
+    cand = cand.filter(is_comm)
+    names = cand["name"].unique().to_list()
+    from_name = pl.col("name").replace_strict(names, [comms.op_from_kernel(n) or "unknown" for n in names],
+                                              return_dtype=pl.String)
+    unknown = pl.col("coll_op").is_null() | (pl.col("coll_op") == "unknown")
+    return cand.with_columns(coll_op=pl.when(unknown).then(from_name).otherwise("coll_op")).select("_row", *FIELDS)
+
+
+def _fill_only_group(comm: pl.DataFrame, info: dict[str, Any] | None) -> pl.DataFrame:
     """The process group every collective must belong to when the trace lists exactly one.
 
     Gloo traces (and old NCCL ones) do not say which group a collective ran in; with a single group in
@@ -116,63 +119,39 @@ def _only_group(info: dict[str, Any] | None) -> Meta | None:
     """
     groups = (info or {}).get("pg_config")
     if not isinstance(groups, list) or len(groups) != 1 or not isinstance(groups[0], dict):
-        return None
+        return comm
     size = groups[0].get("pg_size")
     name = groups[0].get("pg_name")
-    return Meta(pg=None if name is None else str(name),
-                group_size=size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None)
+    size = size if isinstance(size, int) and not isinstance(size, bool) and 0 < size < 2**31 else None
+    return comm.with_columns(pg=pl.col("pg").fill_null(None if name is None else str(name)),
+                             group_size=pl.col("group_size").fill_null(pl.lit(size, dtype=pl.Int32)))
 
 
-def _global_peers(rows: dict[int, Meta], info: dict[str, Any] | None) -> dict[int, Meta]:
+def _global_peers(comm: pl.DataFrame, info: dict[str, Any] | None) -> pl.DataFrame:
     """Send/recv name their peer by its rank within the process group; where ``pg_config`` lists the
     group's ranks, translate it to the global rank (pipeline groups are rarely the world group)."""
-    members: dict[str, list[int]] = {}
+    rows = []
     for g in (info or {}).get("pg_config") or []:
         if isinstance(g, dict) and isinstance(g.get("ranks"), list):
-            members[str(g.get("pg_name"))] = g["ranks"]
-    if not members:
-        return rows
-    out = {}
-    for r, m in rows.items():
-        peer, ranks = m.peer, members.get(m.pg or "")
-        if peer is not None and ranks is not None and 0 <= peer < len(ranks) and isinstance(ranks[peer], int):
-            m = m._replace(peer=ranks[peer])
-        out[r] = m
-    return out
+            rows += [(str(g.get("pg_name")), i, r) for i, r in enumerate(g["ranks"])
+                     if isinstance(r, int) and not isinstance(r, bool) and 0 <= r < 2**31]
+    if not rows or comm["peer"].null_count() == comm.height:
+        return comm
+    table = pl.DataFrame(rows, schema={"pg": pl.String(), "peer": pl.Int32(), "_global": pl.Int32()},
+                         orient="row").unique(["pg", "peer"], keep="last")
+    return (comm.join(table, on=["pg", "peer"], how="left", maintain_order="left")
+            .with_columns(peer=pl.coalesce("_global", "peer")).drop("_global"))
 
 
-def _runtimes_inside_markers(df: pl.DataFrame) -> pl.DataFrame:
-    """Runtime calls whose start lies inside some collective marker on the same thread (vectorised)."""
-    spans = (df.filter("_marker").select("pid", "tid", start="ts_ns", end=pl.col("ts_ns") + pl.col("dur_ns"))
-             .sort("pid", "tid", "start")
-             .with_columns(end=pl.col("end").cum_max().over("pid", "tid")))
-    rt = (df.filter(pl.col("kind") == "runtime").select("_row", "ts_ns", "dur_ns", "pid", "tid", "correlation")
-          .drop_nulls(["pid", "tid"]).sort("pid", "tid", "ts_ns"))
-    hit = rt.join_asof(spans.drop_nulls(["pid", "tid"]), left_on="ts_ns", right_on="start", by=["pid", "tid"],
-                       strategy="backward", check_sortedness=False)
-    return hit.filter(pl.col("ts_ns") <= pl.col("end")).drop("start", "end")
-
-
-def _apply_meta(df: pl.DataFrame, rows: dict[int, Meta]) -> pl.DataFrame:
-    """Scatter the per-row collective metadata into full-length columns (no join: nothing else is
-    copied); GPU rows among them become ``comm``, gloo:* annotations too."""
-    idx = pl.Series(list(rows), dtype=pl.UInt32)
-    values = {f: [getattr(m, f) for m in rows.values()] for f in META_FIELDS}
-    values["bytes"] = [comms.message_size(m.coll_op, m.in_bytes, m.out_bytes, m.group_size) for m in rows.values()]
-    dtypes = {"coll_op": pl.String(), "pg": pl.String(), "group_size": pl.Int32(), "in_bytes": pl.Int64(),
-              "out_bytes": pl.Int64(), "dtype": pl.String(), "seq": pl.Int64(), "peer": pl.Int32(),
-              "bytes": pl.Int64()}
-    cols = [_scatter(name, df.height, idx, values[name], dtype) for name, dtype in dtypes.items()]
-    df = df.with_columns(cols)
+def _apply_meta(df: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
+    """Join the per-row collective metadata onto the full table; GPU rows among them become
+    ``comm``, gloo:* annotations too."""
+    df = df.join(comm, on="_row", how="left", maintain_order="left").with_columns(
+        bytes=comms.message_size(pl.col("coll_op"), pl.col("in_bytes"), pl.col("out_bytes"), pl.col("group_size")))
     gloo = pl.col("_marker") & pl.col("name").str.starts_with("gloo:")
-    comm = (pl.col("coll_op").is_not_null() & (pl.col("cat") == "kernel")) | gloo
-    df = df.with_columns(kind=pl.when(comm).then(pl.lit("comm")).otherwise("kind"))
+    is_comm = (pl.col("coll_op").is_not_null() & (pl.col("cat") == "kernel")) | gloo
+    df = df.with_columns(kind=pl.when(is_comm).then(pl.lit("comm")).otherwise("kind"))
     return _gloo_peers(df)
-
-
-def _scatter(name: str, n: int, idx: pl.Series, values: list[object], dtype: pl.DataType) -> pl.Series:
-    col = pl.Series(name, [None] * n, dtype=dtype)
-    return col.scatter(idx, pl.Series(values, dtype=dtype)) if len(idx) else col
 
 
 def _gloo_peers(df: pl.DataFrame) -> pl.DataFrame:

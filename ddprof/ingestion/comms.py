@@ -20,6 +20,7 @@ import re
 from functools import lru_cache
 
 import msgspec
+import polars as pl
 
 # Element sizes by every spelling seen in traces: new-format ``dtype`` and old-format ``Input type``.
 DTYPE_SIZE = {
@@ -123,20 +124,14 @@ def input_bytes(dims_raw: bytes | None, types_raw: bytes | None) -> tuple[int | 
     return (total if seen and total > 0 else None), dtype
 
 
-def message_size(op: str | None, in_bytes: int | None, out_bytes: int | None,
-                 group_size: int | None) -> int | None:
-    """nccl-tests S for one collective (see module docstring)."""
-    if op == "all_gather":
-        if out_bytes:
-            return out_bytes
-        return in_bytes * group_size if in_bytes and group_size else None
-    if op == "reduce_scatter":
-        if in_bytes:
-            return in_bytes
-        return out_bytes * group_size if out_bytes and group_size else None
-    if op == "barrier":
-        return None
-    return in_bytes or out_bytes or None
+def message_size(op: pl.Expr, in_bytes: pl.Expr, out_bytes: pl.Expr, group_size: pl.Expr) -> pl.Expr:
+    """nccl-tests S for each collective (see module docstring), from its own and its group's sizes."""
+    i, o = pl.when(in_bytes > 0).then(in_bytes), pl.when(out_bytes > 0).then(out_bytes)
+    g = pl.when(group_size > 0).then(group_size.cast(pl.Int64))
+    return (pl.when(op == "all_gather").then(pl.coalesce(o, i * g))
+            .when(op == "reduce_scatter").then(pl.coalesce(i, o * g))
+            .when(op == "barrier").then(pl.lit(None, dtype=pl.Int64))
+            .otherwise(pl.coalesce(i, o)))
 
 
 def p2p_peer(name: str, concrete_raw: bytes | None) -> int | None:

@@ -2,7 +2,7 @@
 
 Only the fields ddprof uses are decoded (msgspec typed structs, no per-event dicts). A chunk becomes a
 Polars frame at once. Collective metadata matters on few rows: collective markers (by name) and rows
-with new-format fields; it is gathered from those rows only and scattered into full-length columns.
+with new-format fields; it is gathered from those rows only, into a small frame of its own.
 
 Timestamps: Kineto writes microseconds with a fractional part. Whole microseconds and the fraction are
 converted to integer nanoseconds separately (``ts * 1000`` in float64 would round epoch-scale values to
@@ -12,7 +12,7 @@ multiples of 256 ns).
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, Union
 
 import msgspec
 import numpy as np
@@ -59,14 +59,41 @@ class Event(msgspec.Struct, forbid_unknown_fields=False, gc=False):
     args: Args | None = None
 
 
-#: Columns of the decoded frame (before classification).
+class Complete(msgspec.Struct, tag="X", tag_field="ph", forbid_unknown_fields=False, gc=False):
+    """A complete event, as the fast path decodes it (the other phases decode to empty structs)."""
+
+    name: str | None = None
+    cat: str | None = None
+    pid: Num = None
+    tid: Num = None
+    ts: float | None = None
+    dur: float | None = None
+    args: Args | None = None
+
+
+#: Every other phase of the Chrome trace format: decoded to nothing (their fields are skipped).
+_OTHER_PHASES = "BEiIbneCsftPNODMVvRc()"
+_PHASES = (Complete, *(msgspec.defstruct(f"Phase_{i}", [], tag=ph, tag_field="ph", gc=False, forbid_unknown_fields=False)
+                        for i, ph in enumerate(_OTHER_PHASES)))
+#: What the fast path decodes each event to: a tagged union on ``ph``.
+FastEvent: Any = Union[_PHASES]  # noqa: UP007 - a union built from a tuple
+#: A complete event from either path.
+AnyComplete = Union[Complete, "Event"]
+
+
+#: Columns of the decoded frame, one row per kept complete event (before classification).
 RAW_SCHEMA: dict[str, pl.DataType] = {
     "ts_ns": pl.Int64(), "dur_ns": pl.Int64(), "pid": pl.Int64(), "tid": pl.Int64(), "cat": pl.String(),
     "name": pl.String(), "a_stream": pl.Int64(), "a_device": pl.Int64(), "correlation": pl.Int64(),
-    "external_id": pl.Int64(), "coll_name": pl.String(), "in_nelems": pl.Int64(), "out_nelems": pl.Int64(),
+    "external_id": pl.Int64(),
+    "is_marker": pl.Boolean(),  # the name is a collective marker's (comms.MARKER_RE)
+}
+#: Collective metadata, only for the rows that can carry it (markers and rows with new-format fields);
+#: ``_row`` is the row's index in the frame above.
+META_SCHEMA: dict[str, pl.DataType] = {
+    "_row": pl.UInt32(), "coll_name": pl.String(), "in_nelems": pl.Int64(), "out_nelems": pl.Int64(),
     "group_size": pl.Int64(), "dtype": pl.String(), "pg": pl.String(), "seq": pl.Int64(),
     "input_dims": pl.Binary(), "input_type": pl.Binary(), "concrete_inputs": pl.Binary(),
-    "is_marker": pl.Boolean(),  # the name is a collective marker's (comms.MARKER_RE)
 }
 
 
@@ -100,62 +127,93 @@ def _ints(values: list[Any]) -> pl.Series:
         return pl.Series([_as_int(v) for v in values], dtype=pl.Int64)
 
 
-def chunk_frame(events: list[Event], dropped: Counter[str]) -> tuple[pl.DataFrame, int]:
-    """Complete events with a name and a plausible ts and dur, as a frame (ts/dur in ns)."""
-    keep = [e for e in events if e.ph == "X"]
-    n_complete = len(keep)
-    ok = [e for e in keep if e.ts is not None and e.dur is not None and e.name is not None]
-    if len(ok) < n_complete:
-        dropped["missing ts, dur or name"] += n_complete - len(ok)
-    ts_us = np.fromiter((e.ts for e in ok), dtype=np.float64, count=len(ok))
-    dur_us = np.fromiter((e.dur for e in ok), dtype=np.float64, count=len(ok))
-    with np.errstate(invalid="ignore"):
-        bad_ts = ~(np.abs(ts_us) < MAX_TS_US)
-        neg = dur_us < 0
-        big = ~(dur_us * 1000 <= MAX_DUR_NS) & ~neg
-    for mask, why in ((bad_ts, "timestamp out of range"), (neg & ~bad_ts, "negative duration"),
-                      (big & ~bad_ts, "duration over 24 h (CUPTI timestamp overflow)")):
-        if mask.any():
-            dropped[why] += int(mask.sum())
-    good = ~(bad_ts | neg | big)
-    if not good.all():
+def _pg(a: Args) -> str | None:
+    p = a.pg_name if a.pg_name is not None else a.pg_id
+    return None if p is None else str(p)
+
+
+_EMPTY = Args()
+_INTS = ("in_nelems", "out_nelems", "group_size", "seq")
+
+
+class Columns:
+    """Accumulates decoded runs of events as columnar pieces; their Python objects die with the run."""
+
+    def __init__(self) -> None:
+        self.frames: list[pl.DataFrame] = []
+        self.rows = 0
+        self.complete = 0  # 'X' events seen, kept or not
+        self.dropped: Counter[str] = Counter()
+        self.meta: list[pl.DataFrame] = []
+
+    def add(self, keep: list[AnyComplete], malformed: int = 0) -> None:
+        """Add the complete events of a run (``keep``: already only phase 'X')."""
+        self.complete += len(keep) + malformed
+        ok = [e for e in keep if e.ts is not None and e.dur is not None and e.name is not None]
+        if len(ok) < len(keep):
+            self.dropped["missing ts, dur or name"] += len(keep) - len(ok)
+        ok, ts_us, dur_us = self._plausible(ok)
+        if not ok:
+            return
+        args = [e.args or _EMPTY for e in ok]
+        names = pl.Series([e.name for e in ok], dtype=pl.String)
+        is_marker = names.str.contains(MARKER_PATTERN)
+        rare = set(is_marker.arg_true().to_list())
+        rare.update([i for i, a in enumerate(args) if a.coll_name is not None])
+        if rare:
+            self.meta.append(_meta(sorted(rare), args, self.rows))
+        self.frames.append(pl.DataFrame({
+            "ts_ns": _to_ns(ts_us),
+            "dur_ns": _to_ns(dur_us),
+            "pid": _ints([e.pid for e in ok]),
+            "tid": _ints([e.tid for e in ok]),
+            "cat": pl.Series([e.cat for e in ok], dtype=pl.String),
+            "name": names,
+            "a_stream": _ints([a.stream for a in args]),
+            "a_device": _ints([a.device for a in args]),
+            "correlation": _ints([a.correlation for a in args]),
+            "external_id": _ints([a.external_id for a in args]),
+            "is_marker": is_marker,
+        }, schema=RAW_SCHEMA))
+        self.rows += len(ok)
+
+    def _plausible(self, ok: list[AnyComplete]) -> tuple[list[AnyComplete], np.ndarray, np.ndarray]:
+        """Drop events whose ts or dur cannot be real (counted by reason)."""
+        ts_us = np.array([e.ts for e in ok], dtype=np.float64)
+        dur_us = np.array([e.dur for e in ok], dtype=np.float64)
+        with np.errstate(invalid="ignore"):
+            bad_ts = ~(np.abs(ts_us) < MAX_TS_US)
+            neg = dur_us < 0
+            big = ~(dur_us * 1000 <= MAX_DUR_NS) & ~neg
+        good = ~(bad_ts | neg | big)
+        if good.all():
+            return ok, ts_us, dur_us
+        for mask, why in ((bad_ts, "timestamp out of range"), (neg & ~bad_ts, "negative duration"),
+                          (big & ~bad_ts, "duration over 24 h (CUPTI timestamp overflow)")):
+            if mask.any():
+                self.dropped[why] += int(mask.sum())
         idx = np.flatnonzero(good)
-        ok = [ok[i] for i in idx]
-        ts_us, dur_us = ts_us[idx], dur_us[idx]
-    empty = Args()
-    args = [e.args or empty for e in ok]
+        return [ok[i] for i in idx], ts_us[idx], dur_us[idx]
+
+    def frame(self) -> pl.DataFrame:
+        return pl.concat(self.frames, rechunk=False) if self.frames else pl.DataFrame(schema=RAW_SCHEMA)
+
+    def meta_frame(self) -> pl.DataFrame:
+        return pl.concat(self.meta) if self.meta else pl.DataFrame(schema=META_SCHEMA)
+
+
+def _meta(rows: list[int], args: list[Args], base: int) -> pl.DataFrame:
+    """The collective metadata of some rows of a run (copied out: raw fields view the run's text)."""
+    sub = [args[i] for i in rows]
     cols: dict[str, Any] = {
-        "ts_ns": _to_ns(ts_us),
-        "dur_ns": _to_ns(dur_us),
-        "pid": _ints([e.pid for e in ok]),
-        "tid": _ints([e.tid for e in ok]),
-        "cat": [e.cat for e in ok],
-        "name": [e.name for e in ok],
-        "a_stream": _ints([a.stream for a in args]),
-        "a_device": _ints([a.device for a in args]),
-        "correlation": _ints([a.correlation for a in args]),
-        "external_id": _ints([a.external_id for a in args]),
-    }
-    # Collective metadata: gathered from the few rows that can carry it, then scattered.
-    cols["coll_name"] = pl.Series([a.coll_name for a in args], dtype=pl.String)
-    names = pl.Series(cols["name"], dtype=pl.String)
-    cols["is_marker"] = names.str.contains(MARKER_PATTERN)
-    rare = (cols["is_marker"] | cols["coll_name"].is_not_null()).arg_true()
-    sub = [args[i] for i in rare.to_list()]
-    cols["name"] = names
-    sparse = {
-        "in_nelems": [_as_int(a.in_nelems) for a in sub],
-        "out_nelems": [_as_int(a.out_nelems) for a in sub],
-        "group_size": [_as_int(a.group_size) for a in sub],
+        "_row": [base + i for i in rows],
+        "coll_name": [a.coll_name for a in sub],
         "dtype": [a.dtype for a in sub],
         "pg": [None if (p := a.pg_name if a.pg_name is not None else a.pg_id) is None else str(p) for a in sub],
-        "seq": [_as_int(a.seq) for a in sub],
         "input_dims": [bytes(a.input_dims) or None for a in sub],
         "input_type": [bytes(a.input_type) or None for a in sub],
         "concrete_inputs": [bytes(a.concrete_inputs) or None for a in sub],
     }
-    for name, values in sparse.items():
-        dtype = RAW_SCHEMA[name]
-        col = pl.Series(name, [None] * len(ok), dtype=dtype)
-        cols[name] = col.scatter(rare, pl.Series(values, dtype=dtype)) if sub else col
-    return pl.DataFrame(cols, schema=RAW_SCHEMA), n_complete
+    for k in _INTS:
+        cols[k] = [_as_int(getattr(a, k)) for a in sub]
+    return pl.DataFrame(cols, schema=META_SCHEMA)

@@ -1,4 +1,4 @@
-"""Link GPU rows to the collective that launched them.
+"""Collective metadata of a row, and of the markers enclosing a kernel's launch, as frames.
 
 A communication kernel's metadata lives on CPU "markers" (``record_param_comms``, ``nccl:<op>``,
 ``c10d::<op>``, ``symm_mem::<op>``...). A kernel finds its marker two ways:
@@ -8,85 +8,96 @@ A communication kernel's metadata lives on CPU "markers" (``record_param_comms``
    marker's interval on the same thread (old traces, where External id is not a CPU op id).
 
 Markers nest (``c10d::alltoall_base_`` > ``record_param_comms`` > ``nccl:all_to_all``); the innermost
-one names the op and outer ones fill in what it lacks.
+one names the op and outer ones fill in what it lacks: each field is the first one set, inner to outer.
+
+Every frame here carries :data:`FIELDS`. Per-row Python runs once per distinct metadata, not per row:
+a job repeats the same collectives every step.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
+
+import numpy as np
+import polars as pl
 
 from ddprof.ingestion import comms
 
-
-class Meta(NamedTuple):
-    coll_op: str | None = None
-    pg: str | None = None
-    group_size: int | None = None
-    in_bytes: int | None = None
-    out_bytes: int | None = None
-    dtype: str | None = None
-    seq: int | None = None
-    peer: int | None = None
-
-    def fill_from(self, outer: Meta) -> Meta:
-        """This (inner) metadata, with fields it lacks taken from an enclosing marker."""
-        return Meta._make(a if a is not None else b for a, b in zip(self, outer))
+#: Collective metadata, with the store's types.
+FIELDS: dict[str, pl.DataType] = {
+    "coll_op": pl.String(), "pg": pl.String(), "group_size": pl.Int32(), "in_bytes": pl.Int64(),
+    "out_bytes": pl.Int64(), "dtype": pl.String(), "seq": pl.Int64(), "peer": pl.Int32(),
+}
+#: What a row's own metadata is derived from (:data:`events.META_SCHEMA` plus the name).
+_KEY = ["name", "coll_name", "dtype", "in_nelems", "out_nelems", "input_dims", "input_type", "concrete_inputs"]
+_DERIVED = {"coll_op": pl.String(), "in_bytes": pl.Int64(), "out_bytes": pl.Int64(), "dtype": pl.String(),
+            "peer": pl.Int32()}
 
 
-def row_meta(row: dict[str, Any]) -> Meta:
-    """Metadata carried by one row itself (new-format fields, else old-format Input Dims)."""
-    op = comms.normalize_op(row["coll_name"]) or comms.normalize_op(row["name"])
-    dtype = row["dtype"]
+def _derive(name: str, coll_name: str | None, dtype: str | None, in_n: int | None, out_n: int | None,
+            dims: bytes | None, types: bytes | None, concrete: bytes | None) -> tuple[Any, ...]:
+    """(coll_op, in_bytes, out_bytes, dtype, peer) from new-format fields, else old-format Input Dims."""
+    op = comms.normalize_op(coll_name) or comms.normalize_op(name)
     size = comms.dtype_size(dtype)
-    in_n, out_n = row["in_nelems"], row["out_nelems"]
     in_b = in_n * size if size and in_n is not None and in_n > 0 else None
     out_b = out_n * size if size and out_n is not None and out_n > 0 else None
     if in_b is None and out_b is None:
-        in_b, old_dtype = comms.input_bytes(row["input_dims"], row["input_type"])
+        in_b, old_dtype = comms.input_bytes(dims, types)
         dtype = dtype or old_dtype
-    gs = row["group_size"]
-    peer = comms.p2p_peer(row["name"], row["concrete_inputs"]) if op in ("send", "recv") else None
-    return Meta(coll_op=op, pg=row["pg"], group_size=gs if gs is not None and 0 < gs < 2**31 else None,
-                in_bytes=in_b, out_bytes=out_b, dtype=dtype, seq=row["seq"], peer=peer)
+    peer = comms.p2p_peer(name, concrete) if op in ("send", "recv") else None
+    return op, in_b, out_b, dtype, peer
 
 
-def launch_meta(markers: list[dict[str, Any]], own: dict[int, Meta],
-                runtimes: list[dict[str, Any]]) -> dict[int, Meta]:
-    """Map runtime row index -> merged metadata of the markers enclosing it on its thread.
+def own_meta(rows: pl.DataFrame) -> pl.DataFrame:
+    """Each row's own metadata: ``rows`` has ``_row`` and the :data:`_KEY` columns, plus
+    ``group_size``, ``pg`` and ``seq``; the result has ``_row`` and :data:`FIELDS`."""
+    keys = rows.select(_KEY).unique()
+    derived = pl.DataFrame([_derive(*k) for k in keys.iter_rows()], schema=_DERIVED, orient="row")
+    table = pl.concat([keys.rename({"dtype": "_dtype_in"}), derived], how="horizontal")
+    gs = pl.col("group_size")
+    return (rows.rename({"dtype": "_dtype_in"})
+            .join(table, on=[k if k != "dtype" else "_dtype_in" for k in _KEY], how="left", nulls_equal=True,
+                  maintain_order="left")
+            .select("_row", *(pl.col(f).cast(t) for f, t in FIELDS.items() if f not in ("group_size", "seq")),
+                    group_size=pl.when((gs > 0) & (gs < 2**31)).then(gs).cast(pl.Int32),
+                    seq=pl.col("seq").cast(pl.Int64))
+            .select("_row", *FIELDS))
 
-    ``markers`` and ``runtimes`` are rows with ``_row, ts_ns, dur_ns, pid, tid``; ``own`` maps each
-    marker's ``_row`` to its own metadata (:func:`row_meta`).
+
+def first_set(frame: pl.DataFrame, by: str, keep: list[str]) -> pl.DataFrame:
+    """Per ``by`` group, in frame order: ``keep`` columns of the first row, and each field's first
+    non-null value (inner metadata first, outer fills the gaps)."""
+    return frame.group_by(by, maintain_order=True).agg(
+        *(pl.col(c).first() for c in keep), *(pl.col(f).drop_nulls().first() for f in FIELDS))
+
+
+def enclosing_meta(markers: pl.DataFrame, runtimes: pl.DataFrame) -> pl.DataFrame:
+    """Merged metadata of the markers enclosing each runtime call on its thread.
+
+    ``markers``: ``_row, ts_ns, dur_ns, pid, tid`` and :data:`FIELDS`; ``runtimes``: ``_row, ts_ns, pid,
+    tid, correlation``. Returns ``correlation`` and :data:`FIELDS`, one row per runtime call inside at
+    least one marker (a call at a marker's first or last nanosecond is inside it).
     """
-    by_thread: dict[tuple[Any, Any], tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
-    for m in markers:
-        by_thread.setdefault((m["pid"], m["tid"]), ([], []))[0].append(m)
-    for r in runtimes:
-        key = (r["pid"], r["tid"])
-        if key in by_thread:
-            by_thread[key][1].append(r)
-    chains: dict[tuple[int, ...], Meta] = {}
-    out: dict[int, Meta] = {}
-    for mk, rt in by_thread.values():
-        mk.sort(key=lambda m: (m["ts_ns"], -m["dur_ns"]))
-        rt.sort(key=lambda r: r["ts_ns"])
-        stack: list[dict[str, Any]] = []
-        j = 0
-        for r in rt:
-            t = r["ts_ns"]
-            while j < len(mk) and mk[j]["ts_ns"] <= t:
-                while stack and stack[-1]["ts_ns"] + stack[-1]["dur_ns"] < mk[j]["ts_ns"]:
-                    stack.pop()
-                stack.append(mk[j])
-                j += 1
-            while stack and stack[-1]["ts_ns"] + stack[-1]["dur_ns"] < t:
-                stack.pop()
-            if not stack:
-                continue
-            key = tuple(m["_row"] for m in stack)
-            if key not in chains:
-                merged = Meta()
-                for m in reversed(stack):
-                    merged = merged.fill_from(own[m["_row"]])
-                chains[key] = merged
-            out[r["_row"]] = chains[key]
-    return out
+    pairs = []
+    markers = markers.drop_nulls(["pid", "tid"])
+    for (pid, tid), mk in markers.group_by(["pid", "tid"]):
+        rt = runtimes.filter((pl.col("pid") == pid) & (pl.col("tid") == tid)).sort("ts_ns")
+        if rt.height == 0:
+            continue
+        ts = rt["ts_ns"].to_numpy()
+        start = mk["ts_ns"].to_numpy()
+        lo = np.searchsorted(ts, start, side="left")
+        hi = np.searchsorted(ts, start + mk["dur_ns"].to_numpy(), side="right")
+        counts = hi - lo
+        if counts.sum() == 0:
+            continue
+        m_idx = np.repeat(np.arange(mk.height), counts)
+        r_idx = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(lo, counts)
+        pairs.append(pl.concat([rt[r_idx].select("_row", "correlation", rt_ts="ts_ns"),
+                                mk[m_idx].select("ts_ns", "dur_ns", *FIELDS)], how="horizontal"))
+    if not pairs:
+        return pl.DataFrame(schema={"correlation": pl.Int64(), **FIELDS})
+    inner_first = pl.concat(pairs).sort(["_row", "ts_ns", "dur_ns"], descending=[False, True, False])
+    merged = first_set(inner_first, "_row", ["correlation", "rt_ts"])
+    return (merged.drop_nulls("correlation").sort("rt_ts")
+            .unique("correlation", keep="last", maintain_order=True).select("correlation", *FIELDS))

@@ -1,0 +1,218 @@
+"""Read a Kineto trace as a stream: inflate block by block and cut the event list into runs of whole events.
+
+The whole inflated JSON is never resident: peak memory is a block or two plus what the caller keeps.
+
+A Kineto file is ``{ <header keys>, "traceEvents": [ ev, ev, ... ], <trailer keys> }``. The header ends
+at the ``"traceEvents": [`` key; it is checked by decoding it with the key's value replaced. Inside the
+list, a cut after some ``}`` is proposed and the caller's decoder is the judge: ``[`` + text + ``]`` parses
+only when the text is a sequence of whole events (a ``}`` inside a string or a nested object leaves it
+unbalanced), so a rejected cut is retried at an earlier ``}`` or with more data. At the end of the file
+the list's closing ``]`` is found the same way, together with a trailer that parses.
+
+When the document does not have that shape (no ``traceEvents`` list, not JSON at all), :class:`NotStreamable`
+is raised and the caller reads the file whole for a precise error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import msgspec
+
+from ddprof.errors import BadInputError
+
+BLOCK = 1 << 21  # inflated bytes per block: about 8,000 Kineto events
+READ = 1 << 20  # bytes read from disk at a time
+#: Cut attempts per block before reading more; a cut fails only when a '}' ends a nested object.
+CUT_TRIES = 4
+#: Closing-bracket candidates tried at the end of the file before calling it truncated.
+END_TRIES = 64
+#: Header longer than this without the event list: not a Kineto trace worth streaming.
+MAX_HEAD = 64 << 20
+
+_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_ws = b" \t\r\n"
+_SEP = re.compile(rb"[ \t\r\n]*,?[ \t\r\n]*")  # between two events
+
+
+class NotStreamable(Exception):
+    """The document is not a ``{..., "traceEvents": [...], ...}`` object; read it whole instead."""
+
+
+class Header(msgspec.Struct, forbid_unknown_fields=False):
+    traceEvents: Any = None  # noqa: N815 - Kineto's keys
+    distributedInfo: Any = None  # noqa: N815
+    baseTimeNanoseconds: Any = None  # noqa: N815
+    deviceProperties: Any = None  # noqa: N815
+
+    def update(self, later: Header) -> None:
+        for f in ("distributedInfo", "baseTimeNanoseconds", "deviceProperties"):
+            if getattr(later, f) is not None:
+                setattr(self, f, getattr(later, f))
+
+
+_header = msgspec.json.Decoder(Header)
+
+
+def _zlib() -> ModuleType:
+    try:  # ISA-L inflates about twice as fast as zlib; same format and API
+        from isal import isal_zlib
+
+        return isal_zlib
+    except ImportError:  # pragma: no cover - isal is a dependency; the standard library does the same
+        return zlib
+
+
+class Source:
+    """The inflated bytes of one file, block by block, with the SHA-1 of the bytes on disk."""
+
+    def __init__(self, path: Path, block: int = BLOCK):
+        self.path, self.block = path, block
+        self.sha1 = hashlib.sha1()
+        self.size = 0  # inflated bytes so far
+
+    def blocks(self) -> Iterator[bytes]:
+        try:
+            fh = self.path.open("rb")
+        except OSError as exc:
+            raise BadInputError(f"cannot read file ({exc.strerror or exc})", path=self.path) from None
+        with fh:
+            first = self._read(fh)
+            if not first:
+                raise BadInputError("file is empty", path=self.path)
+            pieces = self._inflate(first, fh) if first[:2] == b"\x1f\x8b" else self._plain(first, fh)
+            for piece in pieces:
+                self.size += len(piece)
+                yield piece
+        if self.size == 0:
+            raise BadInputError("file is empty once decompressed", path=self.path)
+
+    def _read(self, fh: Any) -> bytes:
+        try:
+            raw: bytes = fh.read(READ)
+        except OSError as exc:
+            raise BadInputError(f"cannot read file ({exc.strerror or exc})", path=self.path) from None
+        self.sha1.update(raw)
+        return raw
+
+    def _plain(self, first: bytes, fh: Any) -> Iterator[bytes]:
+        raw = first
+        while raw:
+            yield raw
+            raw = self._read(fh)
+
+    def _inflate(self, first: bytes, fh: Any) -> Iterator[bytes]:
+        impl = _zlib()
+        d, fed = impl.decompressobj(31), False
+        data = first
+        try:
+            while data:
+                while data:
+                    fed = True
+                    out = d.decompress(data, self.block)
+                    if out:
+                        yield out
+                    data = d.unconsumed_tail
+                    if d.eof:  # a multi-member file: the next member starts in unused_data
+                        data = d.unused_data + data
+                        d, fed = impl.decompressobj(31), False
+                data = self._read(fh)
+            tail = d.flush()
+        except impl.error as exc:
+            raise BadInputError(f"corrupt or truncated gzip data ({exc})", path=self.path) from None
+        if tail:
+            yield tail
+        if fed and not d.eof:
+            raise BadInputError("corrupt or truncated gzip data (compressed file ended before the "
+                                "end-of-stream marker was reached)", path=self.path)
+
+
+def split(blocks: Iterator[bytes], consume: Callable[[memoryview], None]) -> Header:
+    """Feed ``consume`` JSON arrays of whole events, in order; return the document's other keys.
+
+    ``consume`` must raise :class:`msgspec.DecodeError` (and do nothing else) for text that does not
+    parse: that is how a bad cut is told from a good one. It gets a view into a buffer that changes
+    afterwards, so it must copy what it keeps.
+    """
+    head_buf = b""
+    for block in blocks:
+        head_buf += block
+        m = _KEY.search(head_buf)
+        if m:
+            break
+        if len(head_buf) > MAX_HEAD:
+            raise NotStreamable
+    else:
+        raise NotStreamable
+    try:
+        head = _header.decode(head_buf[:m.start()] + b'"traceEvents":null}')
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        raise NotStreamable from None  # the key sat inside some other value
+    # buf[0] is a free byte: the '[' of the next run is written just before it, its ']' just after it
+    buf, pos = bytearray(b" ") + head_buf[m.end():], 1
+    del head_buf
+    for block in blocks:
+        pos = _SEP.match(buf, pos).end()  # type: ignore[union-attr] # always matches
+        nxt = bytearray(b" ")
+        nxt += memoryview(buf)[pos:]
+        nxt += block
+        buf, pos = nxt, 1
+        cut = len(buf) - 1  # the byte after a cut's '}' must exist: it becomes the ']'
+        for _ in range(CUT_TRIES):
+            cut = buf.rfind(b"}", pos, cut)
+            if cut < 0:
+                break
+            if _try(buf, pos, cut, consume):
+                pos = cut + 1
+                break
+    pos = _SEP.match(buf, pos).end()  # type: ignore[union-attr]
+    head.update(_end(bytes(buf[pos:]), consume))
+    return head
+
+
+def _try(buf: bytearray, pos: int, cut: int, consume: Callable[[memoryview], None]) -> bool:
+    """Decode ``buf[pos:cut + 1]`` as a list in place (bracket bytes borrowed, then restored)."""
+    before, after = buf[pos - 1], buf[cut + 1]
+    buf[pos - 1], buf[cut + 1] = 0x5B, 0x5D  # '[' and ']'
+    try:
+        consume(memoryview(buf)[pos - 1:cut + 2])
+    except msgspec.DecodeError:
+        return False
+    finally:
+        buf[pos - 1], buf[cut + 1] = before, after
+    return True
+
+
+def _end(buf: bytes, consume: Callable[[memoryview], None]) -> Header:
+    """The last events and the trailer: the list's ']' is the one after which the rest parses."""
+    end = len(buf)
+    last: Exception | None = None
+    for _ in range(END_TRIES):
+        end = buf.rfind(b"]", 0, end)
+        if end < 0:
+            break
+        try:
+            trailer = _header.decode(b'{"traceEvents":[]' + buf[end + 1:])
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            last = exc
+            continue
+        body = buf[:end].rstrip(_ws)
+        try:
+            if body:
+                consume(memoryview(b"[" + body + b"]"))
+        except msgspec.DecodeError as exc:
+            last = exc
+            continue
+        return trailer
+    why = f" ({last})" if last else ""
+    raise TruncatedError(f"not valid JSON{why}; the file may be truncated")
+
+
+class TruncatedError(Exception):
+    """The event list or the document does not end properly."""
