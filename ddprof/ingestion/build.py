@@ -33,7 +33,7 @@ import polars as pl
 from ddprof.ingestion import comms
 from ddprof.ingestion.kineto import Decoded
 from ddprof.ingestion.link import FIELDS, enclosing_meta, own_meta
-from ddprof.schema import STEP_PREFIX, conform, step_number
+from ddprof.schema import STEP_PREFIX, Kind, conform, step_number
 
 GPU_CATS = ["kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation"]
 _CAT_KIND = {"kernel": "compute", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cuda_sync": "sync",
@@ -48,19 +48,20 @@ _ROW_COLS = ["_row", "name", "external_id", "correlation", "ts_ns", "dur_ns", "p
 def build_events(dec: Decoded, rank: int) -> tuple[pl.DataFrame, list[str]]:
     df = dec.frame.with_row_index("_row").with_columns(
         is_gpu=pl.col("cat").is_in(GPU_CATS).fill_null(False),
-        kind=pl.col("cat").replace_strict(_CAT_KIND, default="other", return_dtype=pl.String),
+        kind=pl.col("cat").replace_strict(_CAT_KIND, default="other", return_dtype=Kind),  # Enum: 1 byte a row
     )
     df = df.with_columns(_marker=pl.col("is_marker") & ~pl.col("is_gpu"))
     warnings = [f"{n} event(s) of unknown category {c!r} kept as kind 'other'" for c, n in
-                df.filter(~pl.col("cat").is_in(KNOWN_CATS).fill_null(False))
-                .select(pl.col("cat").fill_null("<none>")).to_series().value_counts().iter_rows()]
+                _rows(df, ~pl.col("cat").is_in(KNOWN_CATS).fill_null(False), pl.col("cat").fill_null("<none>"))
+                .to_series().value_counts().iter_rows()]
 
-    markers = df.filter("_marker").select(_ROW_COLS)
+    markers = _rows(df, pl.col("_marker"), *_ROW_COLS)
     markers = pl.concat([markers, own_meta(markers.join(dec.meta, on="_row", how="left", maintain_order="left"))
                          .drop("_row")], how="horizontal")
     described = markers.filter(pl.col("coll_op").is_not_null() | (pl.col("name") == "record_param_comms"))
     comm = pl.concat([_comm_kernels(df, dec.meta, markers, described), described.select("_row", *FIELDS)])
     comm = _global_peers(_fill_only_group(comm, dec.distributed_info), dec.distributed_info)
+    comm = _gloo_peers(comm, described)
 
     df = _apply_meta(df, comm)
     df = _assign_steps(df)
@@ -72,21 +73,27 @@ def build_events(dec: Decoded, rank: int) -> tuple[pl.DataFrame, list[str]]:
     return conform(df), warnings
 
 
+def _rows(df: pl.DataFrame, where: pl.Expr, *cols: str | pl.Expr, **named: pl.Expr) -> pl.DataFrame:
+    """Some columns of some rows; only those columns are copied (an eager filter copies them all)."""
+    return df.lazy().filter(where).select(*cols, **named).collect(engine="in-memory")
+
+
 def _comm_kernels(df: pl.DataFrame, meta: pl.DataFrame, markers: pl.DataFrame,
                   described: pl.DataFrame) -> pl.DataFrame:
     """Communication kernels and their metadata: their own (new-format fields), else that of the
     marker they link to by External id, else that of the markers enclosing their launch."""
     by_ext = (described.drop_nulls("external_id").unique("external_id", keep="last", maintain_order=True)
               .select("external_id", *FIELDS))
-    kernels = df.filter(pl.col("cat") == "kernel").select("_row", "name", "external_id", "correlation")
+    kernels = _rows(df, pl.col("cat") == "kernel", "_row", "name", "external_id", "correlation")
     launched = pl.DataFrame(schema={"correlation": pl.Int64(), **FIELDS})
     if markers.height:
-        runtimes = df.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null()
-                             & pl.col("correlation").is_in(kernels["correlation"].drop_nulls().implode()))
-        launched = enclosing_meta(markers, runtimes.select("_row", "ts_ns", "pid", "tid", "correlation"))
+        runtimes = _rows(df, (pl.col("kind") == "runtime") & pl.col("correlation").is_not_null()
+                         & pl.col("correlation").is_in(kernels["correlation"].drop_nulls().implode()),
+                         "_row", "ts_ns", "pid", "tid", "correlation")
+        launched = enclosing_meta(markers, runtimes)
+    named = [n for n in kernels["name"].unique().to_list() if comms.COMM_KERNEL_RE.search(n)]
     kernels = kernels.join(meta.filter(pl.col("coll_name").is_not_null()), on="_row", how="left",
-                           maintain_order="left").with_columns(
-        _named=pl.col("name").str.contains(comms.COMM_KERNEL_RE.pattern))
+                           maintain_order="left").with_columns(_named=pl.col("name").is_in(named))
     cand = kernels.filter(pl.col("_named") | pl.col("coll_name").is_not_null()
                           | pl.col("external_id").is_in(by_ext["external_id"].implode())
                           | pl.col("correlation").is_in(launched["correlation"].implode()))
@@ -144,42 +151,50 @@ def _global_peers(comm: pl.DataFrame, info: dict[str, Any] | None) -> pl.DataFra
 
 
 def _apply_meta(df: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
-    """Join the per-row collective metadata onto the full table; GPU rows among them become
-    ``comm``, gloo:* annotations too."""
-    df = df.join(comm, on="_row", how="left", maintain_order="left").with_columns(
+    """Spread the per-row collective metadata into full-length columns (only the row index is joined:
+    the other columns are not copied); GPU rows among them become ``comm``, gloo:* annotations too."""
+    comm = comm.with_columns(
         bytes=comms.message_size(pl.col("coll_op"), pl.col("in_bytes"), pl.col("out_bytes"), pl.col("group_size")))
+    spread = (df.select("_row").join(comm, on="_row", how="left", maintain_order="left")
+              .drop("_row"))
+    df = df.hstack(spread)
     gloo = pl.col("_marker") & pl.col("name").str.starts_with("gloo:")
     is_comm = (pl.col("coll_op").is_not_null() & (pl.col("cat") == "kernel")) | gloo
-    df = df.with_columns(kind=pl.when(is_comm).then(pl.lit("comm")).otherwise("kind"))
-    return _gloo_peers(df)
+    return df.with_columns(kind=pl.when(is_comm).then(pl.lit("comm", dtype=Kind)).otherwise("kind"))
 
 
-def _gloo_peers(df: pl.DataFrame) -> pl.DataFrame:
+def _gloo_peers(comm: pl.DataFrame, markers: pl.DataFrame) -> pl.DataFrame:
     """gloo:send/gloo:recv (on gloo threads) take the peer of the c10d::send/recv_ that issued them.
 
     Gloo runs a rank's point-to-point ops in the order they were issued, so the k-th gloo:send pairs
     with the k-th c10d::send. When the counts differ (the trace window cut a pair) nothing is guessed.
+    ``comm``: the communication rows' metadata; ``markers``: their ``_row, name, ts_ns``.
     """
-    def ordered(name_expr: pl.Expr) -> pl.DataFrame:
-        return (df.filter(name_expr & pl.col("coll_op").is_in(["send", "recv"])).sort("ts_ns")
+    p2p = (comm.filter(pl.col("coll_op").is_in(["send", "recv"])).select("_row", "coll_op", "peer")
+           .join(markers.select("_row", "name", "ts_ns"), on="_row").sort("ts_ns", "_row"))
+
+    def ordered(prefix: str) -> pl.DataFrame:
+        return (p2p.filter(pl.col("name").str.starts_with(prefix))
                 .select("_row", "coll_op", "peer", k=pl.int_range(pl.len()).over("coll_op")))
 
-    issued = ordered(pl.col("name").str.starts_with("c10d::"))
-    run = ordered(pl.col("_marker") & pl.col("name").str.starts_with("gloo:"))
+    issued, run = ordered("c10d::"), ordered("gloo:")
+    if run.height == 0:
+        return comm
     counts_i = dict(issued.group_by("coll_op").len().iter_rows())
     counts_r = dict(run.group_by("coll_op").len().iter_rows())
     same = [op for op, n in counts_r.items() if counts_i.get(op) == n]
     if not same or issued["peer"].null_count() == issued.height:
-        return df
-    pairs = (run.filter(pl.col("coll_op").is_in(same)).drop("peer")
-             .join(issued.select("coll_op", "k", "peer"), on=["coll_op", "k"]).drop_nulls("peer"))
-    return df.with_columns(df["peer"].scatter(pairs["_row"], pairs["peer"]))
+        return comm
+    pairs = (run.filter(pl.col("coll_op").is_in(same)).select("_row", "coll_op", "k")
+             .join(issued.select("coll_op", "k", _peer="peer"), on=["coll_op", "k"]).drop_nulls("_peer"))
+    return (comm.join(pairs.select("_row", "_peer"), on="_row", how="left", maintain_order="left")
+            .with_columns(peer=pl.coalesce("_peer", "peer")).drop("_peer"))
 
 
 def _assign_steps(df: pl.DataFrame) -> pl.DataFrame:
     windows = (
-        df.filter(~pl.col("is_gpu") & pl.col("name").str.starts_with(STEP_PREFIX))
-        .select(start=pl.col("ts_ns"), end=pl.col("ts_ns") + pl.col("dur_ns"), step=step_number(pl.col("name")))
+        _rows(df, ~pl.col("is_gpu") & pl.col("name").str.starts_with(STEP_PREFIX),
+              start=pl.col("ts_ns"), end=pl.col("ts_ns") + pl.col("dur_ns"), step=step_number(pl.col("name")))
         .drop_nulls("step").sort("start")
     )
     if windows.height == 0:
@@ -191,8 +206,8 @@ def _assign_steps(df: pl.DataFrame) -> pl.DataFrame:
     inside = (pos >= 0) & (ts < ends[np.maximum(pos, 0)])
     own = pl.Series("step", np.where(inside, steps[np.maximum(pos, 0)], -1), dtype=pl.Int32)
     df = df.with_columns(step=pl.when(own >= 0).then(own))
-    launch = (df.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null()
-                        & pl.col("step").is_not_null())
+    launch = (_rows(df, (pl.col("kind") == "runtime") & pl.col("correlation").is_not_null()
+                    & pl.col("step").is_not_null(), "correlation", "step")
               .group_by("correlation").agg(pl.col("step").first()))
     launch_step = pl.col("correlation").replace_strict(launch["correlation"], launch["step"], default=None,
                                                        return_dtype=pl.Int32)

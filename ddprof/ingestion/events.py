@@ -12,13 +12,13 @@ multiples of 256 ns).
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Union
+from typing import Any
 
-import msgspec
 import numpy as np
 import polars as pl
 
 from ddprof.ingestion.comms import MARKER_RE
+from ddprof.ingestion.structs import Args
 
 MARKER_PATTERN = MARKER_RE.pattern
 #: Longest plausible event: a day. Longer ones are CUPTI timestamp overflows and are dropped.
@@ -26,59 +26,7 @@ MAX_DUR_NS = 24 * 3600 * 10**9
 #: Timestamps beyond this many microseconds do not fit int64 nanoseconds.
 MAX_TS_US = 9.2e15
 
-# Integers some producers write as strings ("0x0" streams on ROCm) or floats; normalised by _as_int.
-Num = int | float | str | None
-
-
-class Args(msgspec.Struct, forbid_unknown_fields=False, gc=False):
-    external_id: Num = msgspec.field(default=None, name="External id")
-    correlation: Num = None
-    stream: Num = None
-    device: Num = None
-    coll_name: str | None = msgspec.field(default=None, name="Collective name")
-    in_nelems: Num = msgspec.field(default=None, name="In msg nelems")
-    out_nelems: Num = msgspec.field(default=None, name="Out msg nelems")
-    group_size: Num = msgspec.field(default=None, name="Group size")
-    dtype: str | None = None
-    pg_name: str | int | None = msgspec.field(default=None, name="Process Group Name")
-    pg_id: str | int | None = msgspec.field(default=None, name="Process Group ID")
-    seq: Num = msgspec.field(default=None, name="Seq")
-    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
-    input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input type")
-    concrete_inputs: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Concrete Inputs")
-
-
-class Event(msgspec.Struct, forbid_unknown_fields=False, gc=False):
-    ph: str | None = None
-    name: str | None = None
-    cat: str | None = None
-    pid: Num = None
-    tid: Num = None
-    ts: float | None = None
-    dur: float | None = None
-    args: Args | None = None
-
-
-class Complete(msgspec.Struct, tag="X", tag_field="ph", forbid_unknown_fields=False, gc=False):
-    """A complete event, as the fast path decodes it (the other phases decode to empty structs)."""
-
-    name: str | None = None
-    cat: str | None = None
-    pid: Num = None
-    tid: Num = None
-    ts: float | None = None
-    dur: float | None = None
-    args: Args | None = None
-
-
-#: Every other phase of the Chrome trace format: decoded to nothing (their fields are skipped).
-_OTHER_PHASES = "BEiIbneCsftPNODMVvRc()"
-_PHASES = (Complete, *(msgspec.defstruct(f"Phase_{i}", [], tag=ph, tag_field="ph", gc=False, forbid_unknown_fields=False)
-                        for i, ph in enumerate(_OTHER_PHASES)))
-#: What the fast path decodes each event to: a tagged union on ``ph``.
-FastEvent: Any = Union[_PHASES]  # noqa: UP007 - a union built from a tuple
-#: A complete event from either path.
-AnyComplete = Union[Complete, "Event"]
+AnyComplete = Any  # a complete event from any decoding path (ddprof.ingestion.structs)
 
 
 #: Columns of the decoded frame, one row per kept complete event (before classification).
@@ -127,13 +75,12 @@ def _ints(values: list[Any]) -> pl.Series:
         return pl.Series([_as_int(v) for v in values], dtype=pl.Int64)
 
 
-def _pg(a: Args) -> str | None:
+def _pg(a: Any) -> str | None:
     p = a.pg_name if a.pg_name is not None else a.pg_id
     return None if p is None else str(p)
 
 
-_EMPTY = Args()
-_INTS = ("in_nelems", "out_nelems", "group_size", "seq")
+_EMPTY = Args()  # the args of an event that has none
 
 
 class Columns:
@@ -196,13 +143,15 @@ class Columns:
         return [ok[i] for i in idx], ts_us[idx], dur_us[idx]
 
     def frame(self) -> pl.DataFrame:
-        return pl.concat(self.frames, rechunk=False) if self.frames else pl.DataFrame(schema=RAW_SCHEMA)
+        """All runs as one contiguous frame (the pieces are let go as it is made)."""
+        frames, self.frames = self.frames, []
+        return pl.concat(frames, rechunk=True) if frames else pl.DataFrame(schema=RAW_SCHEMA)
 
     def meta_frame(self) -> pl.DataFrame:
         return pl.concat(self.meta) if self.meta else pl.DataFrame(schema=META_SCHEMA)
 
 
-def _meta(rows: list[int], args: list[Args], base: int) -> pl.DataFrame:
+def _meta(rows: list[int], args: list[Any], base: int) -> pl.DataFrame:
     """The collective metadata of some rows of a run (copied out: raw fields view the run's text)."""
     sub = [args[i] for i in rows]
     cols: dict[str, Any] = {
@@ -214,6 +163,6 @@ def _meta(rows: list[int], args: list[Args], base: int) -> pl.DataFrame:
         "input_type": [bytes(a.input_type) or None for a in sub],
         "concrete_inputs": [bytes(a.concrete_inputs) or None for a in sub],
     }
-    for k in _INTS:
-        cols[k] = [_as_int(getattr(a, k)) for a in sub]
+    cols.update(in_nelems=_ints([a.in_nelems for a in sub]), out_nelems=_ints([a.out_nelems for a in sub]),
+                group_size=_ints([a.group_size for a in sub]), seq=_ints([a.seq for a in sub]))
     return pl.DataFrame(cols, schema=META_SCHEMA)

@@ -19,10 +19,12 @@ import msgspec
 import polars as pl
 
 from ddprof.errors import BadInputError
-from ddprof.ingestion.events import Columns, Complete, Event, FastEvent
+from ddprof.ingestion.events import Columns
 from ddprof.ingestion.stream import NotStreamable, Source, TruncatedError, split
+from ddprof.ingestion.structs import LENIENT_RUN, STRICT_RUN, Complete, Event, StrictComplete
 
-_chunk_decoder = msgspec.json.Decoder(list[FastEvent])
+_strict_decoder = msgspec.json.Decoder(STRICT_RUN)
+_lenient_decoder = msgspec.json.Decoder(LENIENT_RUN)
 _raw_decoder = msgspec.json.Decoder(list[msgspec.Raw])
 _event_decoder = msgspec.json.Decoder(Event)
 _any_decoder = msgspec.json.Decoder()
@@ -70,15 +72,15 @@ def decode(path: Path) -> Decoded:
 def _decode_run(text: memoryview, cols: Columns) -> None:
     """Typed decode of ``[ev, ...]``; event by event when it holds a malformed one. Raises
     :class:`msgspec.DecodeError` (before touching ``cols``) when the text is not whole events."""
-    try:
-        fast = _chunk_decoder.decode(text)
-    except msgspec.ValidationError:
-        pass
-    else:
-        cols.add([e for e in fast if type(e) is Complete])
+    for decoder, complete in ((_strict_decoder, StrictComplete), (_lenient_decoder, Complete)):
+        try:
+            run = decoder.decode(text)
+        except msgspec.ValidationError:
+            continue
+        cols.add([e for e in run if type(e) is complete])
         return
     raws = _raw_decoder.decode(text)  # DecodeError here: a bad cut, not a bad event
-    events: list[Event] = []
+    events: list[Any] = []
     malformed = 0
     for raw in raws:
         try:

@@ -163,17 +163,28 @@ def split(blocks: Iterator[bytes], consume: Callable[[memoryview], None]) -> Hea
         nxt += memoryview(buf)[pos:]
         nxt += block
         buf, pos = nxt, 1
-        cut = len(buf) - 1  # the byte after a cut's '}' must exist: it becomes the ']'
-        for _ in range(CUT_TRIES):
-            cut = buf.rfind(b"}", pos, cut)
-            if cut < 0:
-                break
+        for cut in _cuts(buf, pos):
             if _try(buf, pos, cut, consume):
                 pos = cut + 1
                 break
     pos = _SEP.match(buf, pos).end()  # type: ignore[union-attr]
     head.update(_end(bytes(buf[pos:]), consume))
     return head
+
+
+def _cuts(buf: bytearray, pos: int) -> Iterator[int]:
+    """Where the run may end, last first: a '}' followed by ',' (between two events: a failed cut
+    costs a whole decode), then any '}'. The byte after the '}' must exist: it becomes the ']'."""
+    end = len(buf) - 1
+    tried = 0
+    for pattern in (b"},", b"}"):
+        cut = end
+        while tried < CUT_TRIES:
+            cut = buf.rfind(pattern, pos, cut if pattern == b"}" else cut + 1)
+            if cut < 0:
+                break
+            tried += 1
+            yield cut
 
 
 def _try(buf: bytearray, pos: int, cut: int, consume: Callable[[memoryview], None]) -> bool:
