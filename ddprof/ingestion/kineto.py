@@ -10,6 +10,7 @@ whole, only to say precisely what it is instead.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ import polars as pl
 
 from ddprof.errors import BadInputError
 from ddprof.ingestion.events import Columns
-from ddprof.ingestion.stream import NotStreamable, Source, TruncatedError, split
+from ddprof.ingestion.stream import MAX_HEAD, InvalidJSON, NotStreamable, Source, split
 from ddprof.ingestion.structs import LENIENT_RUN, STRICT_RUN, Complete, Event, StrictComplete
 
 _strict_decoder = msgspec.json.Decoder(STRICT_RUN)
@@ -28,6 +29,7 @@ _lenient_decoder = msgspec.json.Decoder(LENIENT_RUN)
 _raw_decoder = msgspec.json.Decoder(list[msgspec.Raw])
 _event_decoder = msgspec.json.Decoder(Event)
 _any_decoder = msgspec.json.Decoder()
+_COMPLETE_PH = re.compile(rb'"ph"[ \t\r\n]*:[ \t\r\n]*"X"')
 
 
 @dataclass
@@ -53,7 +55,7 @@ def decode(path: Path) -> Decoded:
     except NotStreamable:
         _explain(path)
         raise  # pragma: no cover - _explain always raises
-    except TruncatedError as exc:
+    except InvalidJSON as exc:
         raise BadInputError(str(exc), path=path) from None
     info, base, props = head.distributedInfo, head.baseTimeNanoseconds, head.deviceProperties
     return Decoded(
@@ -86,10 +88,16 @@ def _decode_run(text: memoryview, cols: Columns) -> None:
         try:
             events.append(_event_decoder.decode(raw))
         except msgspec.ValidationError as exc:
-            loose = _any_decoder.decode(raw)
-            if isinstance(loose, dict) and loose.get("ph") == "X":
+            why = str(exc).split(" - at")[0]
+            try:
+                loose = _any_decoder.decode(raw)
+            except msgspec.DecodeError:  # e.g. a number out of range: say whether it was a complete event
+                complete = _COMPLETE_PH.search(bytes(raw)) is not None
+            else:
+                complete = isinstance(loose, dict) and loose.get("ph") == "X"
+            if complete:
                 malformed += 1
-                cols.dropped[f"malformed event ({str(exc).split(' - at')[0]})"] += 1
+                cols.dropped[f"malformed event ({why})"] += 1
     cols.add([e for e in events if e.ph == "X"], malformed)
 
 
@@ -105,4 +113,7 @@ def _explain(path: Path) -> None:
                             "'traceEvents'", path=path)
     if doc.get("traceEvents") is None:
         raise BadInputError("no 'traceEvents' list: not a Kineto/Chrome trace", path=path)
-    raise BadInputError("'traceEvents' is not a list of events", path=path)
+    if not isinstance(doc["traceEvents"], list):
+        raise BadInputError("'traceEvents' is not a list of events", path=path)
+    raise BadInputError(f"the 'traceEvents' list was not found in its first {MAX_HEAD >> 20} MB of text",
+                        path=path)

@@ -31,14 +31,14 @@ BLOCK = 1 << 21  # inflated bytes per block: about 8,000 Kineto events
 READ = 1 << 20  # bytes read from disk at a time
 #: Cut attempts per block before reading more; a cut fails only when a '}' ends a nested object.
 CUT_TRIES = 4
-#: Closing-bracket candidates tried at the end of the file before calling it truncated.
-END_TRIES = 64
+#: Closing-bracket candidates (whose trailer parses) tried at the end of the file.
+END_TRIES = 16
 #: Header longer than this without the event list: not a Kineto trace worth streaming.
 MAX_HEAD = 64 << 20
 
-_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*\[')
 _ws = b" \t\r\n"
-_SEP = re.compile(rb"[ \t\r\n]*,?[ \t\r\n]*")  # between two events
+_WS = re.compile(rb"[ \t\r\n]*")
 
 
 class NotStreamable(Exception):
@@ -114,13 +114,17 @@ class Source:
         try:
             while data:
                 while data:
+                    if not fed:  # between members, zero padding is allowed (as gzip(1) and Python's gzip do)
+                        data = data.lstrip(b"\x00")
+                        if not data:
+                            break
                     fed = True
                     out = d.decompress(data, self.block)
                     if out:
                         yield out
                     data = d.unconsumed_tail
-                    if d.eof:  # a multi-member file: the next member starts in unused_data
-                        data = d.unused_data + data
+                    if d.eof:  # a multi-member file: the next member starts in unused_data (only there)
+                        data = d.unused_data
                         d, fed = impl.decompressobj(31), False
                 data = self._read(fh)
             tail = d.flush()
@@ -138,38 +142,83 @@ def split(blocks: Iterator[bytes], consume: Callable[[memoryview], None]) -> Hea
 
     ``consume`` must raise :class:`msgspec.DecodeError` (and do nothing else) for text that does not
     parse: that is how a bad cut is told from a good one. It gets a view into a buffer that changes
-    afterwards, so it must copy what it keeps.
+    afterwards, so it must copy what it keeps. Raises :class:`InvalidJSON` for a list that is not one.
     """
-    head_buf = b""
-    for block in blocks:
-        head_buf += block
-        m = _KEY.search(head_buf)
-        if m:
-            break
-        if len(head_buf) > MAX_HEAD:
-            raise NotStreamable
-    else:
-        raise NotStreamable
-    try:
-        head = _header.decode(head_buf[:m.start()] + b'"traceEvents":null}')
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        raise NotStreamable from None  # the key sat inside some other value
+    head, rest = _head(blocks)
     # buf[0] is a free byte: the '[' of the next run is written just before it, its ']' just after it
-    buf, pos = bytearray(b" ") + head_buf[m.end():], 1
-    del head_buf
+    buf, pos, sep = bytearray(b" ") + rest, 1, _Separator()
+    del rest
     for block in blocks:
-        pos = _SEP.match(buf, pos).end()  # type: ignore[union-attr] # always matches
+        pos = sep.skip(buf, pos)
         nxt = bytearray(b" ")
         nxt += memoryview(buf)[pos:]
         nxt += block
+        sep.offset += pos - 1
         buf, pos = nxt, 1
-        for cut in _cuts(buf, pos):
-            if _try(buf, pos, cut, consume):
-                pos = cut + 1
-                break
-    pos = _SEP.match(buf, pos).end()  # type: ignore[union-attr]
-    head.update(_end(bytes(buf[pos:]), consume))
+        if sep.state in (_START, _AFTER_COMMA):
+            for cut in _cuts(buf, pos):
+                if _try(buf, pos, cut, consume):
+                    pos, sep.state = cut + 1, _AFTER_EVENT
+                    break
+    pos = sep.skip(buf, pos)
+    head.update(_end(bytes(buf[pos:]), consume, sep.state))
     return head
+
+
+def _head(blocks: Iterator[bytes]) -> tuple[Header, bytes]:
+    """The keys before the event list, and the text after its ``[``. The list is the first
+    ``"traceEvents": [`` at the top level: the text before it, closed, must parse."""
+    buf, tried = b"", set()
+    for block in blocks:
+        buf += block
+        for m in _KEY.finditer(buf):
+            if m.start() in tried:
+                continue
+            tried.add(m.start())
+            try:
+                return _header.decode(buf[:m.start()] + b'"traceEvents":null}'), buf[m.end():]
+            except msgspec.DecodeError:  # the key sat inside some other value
+                continue
+        if len(buf) > MAX_HEAD:
+            break
+    raise NotStreamable
+
+
+_START, _AFTER_EVENT, _AFTER_COMMA, _CLOSED = range(4)
+
+
+class _Separator:
+    """Where the list stands between events: exactly one ',' between two events, none before the
+    first or after the last, then ']'."""
+
+    def __init__(self) -> None:
+        self.state = _START
+        self.offset = 0  # of buf[1] in the text after the list's '['
+
+    def skip(self, buf: bytearray, pos: int) -> int:
+        pos = _WS.match(buf, pos).end()  # type: ignore[union-attr] # always matches
+        if pos == len(buf) or self.state == _CLOSED:
+            return pos
+        c = buf[pos]
+        if self.state == _AFTER_EVENT:
+            if c == 0x2C:  # ','
+                self.state = _AFTER_COMMA
+                return self.skip(buf, pos + 1)
+            if c == 0x5D:  # ']'
+                self.state = _CLOSED
+                return pos
+            raise InvalidJSON(f"not valid JSON (expected ',' or ']' after an event, found {chr(c)!r} "
+                              f"{self._where(pos)})")
+        if c == 0x2C:
+            raise InvalidJSON(f"not valid JSON (',' where an event should start {self._where(pos)})")
+        if c == 0x5D:
+            if self.state == _AFTER_COMMA:
+                raise InvalidJSON(f"not valid JSON (',' before the list's ']' {self._where(pos)})")
+            self.state = _CLOSED
+        return pos
+
+    def _where(self, pos: int) -> str:
+        return f"at byte {self.offset + pos - 1} of the event list"
 
 
 def _cuts(buf: bytearray, pos: int) -> Iterator[int]:
@@ -193,6 +242,8 @@ def _try(buf: bytearray, pos: int, cut: int, consume: Callable[[memoryview], Non
     buf[pos - 1], buf[cut + 1] = 0x5B, 0x5D  # '[' and ']'
     try:
         consume(memoryview(buf)[pos - 1:cut + 2])
+    except msgspec.ValidationError:
+        raise  # a bad event the consumer did not handle: not a bad cut
     except msgspec.DecodeError:
         return False
     finally:
@@ -200,30 +251,37 @@ def _try(buf: bytearray, pos: int, cut: int, consume: Callable[[memoryview], Non
     return True
 
 
-def _end(buf: bytes, consume: Callable[[memoryview], None]) -> Header:
+def _end(buf: bytes, consume: Callable[[memoryview], None], state: int) -> Header:
     """The last events and the trailer: the list's ']' is the one after which the rest parses."""
-    end = len(buf)
+    if state == _AFTER_EVENT:  # the text ended right after an event
+        raise InvalidJSON("not valid JSON (the event list does not end); the file may be truncated")
+    end, consumed = len(buf), 0
     last: Exception | None = None
-    for _ in range(END_TRIES):
-        end = buf.rfind(b"]", 0, end)
+    while consumed < END_TRIES:
+        end = buf.rfind(b"]", 0, 1 if state == _CLOSED else end)
         if end < 0:
             break
         try:
             trailer = _header.decode(b'{"traceEvents":[]' + buf[end + 1:])
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except msgspec.DecodeError as exc:
             last = exc
+            if state == _CLOSED:
+                break
             continue
         body = buf[:end].rstrip(_ws)
+        if not body:
+            return trailer  # the separator state already vouched for what came before
+        consumed += 1
         try:
-            if body:
-                consume(memoryview(b"[" + body + b"]"))
+            consume(memoryview(b"[" + body + b"]"))
         except msgspec.DecodeError as exc:
             last = exc
             continue
         return trailer
     why = f" ({last})" if last else ""
-    raise TruncatedError(f"not valid JSON{why}; the file may be truncated")
+    hint = "" if buf.rstrip(_ws).endswith(b"}") else "; the file may be truncated"
+    raise InvalidJSON(f"not valid JSON{why}{hint}")
 
 
-class TruncatedError(Exception):
-    """The event list or the document does not end properly."""
+class InvalidJSON(Exception):
+    """The event list or the document around it is not valid JSON (its message says where)."""
