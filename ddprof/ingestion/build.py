@@ -82,40 +82,34 @@ def _comm_kernels(df: pl.DataFrame, meta: pl.DataFrame, markers: pl.DataFrame,
                   described: pl.DataFrame) -> pl.DataFrame:
     """Communication kernels and their metadata: their own (new-format fields), else that of the
     marker they link to by External id, else that of the markers enclosing their launch."""
-    by_ext = (described.drop_nulls("external_id").unique("external_id", keep="last", maintain_order=True)
-              .select("external_id", *FIELDS))
     kernels = _rows(df, pl.col("cat") == "kernel", "_row", "name", "external_id", "correlation")
+    by_ext = (described.drop_nulls("external_id").unique("external_id", keep="last", maintain_order=True)
+              .select("external_id", *(pl.col(f).alias(f"{f}_e") for f in FIELDS), _e=pl.lit(True)))
     launched = pl.DataFrame(schema={"correlation": pl.Int64(), **FIELDS})
     if markers.height:
         runtimes = _rows(df, (pl.col("kind") == "runtime") & pl.col("correlation").is_not_null()
                          & pl.col("correlation").is_in(kernels["correlation"].drop_nulls().implode()),
                          "_row", "ts_ns", "pid", "tid", "correlation")
         launched = enclosing_meta(markers, runtimes)
-    named = [n for n in kernels["name"].unique().to_list() if comms.COMM_KERNEL_RE.search(n)]
-    kernels = kernels.join(meta.filter(pl.col("coll_name").is_not_null()), on="_row", how="left",
-                           maintain_order="left").with_columns(_named=pl.col("name").is_in(named))
-    cand = kernels.filter(pl.col("_named") | pl.col("coll_name").is_not_null()
-                          | pl.col("external_id").is_in(by_ext["external_id"].implode())
-                          | pl.col("correlation").is_in(launched["correlation"].implode()))
-    own = pl.concat([cand.filter(pl.col("coll_name").is_null()).select("_row"),
-                     own_meta(cand.filter(pl.col("coll_name").is_not_null()))], how="diagonal_relaxed")
-    cand = (cand.select("_row", "name", "external_id", "correlation", "_named")
-            .join(own, on="_row", how="left", maintain_order="left")
-            .join(by_ext.rename({f: f"{f}_e" for f in FIELDS}).with_columns(_e=True), on="external_id",
-                  how="left", maintain_order="left")
-            .join(launched.rename({f: f"{f}_l" for f in FIELDS}), on="correlation", how="left",
-                  maintain_order="left"))
-    cand = cand.with_columns(pl.coalesce(f, pl.when("_e").then(f"{f}_e").otherwise(f"{f}_l")).alias(f)
-                             for f in FIELDS)
+    own = own_meta(kernels.join(meta.filter(pl.col("coll_name").is_not_null()), on="_row"))
+    names = kernels["name"].unique().to_list()
+    named = [n for n in names if comms.COMM_KERNEL_RE.search(n)]
+    op_of_name = pl.col("name").replace_strict(names, [comms.op_from_kernel(n) or "unknown" for n in names],
+                                               return_dtype=pl.String)
+    linked = (kernels.lazy()
+              .join(own.lazy().with_columns(_own=pl.lit(True)), on="_row", how="left", maintain_order="left")
+              .join(by_ext.lazy(), on="external_id", how="left", maintain_order="left")
+              .join(launched.lazy().rename({f: f"{f}_l" for f in FIELDS}).with_columns(_l=pl.lit(True)),
+                    on="correlation", how="left", maintain_order="left")
+              .with_columns(_named=pl.col("name").is_in(named))
+              .filter(pl.col("_named") | pl.col("_own") | pl.col("_e") | pl.col("_l"))
+              .with_columns(pl.coalesce(f, pl.when("_e").then(f"{f}_e").otherwise(f"{f}_l")).alias(f) for f in FIELDS))
     is_comm = pl.col("_named") | (pl.col("coll_op").is_not_null()
                                   & ~pl.col("name").str.starts_with(_NOT_COMM_KERNEL[0])
                                   & ~pl.col("name").str.starts_with(_NOT_COMM_KERNEL[1]))
-    cand = cand.filter(is_comm)
-    names = cand["name"].unique().to_list()
-    from_name = pl.col("name").replace_strict(names, [comms.op_from_kernel(n) or "unknown" for n in names],
-                                              return_dtype=pl.String)
     unknown = pl.col("coll_op").is_null() | (pl.col("coll_op") == "unknown")
-    return cand.with_columns(coll_op=pl.when(unknown).then(from_name).otherwise("coll_op")).select("_row", *FIELDS)
+    return (linked.filter(is_comm).with_columns(coll_op=pl.when(unknown).then(op_of_name).otherwise("coll_op"))
+            .select("_row", *FIELDS).collect(engine="in-memory"))
 
 
 def _fill_only_group(comm: pl.DataFrame, info: dict[str, Any] | None) -> pl.DataFrame:
@@ -170,6 +164,8 @@ def _gloo_peers(comm: pl.DataFrame, markers: pl.DataFrame) -> pl.DataFrame:
     with the k-th c10d::send. When the counts differ (the trace window cut a pair) nothing is guessed.
     ``comm``: the communication rows' metadata; ``markers``: their ``_row, name, ts_ns``.
     """
+    if not markers["name"].str.starts_with("gloo:").any():
+        return comm
     p2p = (comm.filter(pl.col("coll_op").is_in(["send", "recv"])).select("_row", "coll_op", "peer")
            .join(markers.select("_row", "name", "ts_ns"), on="_row").sort("ts_ns", "_row"))
 
@@ -204,11 +200,14 @@ def _assign_steps(df: pl.DataFrame) -> pl.DataFrame:
     ts = df["ts_ns"].to_numpy()
     pos = np.searchsorted(starts, ts, side="right") - 1
     inside = (pos >= 0) & (ts < ends[np.maximum(pos, 0)])
-    own = pl.Series("step", np.where(inside, steps[np.maximum(pos, 0)], -1), dtype=pl.Int32)
-    df = df.with_columns(step=pl.when(own >= 0).then(own))
-    launch = (_rows(df, (pl.col("kind") == "runtime") & pl.col("correlation").is_not_null()
-                    & pl.col("step").is_not_null(), "correlation", "step")
-              .group_by("correlation").agg(pl.col("step").first()))
-    launch_step = pl.col("correlation").replace_strict(launch["correlation"], launch["step"], default=None,
-                                                       return_dtype=pl.Int32)
-    return df.with_columns(step=pl.when("is_gpu").then(pl.coalesce(launch_step, "step")).otherwise("step"))
+    step = np.where(inside, steps[np.maximum(pos, 0)], -1).astype(np.int32)
+    # GPU rows take the step of the runtime call that launched them (same correlation), when it has one
+    own = pl.Series("step", step)
+    launch = (_rows(df.with_columns(own), (pl.col("kind") == "runtime") & pl.col("correlation").is_not_null()
+                    & (pl.col("step") >= 0), "correlation", "step")
+              .unique("correlation", keep="first", maintain_order=True))
+    gpu = _rows(df, pl.col("is_gpu") & pl.col("correlation").is_not_null(), "_row", "correlation") \
+        .join(launch, on="correlation")
+    step[gpu["_row"].to_numpy()] = gpu["step"].to_numpy()
+    stepped = pl.Series("step", step)
+    return df.with_columns(step=pl.when(stepped >= 0).then(stepped))

@@ -51,6 +51,8 @@ def _derive(name: str, coll_name: str | None, dtype: str | None, in_n: int | Non
 def own_meta(rows: pl.DataFrame) -> pl.DataFrame:
     """Each row's own metadata: ``rows`` has ``_row`` and the :data:`_KEY` columns, plus
     ``group_size``, ``pg`` and ``seq``; the result has ``_row`` and :data:`FIELDS`."""
+    if rows.height == 0:
+        return pl.DataFrame(schema={"_row": pl.UInt32(), **FIELDS})
     keys = rows.select(_KEY).unique()
     derived = pl.DataFrame([_derive(*k) for k in keys.iter_rows()], schema=_DERIVED, orient="row")
     table = pl.concat([keys.rename({"dtype": "_dtype_in"}), derived], how="horizontal")
@@ -78,23 +80,27 @@ def enclosing_meta(markers: pl.DataFrame, runtimes: pl.DataFrame) -> pl.DataFram
     tid, correlation``. Returns ``correlation`` and :data:`FIELDS`, one row per runtime call inside at
     least one marker (a call at a marker's first or last nanosecond is inside it).
     """
-    pairs = []
-    markers = markers.drop_nulls(["pid", "tid"])
-    for (pid, tid), mk in markers.group_by(["pid", "tid"]):
-        rt = runtimes.filter((pl.col("pid") == pid) & (pl.col("tid") == tid)).sort("ts_ns")
-        if rt.height == 0:
+    markers, runtimes = markers.drop_nulls(["pid", "tid"]), runtimes.drop_nulls(["pid", "tid"]).sort("pid", "tid", "ts_ns")
+    r_pid, r_tid, r_ts = (runtimes[c].to_numpy() for c in ("pid", "tid", "ts_ns"))
+    m_pid, m_tid, m_start = (markers[c].to_numpy() for c in ("pid", "tid", "ts_ns"))
+    m_end = m_start + markers["dur_ns"].to_numpy()
+    first = np.flatnonzero(np.r_[True, (np.diff(r_pid) != 0) | (np.diff(r_tid) != 0)]) if len(r_ts) else np.zeros(0, dtype=np.int64)
+    bounds = {(r_pid[a], r_tid[a]): (a, b) for a, b in zip(first, np.r_[first[1:], len(r_ts)])}
+    m_parts, r_parts = [], []
+    for key, (a, b) in bounds.items():  # threads: few, numpy within each
+        mine = np.flatnonzero((m_pid == key[0]) & (m_tid == key[1]))
+        if not len(mine):
             continue
-        ts = rt["ts_ns"].to_numpy()
-        start = mk["ts_ns"].to_numpy()
-        lo = np.searchsorted(ts, start, side="left")
-        hi = np.searchsorted(ts, start + mk["dur_ns"].to_numpy(), side="right")
+        lo = a + np.searchsorted(r_ts[a:b], m_start[mine], side="left")
+        hi = a + np.searchsorted(r_ts[a:b], m_end[mine], side="right")
         counts = hi - lo
-        if counts.sum() == 0:
-            continue
-        m_idx = np.repeat(np.arange(mk.height), counts)
-        r_idx = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(lo, counts)
-        pairs.append(pl.concat([rt[r_idx].select("_row", "correlation", rt_ts="ts_ns"),
-                                mk[m_idx].select("ts_ns", "dur_ns", *FIELDS)], how="horizontal"))
+        m_parts.append(np.repeat(mine, counts))
+        r_parts.append(np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(lo, counts))
+    pairs = []
+    if m_parts and sum(len(x) for x in m_parts):
+        m_idx, r_idx = np.concatenate(m_parts), np.concatenate(r_parts)
+        pairs.append(pl.concat([runtimes[r_idx].select("_row", "correlation", rt_ts="ts_ns"),
+                                markers[m_idx].select("ts_ns", "dur_ns", *FIELDS)], how="horizontal"))
     if not pairs:
         return pl.DataFrame(schema={"correlation": pl.Int64(), **FIELDS})
     inner_first = pl.concat(pairs).sort(["_row", "ts_ns", "dur_ns"], descending=[False, True, False])
