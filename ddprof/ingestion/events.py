@@ -20,7 +20,6 @@ import polars as pl
 from ddprof.ingestion.comms import MARKER_RE
 from ddprof.ingestion.structs import Args
 
-MARKER_PATTERN = MARKER_RE.pattern
 #: Longest plausible event: a day. Longer ones are CUPTI timestamp overflows and are dropped.
 MAX_DUR_NS = 24 * 3600 * 10**9
 #: Timestamps beyond this many microseconds do not fit int64 nanoseconds.
@@ -92,20 +91,24 @@ class Columns:
         self.complete = 0  # 'X' events seen, kept or not
         self.dropped: Counter[str] = Counter()
         self.meta: list[pl.DataFrame] = []
+        self._marker_names: dict[str, bool] = {}
 
     def add(self, keep: list[AnyComplete], malformed: int = 0) -> None:
         """Add the complete events of a run (``keep``: already only phase 'X')."""
         self.complete += len(keep) + malformed
-        ok = [e for e in keep if e.ts is not None and e.dur is not None and e.name is not None]
-        if len(ok) < len(keep):
-            self.dropped["missing ts, dur or name"] += len(keep) - len(ok)
-        ok, ts_us, dur_us = self._plausible(ok)
+        ts_us = np.array([e.ts for e in keep], dtype=np.float64)  # a missing one is NaN
+        dur_us = np.array([e.dur for e in keep], dtype=np.float64)
+        name_list = [e.name for e in keep]
+        good = self._plausible(ts_us, dur_us, name_list)
+        ok = keep
+        if good is not None:
+            idx = np.flatnonzero(good)
+            ok, ts_us, dur_us, name_list = [keep[i] for i in idx], ts_us[idx], dur_us[idx], [name_list[i] for i in idx]
         if not ok:
             return
         args = [e.args or _EMPTY for e in ok]
-        names = pl.Series([e.name for e in ok], dtype=pl.String)
-        is_marker = names.str.contains(MARKER_PATTERN)
-        rare = set(is_marker.arg_true().to_list())
+        flags = self._markers(name_list)
+        rare = set(np.flatnonzero(flags).tolist())
         rare.update([i for i, a in enumerate(args) if a.coll_name is not None])
         if rare:
             self.meta.append(_meta(sorted(rare), args, self.rows))
@@ -115,32 +118,43 @@ class Columns:
             "pid": _ints([e.pid for e in ok]),
             "tid": _ints([e.tid for e in ok]),
             "cat": pl.Series([e.cat for e in ok], dtype=pl.String),
-            "name": names,
+            "name": pl.Series(name_list, dtype=pl.String),
             "a_stream": _ints([a.stream for a in args]),
             "a_device": _ints([a.device for a in args]),
             "correlation": _ints([a.correlation for a in args]),
             "external_id": _ints([a.external_id for a in args]),
-            "is_marker": is_marker,
+            "is_marker": flags,
         }, schema=RAW_SCHEMA))
         self.rows += len(ok)
 
-    def _plausible(self, ok: list[AnyComplete]) -> tuple[list[AnyComplete], np.ndarray, np.ndarray]:
-        """Drop events whose ts or dur cannot be real (counted by reason)."""
-        ts_us = np.array([e.ts for e in ok], dtype=np.float64)
-        dur_us = np.array([e.dur for e in ok], dtype=np.float64)
+    def _markers(self, names: list[str]) -> np.ndarray:
+        """Which names are collective markers' (a job has few distinct names: each is tested once)."""
+        seen = self._marker_names
+        flags = [seen.get(n) for n in names]
+        if None in flags:
+            for n in set(names).difference(seen):
+                seen[n] = MARKER_RE.match(n) is not None
+            flags = [seen[n] for n in names]
+        return np.array(flags, dtype=bool)
+
+    def _plausible(self, ts_us: np.ndarray, dur_us: np.ndarray, names: list[str | None]) -> np.ndarray | None:
+        """Mask of the events to keep (None: all); the others are counted by reason."""
         with np.errstate(invalid="ignore"):
-            bad_ts = ~(np.abs(ts_us) < MAX_TS_US)
-            neg = dur_us < 0
-            big = ~(dur_us * 1000 <= MAX_DUR_NS) & ~neg
-        good = ~(bad_ts | neg | big)
-        if good.all():
-            return ok, ts_us, dur_us
-        for mask, why in ((bad_ts, "timestamp out of range"), (neg & ~bad_ts, "negative duration"),
-                          (big & ~bad_ts, "duration over 24 h (CUPTI timestamp overflow)")):
+            missing = np.isnan(ts_us) | np.isnan(dur_us)
+            bad_ts = ~(np.abs(ts_us) < MAX_TS_US) & ~missing
+            neg = (dur_us < 0) & ~missing
+            big = ~(dur_us * 1000 <= MAX_DUR_NS) & ~neg & ~missing
+        if None in names:
+            missing |= np.array([n is None for n in names], dtype=bool)
+        drop = missing | bad_ts | neg | big
+        if not drop.any():
+            return None
+        for mask, why in ((missing, "missing ts, dur or name"), (bad_ts & ~missing, "timestamp out of range"),
+                          (neg & ~bad_ts & ~missing, "negative duration"),
+                          (big & ~bad_ts & ~missing, "duration over 24 h (CUPTI timestamp overflow)")):
             if mask.any():
                 self.dropped[why] += int(mask.sum())
-        idx = np.flatnonzero(good)
-        return [ok[i] for i in idx], ts_us[idx], dur_us[idx]
+        return ~drop
 
     def frame(self) -> pl.DataFrame:
         """All runs as one contiguous frame (the pieces are let go as it is made)."""

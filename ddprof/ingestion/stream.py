@@ -27,7 +27,7 @@ import msgspec
 
 from ddprof.errors import BadInputError
 
-BLOCK = 1 << 21  # inflated bytes per block: about 8,000 Kineto events
+BLOCK = 1 << 20  # inflated bytes per block: about 4,000 Kineto events
 READ = 1 << 20  # bytes read from disk at a time
 #: Cut attempts per block before reading more; a cut fails only when a '}' ends a nested object.
 CUT_TRIES = 4
