@@ -202,12 +202,14 @@ def _assign_steps(df: pl.DataFrame) -> pl.DataFrame:
     inside = (pos >= 0) & (ts < ends[np.maximum(pos, 0)])
     step = np.where(inside, steps[np.maximum(pos, 0)], -1).astype(np.int32)
     # GPU rows take the step of the runtime call that launched them (same correlation), when it has one
-    own = pl.Series("step", step)
-    launch = (_rows(df.with_columns(own), (pl.col("kind") == "runtime") & pl.col("correlation").is_not_null()
-                    & (pl.col("step") >= 0), "correlation", "step")
-              .unique("correlation", keep="first", maintain_order=True))
-    gpu = _rows(df, pl.col("is_gpu") & pl.col("correlation").is_not_null(), "_row", "correlation") \
-        .join(launch, on="correlation")
-    step[gpu["_row"].to_numpy()] = gpu["step"].to_numpy()
+    corr = df["correlation"].fill_null(-1).to_numpy()
+    launch = np.flatnonzero((df["kind"] == "runtime").to_numpy() & (corr >= 0) & (step >= 0))
+    order = np.argsort(corr[launch], kind="stable")  # the first launch of a correlation wins
+    keys, first = np.unique(corr[launch][order], return_index=True)
+    launch_step = step[launch][order][first]
+    gpu = np.flatnonzero(df["is_gpu"].to_numpy() & (corr >= 0))
+    at = np.minimum(np.searchsorted(keys, corr[gpu]), max(len(keys) - 1, 0))
+    found = keys[at] == corr[gpu] if len(keys) else np.zeros(len(gpu), dtype=bool)
+    step[gpu[found]] = launch_step[at[found]]
     stepped = pl.Series("step", step)
     return df.with_columns(step=pl.when(stepped >= 0).then(stepped))
