@@ -11,11 +11,15 @@ For each trace set, in a fresh subprocess each (so imports and peak memory are n
             once, whatever the trace: each library's runtime start-up (Polars' thread pool, allocator
             arenas and Parquet writer; pandas' equivalents), so what is left scales with the trace.
 
+A third set, ``v100 xN`` (``--scale N``, default 4; 0 leaves it out), is generated: the 54 MB trace's events
+repeated N times end to end (timestamps shifted, correlation/External/flow ids offset), to show how
+time and memory grow with one rank's trace.
+
 Times are wall-clock seconds of the measured call only (interpreter start and imports excluded); peak
 memory is the peak RSS during the call minus the RSS just before it (imports excluded). Each case runs
 ``--repeat`` times; the median is printed.
 
-    python benchmarks/ingest_vs_hta.py [--repeat 3] [--traces ../shared/traces]
+    python benchmarks/ingest_vs_hta.py [--repeat 3] [--scale 4] [--traces ../shared/traces]
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+import msgspec
+
 REPO = Path(__file__).resolve().parents[1]
 SMALL = REPO / "sample_traces" / "dlrm-8xV100-nccl" / "worker0_step_12.1694128201545.pt.trace.json.gz"
 SETS = {
@@ -39,12 +45,14 @@ SETS = {
 }
 
 PRELUDE = """
-import gc, json, resource, sys, time
-def peak_mb():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-def rss_mb():
+import gc, json, sys, time
+def _status_mb(key):
     with open('/proc/self/status') as fh:
-        return next(int(line.split()[1]) for line in fh if line.startswith('VmRSS')) / 1024
+        return next(int(line.split()[1]) for line in fh if line.startswith(key)) / 1024
+def peak_mb():  # this process's own high-water mark (ru_maxrss would carry the parent's across exec)
+    return _status_mb('VmHWM:')
+def rss_mb():
+    return _status_mb('VmRSS:')
 """
 
 CASES = {
@@ -108,6 +116,32 @@ def measure(case: str, src: Path, jobs: int) -> tuple[float, float]:
     return res["t"], res["mem"]
 
 
+def scaled_trace(src: Path, n: int, out: Path) -> Path:
+    """A one-rank trace dir: ``src``'s events repeated ``n`` times end to end (gzip level 1)."""
+    doc = msgspec.json.decode(gzip.decompress(src.read_bytes()))
+    events = doc["traceEvents"]
+    times = [e["ts"] for e in events if isinstance(e.get("ts"), (int, float))]
+    span = max(times) - min(times) + 1000
+    copies = []
+    for k in range(n):
+        for e in events:
+            if k:
+                e = dict(e)
+                if isinstance(e.get("ts"), (int, float)):
+                    e["ts"] += k * span
+                if isinstance(e.get("id"), int):
+                    e["id"] += k * 10**9
+                if isinstance(e.get("args"), dict):
+                    e["args"] = {a: v + k * 10**9 if a in ("correlation", "External id") and isinstance(v, int)
+                                 else v for a, v in e["args"].items()}
+            copies.append(e)
+    doc["traceEvents"] = copies
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"x{n}.pt.trace.json.gz"
+    path.write_bytes(gzip.compress(msgspec.json.encode(doc), compresslevel=1))
+    return out
+
+
 def largest_json_mb(src: Path) -> float:
     sizes = [len(gzip.decompress(f.read_bytes())) if f.suffix == ".gz" else f.stat().st_size
              for f in src.rglob("*.json*")]
@@ -119,10 +153,22 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--traces", type=Path, default=REPO.parent / "shared" / "traces")
+    ap.add_argument("--scale", type=int, default=4, help="repeat the 54 MB trace N times (0: no such set)")
     args = ap.parse_args()
+    sets = [(label, args.traces / rel) for label, rel in SETS.items()]
+    tmp = Path(tempfile.mkdtemp(prefix="ddprof-bench-scaled-"))
+    if args.scale > 1:
+        scaled = scaled_trace(next((args.traces / SETS[next(iter(SETS))]).glob("*.json.gz")), args.scale, tmp)
+        sets.insert(1, (f"v100 x{args.scale} (generated)", scaled))
+    try:
+        _run(sets, args)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run(sets: list[tuple[str, Path]], args: argparse.Namespace) -> None:
     print(f"{'trace set':28} {'case':6} {'time s':>8} {'peak MB':>8}   ratio vs HTA")
-    for label, rel in SETS.items():
-        src = args.traces / rel
+    for label, src in sets:
         results = {}
         for case in CASES:
             runs = [measure(case, src, args.jobs) for _ in range(args.repeat)]

@@ -60,13 +60,17 @@ class Header(msgspec.Struct, forbid_unknown_fields=False):
 _header = msgspec.json.Decoder(Header)
 
 
-def _zlib() -> ModuleType:
-    try:  # ISA-L inflates about twice as fast as zlib; same format and API
-        from isal import isal_zlib
+_inflate_impl: ModuleType = zlib
+try:  # ISA-L inflates about twice as fast as zlib; same format and API
+    from isal import isal_zlib
 
-        return isal_zlib
-    except ImportError:  # pragma: no cover - isal is a dependency; the standard library does the same
-        return zlib
+    _inflate_impl = isal_zlib
+except ImportError:  # pragma: no cover - isal is a dependency; the standard library does the same
+    pass
+
+
+def _zlib() -> ModuleType:
+    return _inflate_impl
 
 
 class Source:
