@@ -1,4 +1,4 @@
-"""Streaming Kineto reader (ingestion.stream, kineto.decode): cut anywhere, read the same.
+"""Streaming Kineto reader (ingestion.source, ingestion.stream, kineto.decode): cut anywhere, read the same.
 
 Every document is decoded with pieces of 1, 7, 64 and 300 bytes (inflated blocks for gzip, reads for
 plain JSON) and with the defaults, and compared with a reference computed from ``json.loads`` of the
@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from ddprof.errors import BadInputError, DdprofError
-from ddprof.ingestion import kineto, stream
+from ddprof.ingestion import kineto, source, stream
 from ddprof.ingestion.comms import MARKER_RE
 
 GZ_MAGIC = b"\x1f\x8b"
@@ -49,11 +49,11 @@ def pieces(block: int | None = None, read: int | None = None, impl: Any = None) 
     """Patch the inflated block size, the bytes per read and the inflate implementation."""
     with contextlib.ExitStack() as stack:
         if block is not None:
-            stack.enter_context(mock.patch.object(kineto, "Source", functools.partial(stream.Source, block=block)))
+            stack.enter_context(mock.patch.object(kineto, "Source", functools.partial(source.Source, block=block)))
         if read is not None:
-            stack.enter_context(mock.patch.object(stream, "READ", read))
+            stack.enter_context(mock.patch.object(source, "READ", read))
         if impl is not None:
-            stack.enter_context(mock.patch.object(stream, "_zlib", lambda: impl))
+            stack.enter_context(mock.patch.object(source, "_zlib", lambda: impl))
         yield
 
 
@@ -77,7 +77,7 @@ def bad(path: Path, cut: int | None = None, impl: Any = None) -> BadInputError:
 def inflated(path: Path, block: int, limit: int) -> bytes:
     """All of ``Source(path, block).blocks()``, stopping once past ``limit`` bytes (a runaway inflate)."""
     out = bytearray()
-    for piece in stream.Source(path, block=block).blocks():
+    for piece in source.Source(path, block=block).blocks():
         assert len(piece) > 0
         out += piece
         if len(out) > limit:
@@ -530,7 +530,7 @@ def test_split_feeds_runs_of_whole_events_in_order(tmp_path):
     path = write(tmp_path / "t.json.gz", text, gz=True)
     for block in (1, 5, 64, 1 << 21):
         runs: list[list[Any]] = []
-        src = stream.Source(path, block=block)
+        src = source.Source(path, block=block)
         # a bad cut must raise msgspec.DecodeError and keep nothing: decode first, then keep
         head = stream.split(src.blocks(), functools.partial(_keep, runs))
         assert [e for run in runs for e in run] == TRICKY
@@ -549,7 +549,7 @@ def test_source_blocks_are_at_most_the_block_size(tmp_path):
     path.write_bytes(gzip.compress(data[:500]) + gzip.compress(data[500:], compresslevel=1))
     for block in (1, 7, 64, 300):
         with pieces(read=13):
-            chunks = list(stream.Source(path, block=block).blocks())
+            chunks = list(source.Source(path, block=block).blocks())
         assert b"".join(chunks) == data
         assert max(map(len, chunks)) <= block
 

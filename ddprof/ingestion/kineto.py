@@ -1,8 +1,9 @@
 """Decode one Kineto (PyTorch profiler) trace file into a Polars frame of its complete events.
 
-The file is streamed (:mod:`ddprof.ingestion.stream`): inflated block by block and cut into runs of
-whole events, each decoded by a typed msgspec decoder (:mod:`ddprof.ingestion.events`) and turned into
-a small columnar frame at once. Neither the inflated JSON nor the Python objects of more than one run
+The file is streamed: inflated block by block (:mod:`~ddprof.ingestion.source`) and cut into runs of
+whole events (:mod:`~ddprof.ingestion.stream`), each decoded by typed msgspec structs
+(:mod:`~ddprof.ingestion.structs`) and turned into a small columnar frame at once
+(:mod:`~ddprof.ingestion.events`). Neither the inflated JSON nor the Python objects of more than one run
 are resident at a time. A run the typed decoder rejects is decoded event by event: malformed complete
 events are dropped and counted, never fatal. A file that is not a ``traceEvents`` document is read
 whole, only to say precisely what it is instead.
@@ -21,7 +22,8 @@ import polars as pl
 
 from ddprof.errors import BadInputError
 from ddprof.ingestion.events import Columns
-from ddprof.ingestion.stream import MAX_HEAD, InvalidJSON, NotStreamable, Source, split
+from ddprof.ingestion.source import Source
+from ddprof.ingestion.stream import MAX_HEAD, InvalidJSON, NotStreamable, split
 from ddprof.ingestion.structs import LENIENT_RUN, STRICT_RUN, Complete, Event, StrictComplete
 
 _strict_decoder = msgspec.json.Decoder(STRICT_RUN)

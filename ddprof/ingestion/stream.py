@@ -1,4 +1,4 @@
-"""Read a Kineto trace as a stream: inflate block by block and cut the event list into runs of whole events.
+"""Cut a Kineto trace's event list into runs of whole events, block by block (:mod:`.source` reads them).
 
 The whole inflated JSON is never resident: peak memory is a block or two plus what the caller keeps.
 
@@ -15,20 +15,12 @@ is raised and the caller reads the file whole for a precise error.
 
 from __future__ import annotations
 
-import hashlib
 import re
-import zlib
 from collections.abc import Callable, Iterator
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import msgspec
 
-from ddprof.errors import BadInputError
-
-BLOCK = 1 << 20  # inflated bytes per block: about 4,000 Kineto events
-READ = 1 << 20  # bytes read from disk at a time
 #: Cut attempts per block before reading more; a cut fails only when a '}' ends a nested object.
 CUT_TRIES = 4
 #: Closing-bracket candidates (whose trailer parses) tried at the end of the file.
@@ -58,87 +50,6 @@ class Header(msgspec.Struct, forbid_unknown_fields=False):
 
 
 _header = msgspec.json.Decoder(Header)
-
-
-_inflate_impl: ModuleType = zlib
-try:  # ISA-L inflates about twice as fast as zlib; same format and API
-    from isal import isal_zlib
-
-    _inflate_impl = isal_zlib
-except ImportError:  # pragma: no cover - isal is a dependency; the standard library does the same
-    pass
-
-
-def _zlib() -> ModuleType:
-    return _inflate_impl
-
-
-class Source:
-    """The inflated bytes of one file, block by block, with the SHA-1 of the bytes on disk."""
-
-    def __init__(self, path: Path, block: int = BLOCK):
-        self.path, self.block = path, block
-        self.sha1 = hashlib.sha1()
-        self.size = 0  # inflated bytes so far
-
-    def blocks(self) -> Iterator[bytes]:
-        try:
-            fh = self.path.open("rb")
-        except OSError as exc:
-            raise BadInputError(f"cannot read file ({exc.strerror or exc})", path=self.path) from None
-        with fh:
-            first = self._read(fh)
-            if not first:
-                raise BadInputError("file is empty", path=self.path)
-            pieces = self._inflate(first, fh) if first[:2] == b"\x1f\x8b" else self._plain(first, fh)
-            for piece in pieces:
-                self.size += len(piece)
-                yield piece
-        if self.size == 0:
-            raise BadInputError("file is empty once decompressed", path=self.path)
-
-    def _read(self, fh: Any) -> bytes:
-        try:
-            raw: bytes = fh.read(READ)
-        except OSError as exc:
-            raise BadInputError(f"cannot read file ({exc.strerror or exc})", path=self.path) from None
-        self.sha1.update(raw)
-        return raw
-
-    def _plain(self, first: bytes, fh: Any) -> Iterator[bytes]:
-        raw = first
-        while raw:
-            yield raw
-            raw = self._read(fh)
-
-    def _inflate(self, first: bytes, fh: Any) -> Iterator[bytes]:
-        impl = _zlib()
-        d, fed = impl.decompressobj(31), False
-        data = first
-        try:
-            while data:
-                while data:
-                    if not fed:  # between members, zero padding is allowed (as gzip(1) and Python's gzip do)
-                        data = data.lstrip(b"\x00")
-                        if not data:
-                            break
-                    fed = True
-                    out = d.decompress(data, self.block)
-                    if out:
-                        yield out
-                    data = d.unconsumed_tail
-                    if d.eof:  # a multi-member file: the next member starts in unused_data (only there)
-                        data = d.unused_data
-                        d, fed = impl.decompressobj(31), False
-                data = self._read(fh)
-            tail = d.flush()
-        except impl.error as exc:
-            raise BadInputError(f"corrupt or truncated gzip data ({exc})", path=self.path) from None
-        if tail:
-            yield tail
-        if fed and not d.eof:
-            raise BadInputError("corrupt or truncated gzip data (compressed file ended before the "
-                                "end-of-stream marker was reached)", path=self.path)
 
 
 def split(blocks: Iterator[bytes], consume: Callable[[memoryview], None]) -> Header:
