@@ -66,6 +66,11 @@ def own_meta(rows: pl.DataFrame) -> pl.DataFrame:
             .select("_row", *FIELDS))
 
 
+def rows(df: pl.DataFrame, where: pl.Expr, *cols: str | pl.Expr, **named: pl.Expr) -> pl.DataFrame:
+    """Some columns of some rows; only those columns are copied (an eager filter copies them all)."""
+    return df.lazy().filter(where).select(*cols, **named).collect(engine="in-memory")
+
+
 def first_set(frame: pl.DataFrame, by: str, keep: list[str]) -> pl.DataFrame:
     """Per ``by`` group, in frame order: ``keep`` columns of the first row, and each field's first
     non-null value (inner metadata first, outer fills the gaps)."""

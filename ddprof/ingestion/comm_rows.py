@@ -1,0 +1,128 @@
+"""Which rows of a trace communicate, and their collective metadata.
+
+Markers (CPU ops named like a collective) carry metadata of their own; communication kernels take
+theirs from their own new-format fields, else from the marker they name by External id, else from the
+markers enclosing their launch (:mod:`.link`). Gloo's CPU-side ops are markers too. Only the few rows
+that need per-row logic (one derivation per distinct metadata) leave Polars for Python.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from ddprof.ingestion import comms
+from ddprof.ingestion.link import FIELDS, enclosing_meta, own_meta, rows
+
+_NOT_COMM_KERNEL = ("void at::native", "at::native::")
+_ROW_COLS = ["_row", "name", "external_id", "correlation", "ts_ns", "dur_ns", "pid", "tid"]
+
+
+def communication(df: pl.DataFrame, meta: pl.DataFrame, info: dict[str, Any] | None) -> pl.DataFrame:
+    """``_row`` and :data:`~.link.FIELDS` of every row with collective metadata: communication kernels,
+    and markers that name an op (or are ``record_param_comms``). ``df`` has ``_row``, the decoded
+    columns, ``kind`` and ``_marker``; ``meta`` is the decoded sparse metadata."""
+    markers = rows(df, pl.col("_marker"), *_ROW_COLS)
+    markers = pl.concat([markers, own_meta(markers.join(meta, on="_row", how="left", maintain_order="left"))
+                         .drop("_row")], how="horizontal")
+    described = markers.filter(pl.col("coll_op").is_not_null() | (pl.col("name") == "record_param_comms"))
+    comm = pl.concat([_comm_kernels(df, meta, markers, described), described.select("_row", *FIELDS)])
+    comm = _global_peers(_fill_only_group(comm, info), info)
+    return _gloo_peers(comm, described)
+
+
+def _comm_kernels(df: pl.DataFrame, meta: pl.DataFrame, markers: pl.DataFrame,
+                  described: pl.DataFrame) -> pl.DataFrame:
+    """Communication kernels and their metadata: their own (new-format fields), else that of the
+    marker they link to by External id, else that of the markers enclosing their launch."""
+    kernels = rows(df, pl.col("cat") == "kernel", "_row", "name", "external_id", "correlation")
+    by_ext = (described.drop_nulls("external_id").unique("external_id", keep="last", maintain_order=True)
+              .select("external_id", *(pl.col(f).alias(f"{f}_e") for f in FIELDS), _e=pl.lit(True)))
+    launched = pl.DataFrame(schema={"correlation": pl.Int64(), **FIELDS})
+    if markers.height:
+        runtimes = rows(df, (pl.col("kind") == "runtime") & pl.col("correlation").is_not_null()
+                         & pl.col("correlation").is_in(kernels["correlation"].drop_nulls().implode()),
+                         "_row", "ts_ns", "pid", "tid", "correlation")
+        launched = enclosing_meta(markers, runtimes)
+    own = own_meta(kernels.join(meta.filter(pl.col("coll_name").is_not_null()), on="_row"))
+    names = kernels["name"].unique().to_list()
+    named = [n for n in names if comms.COMM_KERNEL_RE.search(n)]
+    op_of_name = pl.col("name").replace_strict(names, [comms.op_from_kernel(n) or "unknown" for n in names],
+                                               return_dtype=pl.String)
+    linked = (kernels.lazy()
+              .join(own.lazy().with_columns(_own=pl.lit(True)), on="_row", how="left", maintain_order="left")
+              .join(by_ext.lazy(), on="external_id", how="left", maintain_order="left")
+              .join(launched.lazy().rename({f: f"{f}_l" for f in FIELDS}).with_columns(_l=pl.lit(True)),
+                    on="correlation", how="left", maintain_order="left")
+              .with_columns(_named=pl.col("name").is_in(named))
+              .filter(pl.col("_named") | pl.col("_own") | pl.col("_e") | pl.col("_l"))
+              .with_columns(pl.coalesce(f, pl.when("_e").then(f"{f}_e").otherwise(f"{f}_l")).alias(f) for f in FIELDS))
+    is_comm = pl.col("_named") | (pl.col("coll_op").is_not_null()
+                                  & ~pl.col("name").str.starts_with(_NOT_COMM_KERNEL[0])
+                                  & ~pl.col("name").str.starts_with(_NOT_COMM_KERNEL[1]))
+    unknown = pl.col("coll_op").is_null() | (pl.col("coll_op") == "unknown")
+    return (linked.filter(is_comm).with_columns(coll_op=pl.when(unknown).then(op_of_name).otherwise("coll_op"))
+            .select("_row", *FIELDS).collect(engine="in-memory"))
+
+
+def _fill_only_group(comm: pl.DataFrame, info: dict[str, Any] | None) -> pl.DataFrame:
+    """The process group every collective must belong to when the trace lists exactly one.
+
+    Gloo traces (and old NCCL ones) do not say which group a collective ran in; with a single group in
+    ``distributedInfo.pg_config`` there is no doubt, so its name and size fill the gaps.
+    """
+    groups = (info or {}).get("pg_config")
+    if not isinstance(groups, list) or len(groups) != 1 or not isinstance(groups[0], dict):
+        return comm
+    size = groups[0].get("pg_size")
+    name = groups[0].get("pg_name")
+    size = size if isinstance(size, int) and not isinstance(size, bool) and 0 < size < 2**31 else None
+    return comm.with_columns(pg=pl.col("pg").fill_null(None if name is None else str(name)),
+                             group_size=pl.col("group_size").fill_null(pl.lit(size, dtype=pl.Int32)))
+
+
+def _global_peers(comm: pl.DataFrame, info: dict[str, Any] | None) -> pl.DataFrame:
+    """Send/recv name their peer by its rank within the process group; where ``pg_config`` lists the
+    group's ranks, translate it to the global rank (pipeline groups are rarely the world group)."""
+    rows = []
+    for g in (info or {}).get("pg_config") or []:
+        if isinstance(g, dict) and isinstance(g.get("ranks"), list):
+            rows += [(str(g.get("pg_name")), i, r) for i, r in enumerate(g["ranks"])
+                     if isinstance(r, int) and not isinstance(r, bool) and 0 <= r < 2**31]
+    if not rows or comm["peer"].null_count() == comm.height:
+        return comm
+    table = pl.DataFrame(rows, schema={"pg": pl.String(), "peer": pl.Int32(), "_global": pl.Int32()},
+                         orient="row").unique(["pg", "peer"], keep="last")
+    return (comm.join(table, on=["pg", "peer"], how="left", maintain_order="left")
+            .with_columns(peer=pl.coalesce("_global", "peer")).drop("_global"))
+
+
+def _gloo_peers(comm: pl.DataFrame, markers: pl.DataFrame) -> pl.DataFrame:
+    """gloo:send/gloo:recv (on gloo threads) take the peer of the c10d::send/recv_ that issued them.
+
+    Gloo runs a rank's point-to-point ops in the order they were issued, so the k-th gloo:send pairs
+    with the k-th c10d::send. When the counts differ (the trace window cut a pair) nothing is guessed.
+    ``comm``: the communication rows' metadata; ``markers``: their ``_row, name, ts_ns``.
+    """
+    if not markers["name"].str.starts_with("gloo:").any():
+        return comm
+    p2p = (comm.filter(pl.col("coll_op").is_in(["send", "recv"])).select("_row", "coll_op", "peer")
+           .join(markers.select("_row", "name", "ts_ns"), on="_row").sort("ts_ns", "_row"))
+
+    def ordered(prefix: str) -> pl.DataFrame:
+        return (p2p.filter(pl.col("name").str.starts_with(prefix))
+                .select("_row", "coll_op", "peer", k=pl.int_range(pl.len()).over("coll_op")))
+
+    issued, run = ordered("c10d::"), ordered("gloo:")
+    if run.height == 0:
+        return comm
+    counts_i = dict(issued.group_by("coll_op").len().iter_rows())
+    counts_r = dict(run.group_by("coll_op").len().iter_rows())
+    same = [op for op, n in counts_r.items() if counts_i.get(op) == n]
+    if not same or issued["peer"].null_count() == issued.height:
+        return comm
+    pairs = (run.filter(pl.col("coll_op").is_in(same)).select("_row", "coll_op", "k")
+             .join(issued.select("coll_op", "k", _peer="peer"), on=["coll_op", "k"]).drop_nulls("_peer"))
+    return (comm.join(pairs.select("_row", "_peer"), on="_row", how="left", maintain_order="left")
+            .with_columns(peer=pl.coalesce("_peer", "peer")).drop("_peer"))

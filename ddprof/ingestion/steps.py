@@ -1,0 +1,42 @@
+"""``step`` of every row.
+
+CPU rows take the ``ProfilerStep#N`` window (on a CPU thread) that contains their start; GPU rows take
+the step of the runtime call that launched them (matched on ``correlation``), and their own start's
+window when no launch is in the trace.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from ddprof.ingestion.link import rows
+from ddprof.schema import STEP_PREFIX, step_number
+
+
+def assign_steps(df: pl.DataFrame) -> pl.DataFrame:
+    windows = (
+        rows(df, ~pl.col("is_gpu") & pl.col("name").str.starts_with(STEP_PREFIX),
+              start=pl.col("ts_ns"), end=pl.col("ts_ns") + pl.col("dur_ns"), step=step_number(pl.col("name")))
+        .drop_nulls("step").sort("start")
+    )
+    if windows.height == 0:
+        return df.with_columns(step=pl.lit(None, dtype=pl.Int32))
+    starts, ends = windows["start"].to_numpy(), windows["end"].to_numpy()
+    steps = windows["step"].to_numpy()
+    ts = df["ts_ns"].to_numpy()
+    pos = np.searchsorted(starts, ts, side="right") - 1
+    inside = (pos >= 0) & (ts < ends[np.maximum(pos, 0)])
+    step = np.where(inside, steps[np.maximum(pos, 0)], -1).astype(np.int32)
+    # GPU rows take the step of the runtime call that launched them (same correlation), when it has one
+    corr = df["correlation"].fill_null(-1).to_numpy()
+    launch = np.flatnonzero((df["kind"] == "runtime").to_numpy() & (corr >= 0) & (step >= 0))
+    order = np.argsort(corr[launch], kind="stable")  # the first launch of a correlation wins
+    keys, first = np.unique(corr[launch][order], return_index=True)
+    launch_step = step[launch][order][first]
+    gpu = np.flatnonzero(df["is_gpu"].to_numpy() & (corr >= 0))
+    at = np.minimum(np.searchsorted(keys, corr[gpu]), max(len(keys) - 1, 0))
+    found = keys[at] == corr[gpu] if len(keys) else np.zeros(len(gpu), dtype=bool)
+    step[gpu[found]] = launch_step[at[found]]
+    stepped = pl.Series("step", step)
+    return df.with_columns(step=pl.when(stepped >= 0).then(stepped))
