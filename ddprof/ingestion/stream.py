@@ -6,8 +6,9 @@ A Kineto file is ``{ <header keys>, "traceEvents": [ ev, ev, ... ], <trailer key
 at the ``"traceEvents": [`` key; it is checked by decoding it with the key's value replaced. Inside the
 list, a cut after some ``}`` is proposed and the caller's decoder is the judge: ``[`` + text + ``]`` parses
 only when the text is a sequence of whole events (a ``}`` inside a string or a nested object leaves it
-unbalanced), so a rejected cut is retried at an earlier ``}`` or with more data. At the end of the file
-the list's closing ``]`` is found the same way, together with a trailer that parses.
+unbalanced), so a rejected cut is retried at an earlier ``}`` or with more data. Between two runs the
+separator (exactly one ``,``) is checked here. At the end of the file the list's closing ``]`` is found
+the same way, together with a trailer that parses.
 
 When the document does not have that shape (no ``traceEvents`` list, not JSON at all), :class:`NotStreamable`
 is raised and the caller reads the file whole for a precise error.
