@@ -75,6 +75,7 @@ def _ints(values: list[Any]) -> pl.Series:
 
 
 def _pg(a: Any) -> str | None:
+    """The process group's name, else its id."""
     p = a.pg_name if a.pg_name is not None else a.pg_id
     return None if p is None else str(p)
 
@@ -172,7 +173,7 @@ def _meta(rows: list[int], args: list[Any], base: int) -> pl.DataFrame:
         "_row": [base + i for i in rows],
         "coll_name": [a.coll_name for a in sub],
         "dtype": [a.dtype for a in sub],
-        "pg": [None if (p := a.pg_name if a.pg_name is not None else a.pg_id) is None else str(p) for a in sub],
+        "pg": [_pg(a) for a in sub],
         "input_dims": [bytes(a.input_dims) or None for a in sub],
         "input_type": [bytes(a.input_type) or None for a in sub],
         "concrete_inputs": [bytes(a.concrete_inputs) or None for a in sub],
