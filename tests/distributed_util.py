@@ -52,6 +52,18 @@ def run_example(job: str, run_dir: Path, world_size: int, *args: str, timeout: f
     return JobResult(codes, facts, logs, seconds)
 
 
+def open_complete_run(run_dir: Path, world_size: int, steps: list[int]) -> Any:
+    """The captured run dir, checked whole: every rank ingested and complete, the expected steps."""
+    import ddprof
+
+    run = ddprof.open_run(run_dir)
+    assert run.ranks == list(range(world_size))
+    assert run.world_size == world_size
+    assert run.steps == steps
+    assert run.manifest["collector"]["ranks_complete"] == list(range(world_size))
+    return run
+
+
 def read_meta(run_dir: Path, rank: int) -> dict[str, Any]:
     return json.loads((run_dir / "raw" / f"rank-{rank:05d}" / f"rank-{rank:05d}.meta.json").read_text())
 

@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("torch", reason="capture tests need torch (pip install 'ddprof[torch]')")
 
 from ddprof.collectors.examples import PIPE_WIDTHS  # noqa: E402
-from distributed_util import cpu_collective_ops, gpipe_p2p, read_meta, run_example  # noqa: E402
+from distributed_util import cpu_collective_ops, gpipe_p2p, open_complete_run, read_meta, run_example  # noqa: E402
 
 import ddprof  # noqa: E402
 
@@ -29,11 +29,7 @@ def expected_p2p(rank: int) -> list[tuple[str, int, int]]:
 
 def test_pipeline_run_dir(pipe_run):
     run_dir, job = pipe_run
-    run = ddprof.open_run(run_dir)
-    assert run.ranks == [0, 1, 2, 3]
-    assert run.world_size == STAGES
-    assert run.steps == [2, 3]
-    assert run.manifest["collector"]["ranks_complete"] == [0, 1, 2, 3]
+    run = open_complete_run(run_dir, STAGES, [2, 3])
     assert run.manifest["process_groups"][0]["ranks"] == [0, 1, 2, 3]
     ddprof.validate(run.events())
     for rank in range(STAGES):

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("torch", reason="capture tests need torch (pip install 'ddprof[torch]')")
 
-from distributed_util import comm_events, cpu_collective_ops, ddp_buckets, run_example  # noqa: E402
+from distributed_util import comm_events, cpu_collective_ops, ddp_buckets, open_complete_run, run_example  # noqa: E402
 
 import ddprof  # noqa: E402
 
@@ -27,11 +27,7 @@ def slow_run(tmp_path_factory):
 
 def test_every_rank_and_bucket_is_captured(slow_run):
     run_dir, _ = slow_run
-    run = ddprof.open_run(run_dir)
-    assert run.ranks == [0, 1, 2, 3]
-    assert run.world_size == WORLD
-    assert run.steps == [2, 3]
-    assert run.manifest["collector"]["ranks_complete"] == [0, 1, 2, 3]
+    run = open_complete_run(run_dir, WORLD, [2, 3])
     comms = comm_events(run.events().collect(), "all_reduce")
     for (rank, step), group in comms.group_by(["rank", "step"], maintain_order=True):
         # the buckets run on two gloo threads at once: either may start first
