@@ -53,7 +53,7 @@ def pieces(block: int | None = None, read: int | None = None, impl: Any = None) 
         if read is not None:
             stack.enter_context(mock.patch.object(source, "READ", read))
         if impl is not None:
-            stack.enter_context(mock.patch.object(source, "_zlib", lambda: impl))
+            stack.enter_context(mock.patch.object(source, "_inflate_impl", impl))
         yield
 
 

@@ -85,30 +85,28 @@ def enclosing_meta(markers: pl.DataFrame, runtimes: pl.DataFrame) -> pl.DataFram
     tid, correlation``. Returns ``correlation`` and :data:`FIELDS`, one row per runtime call inside at
     least one marker (a call at a marker's first or last nanosecond is inside it).
     """
+    none = pl.DataFrame(schema={"correlation": pl.Int64(), **FIELDS})
     markers, runtimes = markers.drop_nulls(["pid", "tid"]), runtimes.drop_nulls(["pid", "tid"]).sort("pid", "tid", "ts_ns")
+    if markers.height == 0 or runtimes.height == 0:
+        return none
     r_pid, r_tid, r_ts = (runtimes[c].to_numpy() for c in ("pid", "tid", "ts_ns"))
     m_pid, m_tid, m_start = (markers[c].to_numpy() for c in ("pid", "tid", "ts_ns"))
     m_end = m_start + markers["dur_ns"].to_numpy()
-    first = np.flatnonzero(np.r_[True, (np.diff(r_pid) != 0) | (np.diff(r_tid) != 0)]) if len(r_ts) else np.zeros(0, dtype=np.int64)
-    bounds = {(r_pid[a], r_tid[a]): (a, b) for a, b in zip(first, np.r_[first[1:], len(r_ts)])}
+    first = np.flatnonzero(np.r_[True, (np.diff(r_pid) != 0) | (np.diff(r_tid) != 0)])
     m_parts, r_parts = [], []
-    for key, (a, b) in bounds.items():  # threads: few, numpy within each
-        mine = np.flatnonzero((m_pid == key[0]) & (m_tid == key[1]))
-        if not len(mine):
-            continue
+    for a, b in zip(first, np.r_[first[1:], len(r_ts)]):  # threads: few, numpy within each
+        mine = np.flatnonzero((m_pid == r_pid[a]) & (m_tid == r_tid[a]))
         lo = a + np.searchsorted(r_ts[a:b], m_start[mine], side="left")
         hi = a + np.searchsorted(r_ts[a:b], m_end[mine], side="right")
         counts = hi - lo
         m_parts.append(np.repeat(mine, counts))
         r_parts.append(np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(lo, counts))
-    pairs = []
-    if m_parts and sum(len(x) for x in m_parts):
-        m_idx, r_idx = np.concatenate(m_parts), np.concatenate(r_parts)
-        pairs.append(pl.concat([runtimes[r_idx].select("_row", "correlation", rt_ts="ts_ns"),
-                                markers[m_idx].select("ts_ns", "dur_ns", *FIELDS)], how="horizontal"))
-    if not pairs:
-        return pl.DataFrame(schema={"correlation": pl.Int64(), **FIELDS})
-    inner_first = pl.concat(pairs).sort(["_row", "ts_ns", "dur_ns"], descending=[False, True, False])
+    m_idx, r_idx = np.concatenate(m_parts), np.concatenate(r_parts)
+    if len(m_idx) == 0:
+        return none
+    inner_first = (pl.concat([runtimes[r_idx].select("_row", "correlation", rt_ts="ts_ns"),
+                              markers[m_idx].select("ts_ns", "dur_ns", *FIELDS)], how="horizontal")
+                   .sort(["_row", "ts_ns", "dur_ns"], descending=[False, True, False]))
     merged = first_set(inner_first, "_row", ["correlation", "rt_ts"])
     return (merged.drop_nulls("correlation").sort("rt_ts")
             .unique("correlation", keep="last", maintain_order=True).select("correlation", *FIELDS))

@@ -27,10 +27,6 @@ except ImportError:  # pragma: no cover - isal is a dependency; the standard lib
     pass
 
 
-def _zlib() -> ModuleType:
-    return _inflate_impl
-
-
 class Source:
     """The inflated bytes of one file, block by block, with the SHA-1 of the bytes on disk."""
 
@@ -70,7 +66,7 @@ class Source:
             raw = self._read(fh)
 
     def _inflate(self, first: bytes, fh: Any) -> Iterator[bytes]:
-        impl = _zlib()
+        impl = _inflate_impl  # looked up here: tests swap in the standard library's zlib
         d, fed = impl.decompressobj(31), False
         data = first
         try:

@@ -39,8 +39,7 @@ class NotStreamable(Exception):
 
 
 class Header(msgspec.Struct, forbid_unknown_fields=False):
-    traceEvents: Any = None  # noqa: N815 - Kineto's keys
-    distributedInfo: Any = None  # noqa: N815
+    distributedInfo: Any = None  # noqa: N815 - Kineto's keys
     baseTimeNanoseconds: Any = None  # noqa: N815
     deviceProperties: Any = None  # noqa: N815
 
