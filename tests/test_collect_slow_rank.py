@@ -57,5 +57,8 @@ def test_fast_ranks_wait_in_the_all_reduce_and_the_slow_rank_does_not(slow_run):
     steps = events.filter(pl.col("name").str.starts_with("ProfilerStep#"))
     assert steps.height == WORLD * 2
     assert steps["dur_ns"].min() > SLOW_NS
+    # per rank, the mean step: one step's boundary can land late (a descheduled rank), which shortens the
+    # next step by as much, but the steps together span the slow rank's sleeps
     for rank in range(WORLD):
-        assert min(job.facts[rank]["step_s"][1:]) > SLOW_MS / 1000
+        steps_s = job.facts[rank]["step_s"][1:]
+        assert sum(steps_s) / len(steps_s) > SLOW_MS / 1000, (rank, steps_s)
