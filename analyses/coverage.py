@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+import numpy.ma  # noqa: F401 - Polars imports it on its first NumPy -> Series conversion (~30 ms): load it with the rest
 import polars as pl
 
 _FITS = 2.0**62

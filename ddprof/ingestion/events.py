@@ -15,6 +15,7 @@ from collections import Counter
 from typing import Any
 
 import numpy as np
+import numpy.ma  # noqa: F401 - Polars imports it on its first NumPy -> Series conversion (~30 ms): load it with the rest
 import polars as pl
 
 from ddprof.ingestion.comms import MARKER_RE
