@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import click
 
+from ddprof.atomic import json_text
 from ddprof.cli.common import emit, open_source, partial_failure, rank_option
 from ddprof.errors import BadInputError, PartialRunError, ProblemFound
 from ddprof.rundir import is_run_dir
@@ -71,7 +71,7 @@ def _captured_hang(run_dir: Path, sources: tuple[str, ...], diagnose: Any) -> di
 
 def _emit(report: dict[str, Any], summary: dict[str, Any] | None, fmt: str, output: str | None) -> None:
     if fmt == "json":
-        emit(json.dumps(report, indent=2, default=str), output)
+        emit(json_text(report), output)
         return
     from ddprof.render_text import render_text
 
