@@ -5,15 +5,21 @@ Public API::
     ddprof.ingest(sources, out_dir)      # Kineto traces -> run dir (Parquet store)
     ddprof.open_run(run_dir)             # run dir -> Run (LazyFrames of events, manifest)
     ddprof.profile(run_dir)              # capture inside a training script (needs the `torch` extra)
+
+``import ddprof`` loads neither Polars nor torch: names that need them are imported on first use, so the
+``ddprof`` program can set Polars' allocator up before it loads (:mod:`ddprof.memory`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 from ddprof.errors import BadInputError, DdprofError, PartialRunError, RankError, SchemaError
-from ddprof.rundir import Run, open_run
-from ddprof.schema import EVENT_SCHEMA, SCHEMA_VERSION, validate
+
+if TYPE_CHECKING:
+    from ddprof.rundir import Run, open_run
+    from ddprof.schema import EVENT_SCHEMA, SCHEMA_VERSION, validate
 
 __version__ = "0.1.0"
 
@@ -30,7 +36,13 @@ def ingest(*args: Any, **kwargs: Any) -> Run:
     return _ingest(*args, **kwargs)
 
 
+_CORE = {"Run": "ddprof.rundir", "open_run": "ddprof.rundir", "EVENT_SCHEMA": "ddprof.schema",
+         "SCHEMA_VERSION": "ddprof.schema", "validate": "ddprof.schema"}
+
+
 def __getattr__(name: str) -> Any:
+    if name in _CORE:  # these load Polars
+        return getattr(import_module(_CORE[name]), name)
     # The collector needs torch: import it only when asked for.
     if name in ("profile", "init"):
         from ddprof import collectors

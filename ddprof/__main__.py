@@ -1,7 +1,19 @@
-"""``python -m ddprof`` runs the command line."""
+"""The ``ddprof`` program (console script and ``python -m ddprof``): sets the process up, then runs the CLI."""
+
+from __future__ import annotations
 
 import sys
 
-from ddprof.cli import main
 
-sys.exit(main())
+def main() -> int:
+    if sys.argv[1:2] == ["ingest"]:  # a process that only ingests: before anything loads Polars
+        from ddprof.memory import give_back_freed_memory
+
+        give_back_freed_memory()
+    from ddprof.cli import main as cli_main
+
+    return cli_main()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

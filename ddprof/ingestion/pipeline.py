@@ -23,6 +23,7 @@ from ddprof.ingestion.discover import discover
 from ddprof.ingestion.job import FileResult, ingest_file
 from ddprof.ingestion.manifest import build_manifest
 from ddprof.ingestion.sidecar import read_sidecars
+from ddprof.memory import for_child_processes
 from ddprof.rundir import MANIFEST, RUN_FORMAT, Run, open_run
 
 #: Below this much input, worker start-up costs more than it saves.
@@ -128,7 +129,7 @@ def _run_jobs(todo: list[Path], out: Path, rank_map: dict[str, int] | None, jobs
             results.append(ingest_file(str(f), str(out), rank_map))
             _progress(show, len(results), len(todo))
     else:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+        with for_child_processes(), ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
             futs = [pool.submit(ingest_file, str(f), str(out), rank_map) for f in todo]
             for fut in as_completed(futs):
                 results.append(fut.result())

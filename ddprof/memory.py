@@ -1,0 +1,48 @@
+"""Memory settings of the processes that ddprof starts to ingest: ``ddprof ingest`` and ingest workers.
+
+Polars allocates with jemalloc, which keeps freed pages for seconds before it gives them back to the
+system. An ingest is short and makes big transient frames, so its resident memory only grows: each
+phase's freed pages stay resident while the next phase takes new ones. The processes ddprof starts only
+to ingest give freed pages back at once. Measured on the 54 MB trace: about 25 MB less peak (a quarter),
+same time. Analyses are left with the default: they run about a fifth slower this way, re-faulting pages
+they would have reused.
+
+jemalloc reads its settings when Polars loads, so the program's own must be in the environment before
+the first ``import polars`` (``import ddprof`` does not load Polars). Polars puts its defaults first in
+``_RJEM_MALLOC_CONF`` and what it found there after them; jemalloc lets a later option override an
+earlier one, so this setting goes last, and options the user set (other than these two) are kept. A
+library caller's own process is left as it is; the ingest workers it starts get the setting.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+JEMALLOC_CONF = "_RJEM_MALLOC_CONF"  # the variable Polars' jemalloc reads
+GIVE_BACK_FREED = "dirty_decay_ms:0,muzzy_decay_ms:0"
+
+
+def _with_give_back(current: str | None) -> str:
+    return f"{current},{GIVE_BACK_FREED}" if current else GIVE_BACK_FREED
+
+
+def give_back_freed_memory() -> None:
+    """Set this process's allocator to give freed pages back at once (no effect once Polars is loaded)."""
+    os.environ[JEMALLOC_CONF] = _with_give_back(os.environ.get(JEMALLOC_CONF))
+
+
+@contextmanager
+def for_child_processes() -> Iterator[None]:
+    """Processes started inside this block (they inherit the environment) give freed pages back at once;
+    this process's environment is restored on leaving."""
+    before = os.environ.get(JEMALLOC_CONF)
+    os.environ[JEMALLOC_CONF] = _with_give_back(before)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(JEMALLOC_CONF, None)
+        else:
+            os.environ[JEMALLOC_CONF] = before
