@@ -3,20 +3,24 @@
 For each trace set, in a fresh subprocess each (so imports and peak memory are not shared):
 
 * hta:      ``TraceAnalysis(trace_dir=...)``  (parse only)
-* cold:     ``ddprof.ingest(...)`` into an empty run dir
-* warm:     what ``ddprof analyze`` does on a cached run dir: open it and build the full report (every
-            analysis: overlap, breakdown, idle, bubbles, collectives, stragglers, bandwidth)
+* cold:     what ``ddprof ingest SRC -o RUN_DIR`` runs, into an empty run dir, in a process set up as that
+            command sets itself up (its allocator gives freed pages back at once: ``ddprof.memory``)
+* warm:     what ``ddprof analyze RUN_DIR --format json`` runs on a run dir ingested beforehand by another
+            process: open it, build the full report (every analysis: overlap, breakdown, idle, bubbles,
+            collectives, stragglers, bandwidth), write the JSON
 * hta+ / cold+: the same as hta / cold, in a process that has already parsed (HTA) or ingested (ddprof)
             one small trace (rank 0 of the bundled DLRM sample, 0.1 MB). This removes what a process pays
             once, whatever the trace: each library's runtime start-up (Polars' thread pool, allocator
-            arenas and Parquet writer; pandas' equivalents), so what is left scales with the trace.
+            arenas and Parquet writer, the pages of its code first run; pandas' equivalents), so what is
+            left scales with the trace.
 
 A third set, ``v100 xN`` (``--scale N``, default 4; 0 leaves it out), is generated: the 54 MB trace's events
 repeated N times end to end (timestamps shifted, correlation/External/flow ids offset), to show how
 time and memory grow with one rank's trace.
 
-Times are wall-clock seconds of the measured call only (interpreter start and imports excluded); peak
-memory is the peak RSS during the call minus the RSS just before it (imports excluded). Each case runs
+Every case runs in a fresh process. Times are wall-clock seconds of the measured call only (interpreter
+start and imports excluded, for both tools); peak memory is the peak RSS during the call minus the RSS
+just before it (imports excluded). Each case runs
 ``--repeat`` times; the median is printed.
 
     python benchmarks/ingest_vs_hta.py [--repeat 3] [--scale 4] [--traces ../shared/traces]
@@ -65,11 +69,14 @@ TraceAnalysis(trace_dir=SRC)
 t = time.perf_counter() - t0
 """,
     "cold": """
-import ddprof
+from ddprof.memory import give_back_freed_memory
+give_back_freed_memory()  # as `ddprof ingest` does, before Polars loads
+from ddprof.cli import main as cli
 import ddprof.ingestion.pipeline, ddprof.ingestion.build  # imports are not part of the measure
 gc.collect(); m0 = rss_mb(); t0 = time.perf_counter()
-ddprof.ingest([SRC], OUT, jobs=JOBS)
+rc = cli(["ingest", "-q", SRC, "-o", OUT, "-j", str(JOBS)])
 t = time.perf_counter() - t0
+assert rc == 0, rc
 """,
     "hta+": """
 import logging
@@ -81,19 +88,22 @@ TraceAnalysis(trace_dir=SRC)
 t = time.perf_counter() - t0
 """,
     "cold+": """
-import ddprof
-ddprof.ingest([SMALL], OUT + "-small", jobs=JOBS)
+from ddprof.memory import give_back_freed_memory
+give_back_freed_memory()
+from ddprof.cli import main as cli
+assert cli(["ingest", "-q", SMALL, "-o", OUT + "-small", "-j", str(JOBS)]) == 0
 gc.collect(); m0 = rss_mb(); t0 = time.perf_counter()
-ddprof.ingest([SRC], OUT, jobs=JOBS)
+rc = cli(["ingest", "-q", SRC, "-o", OUT, "-j", str(JOBS)])
 t = time.perf_counter() - t0
+assert rc == 0, rc
 """,
     "warm": """
-import ddprof
-from ddprof.analyses.report import build_report
-ddprof.ingest([SRC], OUT, jobs=JOBS)
+from ddprof.cli import main as cli
+import ddprof.cli.analyze_cmd, ddprof.analyses.report, ddprof.analyses.hang  # imported by the command
 gc.collect(); m0 = rss_mb(); t0 = time.perf_counter()
-build_report(ddprof.open_run(OUT))
+rc = cli(["analyze", OUT, "--format", "json", "-o", OUT + ".json"])
 t = time.perf_counter() - t0
+assert rc in (0, 1), rc  # 1: an analysis found a problem (still a full report)
 """,
 }
 
@@ -106,6 +116,9 @@ def measure(case: str, src: Path, jobs: int) -> tuple[float, float]:
     code = PRELUDE + f"SRC, OUT, JOBS, SMALL = {str(src)!r}, {str(out / 'run')!r}, {jobs}, {str(small)!r}\n" + \
         textwrap.dedent(CASES[case]) + "print(json.dumps({'t': t, 'mem': peak_mb() - m0}))\n"
     try:
+        if case == "warm":  # the cached run dir, made by another process
+            subprocess.run([sys.executable, "-m", "ddprof", "ingest", "-q", str(src), "-o", str(out / "run"),
+                            "-j", str(jobs)], capture_output=True, text=True, check=True, cwd=REPO)
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                               cwd=REPO)
     except subprocess.CalledProcessError as exc:
