@@ -24,13 +24,10 @@ JEMALLOC_CONF = "_RJEM_MALLOC_CONF"  # the variable Polars' jemalloc reads
 GIVE_BACK_FREED = "dirty_decay_ms:0,muzzy_decay_ms:0"
 
 
-def _with_give_back(current: str | None) -> str:
-    return f"{current},{GIVE_BACK_FREED}" if current else GIVE_BACK_FREED
-
-
 def give_back_freed_memory() -> None:
     """Set this process's allocator to give freed pages back at once (no effect once Polars is loaded)."""
-    os.environ[JEMALLOC_CONF] = _with_give_back(os.environ.get(JEMALLOC_CONF))
+    current = os.environ.get(JEMALLOC_CONF)
+    os.environ[JEMALLOC_CONF] = f"{current},{GIVE_BACK_FREED}" if current else GIVE_BACK_FREED
 
 
 @contextmanager
@@ -38,7 +35,7 @@ def for_child_processes() -> Iterator[None]:
     """Processes started inside this block (they inherit the environment) give freed pages back at once;
     this process's environment is restored on leaving."""
     before = os.environ.get(JEMALLOC_CONF)
-    os.environ[JEMALLOC_CONF] = _with_give_back(before)
+    give_back_freed_memory()
     try:
         yield
     finally:
