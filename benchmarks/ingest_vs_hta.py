@@ -9,10 +9,10 @@ For each trace set, in a fresh subprocess each (so imports and peak memory are n
             process: open it, build the full report (every analysis: overlap, breakdown, idle, bubbles,
             collectives, stragglers, bandwidth), write the JSON
 * hta+ / cold+ / warm+: the same as hta / cold / warm, in a process that has already parsed (HTA),
-            ingested or analysed (ddprof) one small trace (rank 0 of the bundled DLRM sample, 0.1 MB). This removes what a process pays
-            once, whatever the trace: each library's runtime start-up (Polars' thread pool, allocator
-            arenas and Parquet writer, the pages of its code first run; pandas' equivalents), so what is
-            left scales with the trace.
+            ingested or analysed (ddprof) one small trace (rank 0 of the bundled DLRM sample, 0.1 MB).
+            This removes what a process pays once, whatever the trace: each library's runtime start-up
+            (Polars' thread pool, allocator arenas and Parquet writer, the pages of its code first run;
+            pandas' equivalents), so what is left scales with the trace.
 
 A third set, ``v100 xN`` (``--scale N``, default 4; 0 leaves it out), is generated: the 54 MB trace's events
 repeated N times end to end (timestamps shifted, correlation/External/flow ids offset), to show how
@@ -20,8 +20,7 @@ time and memory grow with one rank's trace.
 
 Every case runs in a fresh process. Times are wall-clock seconds of the measured call only (interpreter
 start and imports excluded, for both tools); peak memory is the peak RSS during the call minus the RSS
-just before it (imports excluded). Each case runs
-``--repeat`` times; the median is printed.
+just before it (imports excluded). Each case runs ``--repeat`` times; the median is printed.
 
     python benchmarks/ingest_vs_hta.py [--repeat 3] [--scale 4] [--traces ../shared/traces]
 """
@@ -36,7 +35,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 from pathlib import Path
 
 import msgspec
@@ -59,62 +57,35 @@ def rss_mb():
     return _status_mb('VmRSS:')
 """
 
-CASES = {
-    "hta": """
+#: Per tool: what the process imports and sets up first (not measured), and the measured call on a
+#: source ``SRC_`` into ``OUT_`` (ddprof's warm call reads the run dir ``OUT_``).
+TOOLS = {
+    "hta": ("""
 import logging
 logging.disable(logging.CRITICAL)
 from hta.trace_analysis import TraceAnalysis
-gc.collect(); m0 = rss_mb(); t0 = time.perf_counter()
-TraceAnalysis(trace_dir=SRC)
-t = time.perf_counter() - t0
-""",
-    "cold": """
+""", "TraceAnalysis(trace_dir=SRC_)"),
+    "cold": ("""
 from ddprof.memory import give_back_freed_memory
 give_back_freed_memory()  # as `ddprof ingest` does, before Polars loads
 from ddprof.cli import main as cli
-import ddprof.ingestion.pipeline, ddprof.ingestion.build  # imports are not part of the measure
-gc.collect(); m0 = rss_mb(); t0 = time.perf_counter()
-rc = cli(["ingest", "-q", SRC, "-o", OUT, "-j", str(JOBS)])
-t = time.perf_counter() - t0
-assert rc == 0, rc
-""",
-    "hta+": """
-import logging
-logging.disable(logging.CRITICAL)
-from hta.trace_analysis import TraceAnalysis
-TraceAnalysis(trace_dir=SMALL)
-gc.collect(); m0 = rss_mb(); t0 = time.perf_counter()
-TraceAnalysis(trace_dir=SRC)
-t = time.perf_counter() - t0
-""",
-    "cold+": """
-from ddprof.memory import give_back_freed_memory
-give_back_freed_memory()
-from ddprof.cli import main as cli
-assert cli(["ingest", "-q", SMALL, "-o", OUT + "-small", "-j", str(JOBS)]) == 0
-gc.collect(); m0 = rss_mb(); t0 = time.perf_counter()
-rc = cli(["ingest", "-q", SRC, "-o", OUT, "-j", str(JOBS)])
-t = time.perf_counter() - t0
-assert rc == 0, rc
-""",
-    "warm": """
+import ddprof.ingestion.pipeline, ddprof.ingestion.build
+""", 'assert cli(["ingest", "-q", SRC_, "-o", OUT_, "-j", str(JOBS)]) == 0'),
+    "warm": ("""
 from ddprof.cli import main as cli
 import ddprof.cli.analyze_cmd, ddprof.analyses.report, ddprof.analyses.hang  # imported by the command
-gc.collect(); m0 = rss_mb(); t0 = time.perf_counter()
-rc = cli(["analyze", OUT, "--format", "json", "-o", OUT + ".json"])
-t = time.perf_counter() - t0
-assert rc in (0, 1), rc  # 1: an analysis found a problem (still a full report)
-""",
-    "warm+": """
-from ddprof.cli import main as cli
-import ddprof.cli.analyze_cmd, ddprof.analyses.report, ddprof.analyses.hang  # imported by the command
-assert cli(["analyze", OUT + "-small", "--format", "json", "-o", OUT + "-small.json"]) in (0, 1)
-gc.collect(); m0 = rss_mb(); t0 = time.perf_counter()
-rc = cli(["analyze", OUT, "--format", "json", "-o", OUT + ".json"])
-t = time.perf_counter() - t0
-assert rc in (0, 1), rc
-""",
+""", 'assert cli(["analyze", OUT_, "--format", "json", "-o", OUT_ + ".json"]) in (0, 1)  # 1: a problem found'),
 }
+#: "tool+": the same, after the same call on the small trace in that process.
+CASES = ["hta", "cold", "hta+", "cold+", "warm", "warm+"]
+
+
+def case_code(case: str) -> str:
+    setup, call = TOOLS[case.rstrip("+")]
+    warm_up = call.replace("SRC_", "SMALL").replace("OUT_", "OUT + '-small'") + "\n" if case.endswith("+") else ""
+    measured = call.replace("SRC_", "SRC").replace("OUT_", "OUT")
+    return (setup + warm_up + "gc.collect(); m0 = rss_mb(); t0 = time.perf_counter()\n" + measured
+            + "\nt = time.perf_counter() - t0\n")
 
 
 def measure(case: str, src: Path, jobs: int) -> tuple[float, float]:
@@ -123,10 +94,10 @@ def measure(case: str, src: Path, jobs: int) -> tuple[float, float]:
     small.mkdir()
     shutil.copy(SMALL, small / SMALL.name)
     code = PRELUDE + f"SRC, OUT, JOBS, SMALL = {str(src)!r}, {str(out / 'run')!r}, {jobs}, {str(small)!r}\n" + \
-        textwrap.dedent(CASES[case]) + "print(json.dumps({'t': t, 'mem': peak_mb() - m0}))\n"
+        case_code(case) + "print(json.dumps({'t': t, 'mem': peak_mb() - m0}))\n"
     try:
         if case.startswith("warm"):  # the cached run dirs, made by another process
-            for trace, run in ((src, "run"), (small, "run-small")):
+            for trace, run in ((src, "run"), (small, "run-small"))[:2 if case.endswith("+") else 1]:
                 subprocess.run([sys.executable, "-m", "ddprof", "ingest", "-q", str(trace), "-o", str(out / run),
                                 "-j", str(jobs)], capture_output=True, text=True, check=True, cwd=REPO)
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
