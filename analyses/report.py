@@ -23,6 +23,7 @@ from ddprof.analyses.prepared import Events, Prepared, prepare
 from ddprof.analyses.stragglers import stragglers
 from ddprof.analyses.verdicts import verdicts
 
+from ddprof.memory import collector_paused
 from ddprof.rundir import Run
 
 EMPTY_SECTIONS: dict[str, Any] = {
@@ -108,9 +109,10 @@ def analyse(events: Events, world_size: int | None = None) -> dict[str, Any]:
     idle gaps) are computed once (:class:`~prepared.Prepared`). The three families of sections (work
     intervals, collectives, idle gaps) run on threads of their own: Polars releases the GIL while it
     computes, so they overlap on a machine with several cores. Same result as one after the other.
+    The cyclic collector is paused meanwhile (:func:`ddprof.memory.collector_paused`).
     """
     p = prepare(events)
-    with ThreadPoolExecutor(max_workers=4) as pool:
+    with collector_paused(), ThreadPoolExecutor(max_workers=4) as pool:
         futures = [pool.submit(_interval_sections, p), pool.submit(_step_sections, p),
                    pool.submit(_collective_sections, p, world_size), pool.submit(_idle_sections, p)]
         parts = {k: v for f in futures for k, v in f.result().items()}

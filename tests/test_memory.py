@@ -1,14 +1,18 @@
-"""Processes started to ingest give freed memory back at once (ddprof.memory); analyses keep the default."""
+"""Processes started to ingest give freed memory back at once (ddprof.memory); analyses keep the default.
+The cyclic collector is paused while a report is built, and restored after, even on an error."""
 
 from __future__ import annotations
 
+import gc
 import json
 import multiprocessing
 import os
 import subprocess
 import sys
 
-from ddprof.memory import GIVE_BACK_FREED, JEMALLOC_CONF, for_child_processes
+import pytest
+
+from ddprof.memory import GIVE_BACK_FREED, JEMALLOC_CONF, collector_paused, for_child_processes
 
 
 def _child_setting(queue) -> None:
@@ -72,3 +76,31 @@ def test_analyze_keeps_the_default_allocator(tmp_path, traces):
                     str(tmp_path / "r.json"), "--cache", str(tmp_path / "c")])
     assert res["rc"] == 0 and not res["polars_on_import"]
     assert GIVE_BACK_FREED not in (res["setting"] or "")
+
+
+def test_collector_paused_restores_the_previous_state():
+    assert gc.isenabled()
+    try:
+        with pytest.raises(RuntimeError), collector_paused():
+            assert not gc.isenabled()
+            raise RuntimeError("analysis failed")
+        assert gc.isenabled()
+        gc.disable()  # a caller that turned it off itself keeps it off
+        with collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_the_analyses_run_with_the_collector_paused(monkeypatch):
+    import polars as pl  # here: the tests above need a process where Polars is not loaded yet
+    from ddprof.analyses import report
+
+    from ddprof.schema import EVENT_SCHEMA
+
+    seen = []
+    monkeypatch.setattr(report, "_idle_sections", lambda p: seen.append(gc.isenabled()) or {})
+    with pytest.raises(KeyError):  # the stand-in returned no sections
+        report.analyse(pl.LazyFrame(schema=EVENT_SCHEMA))
+    assert seen == [False] and gc.isenabled()
