@@ -20,7 +20,8 @@ time and memory grow with one rank's trace.
 
 Every case runs in a fresh process. Times are wall-clock seconds of the measured call only (interpreter
 start and imports excluded, for both tools); peak memory is the peak RSS during the call minus the RSS
-just before it (imports excluded). Each case runs ``--repeat`` times; the median is printed.
+just before it (imports excluded). Each case runs ``--repeat`` times, in rounds (every case once per round,
+so that a machine whose speed drifts during the run slows every case alike); the median is printed.
 
     python benchmarks/ingest_vs_hta.py [--repeat 3] [--scale 4] [--traces ../shared/traces]
 """
@@ -163,10 +164,12 @@ def main() -> None:
 def _run(sets: list[tuple[str, Path]], args: argparse.Namespace) -> None:
     print(f"{'trace set':28} {'case':6} {'time s':>8} {'peak MB':>8}   ratio vs HTA")
     for label, src in sets:
-        results = {}
-        for case in CASES:
-            runs = [measure(case, src, args.jobs) for _ in range(args.repeat)]
-            results[case] = (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs))
+        runs: dict[str, list[tuple[float, float]]] = {case: [] for case in CASES}
+        for _ in range(args.repeat):  # rounds of every case: a machine whose speed drifts slows all alike
+            for case in CASES:
+                runs[case].append(measure(case, src, args.jobs))
+        results = {case: (statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs))
+                   for case, rs in runs.items()}
         for case, (t, m) in results.items():
             base_t, base_m = results["hta+" if case.endswith("+") else "hta"]
             ratio = "" if case.startswith("hta") else \
