@@ -22,6 +22,8 @@ import polars as pl
 from ddprof.analyses.frames import kernel_rows
 from ddprof.analyses.prepared import Events, Prepared, collect, prepare
 
+from ddprof.keyjoin import find, first_by_key, pair_keys
+
 CATEGORIES = ("host_wait", "kernel_wait", "other")
 _US = 1000.0
 
@@ -37,17 +39,9 @@ def idle_gaps(events: Events, kernel_wait_us: float = 30.0) -> pl.DataFrame:
 
 
 def _gaps(p: Prepared, kernel_wait_us: float) -> pl.DataFrame:
-    events = p.events
-    launches = (
-        events.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
-        .group_by("rank", "correlation")
-        .agg(pl.col("ts_ns").min().alias("launch_ns"))
-    )
-    kernels = collect(
-        p.get(kernel_rows).lazy()
-        .join(launches, on=["rank", "correlation"], how="left", maintain_order="left")
-        .select("rank", "stream", "step", "ts_ns", (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"), "launch_ns")
-    )
+    kernels = p.get(kernel_rows).select("rank", "stream", "step", "ts_ns",
+                                        (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"), "correlation")
+    kernels = kernels.with_columns(launch_ns=_launch_ns(p, kernels))
     # Stream by stream in start order (ties in table order); NumPy sorts these keys much faster.
     kernels = kernels[np.lexsort([kernels[c].to_numpy() for c in ("ts_ns", "stream", "rank")])]
     same_stream = (pl.col("rank") == pl.col("rank").shift(1)) & (pl.col("stream") == pl.col("stream").shift(1))
@@ -66,6 +60,21 @@ def _gaps(p: Prepared, kernel_wait_us: float) -> pl.DataFrame:
         )
         .select("rank", "stream", "step", "gap_ns", "category")
     )
+
+
+def _launch_ns(p: Prepared, kernels: pl.DataFrame) -> pl.Series:
+    """Per kernel row: the start of the earliest runtime call with its rank and correlation (null if none)."""
+    calls = collect(p.events.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
+                    .select("rank", "correlation", "ts_ns"))
+    if calls.height == 0:
+        return pl.Series("launch_ns", [None] * kernels.height, dtype=pl.Int64)
+    linked = kernels["correlation"].is_not_null().to_numpy()
+    launch_key, kernel_key = pair_keys((calls["rank"].to_numpy(), calls["correlation"].to_numpy()),
+                                       (kernels["rank"].to_numpy(), kernels["correlation"].fill_null(0).to_numpy()))
+    starts = calls["ts_ns"].to_numpy()
+    keys, first = first_by_key(launch_key, starts)
+    found, at = find(keys, kernel_key)
+    return pl.Series("launch_ns", np.ma.masked_array(starts[first[at]], mask=~(found & linked)), dtype=pl.Int64)
 
 
 def _gap_sums(p: Prepared, kernel_wait_us: float) -> pl.DataFrame:

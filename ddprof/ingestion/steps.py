@@ -11,6 +11,7 @@ import numpy as np
 import polars as pl
 
 from ddprof.ingestion.link import rows
+from ddprof.keyjoin import find, first_by_key
 from ddprof.schema import STEP_PREFIX, step_number
 
 
@@ -31,12 +32,9 @@ def assign_steps(df: pl.DataFrame) -> pl.DataFrame:
     # GPU rows take the step of the runtime call that launched them (same correlation), when it has one
     corr = df["correlation"].fill_null(-1).to_numpy()
     launch = np.flatnonzero((df["kind"] == "runtime").to_numpy() & (corr >= 0) & (step >= 0))
-    order = np.argsort(corr[launch], kind="stable")  # the first launch of a correlation wins
-    keys, first = np.unique(corr[launch][order], return_index=True)
-    launch_step = step[launch][order][first]
+    keys, first = first_by_key(corr[launch])  # the first launch of a correlation wins
     gpu = np.flatnonzero(df["is_gpu"].to_numpy() & (corr >= 0))
-    at = np.minimum(np.searchsorted(keys, corr[gpu]), max(len(keys) - 1, 0))
-    found = keys[at] == corr[gpu] if len(keys) else np.zeros(len(gpu), dtype=bool)
-    step[gpu[found]] = launch_step[at[found]]
+    found, at = find(keys, corr[gpu])
+    step[gpu[found]] = step[launch[first[at[found]]]]
     stepped = pl.Series("step", step)
     return df.with_columns(step=pl.when(stepped >= 0).then(stepped))
