@@ -30,6 +30,7 @@ from polars.testing import assert_frame_equal
 from ddprof.errors import BadInputError, DdprofError
 from ddprof.ingestion import kineto, source, stream
 from ddprof.ingestion.comms import MARKER_RE
+from ddprof.ingestion.events import RAW_SCHEMA
 
 GZ_MAGIC = b"\x1f\x8b"
 #: Bytes per piece: the inflated block for gzip, the read size for plain JSON; None: the defaults.
@@ -181,6 +182,7 @@ def check(got: kineto.Decoded, text: str, path: Path) -> None:
     """``got`` agrees with ``json.loads(text)`` and with the bytes of ``path``."""
     doc = json.loads(text)
     events = doc["traceEvents"]
+    assert dict(got.frame.schema) == RAW_SCHEMA  # every decoding path builds the same columns
     assert_frame_equal(got.frame.select(FRAME_COLS), expected(events), check_dtypes=True)
     assert got.raw_complete == sum(isinstance(e, dict) and e.get("ph") == "X" for e in events)
     assert got.raw_complete - got.frame.height == sum(got.dropped.values())
