@@ -46,6 +46,13 @@ class Prepared:
         return self._memo[key]
 
 
+    def provide(self, fn: Callable[..., T], frame: T, *args: Hashable) -> None:
+        """Make ``frame`` the result of ``fn(self, *args)``: a frame known without computing it (the rank
+        spans a run's manifest holds). It must be exactly what ``fn`` would return."""
+        with self._lock:
+            self._memo.setdefault((fn, args), frame)
+
+
 Events = pl.LazyFrame | Prepared
 
 

@@ -17,6 +17,7 @@ import polars as pl
 from ddprof.analyses.breakdown import breakdown_by_step, temporal_breakdown
 from ddprof.analyses.bubbles import bubbles, pipeline_stages
 from ddprof.analyses.collectives import bandwidth, collective_warnings, collectives
+from ddprof.analyses.frames import rank_spans
 from ddprof.analyses.idle import idle_breakdown, idle_by_step
 from ddprof.analyses.overlap import overlap, overlap_by_step
 from ddprof.analyses.prepared import Events, Prepared, prepare
@@ -25,6 +26,7 @@ from ddprof.analyses.verdicts import verdicts
 
 from ddprof.memory import collector_paused
 from ddprof.rundir import Run
+from ddprof.schema import STEP_PREFIX
 
 EMPTY_SECTIONS: dict[str, Any] = {
     "overlap": [],
@@ -41,6 +43,29 @@ EMPTY_SECTIONS: dict[str, Any] = {
 #: Columns the analyses read; the run's events are loaded once with only these.
 COLUMNS = ["rank", "ts_ns", "dur_ns", "tid", "stream", "kind", "name", "step", "correlation",
            "coll_op", "pg", "group_size", "bytes", "peer", "seq"]
+
+
+def read_events(run: Run) -> Prepared:
+    """The run's events as the analyses use them: :data:`COLUMNS`, and not every row.
+
+    The CPU ops and annotations of a rank with GPU kernels (half of a typical trace) serve no analysis:
+    its work is on the GPU, its steps come from its ``ProfilerStep#N`` rows (kept), and its trace span
+    (first start, last end over every row: :func:`frames.rank_spans`) is in the manifest, computed at
+    ingest from every row. So those rows are not read and the spans are taken from the manifest. Where
+    the manifest lacks a rank's kernel count or span, every row is read. Read with Polars' default
+    engine (fastest on Parquet); an unreadable part is a SchemaError, not a Polars error.
+    """
+    info = [run.rank_info(r) for r in run.ranks]
+    if not info or any(i.get("first_ns") is None or i.get("last_ns") is None or "kernels" not in i for i in info):
+        return prepare(run.collect_events(COLUMNS).lazy())
+    gpu = [r for r, i in zip(run.ranks, info) if i["kernels"] > 0]  # compute/comm kernels: GPU work rows
+    unused = (pl.col("kind").is_in(["cpu_op", "annotation"]) & pl.col("stream").is_null()
+              & pl.col("rank").is_in(gpu) & ~pl.col("name").str.starts_with(STEP_PREFIX))
+    p = prepare(run.collect_events(COLUMNS, where=~unused).lazy())
+    p.provide(rank_spans, pl.DataFrame({"rank": run.ranks, "first_ns": [i["first_ns"] for i in info],
+                                        "last_ns": [i["last_ns"] for i in info]},
+                                       schema={"rank": pl.Int32(), "first_ns": pl.Int64(), "last_ns": pl.Int64()}))
+    return p
 
 
 def run_section(run: Run) -> dict[str, Any]:
@@ -152,9 +177,7 @@ def hang_report(hang: dict[str, Any]) -> dict[str, Any]:
 def build_report(run: Run) -> dict[str, Any]:
     report: dict[str, Any] = {"run": run_section(run)}
     report.update(_empty_sections())
-    # Read with the default engine (fastest on Parquet); an unreadable part is a SchemaError, not a Polars one.
-    events = run.collect_events(COLUMNS).lazy()
-    sections = analyse(events, run.world_size)
+    sections = analyse(read_events(run), run.world_size)
     report["run"]["warnings"].extend(sections.pop("collective_warnings"))
     report.update(sections)
     report["verdicts"] = verdicts(report)

@@ -92,10 +92,13 @@ class Run:
             return empty_events().lazy()
         return pl.scan_parquet(files, schema=EVENT_SCHEMA, hive_partitioning=False)
 
-    def collect_events(self, columns: list[str] | None = None, ranks: list[int] | None = None) -> pl.DataFrame:
-        """:meth:`events` collected; an unreadable Parquet part becomes a :class:`SchemaError` naming the
-        run dir and the fix, instead of a Polars traceback."""
+    def collect_events(self, columns: list[str] | None = None, ranks: list[int] | None = None,
+                       where: pl.Expr | None = None) -> pl.DataFrame:
+        """:meth:`events` collected (only ``columns``, only the rows ``where`` holds); an unreadable Parquet
+        part becomes a :class:`SchemaError` naming the run dir and the fix, instead of a Polars traceback."""
         lf = self.events(ranks)
+        if where is not None:
+            lf = lf.filter(where)
         if columns is not None:
             lf = lf.select(columns)
         try:

@@ -15,8 +15,8 @@ from ddprof.analyses.bubbles import pipeline_stages
 from ddprof.analyses.collectives import bandwidth, collectives
 from ddprof.analyses.idle import idle_breakdown, idle_by_step
 from ddprof.analyses.overlap import overlap, overlap_by_step
-from ddprof.analyses.prepared import Prepared
-from ddprof.analyses.report import EMPTY_SECTIONS, _rows, analyse, build_report
+from ddprof.analyses.prepared import Prepared, prepare
+from ddprof.analyses.report import COLUMNS, EMPTY_SECTIONS, _rows, analyse, build_report, read_events
 from ddprof.analyses.stragglers import stragglers
 
 import ddprof
@@ -142,6 +142,44 @@ def test_dlrm_report(ingested):
     assert len(report["overlap"]) == 8 and len(report["collectives"]) == 8
     assert {b["op"] for b in report["bandwidth"]} == {"all_reduce", "all_to_all"}
     assert max(len(line) for line in render_text(report).splitlines()) <= 100
+
+
+@pytest.mark.parametrize("name", ["dlrm-8xV100-nccl", "hta/a100-16rank-rank0", "hta/sendrecv-2-of-128",
+                                  "tracelens/mi300-rocm-resnet-rank0", "tracelens/b200-vllm-rank0"])
+def test_report_reads_only_the_rows_it_uses_with_the_same_result(ingested, name):
+    """read_events leaves out the CPU ops of GPU ranks and takes rank spans from the manifest: every
+    section must be what the whole event table gives."""
+    run = ingested(name)
+    every_row = run.collect_events(COLUMNS)
+    p = read_events(run)
+    assert p.events.collect().height < every_row.height  # rows were left out: the test is not vacuous
+    assert analyse(p, run.world_size) == analyse(prepare(every_row.lazy()), run.world_size)
+
+
+@pytest.mark.parametrize("make", [lambda: DataParallel(device="cpu", ranks=3, slow_rank=0).events(),
+                                  lambda: Pipeline().events(), lambda: _mixed_events()],
+                         ids=["cpu-gloo", "pipeline", "mixed"])
+def test_report_rows_of_generated_runs_give_the_same_result(make, tmp_path):
+    events = make()
+    for rank in events["rank"].unique().to_list():  # one part per rank, as ingest writes them
+        part = tmp_path / "events" / f"rank={rank:05d}" / "part-0.parquet"
+        part.parent.mkdir(parents=True)
+        events.filter(pl.col("rank") == rank).write_parquet(part)
+    per_rank = {str(r): {"parts": [f"events/rank={r:05d}/part-0.parquet"], **s} for r, s in
+                frames.rank_spans(prepare(events.lazy())).join(
+                    events.group_by("rank").agg(kernels=(pl.col("kind").is_in(["compute", "comm"])
+                                                         & pl.col("stream").is_not_null()).sum()), on="rank")
+                .rows_by_key("rank", named=True, unique=True).items()}
+    (tmp_path / "manifest.json").write_text(json.dumps({"format": "ddprof-run", "schema_version": ddprof.SCHEMA_VERSION,
+                                                        "ranks": sorted(map(int, per_rank)), "per_rank": per_rank}))
+    run = ddprof.open_run(tmp_path)
+    assert analyse(read_events(run)) == analyse(events.lazy())
+    for info in per_rank.values():  # a manifest without spans: every row is read
+        del info["first_ns"]
+    (tmp_path / "manifest.json").write_text(json.dumps({"format": "ddprof-run", "schema_version": ddprof.SCHEMA_VERSION,
+                                                        "ranks": sorted(map(int, per_rank)), "per_rank": per_rank}))
+    run = ddprof.open_run(tmp_path)
+    assert read_events(run).events.collect().height == events.height
 
 
 def _mixed_events():
