@@ -116,13 +116,22 @@ def collectives(events: Events, world_size: int | None = None) -> pl.DataFrame:
     arr = arrivals(events).lazy()
     inst = ["group", "src", "dst", "index"]
     members = arr.group_by("group").agg(pl.col("rank").unique().sort().alias("members"))
+    # op: the most frequent, the first by name on a tie; counted only where ranks disagree (rare)
+    mixed = (
+        arr.group_by(inst).agg(pl.col("match_op").min().alias("__lo"), pl.col("match_op").max().alias("__hi"))
+        .filter(pl.col("__lo") != pl.col("__hi")).select(inst)
+        .join(arr, on=inst, nulls_equal=True)
+        .group_by(inst)
+        .agg(pl.col("match_op").mode().sort().first().alias("__mode"),
+             pl.col("match_op").unique().sort().alias("__seen"))
+    )
     return collect(
         arr.sort("rank")
         .with_columns(((pl.col("arrival_ns") - pl.col("arrival_ns").min().over(inst)) / _US).alias("arrival_us"))
         .group_by(inst, maintain_order=True)
         .agg(
-            pl.col("match_op").mode().sort().first().alias("op"),
-            pl.col("match_op").unique().sort().alias("ops_seen"),
+            pl.col("match_op").first().alias("op"),
+            pl.col("match_op").first().alias("ops_seen"),  # a placeholder here: its place among the columns
             pl.col("bytes").max(),
             pl.col("group_size").max(),
             pl.col("rank").alias("ranks_seen"),
@@ -134,6 +143,9 @@ def collectives(events: Events, world_size: int | None = None) -> pl.DataFrame:
             pl.col("clock_aligned").all(),
         )
         .join(members, on="group", how="left")
+        .join(mixed, on=inst, how="left", nulls_equal=True, maintain_order="left")
+        .with_columns(pl.coalesce("__mode", "op").alias("op"),
+                      pl.coalesce("__seen", pl.concat_list("ops_seen")).alias("ops_seen"))
         .with_columns(
             pl.when(pl.col("__last").list.len() == 1).then(pl.col("__last").list.first()).alias("last_rank"),
             pl.coalesce("group_size", pl.lit(world_size), pl.col("members").list.len()).cast(pl.Int32).alias("n"),
@@ -145,7 +157,7 @@ def collectives(events: Events, world_size: int | None = None) -> pl.DataFrame:
         )
         .with_columns((pl.col("algbw_gbps") * _busbw_factor(pl.col("op"), pl.col("n"))).alias("busbw_gbps"))
         .rename({"group": "pg"})
-        .drop("__last", "members")
+        .drop("__last", "members", "__mode", "__seen")
         .sort("pg", "src", "dst", "index", nulls_last=True)
     )
 

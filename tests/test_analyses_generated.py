@@ -210,6 +210,28 @@ def test_missing_rank_and_different_order_warn_without_crashing():
     assert any("disagree on the op" in w for w in warnings)
 
 
+def test_instance_op_is_the_most_frequent_and_the_first_by_name_on_a_tie():
+    df = DataParallel(ranks=4, steps=6).events()
+    comm = pl.col("kind") == "comm"
+    relabel = {(1, 0): "broadcast", (1, 1): "all_gather", (2, 0): "broadcast", (2, 1): "broadcast",
+               (3, 2): "all_gather", (3, 3): "barrier", (4, 0): "all_gather", (4, 1): "all_gather",
+               (4, 2): "broadcast", (4, 3): "broadcast"}  # (step, rank) -> op on that rank's collective
+    ops = pl.DataFrame([(s, r, op) for (s, r), op in relabel.items()], schema=["step", "rank", "_op"], orient="row")
+    df = (df.join(ops.with_columns(pl.col("step", "rank").cast(pl.Int32)), on=["step", "rank"], how="left")
+          .with_columns(pl.when(comm & pl.col("_op").is_not_null()).then("_op").otherwise("coll_op").alias("coll_op"))
+          .drop("_op"))
+    coll = collectives(df.lazy(), world_size=4).sort("index")
+    expect = {1: ("all_reduce", ["all_gather", "all_reduce", "broadcast"]),  # 2 all_reduce, 1 each of the rest
+              2: ("all_reduce", ["all_reduce", "broadcast"]),  # 2 and 2: the first by name
+              3: ("all_reduce", ["all_gather", "all_reduce", "barrier"]),
+              4: ("all_gather", ["all_gather", "broadcast"])}  # 2 and 2
+    for i, (op, seen) in expect.items():
+        row = coll.filter(pl.col("index") == i).row(0, named=True)
+        assert (row["op"], row["ops_seen"]) == (op, seen), i
+    agreed = coll.filter(~pl.col("index").is_in(list(expect)))
+    assert agreed["ops_seen"].to_list() == [["all_reduce"]] * agreed.height
+
+
 def test_analyses_do_not_mutate_and_return_json_ready_rows():
     df = DataParallel().events()
     before = df.clone()
