@@ -44,18 +44,23 @@ _US = 1000.0
 _INST = ["group", "src", "dst", "index"]
 
 
+def _multi(p: Prepared) -> pl.DataFrame:
+    """The arrivals at collective instances seen on two or more ranks, point-to-point left out."""
+    return collect(arrivals(p).lazy().filter((pl.len().over(_INST) > 1) & (pl.col("match_op") != "sendrecv")))
+
+
 def _waits_caused(p: Prepared) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(rank, times_last) per last arriver, and (rank, wait_caused_us, waiting_ranks) from the union of
     each waiting rank's wait intervals (module doc)."""
-    multi = arrivals(p).lazy().filter((pl.len().over(_INST) > 1) & (pl.col("match_op") != "sendrecv"))
-    last = (
+    multi = p.get(_multi).lazy()
+    last = collect(
         multi.group_by(_INST)
         .agg(pl.col("rank").filter(pl.col("wait_ns") == 0).alias("__lasts"),
              pl.col("arrival_ns").max().alias("__latest"))
         .filter(pl.col("__lasts").list.len() == 1)
         .with_columns(pl.col("__lasts").list.first().alias("last"))
         .drop("__lasts")
-    )
+    ).lazy()
     times = collect(last.group_by(pl.col("last").alias("rank")).agg(pl.len().cast(pl.Int64).alias("times_last")))
     intervals = collect(
         multi.join(last, on=_INST, nulls_equal=True)
@@ -73,8 +78,7 @@ def _waits_caused(p: Prepared) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 def _per_rank(p: Prepared) -> pl.DataFrame:
     times, caused = _waits_caused(p)
-    multi = arrivals(p).lazy().filter((pl.len().over(_INST) > 1) & (pl.col("match_op") != "sendrecv"))
-    seen = multi.group_by("rank").agg(pl.len().alias("instances"))
+    seen = p.get(_multi).lazy().group_by("rank").agg(pl.len().alias("instances"))
     steps = (
         p.get(steps_frame).lazy()
         .group_by("rank")
