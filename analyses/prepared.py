@@ -45,7 +45,6 @@ class Prepared:
                 self._memo[key] = fn(self, *args)
         return self._memo[key]
 
-
     def provide(self, fn: Callable[..., T], frame: T, *args: Hashable) -> None:
         """Make ``frame`` the result of ``fn(self, *args)``: a frame known without computing it (the rank
         spans a run's manifest holds). It must be exactly what ``fn`` would return."""
