@@ -21,7 +21,8 @@ time and memory grow with one rank's trace.
 Every case runs in a fresh process. Times are wall-clock seconds of the measured call only (interpreter
 start and imports excluded, for both tools); peak memory is the peak RSS during the call minus the RSS
 just before it (imports excluded). Each case runs ``--repeat`` times, in rounds (every case once per round,
-so that a machine whose speed drifts during the run slows every case alike); the median is printed.
+so that a machine whose speed drifts during the run slows every case alike); the median is printed, and
+the lowest and highest ratio of one round's times, which show how far a single measurement can be trusted.
 
     python benchmarks/ingest_vs_hta.py [--repeat 3] [--scale 4] [--traces ../shared/traces]
 """
@@ -171,9 +172,12 @@ def _run(sets: list[tuple[str, Path]], args: argparse.Namespace) -> None:
         results = {case: (statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs))
                    for case, rs in runs.items()}
         for case, (t, m) in results.items():
-            base_t, base_m = results["hta+" if case.endswith("+") else "hta"]
+            base = "hta+" if case.endswith("+") else "hta"
+            base_t, base_m = results[base]
+            # the same ratio within each round (HTA and ddprof measured minutes apart): how much it varies
+            rounds = sorted(h[0] / c[0] for h, c in zip(runs[base], runs[case]))
             ratio = "" if case.startswith("hta") else \
-                f"{base_t / t:7.1f}x faster, memory {m / base_m:5.2f}x of HTA's"
+                f"{base_t / t:7.1f}x faster ({rounds[0]:.1f}-{rounds[-1]:.1f} by round), memory {m / base_m:5.2f}x of HTA's"
             print(f"{label:28} {case:6} {t:8.3f} {m:8.1f}   {ratio}")
         js = largest_json_mb(src)
         print(f"{'':28} largest rank's JSON: {js:.1f} MB; ingest peak = {results['cold'][1] / js:.2f}x of it "
