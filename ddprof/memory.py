@@ -6,9 +6,10 @@ while a report is built.
 Polars allocates with jemalloc, which keeps freed pages for seconds before it gives them back to the
 system. An ingest is short and makes big transient frames, so its resident memory only grows: each
 phase's freed pages stay resident while the next phase takes new ones. The processes ddprof starts only
-to ingest give freed pages back at once. Measured on the 54 MB trace: 26 MB less peak (111 to 85 MB), for
-about 5% more time (pages given back are faulted in again). Analyses keep the default: they run about a
-fifth slower the other way.
+to ingest give freed pages back at once. Measured on the 54 MB trace: 26 MB less peak (111 to 85 MB,
+2.1 to 1.6 times the JSON), for 0 to 20% more time depending on what a page fault costs on the machine
+(pages given back are faulted in again; interleaved medians 0.57 vs 0.53 s on one day, 0.54 vs 0.65 s on
+another). Analyses keep the default: they run about a fifth slower the other way.
 
 jemalloc reads its settings when Polars loads, so the program's own must be in the environment before
 the first ``import polars`` (``import ddprof`` does not load Polars). Polars puts its defaults first in
