@@ -7,9 +7,9 @@ import sys
 
 def main() -> int:
     if sys.argv[1:2] == ["ingest"]:  # a process that only ingests: before anything loads Polars
-        from ddprof.memory import give_back_freed_memory
+        from ddprof.memory import use_ingest_allocator
 
-        give_back_freed_memory()
+        use_ingest_allocator()
     from ddprof.cli import main as cli_main
 
     return cli_main()

@@ -1,4 +1,4 @@
-"""Processes started to ingest give freed memory back at once (ddprof.memory); analyses keep the default.
+"""Processes started to ingest share one allocator arena (ddprof.memory); analyses keep the default.
 The cyclic collector is paused while a report is built, and restored after, even on an error."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from ddprof.memory import GIVE_BACK_FREED, JEMALLOC_CONF, collector_paused, for_child_processes
+from ddprof.memory import INGEST_ALLOCATOR, JEMALLOC_CONF, collector_paused, for_child_processes
 
 
 def _child_setting(queue) -> None:
@@ -32,16 +32,16 @@ def _setting_seen_by_a_spawned_child() -> str | None:
 def test_children_get_the_setting_and_this_process_is_restored(monkeypatch):
     monkeypatch.delenv(JEMALLOC_CONF, raising=False)
     with for_child_processes():
-        assert _setting_seen_by_a_spawned_child() == GIVE_BACK_FREED
+        assert _setting_seen_by_a_spawned_child() == INGEST_ALLOCATOR
     assert JEMALLOC_CONF not in os.environ
 
 
 def test_the_setting_goes_last_and_other_options_are_kept(monkeypatch):
     # jemalloc: a later option overrides an earlier one (Polars puts its own defaults first)
-    monkeypatch.setenv(JEMALLOC_CONF, "narenas:1,dirty_decay_ms:500")
+    monkeypatch.setenv(JEMALLOC_CONF, "narenas:4,dirty_decay_ms:500")
     with for_child_processes():
-        assert _setting_seen_by_a_spawned_child() == f"narenas:1,dirty_decay_ms:500,{GIVE_BACK_FREED}"
-    assert os.environ[JEMALLOC_CONF] == "narenas:1,dirty_decay_ms:500"
+        assert _setting_seen_by_a_spawned_child() == f"narenas:4,dirty_decay_ms:500,{INGEST_ALLOCATOR}"
+    assert os.environ[JEMALLOC_CONF] == "narenas:4,dirty_decay_ms:500"
 
 
 PROBE = """
@@ -68,14 +68,14 @@ def _program(args: list[str]) -> dict:
 def test_the_ingest_command_sets_the_allocator_up_before_polars_loads(tmp_path, traces):
     res = _program(["ingest", "-q", str(traces / "dlrm-8xV100-nccl"), "-o", str(tmp_path / "run")])
     assert res["rc"] == 0 and not res["polars_on_import"]
-    assert res["setting"].endswith(GIVE_BACK_FREED)  # after the defaults Polars put first
+    assert res["setting"].endswith(INGEST_ALLOCATOR)  # after the defaults Polars put first
 
 
 def test_analyze_keeps_the_default_allocator(tmp_path, traces):
     res = _program(["analyze", str(traces / "dlrm-8xV100-nccl"), "--format", "json", "-o",
                     str(tmp_path / "r.json"), "--cache", str(tmp_path / "c")])
     assert res["rc"] == 0 and not res["polars_on_import"]
-    assert GIVE_BACK_FREED not in (res["setting"] or "")
+    assert INGEST_ALLOCATOR not in (res["setting"] or "")
 
 
 def test_collector_paused_restores_the_previous_state():

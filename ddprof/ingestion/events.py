@@ -161,9 +161,10 @@ class Columns:
         return ~drop
 
     def frame(self) -> pl.DataFrame:
-        """All runs as one contiguous frame (the pieces are let go as it is made)."""
+        """All runs as one frame whose columns keep the runs as chunks: a contiguous copy would cost
+        time and, while it is made, the memory of a second copy; nothing downstream needs it."""
         frames, self.frames = self.frames, []
-        return pl.concat(frames, rechunk=True) if frames else pl.DataFrame(schema=RAW_SCHEMA)
+        return pl.concat(frames, rechunk=False) if frames else pl.DataFrame(schema=RAW_SCHEMA)
 
     def meta_frame(self) -> pl.DataFrame:
         return pl.concat(self.meta) if self.meta else pl.DataFrame(schema=META_SCHEMA)

@@ -21,6 +21,11 @@ from ddprof.ingestion.ranks import resolve_rank
 from ddprof.rundir import rank_dir
 from ddprof.schema import validate
 
+#: Rows per Parquet row group. The writer holds a row group's encoded columns at once: on the 54 MB
+#: trace (123k rows), one group took 8 MB more peak memory than groups of 32k rows. Readers still get
+#: groups large enough to decode in parallel.
+ROW_GROUP = 32768
+
 
 @dataclass
 class FileResult:
@@ -101,7 +106,7 @@ def _ingest(path: Path, out_dir: Path, rank_map: dict[str, int] | None, res: Fil
         raise BadInputError("no complete events in the trace", path=path, rank=res.rank)
     _summarise(df, res)
     part = rank_dir(out_dir, res.rank) / f"part-{res.sha1[:16]}.parquet"
-    write_atomic(part, lambda p: df.write_parquet(p, compression="zstd", statistics=True))
+    write_atomic(part, lambda p: df.write_parquet(p, compression="zstd", statistics=True, row_group_size=ROW_GROUP))
     res.part = str(part.relative_to(out_dir))
 
 
