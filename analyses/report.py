@@ -9,7 +9,6 @@ whose report :func:`hang_report` builds.
 from __future__ import annotations
 
 import copy
-import math
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -85,10 +84,8 @@ def run_section(run: Run) -> dict[str, Any]:
 
 def _rows(df: pl.DataFrame) -> list[dict[str, Any]]:
     """Rows as JSON-ready dicts: NaN/inf (in float columns) become null. Converted column by column."""
-    columns = df.to_dict(as_series=False)
-    for name, dtype in df.schema.items():
-        if dtype.is_float() and not df[name].is_finite().all():
-            columns[name] = [v if v is None or math.isfinite(v) else None for v in columns[name]]
+    floats = [pl.when(pl.col(n).is_finite()).then(n).alias(n) for n, t in df.schema.items() if t.is_float()]
+    columns = (df.with_columns(floats) if floats else df).to_dict(as_series=False)
     return [dict(zip(columns, values)) for values in zip(*columns.values())]
 
 

@@ -316,3 +316,15 @@ def test_exposed_communication_has_one_basis(with_steps, text):
     from ddprof.analyses.verdicts import verdicts
 
     assert any(v.startswith(text + "; 40 % of communication") for v in verdicts(_comm_report(with_steps)))
+
+
+def test_rows_turn_nan_and_infinities_into_null_and_keep_every_other_value():
+    df = pl.DataFrame({"rank": [0, 1, 2, 3], "gbps": [1.5, float("nan"), float("inf"), None],
+                       "pct": [-float("inf"), 0.0, 2.25, 3.0], "op": ["a", None, "c", "d"]})
+    assert _rows(df) == [
+        {"rank": 0, "gbps": 1.5, "pct": None, "op": "a"},
+        {"rank": 1, "gbps": None, "pct": 0.0, "op": None},
+        {"rank": 2, "gbps": None, "pct": 2.25, "op": "c"},
+        {"rank": 3, "gbps": None, "pct": 3.0, "op": "d"},
+    ]
+    assert _rows(df.head(0)) == []
