@@ -22,7 +22,7 @@ import polars as pl
 from ddprof.analyses.frames import kernel_rows
 from ddprof.analyses.prepared import Events, Prepared, collect, prepare
 
-from ddprof.keyjoin import find, first_by_key, pair_keys
+from ddprof.keyjoin import find, first_by_key, pair_keys, sorted_rows
 
 CATEGORIES = ("host_wait", "kernel_wait", "other")
 _US = 1000.0
@@ -42,8 +42,7 @@ def _gaps(p: Prepared, kernel_wait_us: float) -> pl.DataFrame:
     kernels = p.get(kernel_rows).select("rank", "stream", "step", "ts_ns",
                                         (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"), "correlation")
     kernels = kernels.with_columns(launch_ns=_launch_ns(p, kernels))
-    # Stream by stream in start order (ties in table order); NumPy sorts these keys much faster.
-    kernels = kernels[np.lexsort([kernels[c].to_numpy() for c in ("ts_ns", "stream", "rank")])]
+    kernels = sorted_rows(kernels, "rank", "stream", "ts_ns")  # stream by stream in start order
     same_stream = (pl.col("rank") == pl.col("rank").shift(1)) & (pl.col("stream") == pl.col("stream").shift(1))
     threshold = int(round(kernel_wait_us * _US))
     return collect(

@@ -1,4 +1,4 @@
-"""Match rows to rows on integer keys with NumPy: sort once, binary-search, no hash table.
+"""Match rows to rows, and sort them, on integer keys with NumPy: sort once, binary-search, no hash table.
 
 A kernel finds the runtime call that launched it by ``correlation`` (per rank): a hash join or group-by
 on such keys builds a table per query, row-encoding the keys when there are two. Sorted keys and
@@ -11,6 +11,7 @@ of each is row 1 (key 3) and row 2 (key 7); looking up [7, 4] finds position 1, 
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 
 
 def first_by_key(keys: np.ndarray, order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -19,6 +20,12 @@ def first_by_key(keys: np.ndarray, order: np.ndarray | None = None) -> tuple[np.
     by = np.argsort(keys, kind="stable") if order is None else np.lexsort((order, keys))
     distinct, first = np.unique(keys[by], return_index=True)
     return distinct, by[first]
+
+
+def sorted_rows(df: pl.DataFrame, *keys: str) -> pl.DataFrame:
+    """``df`` sorted by integer ``keys`` with no nulls (the first key first), ties in table order.
+    NumPy's lexsort does it several times faster than Polars' multi-key sort (which row-encodes the keys)."""
+    return df[np.lexsort([df[k].to_numpy() for k in reversed(keys)])]
 
 
 def find(distinct: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

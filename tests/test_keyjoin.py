@@ -1,12 +1,13 @@
-"""NumPy key lookups (ddprof.keyjoin) against a plain dictionary, on the docstring example and random keys."""
+"""NumPy key lookups and sorts (ddprof.keyjoin) against plain Python, on the docstring example and random keys."""
 
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ddprof.keyjoin import find, first_by_key, pair_keys
+from ddprof.keyjoin import find, first_by_key, pair_keys, sorted_rows
 
 
 def test_docstring_example():
@@ -57,3 +58,10 @@ def test_first_launch_per_key_matches_a_dictionary(launches, wanted):
         assert f == (w in expect)
         if f:
             assert int(first[a]) == expect[w]
+
+
+@given(st.lists(st.tuples(st.integers(-3, 3), st.integers(-2**62, 2**62), st.integers(0, 2)), max_size=40))
+def test_sorted_rows_sorts_by_each_key_in_turn_keeping_table_order_on_ties(rows):
+    df = pl.DataFrame({"a": [r[0] for r in rows], "b": [r[1] for r in rows], "c": [r[2] for r in rows]},
+                      schema={"a": pl.Int64, "b": pl.Int64, "c": pl.Int64}).with_row_index("i")
+    assert sorted_rows(df, "a", "b")["i"].to_list() == [i for i, _ in sorted(enumerate(rows), key=lambda r: r[1][:2])]

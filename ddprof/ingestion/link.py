@@ -22,6 +22,7 @@ import numpy as np
 import polars as pl
 
 from ddprof.ingestion import comms
+from ddprof.keyjoin import sorted_rows
 
 #: Collective metadata, with the store's types.
 FIELDS: dict[str, pl.DataType] = {
@@ -86,9 +87,8 @@ def enclosing_meta(markers: pl.DataFrame, runtimes: pl.DataFrame) -> pl.DataFram
     least one marker (a call at a marker's first or last nanosecond is inside it).
     """
     none = pl.DataFrame(schema={"correlation": pl.Int64(), **FIELDS})
-    markers, runtimes = markers.drop_nulls(["pid", "tid"]), runtimes.drop_nulls(["pid", "tid"])
-    # by thread, then time: NumPy's lexsort takes a tenth of Polars' three-key sort here
-    runtimes = runtimes[np.lexsort([runtimes[c].to_numpy() for c in ("ts_ns", "tid", "pid")])]
+    markers = markers.drop_nulls(["pid", "tid"])
+    runtimes = sorted_rows(runtimes.drop_nulls(["pid", "tid"]), "pid", "tid", "ts_ns")
     if markers.height == 0 or runtimes.height == 0:
         return none
     r_pid, r_tid, r_ts = (runtimes[c].to_numpy() for c in ("pid", "tid", "ts_ns"))
