@@ -121,8 +121,7 @@ class Columns:
             "external_id": _ints([a.external_id for a in args]),
             "is_marker": pl.Series(flags),
         }
-        # Typed Series by name: about 7x cheaper than a dict cast to a schema, per run (RAW_SCHEMA's types)
-        self.frames.append(pl.DataFrame([s.alias(name) for name, s in columns.items()]))
+        self.frames.append(_frame(columns, RAW_SCHEMA))
         self.rows += len(ok)
 
     def _markers(self, names: list[str]) -> np.ndarray:
@@ -180,5 +179,10 @@ def _meta(rows: list[int], args: list[Any], base: int) -> pl.DataFrame:
         **{name: pl.Series([bytes(getattr(a, name)) or None for a in sub], dtype=pl.Binary)
            for name in ("input_dims", "input_type", "concrete_inputs")},
     }
-    # typed Series by name, as for the events (a dict cast to the schema costs several times more)
-    return pl.DataFrame([columns[name].alias(name) for name in META_SCHEMA])
+    return _frame(columns, META_SCHEMA)
+
+
+def _frame(columns: dict[str, pl.Series], schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """A frame of typed Series, named and ordered as ``schema`` says (each already of its type): about
+    7x cheaper per run than a dict of lists cast to the schema."""
+    return pl.DataFrame([columns[name].alias(name) for name in schema])
