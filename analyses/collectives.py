@@ -179,25 +179,33 @@ def bandwidth(coll: pl.DataFrame) -> pl.DataFrame:
 def collective_warnings(coll: pl.DataFrame) -> list[str]:
     """Plain sentences, one per group and problem: ranks missing from instances, ranks that disagree on
     an instance's op (they issue the group's collectives in different orders), unaligned clocks."""
+    missing = pl.col("missing_ranks").list.len() > 0
+    mixed = pl.col("ops_seen").list.len() > 1
+    per_group = collect(coll.lazy().group_by("pg", maintain_order=True).agg(  # one query, whatever the groups
+        missing.sum().alias("missing"),
+        pl.col("index").filter(missing).first().alias("missing_index"),
+        pl.col("op").filter(missing).first().alias("missing_op"),
+        pl.col("missing_ranks").filter(missing).first().alias("missing_ranks"),
+        mixed.sum().alias("mixed"),
+        pl.col("index").filter(mixed).first().alias("mixed_index"),
+        pl.col("ops_seen").filter(mixed).first().alias("mixed_ops"),
+        ((pl.col("op") == "sendrecv") & pl.col("src").is_null()).sum().alias("blind"),
+        (~pl.col("clock_aligned")).sum().alias("skewed"),
+    ))
     out: list[str] = []
-    for (pg,), part in coll.group_by("pg", maintain_order=True):
-        missing = part.filter(pl.col("missing_ranks").list.len() > 0)
-        if missing.height:
-            first = missing.row(0, named=True)
-            out.append(f"process group {pg}: {missing.height} collective(s) not seen on every rank "
-                       f"(first: #{first['index']} {first['op']}, missing rank(s) {first['missing_ranks']})")
-        mixed = part.filter(pl.col("ops_seen").list.len() > 1)
-        if mixed.height:
-            first = mixed.row(0, named=True)
-            out.append(f"process group {pg}: ranks disagree on the op of {mixed.height} collective(s) "
-                       f"(first: #{first['index']}: {', '.join(first['ops_seen'])}); they may issue this "
+    for g in per_group.iter_rows(named=True):
+        pg = g["pg"]
+        if g["missing"]:
+            out.append(f"process group {pg}: {g['missing']} collective(s) not seen on every rank "
+                       f"(first: #{g['missing_index']} {g['missing_op']}, missing rank(s) {g['missing_ranks']})")
+        if g["mixed"]:
+            out.append(f"process group {pg}: ranks disagree on the op of {g['mixed']} collective(s) "
+                       f"(first: #{g['mixed_index']}: {', '.join(g['mixed_ops'])}); they may issue this "
                        "group's collectives in different orders, so its matching is unreliable")
-        blind = part.filter((pl.col("op") == "sendrecv") & pl.col("src").is_null())
-        if blind.height:
-            out.append(f"process group {pg}: {blind.height} send/recv transfer(s) without a known peer are "
+        if g["blind"]:
+            out.append(f"process group {pg}: {g['blind']} send/recv transfer(s) without a known peer are "
                        "matched by their order in the group only; their skew and bandwidth are unreliable")
-        skewed = part.filter(~pl.col("clock_aligned"))
-        if skewed.height:
-            out.append(f"process group {pg}: rank clocks disagree on {skewed.height} collective(s); "
+        if g["skewed"]:
+            out.append(f"process group {pg}: rank clocks disagree on {g['skewed']} collective(s); "
                        "arrivals there are aligned on the collective's end")
     return out

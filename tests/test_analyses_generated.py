@@ -210,6 +210,29 @@ def test_missing_rank_and_different_order_warn_without_crashing():
     assert any("disagree on the op" in w for w in warnings)
 
 
+def test_collective_warnings_one_sentence_per_group_and_problem_naming_the_first_instance():
+    coll = pl.DataFrame({
+        "pg": ["b", "b", "b", "a", "a"],
+        "index": [0, 1, 2, 0, 1],
+        "op": ["all_reduce", "broadcast", "all_reduce", "sendrecv", "sendrecv"],
+        "ops_seen": [["all_reduce"], ["all_reduce", "broadcast"], ["all_gather", "all_reduce"],
+                     ["sendrecv"], ["sendrecv"]],
+        "src": [None, None, None, None, 1],
+        "missing_ranks": [[], [2], [0, 3], [], []],
+        "clock_aligned": [True, False, False, True, True],
+    }, schema_overrides={"src": pl.Int32})
+    assert collective_warnings(coll) == [
+        "process group b: 2 collective(s) not seen on every rank (first: #1 broadcast, missing rank(s) [2])",
+        "process group b: ranks disagree on the op of 2 collective(s) (first: #1: all_reduce, broadcast); they "
+        "may issue this group's collectives in different orders, so its matching is unreliable",
+        "process group b: rank clocks disagree on 2 collective(s); arrivals there are aligned on the "
+        "collective's end",
+        "process group a: 1 send/recv transfer(s) without a known peer are matched by their order in the group "
+        "only; their skew and bandwidth are unreliable",
+    ]
+    assert collective_warnings(coll.head(0)) == []
+
+
 def test_instance_op_is_the_most_frequent_and_the_first_by_name_on_a_tie():
     df = DataParallel(ranks=4, steps=6).events()
     comm = pl.col("kind") == "comm"
