@@ -34,6 +34,7 @@ last now and then is not named beside one that caused more than twice its wait.
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 from ddprof.analyses.collectives import arrivals
 from ddprof.analyses.coverage import union_lengths
@@ -121,21 +122,23 @@ def straggler_table(events: Events, k: float = 3.0, margin: float = 2.0, min_wai
     steps_total = t["__steps_total_us"].drop_nulls()
     basis = (_number(steps_total.median(), "the median rank's step total") if steps_total.len()
              else _number(t["__span_ns"].median() or 0, "the median rank's trace span") / _US)
-    x = t["wait_caused_us"].to_list()
-    per_waiter = [w / n if n else 0.0 for w, n in zip(x, t["waiting_ranks"].to_list(), strict=True)]
+    x = t["wait_caused_us"].to_numpy().astype(np.float64)
+    waiting = t["waiting_ranks"].to_numpy()
+    per_waiter = np.divide(x, waiting, out=np.zeros_like(x), where=waiting > 0)
     floor = max(min_wait_us, min_share * basis)
+    worst = x.max()
     flags = []
-    for i, xi in enumerate(x):
-        others = pl.Series([v for j, v in enumerate(x) if j != i], dtype=pl.Float64)
-        if others.len() == 0:
+    for i, xi in enumerate(x):  # NumPy per rank: a Polars call per value would cost more than the work
+        others = np.delete(x, i)
+        if not len(others):
             flags.append(False)
             continue
-        med = _number(others.median(), "the other ranks' median wait_caused_us")
-        mad = float((others - med).abs().median())
+        med = float(np.median(others))
+        mad = float(np.median(np.abs(others - med)))
         stands_out = xi > med + k * 1.4826 * mad
-        if others.len() < 3 or mad == 0:
+        if len(others) < 3 or mad == 0:
             stands_out = stands_out and xi >= margin * med
-        flags.append(stands_out and per_waiter[i] >= floor and xi >= rel_to_worst * max(x))
+        flags.append(bool(stands_out and per_waiter[i] >= floor and xi >= rel_to_worst * worst))
     return t.with_columns(pl.Series("is_straggler", flags)).drop("__steps_total_us", "__span_ns")
 
 
