@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ddprof.cli.common import parse_rank_map, partial_failure, rank_option
+from ddprof.cli.progress import ingest_progress
 from ddprof.ingestion import ingest as run_ingest
 from ddprof.summary import render_summary, run_summary
 
@@ -20,8 +21,8 @@ from ddprof.summary import render_summary, run_summary
 def ingest(sources: tuple[str, ...], out_dir: str, ranks: tuple[str, ...], jobs: int | None, force: bool,
            quiet: bool) -> int:
     """Ingest Kineto traces (files, directories, .json or .json.gz) into a run dir."""
-    run = run_ingest(list(sources), out_dir, rank_map=parse_rank_map(ranks), jobs=jobs, progress=not quiet,
-                     force=force)
+    run = run_ingest(list(sources), out_dir, rank_map=parse_rank_map(ranks), jobs=jobs,
+                     progress=ingest_progress(not quiet), force=force)
     if not quiet:
         click.echo(render_summary(run_summary(run)))
         click.echo(f"\nrun dir: {run.path}")

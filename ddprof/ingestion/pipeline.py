@@ -9,13 +9,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from functools import lru_cache
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ddprof.atomic import write_json_atomic
 from ddprof.errors import BadInputError
@@ -30,21 +29,53 @@ from ddprof.rundir import MANIFEST, RUN_FORMAT, Run, open_run
 PARALLEL_MIN_BYTES = 8 << 20
 
 
+class IngestProgress(Protocol):
+    """What :func:`ingest` tells a progress display (the CLI's bar: ``ddprof.cli.progress``).
+
+    ``start`` once with the traces to parse and their size on disk, ``advance`` as each of them
+    finishes (in the order they finish, failed ones included), ``close`` at the end, also when the
+    ingest raises. Traces reused from the store are not counted; with nothing to parse, no call is made.
+    """
+
+    def start(self, total_files: int, total_bytes: int) -> None: ...
+
+    def advance(self, path: Path, nbytes: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class _NoProgress:
+    def start(self, total_files: int, total_bytes: int) -> None:
+        pass
+
+    def advance(self, path: Path, nbytes: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def ingest(sources: str | Path | Iterable[str | Path], out_dir: str | Path, *,
-           rank_map: dict[str, int] | None = None, jobs: int | None = None, progress: bool = False,
-           force: bool = False, extra_manifest: dict[str, Any] | None = None) -> Run:
+           rank_map: dict[str, int] | None = None, jobs: int | None = None,
+           progress: IngestProgress | bool | None = None, force: bool = False,
+           extra_manifest: dict[str, Any] | None = None) -> Run:
     """Ingest traces into ``out_dir`` and return the opened :class:`Run`.
 
     Bad files do not stop the others: each failure is recorded in the manifest (file, rank, cause) and
     the run keeps every rank that ingested. If *nothing* ingested, raises :class:`BadInputError`
     listing every failure.
+
+    ``progress``: an :class:`IngestProgress` to report to. The core writes nothing to the terminal, so
+    ``None``, ``False`` and ``True`` (accepted from callers written before the reporter existed) all
+    mean no report.
     """
     srcs = [Path(s) for s in ([sources] if isinstance(sources, (str, Path)) else sources)]
     out = Path(out_dir)
     previous_manifest = _read_manifest(out)
     cached = {} if force else _previous_sources(previous_manifest)
     results, todo = _split_cached(discover(srcs), out, cached, rank_map)
-    for res in _run_jobs(todo, out, rank_map, jobs, progress):
+    reporter = _NoProgress() if progress is None or isinstance(progress, bool) else progress
+    for res in _run_jobs(todo, out, rank_map, jobs, reporter):
         results[str(Path(res.path).resolve())] = res
     manifest = _assemble(results, srcs, rank_map)
     if extra_manifest:
@@ -117,34 +148,29 @@ def _previous_sources(m: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _run_jobs(todo: list[Path], out: Path, rank_map: dict[str, int] | None, jobs: int | None,
-              progress: bool) -> list[FileResult]:
+              progress: IngestProgress) -> list[FileResult]:
     if not todo:
         return []
-    show = progress and sys.stderr.isatty()
-    total_bytes = sum(f.stat().st_size for f in todo)
+    sizes = {f: f.stat().st_size for f in todo}
+    total_bytes = sum(sizes.values())
     workers = min(jobs or os.cpu_count() or 1, len(todo))
     results: list[FileResult] = []
-    if workers <= 1 or total_bytes < PARALLEL_MIN_BYTES:
-        for f in todo:
-            results.append(ingest_file(str(f), str(out), rank_map))
-            _progress(show, len(results), len(todo))
-    else:
-        with for_child_processes(), ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
-            futs = [pool.submit(ingest_file, str(f), str(out), rank_map) for f in todo]
-            for fut in as_completed(futs):
-                results.append(fut.result())
-                _progress(show, len(results), len(todo))
-    if show:
-        sys.stderr.write("\n")
+    progress.start(len(todo), total_bytes)
+    try:
+        if workers <= 1 or total_bytes < PARALLEL_MIN_BYTES:
+            for f in todo:
+                results.append(ingest_file(str(f), str(out), rank_map))
+                progress.advance(f, sizes[f])
+        else:
+            with for_child_processes(), ProcessPoolExecutor(max_workers=workers,
+                                                            mp_context=get_context("spawn")) as pool:
+                futs = {pool.submit(ingest_file, str(f), str(out), rank_map): f for f in todo}
+                for fut in as_completed(futs):
+                    results.append(fut.result())
+                    progress.advance(futs[fut], sizes[futs[fut]])
+    finally:
+        progress.close()
     return results
-
-
-def _progress(show: bool, done: int, total: int) -> None:
-    if show:
-        width = 30
-        filled = width * done // total
-        sys.stderr.write(f"\ringest [{'#' * filled}{'.' * (width - filled)}] {done}/{total} traces")
-        sys.stderr.flush()
 
 
 def _remove_stale_parts(out: Path, manifest: dict[str, Any]) -> None:
