@@ -2,12 +2,12 @@
 
 A rank that never finalised its meta file (it died, or is still running at the deadline) is recorded in
 the manifest's ``collector`` section and left to the ingest to take or leave; it never stops the others.
-Run later by hand with ``ddprof ingest RUN_DIR/raw -o RUN_DIR`` or ``python -m ddprof.collectors RUN_DIR``.
+Run later by hand with ``ddprof finish RUN_DIR`` (:mod:`ddprof.cli.finish_cmd`, the command rank 0 starts)
+or ``ddprof ingest RUN_DIR/raw -o RUN_DIR`` (which leaves out the collector section).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import subprocess
@@ -99,15 +99,16 @@ def finish(run_dir: str | Path, *, world_size: int | None = None, timeout_s: flo
             log.warning("ddprof: %s", warning)
         return ddprof.ingest([layout.raw_dir(run_dir)], run_dir, extra_manifest={"collector": collector})
     except Exception as exc:
-        log.error("ddprof: ingest of %s failed: %s: %s; finish it later with `python -m ddprof.collectors %s` "
+        log.error("ddprof: ingest of %s failed: %s: %s; finish it later with `ddprof finish %s` "
                   "(or `ddprof ingest %s -o %s`, which leaves out the collector section)",
                   run_dir, type(exc).__name__, exc, run_dir, layout.raw_dir(run_dir), run_dir)
         return None
 
 
 def start_background(run_dir: Path, *, world_size: int | None, timeout_s: float) -> subprocess.Popen:
-    """Run :func:`finish` in a detached process; its log goes to ``run_dir/collector-ingest.log``."""
-    cmd = [sys.executable, "-m", "ddprof.collectors", str(run_dir), "--timeout", str(timeout_s)]
+    """Run :func:`finish` in a detached process (``ddprof finish RUN_DIR``); its log goes to
+    ``run_dir/collector-ingest.log``."""
+    cmd = [sys.executable, "-m", "ddprof", "finish", str(run_dir), "--timeout", str(timeout_s)]
     if world_size:
         cmd += ["--world-size", str(world_size)]
     with open(Path(run_dir) / "collector-ingest.log", "ab") as out:
@@ -116,16 +117,3 @@ def start_background(run_dir: Path, *, world_size: int | None, timeout_s: float)
     _background.append(proc)
     return proc
 
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ddprof.collectors", description=__doc__)
-    parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--world-size", type=int, default=None)
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the other ranks")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    run = finish(args.run_dir, world_size=args.world_size, timeout_s=args.timeout)
-    if run is None:
-        return 1
-    log.info("ddprof: ingested %s: ranks %s of world size %s", args.run_dir, run.ranks, run.world_size)
-    return 0

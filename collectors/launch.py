@@ -5,7 +5,7 @@ buffer (``TORCH_FR_BUFFER_SIZE``), NCCL's dump on timeout, the dump file prefix 
 fr_trace_rank_``; a rank that calls ``ddprof.init``/``ddprof.profile`` narrows it to its own
 ``raw/rank-NNNNN/``) and ``DDPROF_RUN_DIR``, so that ``ddprof.profile()`` needs no argument. It refuses
 a run dir that already holds a capture (see :mod:`ddprof.collectors.layout`) and exits with the
-command's exit status. The CLI wires :func:`launch_command` as ``ddprof launch``.
+command's exit status. Its command line is ``ddprof launch`` (:mod:`ddprof.cli.launch_cmd`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-import click
 from ddprof.collectors import layout
 from ddprof.collectors.flight_recorder import DEFAULT_BUFFER, fr_env
 
@@ -49,17 +48,3 @@ def launch(run_dir: str | Path, command: list[str], *, fr_buffer: int = DEFAULT_
     except FileNotFoundError:
         raise UsageError(f"{command[0]}: command not found") from None
 
-
-@click.command("launch", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("-o", "--output", "run_dir", required=True, type=click.Path(file_okay=False),
-              help="Run dir for the capture (must not hold one already).")
-@click.option("--fr-buffer", type=click.IntRange(min=0), default=DEFAULT_BUFFER, show_default=True,
-              help="Flight Recorder entries kept per rank (0: leave the Flight Recorder alone).")
-@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def launch_command(run_dir: str, fr_buffer: int, command: tuple[str, ...]) -> int:
-    """Run COMMAND (e.g. torchrun ... train.py) with ddprof's capture settings on every rank.
-
-    \b
-    ddprof launch -o runs/job-42 -- torchrun --nproc-per-node 8 train.py
-    """
-    return launch(run_dir, list(command), fr_buffer=fr_buffer)

@@ -6,7 +6,7 @@ import sys
 
 
 def main() -> int:
-    if sys.argv[1:2] == ["ingest"]:  # a process that only ingests: before anything loads Polars
+    if sys.argv[1:2] in (["ingest"], ["finish"]):  # a process that only ingests: before anything loads Polars
         from ddprof.memory import use_ingest_allocator
 
         use_ingest_allocator()

@@ -8,8 +8,9 @@ import sys
 
 import pytest
 from click.testing import CliRunner
-from ddprof.collectors.launch import launch, launch_command
+from ddprof.collectors.launch import launch
 
+from ddprof.cli.launch_cmd import launch as launch_command
 from ddprof.errors import UsageError
 
 DUMP_ENV = ("import json, os, sys; json.dump({k: os.environ.get(k) for k in sys.argv[2:]}, open(sys.argv[1], 'w'));"

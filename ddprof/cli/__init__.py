@@ -8,27 +8,70 @@ Commands raise; only :func:`main` turns errors into messages and codes.
 from __future__ import annotations
 
 import traceback
+from importlib import import_module
+from typing import Any
 
 import click
 
 from ddprof import __version__
-from ddprof.cli.analyze_cmd import analyze
-from ddprof.cli.ingest_cmd import ingest
-from ddprof.collectors.launch import launch_command
 from ddprof.errors import DdprofError
 
 INTERNAL_ERROR = 70  # EX_SOFTWARE
 
+#: Every command: name -> ("module:attribute", the first sentence of its help). The group lists and
+#: describes its commands from this table alone and imports a command's module (and what that loads:
+#: Polars, pyarrow, the collectors) only when the command runs, so ``ddprof --help`` and ``--version``
+#: start in the time of Python and click. tests/test_cli_startup.py checks the table against the commands.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "analyze": ("ddprof.cli.analyze_cmd:analyze",
+                "Analyse a run: raw traces, a run dir, or a directory of NCCL Flight Recorder dumps."),
+    "finish": ("ddprof.cli.finish_cmd:finish",
+               "Wait for a capture's ranks to write their files, then ingest them into RUN_DIR."),
+    "ingest": ("ddprof.cli.ingest_cmd:ingest",
+               "Ingest Kineto traces (files, directories, .json or .json.gz) into a run dir."),
+    "launch": ("ddprof.cli.launch_cmd:launch",
+               "Run COMMAND (e.g. torchrun ... train.py) with ddprof's capture settings on every rank."),
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+
+class LazyGroup(click.Group):
+    """A group whose commands are imported on first use (click's documented lazy-loading pattern)."""
+
+    def __init__(self, *args: Any, lazy_commands: dict[str, tuple[str, str]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy_commands = lazy_commands
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy_commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy_commands and cmd_name not in self.commands:
+            return self.load(cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def load(self, cmd_name: str) -> click.Command:
+        module, _, attr = self.lazy_commands[cmd_name][0].partition(":")
+        cmd = getattr(import_module(module), attr)
+        if not isinstance(cmd, click.Command):
+            raise TypeError(f"{module}:{attr} is not a click command")
+        return cmd
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Click's listing, with each lazy command described by its table entry: listing imports none."""
+        cmds = [(name, self.commands.get(name) or click.Command(name, help=self.lazy_commands[name][1]))
+                for name in self.list_commands(ctx)]
+        cmds = [(name, cmd) for name, cmd in cmds if not cmd.hidden]
+        if cmds:
+            limit = formatter.width - 6 - max(len(name) for name, _ in cmds)
+            with formatter.section("Commands"):
+                formatter.write_dl([(name, cmd.get_short_help_str(limit)) for name, cmd in cmds])
+
+
+@click.group(cls=LazyGroup, lazy_commands=COMMANDS,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="ddprof")
 def cli() -> None:
     """Where the time went in a distributed training job: ingest Kineto traces, analyse them."""
-
-
-cli.add_command(ingest)
-cli.add_command(analyze)
-cli.add_command(launch_command)  # `ddprof launch -o RUN -- torchrun ...` (never imports torch itself)
 
 
 def main(argv: list[str] | None = None) -> int:
