@@ -2,7 +2,7 @@
 
     python benchmarks/capture_overhead.py [--steps 80 --repeats 4 --hidden 1024 --batch 64]
 
-Runs the same job (``python -m ddprof.collectors.examples ddp``) without ddprof and with ``ddprof.init``
+Runs the same job (``python tests/jobs.py ddp``) without ddprof and with ``ddprof.init``
 + ``ddprof.profile(wait=W, warmup=2, active=A, repeat=1)``, in ``--repeats`` pairs ordered ABBA (so a
 slow drift of the machine cancels), and compares, pair by pair, the median step time of each phase with
 the same steps of the run without ddprof:
@@ -33,7 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ddprof.collectors.examples import spawn_local
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the test jobs are not installed
+from jobs import free_port, spawn_local  # noqa: E402
 
 
 def phases(steps: int, wait: int, warmup: int, active: int) -> dict[str, list[int]]:
@@ -74,7 +75,6 @@ def collective_cost(fr_buffer: int, calls: int = 2000) -> float:
     """Seconds per 4 KB gloo all-reduce on a 1-rank group, Flight Recorder buffer ``fr_buffer`` (0: off)."""
     import torch
     import torch.distributed as dist
-    from ddprof.collectors.examples import free_port
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     if fr_buffer:

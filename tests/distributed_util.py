@@ -1,8 +1,8 @@
 """Helpers for tests that run real multi-process gloo jobs on 127.0.0.1.
 
 Ranks are separate processes started the way torchrun starts them (``RANK``, ``LOCAL_RANK``,
-``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), running :mod:`ddprof.collectors.examples`
-(see :func:`ddprof.collectors.examples.spawn_local`). Only :func:`run_example` needs torch.
+``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), running the test jobs of ``tests/jobs.py``
+(see :func:`jobs.spawn_local`). Only :func:`run_example` needs torch.
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ class JobResult:
 
 def run_example(job: str, run_dir: Path, world_size: int, *args: str, timeout: float = 120.0,
                 expect_rc: dict[int, int] | None = None) -> JobResult:
-    """Run ``python -m ddprof.collectors.examples JOB -o RUN_DIR ARGS`` on ``world_size`` local ranks.
+    """Run ``python tests/jobs.py JOB -o RUN_DIR ARGS`` on ``world_size`` local ranks.
 
     Fails the test (with every rank's output) when a rank's exit status differs from ``expect_rc``
     (default: 0 for all) or the job outlives ``timeout``.
     """
-    from ddprof.collectors.examples import spawn_local  # needs torch
+    from jobs import spawn_local  # needs torch
 
     expect = {r: 0 for r in range(world_size)} | (expect_rc or {})
     facts_dir = run_dir.parent / f"{run_dir.name}-facts"

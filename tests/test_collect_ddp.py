@@ -17,6 +17,7 @@ from distributed_util import (  # noqa: E402
     read_meta,
     run_example,
 )
+from jobs import JOBS  # noqa: E402
 
 import ddprof  # noqa: E402
 
@@ -102,7 +103,7 @@ def test_meta_files_describe_each_rank(ddp_run):
         assert meta["start"]["monotonic_ns"] < meta["end"]["monotonic_ns"]
         assert meta["traces"] == [f"rank-{rank:05d}.cycle-000.pt.trace.json.gz"]
         assert meta["failures"] == []
-        assert meta["argv"][0].endswith("examples.py") and meta["argv"][1:4] == ["ddp", "-o", str(run_dir)]
+        assert meta["argv"][0] == str(JOBS) and meta["argv"][1:4] == ["ddp", "-o", str(run_dir)]
 
 
 def test_manifest_collector_section(ddp_run):

@@ -66,14 +66,14 @@ def test_click_command_passes_the_command_through_untouched(tmp_path):
 
 def test_a_real_job_under_the_launcher_needs_no_run_dir_argument(tmp_path):
     pytest.importorskip("torch", reason="capture tests need torch (pip install 'ddprof[torch]')")
-    from ddprof.collectors.examples import free_port
+    from jobs import JOBS, free_port
 
     import ddprof
 
     run_dir = tmp_path / "run"
     environ = clean_environ() | {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
                                  "MASTER_PORT": str(free_port()), "OMP_NUM_THREADS": "1"}
-    rc = launch(run_dir, [sys.executable, "-m", "ddprof.collectors.examples", "ddp", "--steps", "4",
+    rc = launch(run_dir, [sys.executable, str(JOBS), "ddp", "--steps", "4",
                           "--wait-ingest"], environ=environ)
     assert rc == 0
     run = ddprof.open_run(run_dir)

@@ -7,8 +7,8 @@ import pytest
 
 pytest.importorskip("torch", reason="capture tests need torch (pip install 'ddprof[torch]')")
 
-from ddprof.collectors.examples import PIPE_WIDTHS  # noqa: E402
 from distributed_util import cpu_collective_ops, gpipe_p2p, open_complete_run, read_meta, run_example  # noqa: E402
+from jobs import PIPE_WIDTHS  # noqa: E402
 
 import ddprof  # noqa: E402
 

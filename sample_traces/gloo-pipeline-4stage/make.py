@@ -3,9 +3,11 @@
     python sample_traces/gloo-pipeline-4stage/make.py      (needs torch; about 15 s)
 """
 
+import sys
 from pathlib import Path
 
-from ddprof.collectors.examples import capture_sample
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # the test jobs are not installed
+from jobs import capture_sample  # noqa: E402
 
 JOB = ["pipeline", "--steps", "5", "--wait", "1", "--warmup", "1", "--active", "2", "--microbatches", "4",
        "--batch", "8"]

@@ -1,9 +1,10 @@
-"""Small gloo/CPU training jobs profiled with ddprof: for the docs, the tests, the samples, the benchmark.
+"""Small gloo/CPU training jobs profiled with ddprof, for the tests, the samples and the benchmark (not
+installed with ddprof: run this file by its path).
 
 Run one rank per process with the launcher's environment (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``...)::
 
-    torchrun --standalone --nproc-per-node 4 -m ddprof.collectors.examples ddp -o runs/ddp --slow-rank 2
-    torchrun --standalone --nproc-per-node 4 -m ddprof.collectors.examples pipeline -o runs/gpipe
+    torchrun --standalone --nproc-per-node 4 tests/jobs.py ddp -o runs/ddp --slow-rank 2
+    torchrun --standalone --nproc-per-node 4 tests/jobs.py pipeline -o runs/gpipe
 
 ``ddp``: an MLP under DistributedDataParallel; ``--slow-rank R`` makes rank R sleep ``--slow-ms`` before
 each forward. ``pipeline``: one MLP split into ``WORLD_SIZE`` stages, GPipe schedule (all forwards of the
@@ -12,6 +13,9 @@ micro-batches, then all backwards), activations and gradients sent with ``send``
 data stays usable. ``--facts FILE`` (``{rank}`` in the name becomes the rank) writes what the rank knows
 independently of the trace (DDP bucket sizes, bytes sent per peer, step times) as JSON, for tests and
 benchmarks. :func:`spawn_local` starts the ranks of a job on this machine without torchrun.
+
+Other scripts import it with the tests folder on ``sys.path`` (``from jobs import spawn_local``); the
+ranks run it as ``python tests/jobs.py ...`` (:data:`JOBS`) and import ddprof as installed.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ from torch import nn
 
 import ddprof
 
+#: This file: what the ranks run (``[sys.executable, str(JOBS), "ddp", ...]``).
+JOBS = Path(__file__).resolve()
 DDP_LAYERS = (256, 512, 512, 10)
 PIPE_WIDTHS = (64, 96, 128, 80, 32)  # stage s maps PIPE_WIDTHS[s] -> PIPE_WIDTHS[s + 1]
 
@@ -130,7 +136,7 @@ def free_port() -> int:
 
 
 def spawn_local(args: list[str], world_size: int, log_dir: Path, *, timeout: float = 600.0) -> dict[int, int]:
-    """Run ``python -m ddprof.collectors.examples ARGS`` as ``world_size`` ranks on this machine, with the
+    """Run ``python tests/jobs.py ARGS`` as ``world_size`` ranks on this machine, with the
     environment torchrun would give them; each rank's output goes to ``log_dir/rank-N.log``. Returns the
     exit status per rank (-9 for a rank killed at ``timeout``)."""
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -141,7 +147,7 @@ def spawn_local(args: list[str], world_size: int, log_dir: Path, *, timeout: flo
         env = base | {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size),
                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
         with open(log_dir / f"rank-{rank}.log", "wb") as out:
-            procs.append(subprocess.Popen([sys.executable, "-m", "ddprof.collectors.examples", *args], env=env,
+            procs.append(subprocess.Popen([sys.executable, str(JOBS), *args], env=env,
                                           stdout=out, stderr=subprocess.STDOUT))
     deadline = time.monotonic() + timeout
     codes = {}
@@ -162,7 +168,7 @@ def capture_sample(dest: Path, job: list[str], world_size: int) -> None:
     with tempfile.TemporaryDirectory(prefix="ddprof-sample-") as tmp:
         run_dir = Path(tmp) / "run"
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world_size}",
-               "-m", "ddprof.collectors.examples", *job, "--wait-ingest"]
+               str(JOBS), *job, "--wait-ingest"]
         rc = launch(run_dir, cmd, environ={**os.environ, "OMP_NUM_THREADS": "1"})
         if rc != 0:
             raise SystemExit(f"the job failed with exit status {rc}")
@@ -179,7 +185,7 @@ class _NoProfile:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m ddprof.collectors.examples", description=__doc__,
+    p = argparse.ArgumentParser(prog="python tests/jobs.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("job", choices=["ddp", "pipeline"])
     p.add_argument("-o", "--run-dir", type=Path, default=None, help="default: $DDPROF_RUN_DIR (ddprof launch)")
