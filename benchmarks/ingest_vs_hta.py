@@ -24,6 +24,10 @@ just before it (imports excluded). Each case runs ``--repeat`` times, in rounds 
 so that a machine whose speed drifts during the run slows every case alike); the median is printed, and
 the lowest and highest ratio of one round's times, which show how far a single measurement can be trusted.
 
+First, the program's start-up: ``ddprof --version`` and ``ddprof --help`` as a user runs them, the whole
+process (interpreter, imports, exit) from outside, ``STARTUP_RUNS`` runs after one not counted: the
+median wall seconds and the median peak RSS of the process (not a difference, unlike the rows below).
+
     python benchmarks/ingest_vs_hta.py [--repeat 3] [--scale 4] [--traces ../shared/traces]
 """
 
@@ -32,11 +36,13 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import msgspec
@@ -112,6 +118,29 @@ def measure(case: str, src: Path, jobs: int) -> tuple[float, float]:
     return res["t"], res["mem"]
 
 
+STARTUP_RUNS = 9
+
+
+def startup(arg: str, runs: int = STARTUP_RUNS) -> tuple[float, float]:
+    """``ddprof ARG``, the console script this interpreter installed: median wall seconds of the whole
+    process and median peak RSS (MB) over ``runs`` runs, after one run not counted."""
+    script = Path(sys.executable).with_name("ddprof")
+    cmd = [str(script), arg] if script.exists() else [sys.executable, "-m", "ddprof", arg]
+    times, peaks = [], []
+    for i in range(runs + 1):
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, cwd=REPO)
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak, not the largest of all children
+        elapsed = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode:
+            raise SystemExit(f"{' '.join(cmd)} exited with {proc.returncode}")
+        if i:
+            times.append(elapsed)
+            peaks.append(usage.ru_maxrss / 1024)
+    return statistics.median(times), statistics.median(peaks)
+
+
 def scaled_trace(src: Path, n: int, out: Path) -> Path:
     """A one-rank trace dir: ``src``'s events repeated ``n`` times end to end (gzip level 1)."""
     doc = msgspec.json.decode(gzip.decompress(src.read_bytes()))
@@ -164,6 +193,10 @@ def main() -> None:
 
 def _run(sets: list[tuple[str, Path]], args: argparse.Namespace) -> None:
     print(f"{'trace set':28} {'case':6} {'time s':>8} {'peak MB':>8}   ratio vs HTA")
+    for arg in ("--version", "--help"):
+        t, m = startup(arg)
+        print(f"{'start-up: ddprof ' + arg:28} {'start':6} {t:8.3f} {m:8.1f}   whole process, "
+              f"median of {STARTUP_RUNS}; peak = the process's RSS")
     for label, src in sets:
         runs: dict[str, list[tuple[float, float]]] = {case: [] for case in CASES}
         for _ in range(args.repeat):  # rounds of every case: a machine whose speed drifts slows all alike
