@@ -9,8 +9,9 @@ It is an :class:`ddprof.ingestion.pipeline.IngestProgress`: the core calls it an
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, TextIO
 
 import click
 
@@ -21,7 +22,7 @@ class IngestBar:
     """:class:`ddprof.ingestion.pipeline.IngestProgress` drawn with ``click.progressbar``: its length is
     the bytes to parse, so the bar and the time left weigh a big trace more than a small one."""
 
-    def __init__(self, file: IO[str], label: str = "ingest") -> None:
+    def __init__(self, file: TextIO, label: str = "ingest") -> None:
         self.file = file
         self.label = label
         self.total_files = self.total_bytes = self.files = self.bytes = 0
@@ -54,8 +55,8 @@ class IngestBar:
         return info
 
 
-def ingest_progress(enabled: bool, file: IO[str] | None = None) -> IngestBar | None:
+def ingest_progress(enabled: bool, file: TextIO | None = None) -> IngestBar | None:
     """The bar to pass as ``progress=`` to ``ddprof.ingest``: when ``enabled`` and the stream (stderr by
     default) is a terminal; else None, and nothing is written."""
-    stream = file if file is not None else click.get_text_stream("stderr")
+    stream = file if file is not None else sys.stderr
     return IngestBar(stream) if enabled and stream.isatty() else None
