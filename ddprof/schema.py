@@ -9,7 +9,8 @@ Conventions
   them to epoch time (``baseTimeNanoseconds``) is kept per rank in the manifest.
 * GPU rows have ``device`` and ``stream`` set; CPU rows have ``stream`` null and ``tid`` = thread.
 * ``kind`` is classified once, at ingest (see :mod:`ddprof.ingestion.build`).
-* Collective metadata (``coll_op`` ... ``seq``) is null where unknown, never -1.
+* Collective metadata (``coll_op`` ... ``seq``) is null where unknown, never -1; ``coll_op`` is one of
+  :data:`ddprof.collective_ops.OPS`.
 * ``coll_op`` is ``sendrecv`` for an NCCL SendRecv kernel whose metadata does not say more: NCCL runs
   point-to-point transfers (and all-to-all, grouped) with that kernel, so its name alone proves neither.
 * ``peer`` is the global rank at the other end of a send/recv where the process group's ranks are known,
@@ -32,12 +33,6 @@ Kind = pl.Enum(list(KINDS))
 
 #: Kinds that run on a GPU stream (rows with ``stream`` set).
 GPU_KINDS = ("compute", "comm", "memcpy", "memset", "sync")
-
-#: Normalised collective names used in ``coll_op``.
-COLL_OPS = (
-    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce",
-    "send", "recv", "sendrecv", "barrier", "gather", "scatter", "unknown",
-)
 
 EVENT_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32(),

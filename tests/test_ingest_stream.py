@@ -27,9 +27,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
+from ddprof.collective_ops import MARKER_RE
 from ddprof.errors import BadInputError, DdprofError
 from ddprof.ingestion import kineto, source, stream
-from ddprof.ingestion.comms import MARKER_RE
 from ddprof.ingestion.events import RAW_SCHEMA
 
 GZ_MAGIC = b"\x1f\x8b"

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ddprof.ingestion import comms
+from ddprof.collective_ops import message_size
 from ddprof.ingestion.comm_rows import communication
 from ddprof.ingestion.kineto import Decoded
 from ddprof.ingestion.link import rows
@@ -61,7 +61,7 @@ def _apply_meta(df: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
     """Spread the per-row collective metadata into full-length columns (only the row index is joined:
     the other columns are not copied); GPU rows among them become ``comm``, gloo:* annotations too."""
     comm = comm.with_columns(
-        bytes=comms.message_size(pl.col("coll_op"), pl.col("in_bytes"), pl.col("out_bytes"), pl.col("group_size")))
+        bytes=message_size(pl.col("coll_op"), pl.col("in_bytes"), pl.col("out_bytes"), pl.col("group_size")))
     spread = (df.select("_row").join(comm, on="_row", how="left", maintain_order="left")
               .drop("_row"))
     df = df.hstack(spread)

@@ -12,7 +12,7 @@ from typing import Any
 
 import polars as pl
 
-from ddprof.ingestion import comms
+from ddprof.collective_ops import COMM_KERNEL_RE, op_from_kernel
 from ddprof.ingestion.link import FIELDS, enclosing_meta, own_meta, rows
 
 _NOT_COMM_KERNEL = ("void at::native", "at::native::")
@@ -47,8 +47,8 @@ def _comm_kernels(df: pl.DataFrame, meta: pl.DataFrame, markers: pl.DataFrame,
         launched = enclosing_meta(markers, runtimes)
     own = own_meta(kernels.join(meta.filter(pl.col("coll_name").is_not_null()), on="_row"))
     names = kernels["name"].unique().to_list()
-    named = [n for n in names if comms.COMM_KERNEL_RE.search(n)]
-    op_of_name = pl.col("name").replace_strict(names, [comms.op_from_kernel(n) or "unknown" for n in names],
+    named = [n for n in names if COMM_KERNEL_RE.search(n)]
+    op_of_name = pl.col("name").replace_strict(names, [op_from_kernel(n) or "unknown" for n in names],
                                                return_dtype=pl.String)
     linked = (kernels.lazy()
               .join(own.lazy().with_columns(_own=pl.lit(True)), on="_row", how="left", maintain_order="left")

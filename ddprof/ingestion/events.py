@@ -18,7 +18,8 @@ import numpy as np
 import numpy.ma  # noqa: F401 - Polars imports it on its first NumPy -> Series conversion (~30 ms): load it with the rest
 import polars as pl
 
-from ddprof.ingestion.comms import MARKER_RE
+from ddprof.collective_ops import MARKER_RE
+from ddprof.fields import as_int
 from ddprof.ingestion.structs import Args
 
 #: Longest plausible event: a day. Longer ones are CUPTI timestamp overflows and are dropped.
@@ -34,7 +35,7 @@ RAW_SCHEMA: dict[str, pl.DataType] = {
     "ts_ns": pl.Int64(), "dur_ns": pl.Int64(), "pid": pl.Int64(), "tid": pl.Int64(), "cat": pl.String(),
     "name": pl.String(), "a_stream": pl.Int64(), "a_device": pl.Int64(), "correlation": pl.Int64(),
     "external_id": pl.Int64(),
-    "is_marker": pl.Boolean(),  # the name is a collective marker's (comms.MARKER_RE)
+    "is_marker": pl.Boolean(),  # the name is a collective marker's (:data:`ddprof.collective_ops.MARKER_RE`)
 }
 #: Collective metadata, only for the rows that can carry it (markers and rows with new-format fields);
 #: ``_row`` is the row's index in the frame above.
@@ -50,29 +51,12 @@ def _to_ns(us: np.ndarray) -> np.ndarray:
     return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000).astype(np.int64)
 
 
-def _as_int(v: Any) -> int | None:
-    """An integer field whatever its spelling: 7, 7.0, "7", "0x7"; anything else is None."""
-    if v is None or isinstance(v, bool):
-        return None
-    if isinstance(v, int):
-        return v if -2**63 <= v < 2**63 else None
-    if isinstance(v, float):
-        return int(v) if v.is_integer() and abs(v) < 2**63 else None
-    if isinstance(v, str):
-        try:
-            n = int(v, 0)
-        except ValueError:
-            return None
-        return n if -2**63 <= n < 2**63 else None
-    return None
-
-
 def _ints(values: list[Any]) -> pl.Series:
-    """Int64 column; values spelled otherwise (``"0x0"``, ``7.0``) go through :func:`_as_int`."""
+    """Int64 column; values spelled otherwise (``"0x0"``, ``7.0``) go through :func:`ddprof.fields.as_int`."""
     try:
         return pl.Series(values, dtype=pl.Int64)
     except (TypeError, OverflowError):
-        return pl.Series([_as_int(v) for v in values], dtype=pl.Int64)
+        return pl.Series([as_int(v) for v in values], dtype=pl.Int64)
 
 
 _EMPTY = Args()  # the args of an event that has none

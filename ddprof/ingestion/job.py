@@ -17,7 +17,7 @@ from ddprof.atomic import write_atomic
 from ddprof.errors import BadInputError, DdprofError
 from ddprof.ingestion.build import build_events
 from ddprof.ingestion.kineto import decode
-from ddprof.ingestion.ranks import resolve_rank
+from ddprof.ranks import trace_rank
 from ddprof.rundir import rank_dir
 from ddprof.schema import validate
 
@@ -81,7 +81,7 @@ def _ingest(path: Path, out_dir: Path, rank_map: dict[str, int] | None, res: Fil
     dec = decode(path)
     res.sha1 = dec.sha1
     info = dec.distributed_info or {}
-    res.rank, warns = resolve_rank(path, info, rank_map)
+    res.rank, warns = trace_rank(path, info, rank_map)
     res.warnings.extend(warns)
     ws = info.get("world_size")
     res.world_size = ws if isinstance(ws, int) and ws > 0 else None

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from ddprof.collective_ops import normalize_op
 from ddprof.ingestion import comms
 from ddprof.keyjoin import sorted_rows
 
@@ -38,7 +39,7 @@ _DERIVED = {"coll_op": pl.String(), "in_bytes": pl.Int64(), "out_bytes": pl.Int6
 def _derive(name: str, coll_name: str | None, dtype: str | None, in_n: int | None, out_n: int | None,
             dims: bytes | None, types: bytes | None, concrete: bytes | None) -> tuple[Any, ...]:
     """(coll_op, in_bytes, out_bytes, dtype, peer) from new-format fields, else old-format Input Dims."""
-    op = comms.normalize_op(coll_name) or comms.normalize_op(name)
+    op = normalize_op(coll_name) or normalize_op(name)
     size = comms.dtype_size(dtype)
     in_b = in_n * size if size and in_n is not None and in_n > 0 else None
     out_b = out_n * size if size and out_n is not None and out_n > 0 else None

@@ -1,8 +1,13 @@
-"""Which rank a trace belongs to.
+"""Which rank wrote a file: a Kineto trace or a Flight Recorder dump. Never a silent default.
 
-Order of trust: an explicit ``--rank FILE=N`` mapping, then ``distributedInfo.rank`` in the trace, then a
-clear rank number in the file or folder name (``rank-3.json``, ``rank=00003/``, ``worker7_step_12.json``).
-Never a silent default: a trace with none of these is refused with the fix in the message.
+* A trace (:func:`trace_rank`): an explicit ``--rank FILE=N`` mapping, then ``distributedInfo.rank`` in
+  the trace, then a clear rank number in the file or folder name (``rank-3.json``, ``rank=00003/``,
+  ``worker7_step_12.json``); disagreements are warnings, the more trusted claim wins.
+* A dump (:func:`dump_rank`): PyTorch names dump files prefix + rank (``_dump_12``,
+  ``fr_trace_rank_3``), and the content may pin the rank too; content and name must agree, a
+  disagreement is refused (a file copied from another rank).
+
+A file with no claim at all is refused, with the fix in the message.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ddprof.errors import RankError
+from ddprof.fields import as_int
 
 _NAME_PATTERNS = (
     re.compile(r"(?:^|[^a-z0-9])rank[-_=]?(\d+)(?![0-9])", re.IGNORECASE),
@@ -49,15 +55,13 @@ def lookup_map(path: Path, rank_map: dict[str, int] | None) -> int | None:
     return None
 
 
-def resolve_rank(path: Path, dist_info: dict[str, Any] | None,
+def trace_rank(path: Path, dist_info: dict[str, Any] | None,
                  rank_map: dict[str, int] | None) -> tuple[int, list[str]]:
     """(rank, warnings) for one trace, or :class:`RankError` saying how to fix it."""
     warnings: list[str] = []
     mapped = lookup_map(path, rank_map)
-    info_rank = (dist_info or {}).get("rank")
-    if isinstance(info_rank, str) and info_rank.isdigit():
-        info_rank = int(info_rank)
-    if not isinstance(info_rank, int) or isinstance(info_rank, bool) or info_rank < 0:
+    info_rank = as_int((dist_info or {}).get("rank"))
+    if info_rank is not None and info_rank < 0:
         info_rank = None
     named = rank_from_name(path)
     if mapped is not None:
@@ -75,5 +79,34 @@ def resolve_rank(path: Path, dist_info: dict[str, Any] | None,
     raise RankError(
         "cannot tell which rank this trace belongs to: it has no distributedInfo.rank and its name has no "
         f"rank number. Give it one with --rank {path.name}=N (or rename it rank-N.json)",
+        path=path,
+    )
+
+
+def rank_from_dump_name(path: str | Path) -> int | None:
+    """The trailing number of a dump's file name, or None: ``_dump_12`` -> 12, ``rank3.json`` -> 3,
+    ``x`` -> None."""
+    p = Path(path)
+    m = re.search(r"(\d+)$", p.name) or re.search(r"(\d+)$", p.stem)
+    return int(m.group(1)) if m else None
+
+
+def dump_rank(content_rank: int | None, name_rank: int | None, path: str | Path) -> tuple[int, str]:
+    """(rank, where it came from) of a dump: the content first, then the file name; refuse a
+    disagreement or no rank at all."""
+    if content_rank is not None and name_rank is not None and content_rank != name_rank:
+        raise RankError(
+            f"the dump's content says rank {content_rank} but the file name says {name_rank}; "
+            "rename the file or check that it was not copied from another rank",
+            path=path,
+            rank=name_rank,
+        )
+    if content_rank is not None:
+        return content_rank, "content"
+    if name_rank is not None:
+        return name_rank, "file name"
+    raise RankError(
+        "cannot tell which rank wrote this dump: the content does not pin it and the file name has no "
+        "trailing rank number (name it like _dump_<rank>)",
         path=path,
     )
