@@ -11,22 +11,25 @@ import re
 from pathlib import Path
 
 import pytest
-from ddprof.analyses.flight_recorder import (
-    SafeUnpickler,
-    is_flight_recorder_dir,
-    load_dump,
-    load_dump_dir,
-    rank_from_filename,
-)
-from ddprof.analyses.hang import diagnose_hang, terminal_components
-from ddprof.analyses.hang_views import op_names
-from ddprof.analyses.report import EMPTY_SECTIONS, hang_report
+from ddprof.analyses.hang.diagnose import diagnose
+from ddprof.analyses.hang.views import op_names
+from ddprof.analyses.hang.waits import terminal_components
+from ddprof.analyses.report import EMPTY_SECTIONS, build_report
 
+import ddprof
 from ddprof.errors import BadInputError, RankError
+from ddprof.flightrec.load import is_flight_recorder_dir, load_dump, load_dump_dir
+from ddprof.flightrec.unpickle import SafeUnpickler
+from ddprof.ranks import rank_from_dump_name
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 FR = TRACES / "flight-recorder"
 SCENARIOS = ["gpu_error_1st", "gpu_error_2nd", "lock_gil_1st", "lock_gil_2nd"]
+
+
+def diagnose_hang(folder: Path) -> dict:
+    """The ``hang`` section for a directory of dumps."""
+    return diagnose(load_dump_dir(folder))
 
 
 # ------------------------------------------------------------------------------------------ reference files
@@ -61,7 +64,8 @@ def _size(sizes) -> str | None:
     return "x".join(map(str, sizes[0])) if sizes else None
 
 
-needs_fr = pytest.mark.skipif(not FR.is_dir(), reason=f"shared Flight Recorder dumps not found at {FR}")
+#: The real dumps are in ../shared/traces: the ``traces`` fixture fails loudly when they are missing.
+needs_fr = pytest.mark.usefixtures("traces")
 
 
 @needs_fr
@@ -164,8 +168,7 @@ def test_sniffing_routes_dump_dirs_only(tmp_path):
     assert not is_flight_recorder_dir(tmp_path / "nope")
     (tmp_path / "rank0.json").write_text(json.dumps({"traceEvents": [], "distributedInfo": {"rank": 0}}))
     assert not is_flight_recorder_dir(tmp_path)
-    if (TRACES / "dlrm-8xV100-nccl").is_dir():
-        assert not is_flight_recorder_dir(TRACES / "dlrm-8xV100-nccl")
+    assert not is_flight_recorder_dir(TRACES / "dlrm-8xV100-nccl")
 
 
 def kineto_with_many_groups(rank: int, world: int = 64, groups: int = 800) -> dict:
@@ -440,18 +443,21 @@ def test_hang_report_is_a_whole_report(tmp_path):
     waiting = lambda r: ([entry(TP, 10, record_id=100, t=r)], (10, 9))  # noqa: E731
     folder = write(tmp_path / "d", tp_world({0: waiting(0), 1: waiting(1), 2: waiting(2), 3: ([], (9, 9))}))
     (folder / "_dump_7").write_bytes(b"\x80\x02 truncated")
-    hang = diagnose_hang(folder)
-    report = hang_report(hang)
+    report = build_report(None, dumps=load_dump_dir(folder))
+    hang = report["hang"]
     json.dumps(report, allow_nan=False)
     assert set(EMPTY_SECTIONS) | {"run", "verdicts"} <= set(report)
     assert {k: report[k] for k in EMPTY_SECTIONS if k != "hang"} == {k: v for k, v in EMPTY_SECTIONS.items()
                                                                      if k != "hang"}
-    assert report["hang"] is hang and report["verdicts"] == [hang["verdict"]]
+    assert hang == diagnose_hang(folder) and report["verdicts"][0] == hang["verdict"]
+    assert report["verdicts"][1:] == [f"{len(report['run']['warnings'])} warning(s) about the input: see the warnings below"]
     run = report["run"]
-    assert (run["world_size"], run["ranks"], run["backend"], run["device"], run["steps"]) == (
-        hang["world_size"], [0, 1, 2, 3], "nccl", "gpu", [])
+    assert (run["world_size"], run["ranks"], run["backend"], run["device"], run["steps"], run["per_rank"]) == (
+        hang["world_size"], [0, 1, 2, 3], "nccl", "gpu", [], [])
     [bad] = [w for w in run["warnings"] if "_dump_7" in w]
     assert bad.startswith(str(folder / "_dump_7") + ", rank 7: ")
+    assert [(f["path"], f["rank"], f["error"]) for f in run["failed"]] == [(str(folder / "_dump_7"), 7, bad)]
+    assert report["status"] == "problem"  # a hang found outranks the unreadable dump
     report["stragglers"]["ranks"].append(1)  # the sections are the report's own, not shared
     assert EMPTY_SECTIONS["stragglers"] == {"ranks": [], "per_rank": []}
     lines = render_text(report).splitlines()
@@ -459,11 +465,12 @@ def test_hang_report_is_a_whole_report(tmp_path):
     assert "suspect ranks (the hang started there): 3" in lines
 
 
-def test_hang_report_without_a_hang_has_no_verdict(tmp_path):
+def test_hang_report_without_a_hang_says_so_last(tmp_path):
     done = ([entry(TP, 10, record_id=1, state="completed")], (10, 10))
-    report = hang_report(diagnose_hang(write(tmp_path / "d", tp_world({r: done for r in WORLD}))))
-    assert report["verdicts"] == [] and report["hang"]["collectives"] == []
-    assert report["run"]["warnings"] == []
+    report = build_report(None, dumps=load_dump_dir(write(tmp_path / "d", tp_world({r: done for r in WORLD}))))
+    assert report["verdicts"] == [report["hang"]["verdict"]] and report["hang"]["collectives"] == []
+    assert report["verdicts"][0].startswith("no hang found")
+    assert report["run"]["warnings"] == [] and report["status"] == "ok"
 
 
 def test_json_flavour_gives_the_same_answer(tmp_path):
@@ -490,9 +497,9 @@ def test_logs_beside_dumps_are_skipped(tmp_path):
 
 
 def test_rank_from_file_name():
-    assert rank_from_filename("/x/_dump_12") == 12
-    assert rank_from_filename("rank_3.json") == 3
-    assert rank_from_filename("dump") is None
+    assert rank_from_dump_name("/x/_dump_12") == 12
+    assert rank_from_dump_name("rank_3.json") == 3
+    assert rank_from_dump_name("dump") is None
 
 
 def test_rank_from_content_when_the_name_has_none(tmp_path):
@@ -598,9 +605,9 @@ def test_bad_input_names_file_and_rank(tmp_path, content, message):
 def test_directory_without_dumps_raises(tmp_path):
     (tmp_path / "_dump_0").write_bytes(b"junk")
     with pytest.raises(BadInputError, match="no readable Flight Recorder dump"):
-        diagnose_hang(tmp_path)
+        ddprof.analyze(tmp_path)
     with pytest.raises(BadInputError, match="expected a directory"):
-        diagnose_hang(tmp_path / "_dump_0")
+        load_dump_dir(tmp_path / "_dump_0")
 
 
 # ------------------------------------------------------------------------------------------ graph rule

@@ -1,4 +1,4 @@
-"""One loaded Flight Recorder dump object -> :class:`~ddprof.analyses.fr_records.FRDump`.
+"""The dump format: one loaded Flight Recorder object (format 2.x) -> :class:`~ddprof.flightrec.records.FRDump`.
 
 Validates the top level (a dict with ``version`` 2.x and ``pg_config``), parses the groups, entries and
 ``pg_status``, works out which rank wrote the dump, and keys ``pg_status`` by group name:
@@ -6,33 +6,25 @@ Validates the top level (a dict with ``version`` 2.x and ``pg_config``), parses 
 - Rank: a dump has no rank field. The content pins it when it has a ``rank`` key (a producer may add one)
   or when exactly one rank is common to every group in ``pg_config`` (a process only records the groups it
   belongs to); else the file name's trailing number does. Content and name must agree, and there is no
-  default rank.
+  default rank (:func:`ddprof.ranks.dump_rank`).
 - ``pg_config`` is keyed by the group *name* (a counter shared by all ranks), ``pg_status`` by the local
   ``pg_id`` (a per-process counter); :func:`map_status_to_names` joins the two.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ddprof.analyses.fr_records import FRDump, FREntry, PGStatus, parse_entry, parse_ranks, parse_status
+from ddprof.errors import BadInputError
+from ddprof.flightrec.records import FRDump, FREntry, PGStatus, parse_entry, parse_ranks, parse_status
+from ddprof.ranks import dump_rank, rank_from_dump_name
 
-from ddprof.errors import BadInputError, RankError
-
-__all__ = ["SUPPORTED_MAJOR", "parse_dump", "rank_from_filename", "resolve_rank", "map_status_to_names"]
+__all__ = ["SUPPORTED_MAJOR", "parse_dump", "map_status_to_names"]
 
 #: The major format version this reader understands (PyTorch writes 2.0 ... 2.10 as of torch 2.9).
 SUPPORTED_MAJOR = "2"
-
-
-def rank_from_filename(path: str | Path) -> int | None:
-    """The trailing number of a file name, or None: ``_dump_12`` -> 12, ``rank3.json`` -> 3, ``x`` -> None."""
-    p = Path(path)
-    m = re.search(r"(\d+)$", p.name) or re.search(r"(\d+)$", p.stem)
-    return int(m.group(1)) if m else None
 
 
 def _rank_from_content(obj: Mapping[str, Any], pg_ranks: Mapping[str, tuple[int, ...]]) -> int | None:
@@ -46,26 +38,6 @@ def _rank_from_content(obj: Mapping[str, Any], pg_ranks: Mapping[str, tuple[int,
     if common is not None and len(common) == 1:
         return next(iter(common))
     return None
-
-
-def resolve_rank(content_rank: int | None, name_rank: int | None, path: str | Path) -> tuple[int, str]:
-    """Pick the rank of a dump: content first, then file name; refuse a disagreement or no rank at all."""
-    if content_rank is not None and name_rank is not None and content_rank != name_rank:
-        raise RankError(
-            f"the dump's content says rank {content_rank} but the file name says {name_rank}; "
-            "rename the file or check that it was not copied from another rank",
-            path=path,
-            rank=name_rank,
-        )
-    if content_rank is not None:
-        return content_rank, "content"
-    if name_rank is not None:
-        return name_rank, "file name"
-    raise RankError(
-        "cannot tell which rank wrote this dump: the content does not pin it and the file name has no "
-        "trailing rank number (name it like _dump_<rank>)",
-        path=path,
-    )
 
 
 def map_status_to_names(
@@ -106,7 +78,7 @@ def map_status_to_names(
 
 def parse_dump(obj: Any, path: str | Path) -> FRDump:
     """Validate a loaded dump object and normalise it into an :class:`FRDump`. Raises BadInputError."""
-    name_rank = rank_from_filename(path)
+    name_rank = rank_from_dump_name(path)
 
     def bad(message: str) -> BadInputError:
         return BadInputError(message, path=path, rank=name_rank)
@@ -136,7 +108,7 @@ def parse_dump(obj: Any, path: str | Path) -> FRDump:
         status_by_id = parse_status(obj.get("pg_status"))
     except (ValueError, TypeError, AttributeError, KeyError) as exc:
         raise bad(f"malformed Flight Recorder dump: {exc}") from exc
-    rank, source = resolve_rank(_rank_from_content(obj, pg_ranks), name_rank, path)
+    rank, source = dump_rank(_rank_from_content(obj, pg_ranks), name_rank, path)
     warnings: list[str] = []
     if "entries" not in obj:
         warnings.append("the dump has no entries (written without collectives?)")
@@ -154,4 +126,5 @@ def parse_dump(obj: Any, path: str | Path) -> FRDump:
         pg_status=pg_status,
         entries=entries,
         warnings=tuple(warnings + status_warnings),
+        nccl_version=str(obj["nccl_version"]) if obj.get("nccl_version") else None,
     )

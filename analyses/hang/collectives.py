@@ -5,7 +5,7 @@ entered, the first one some member never completed. A collective completed on an
 every member (no rank finishes an all_reduce alone), so such a collective is never "missing" anywhere, even
 where a rank's own record still says ``scheduled`` (a rank with a GPU fault stops noticing completions). A
 rank whose newest entries are past k entered k, even if its ring buffer evicted k's record: eviction never
-makes a rank "missing". The ranks' states come from :mod:`~ddprof.analyses.hang_views`.
+makes a rank "missing". The ranks' states come from :mod:`~ddprof.analyses.hang.views`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ddprof.analyses.hang_verdicts import record_verdict
-from ddprof.analyses.hang_views import COMPLETED, NO_RECORD, NOT_ENTERED, Group, RankView, op_names, running
+from ddprof.analyses.hang.verdicts import record_verdict
+from ddprof.analyses.hang.views import COMPLETED, NO_RECORD, NOT_ENTERED, Group, RankView, op_names, running
 
 __all__ = ["candidate_seqs", "first_missing", "first_incomplete", "collective_finding"]
 

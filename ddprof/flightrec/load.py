@@ -11,11 +11,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddprof.analyses.fr_dump import parse_dump
-from ddprof.analyses.fr_records import FRDump
-from ddprof.analyses.fr_unpickle import looks_like_pickle, read_dump_object
-
 from ddprof.errors import BadInputError, RankError
+from ddprof.flightrec.dump import parse_dump
+from ddprof.flightrec.records import FRDump
+from ddprof.flightrec.unpickle import looks_like_pickle, read_dump_object
 
 __all__ = ["SKIPPED_SUFFIXES", "DumpSet", "load_dump", "load_dump_dir", "is_flight_recorder_dir"]
 

@@ -12,9 +12,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ddprof.analyses.fr_records import FRDump, FREntry
-from ddprof.analyses.hang_verdicts import record_verdict
-from ddprof.analyses.hang_views import NO_DUMP, Group, op_names
+from ddprof.analyses.hang.verdicts import record_verdict
+from ddprof.analyses.hang.views import NO_DUMP, Group, op_names
+
+from ddprof.flightrec.records import FRDump, FREntry
 
 __all__ = ["P2POp", "parse_p2p", "p2p_finding"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ddprof.analyses.hang_waits import Suspects
+from ddprof.analyses.hang.waits import Suspects
 
 __all__ = ["record_verdict", "lagging_completion_ranks", "overall_verdict"]
 

@@ -13,9 +13,8 @@ import pickle
 from pathlib import Path
 from typing import Any
 
-from ddprof.analyses.fr_dump import rank_from_filename
-
 from ddprof.errors import BadInputError
+from ddprof.ranks import rank_from_dump_name
 
 __all__ = ["SafeUnpickler", "looks_like_pickle", "read_dump_object"]
 
@@ -63,7 +62,7 @@ def read_dump_object(path: str | Path) -> Any:
     Pickle is detected by its protocol header (``\\x80`` + protocol 2..5), anything else is parsed as JSON.
     Raises BadInputError naming the file (and the rank its name implies) for unreadable input.
     """
-    rank = rank_from_filename(path)
+    rank = rank_from_dump_name(path)
     try:
         data = Path(path).read_bytes()
     except OSError as exc:

@@ -20,9 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ddprof.analyses.fr_records import FRDump, FREntry
-
-from ddprof.ingestion.comms import normalize_op
+from ddprof.collective_ops import profiling_op
+from ddprof.flightrec.records import FRDump, FREntry
 
 #: Per-rank states at a collective. "scheduled"/"started" come from the rank's own entry.
 ENTERED = "entered"  # no record (evicted), but the rank's frontier is past it
@@ -37,15 +36,9 @@ _NOT_RUNNING = NO_RECORD | {COMPLETED, NOT_ENTERED}
 
 
 def op_names(raw: str) -> dict[str, str]:
-    """``op`` (the normalised name other report sections use) and ``op_name`` (Flight Recorder's own).
-
-    ``nccl:all_to_all`` -> all_to_all; ``nccl:send 1->2`` -> send; ``nccl:_all_gather_base`` -> all_gather;
-    a name no alias covers keeps its base: ``nccl:coalesced`` -> coalesced.
-    """
-    base = raw.split()[0] if raw.strip() else raw
-    short = base.split(":", 1)[-1].lstrip("_")
-    op = normalize_op(base) or normalize_op(short) or normalize_op(short.removesuffix("_coalesced"))
-    return {"op": op or short or "unknown", "op_name": raw}
+    """``op`` (the normalised name other report sections use: :func:`ddprof.collective_ops.profiling_op`)
+    and ``op_name`` (Flight Recorder's own): ``nccl:send 1->2`` -> ``{"op": "send", "op_name": "nccl:send 1->2"}``."""
+    return {"op": profiling_op(raw), "op_name": raw}
 
 
 def running(state: str) -> bool:

@@ -3,7 +3,7 @@
 :class:`FREntry` is one record of the FR ring buffer, :class:`PGStatus` one group's counters from
 ``pg_status``, :class:`FRDump` one rank's whole dump. The parsers take the plain objects a pickle or JSON
 file holds (lists and tuples alike) and raise ValueError on anything malformed; :func:`parse_dump
-<ddprof.analyses.fr_dump.parse_dump>` turns that into a BadInputError naming the file.
+<ddprof.flightrec.dump.parse_dump>` turns that into a BadInputError naming the file.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from ddprof.fields import int_field
 
 __all__ = ["FREntry", "PGStatus", "FRDump", "parse_entry", "parse_status", "parse_ranks"]
 
@@ -65,12 +67,7 @@ class FRDump:
     pg_status: dict[str, PGStatus]
     entries: tuple[FREntry, ...]
     warnings: tuple[str, ...] = ()
-
-
-def _as_int(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{what} must be an integer, got {value!r}")
-    return value
+    nccl_version: str | None = None  # the NCCL the job ran with, where the dump says
 
 
 def parse_ranks(value: Any) -> tuple[int, ...]:
@@ -101,12 +98,12 @@ def parse_entry(raw: Any, index: int) -> FREntry:
             is_p2p = bool(re.match(r"nccl:(send|recv)\b", op))
         pg_id = raw.get("pg_id")
         return FREntry(
-            record_id=_as_int(raw.get("record_id", index), "record_id"),
+            record_id=int_field(raw.get("record_id", index), "record_id"),
             pg_name=str(pg[0]),
             pg_desc=str(pg[1]) if len(pg) > 1 else "",
-            pg_id=None if pg_id is None else _as_int(pg_id, "pg_id"),
-            collective_seq_id=_as_int(raw["collective_seq_id"], "collective_seq_id"),
-            p2p_seq_id=_as_int(raw.get("p2p_seq_id", 0), "p2p_seq_id"),
+            pg_id=None if pg_id is None else int_field(pg_id, "pg_id"),
+            collective_seq_id=int_field(raw["collective_seq_id"], "collective_seq_id"),
+            p2p_seq_id=int_field(raw.get("p2p_seq_id", 0), "p2p_seq_id"),
             is_p2p=bool(is_p2p),
             op=op,
             state=str(raw["state"]),
@@ -131,8 +128,8 @@ def parse_status(raw: Any) -> dict[str, PGStatus]:
             raise ValueError(f"pg_status[{key!r}] must be a dict")
         started = st.get("last_started_collective")
         out[str(key)] = PGStatus(
-            last_enqueued=_as_int(st["last_enqueued_collective"], "last_enqueued_collective"),
-            last_completed=_as_int(st["last_completed_collective"], "last_completed_collective"),
-            last_started=None if started is None else _as_int(started, "last_started_collective"),
+            last_enqueued=int_field(st["last_enqueued_collective"], "last_enqueued_collective"),
+            last_completed=int_field(st["last_completed_collective"], "last_completed_collective"),
+            last_started=None if started is None else int_field(started, "last_started_collective"),
         )
     return out

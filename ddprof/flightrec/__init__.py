@@ -1,4 +1,4 @@
-"""Safe reader for PyTorch NCCL Flight Recorder (FR) dumps: the public loading API.
+"""Reading PyTorch NCCL Flight Recorder (FR) dumps: an input format, like Kineto traces.
 
 A dump is what ``ProcessGroupNCCL`` writes on a timeout (``TORCH_NCCL_DUMP_ON_TIMEOUT``): one file per rank,
 named ``<prefix><rank>`` (``_dump_12``), holding a pickled dict (or JSON, from ``_dump_nccl_trace_json``)::
@@ -16,7 +16,7 @@ Things about the format that are easy to get wrong (seen in real 2.9 dumps):
 
 - There is no rank field. The rank comes from the content when the content pins it, else from the file
   name's trailing number; a file whose content and name disagree is refused, and there is no default
-  (:mod:`~ddprof.analyses.fr_dump`).
+  (:func:`ddprof.ranks.dump_rank`).
 - ``pg_config`` is keyed by the group *name* (a counter shared by all ranks); ``pg_status`` is keyed by the
   local ``pg_id`` (a per-process counter). Entries carry both, which anchors the mapping; for groups without
   entries both counters grow in creation order, so the sorted names map onto the sorted ids.
@@ -25,44 +25,8 @@ Things about the format that are easy to get wrong (seen in real 2.9 dumps):
 - ``ranks`` in ``pg_config`` is a string (``"[12, 13]"``); send/recv names use group-local ranks
   (``nccl:send 3->0``).
 
-Loading never imports anything (:mod:`~ddprof.analyses.fr_unpickle`). The code lives in ``fr_records``
-(the records), ``fr_unpickle`` (file -> plain objects), ``fr_dump`` (plain objects -> one rank's dump) and
-``fr_load`` (a directory of dumps); this module re-exports their public names.
+One module per idea: :mod:`.unpickle` (a file -> plain objects; loading never imports anything),
+:mod:`.records` (the records: entries, group status, one rank's dump), :mod:`.dump` (the format versions:
+plain objects -> one rank's dump) and :mod:`.load` (a directory or list of dump files -> a
+:class:`~.load.DumpSet`, and the cheap check that a directory holds dumps).
 """
-
-from __future__ import annotations
-
-from ddprof.analyses.fr_dump import (
-    SUPPORTED_MAJOR,
-    map_status_to_names,
-    parse_dump,
-    rank_from_filename,
-    resolve_rank,
-)
-from ddprof.analyses.fr_load import (
-    SKIPPED_SUFFIXES,
-    DumpSet,
-    is_flight_recorder_dir,
-    load_dump,
-    load_dump_dir,
-)
-from ddprof.analyses.fr_records import FRDump, FREntry, PGStatus
-from ddprof.analyses.fr_unpickle import SafeUnpickler, read_dump_object
-
-__all__ = [
-    "FREntry",
-    "FRDump",
-    "PGStatus",
-    "DumpSet",
-    "SafeUnpickler",
-    "read_dump_object",
-    "parse_dump",
-    "load_dump",
-    "load_dump_dir",
-    "is_flight_recorder_dir",
-    "rank_from_filename",
-    "resolve_rank",
-    "map_status_to_names",
-    "SKIPPED_SUFFIXES",
-    "SUPPORTED_MAJOR",
-]
