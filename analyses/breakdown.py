@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import polars as pl
-from ddprof.analyses.lengths import rank_lengths, window_lengths
-from ddprof.analyses.prepared import Events, collect, prepare
+from ddprof.analyses.frames.lengths import rank_lengths, window_lengths
+from ddprof.analyses.frames.memo import Events, collect
 
-_US = 1000.0
+from ddprof.units import NS_PER_US
 
 
 def _breakdown(t: pl.DataFrame, by: Sequence[str]) -> pl.DataFrame:
@@ -28,7 +28,7 @@ def _breakdown(t: pl.DataFrame, by: Sequence[str]) -> pl.DataFrame:
            for k in ("idle", "compute", "non_compute")}
     return collect(
         out.with_columns(
-            *[(pl.col(f"{k}_ns") / _US).alias(f"{k}_us") for k in ("idle", "compute", "non_compute", "span")],
+            *[(pl.col(f"{k}_ns") / NS_PER_US).alias(f"{k}_us") for k in ("idle", "compute", "non_compute", "span")],
             **pct,
         )
         .select(*keys, "idle_us", "compute_us", "non_compute_us", "span_us",
@@ -44,7 +44,7 @@ def temporal_breakdown(events: Events) -> pl.DataFrame:
     Example: compute [0,4) us, comm [3,6) us, memcpy [8,10) us -> span 10, all 8, compute 4:
     idle 2 us (20 %), compute 4 us (40 %), non-compute 4 us (40 %).
     """
-    return _breakdown(prepare(events).get(rank_lengths), ["rank"])
+    return _breakdown(rank_lengths(events), ["rank"])
 
 
 def breakdown_by_step(events: Events) -> pl.DataFrame:
@@ -52,5 +52,5 @@ def breakdown_by_step(events: Events) -> pl.DataFrame:
 
     Example: window [0,10) us with compute [2,4) us only -> idle 8 us (80 %), compute 2 us (20 %).
     """
-    t = prepare(events).get(window_lengths).rename({"window_ns": "span_ns"})
+    t = window_lengths(events).rename({"window_ns": "span_ns"})
     return _breakdown(t, ["rank", "step"])

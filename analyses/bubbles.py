@@ -13,29 +13,26 @@ from __future__ import annotations
 
 import polars as pl
 from ddprof.analyses.collectives import comm_rows
-from ddprof.analyses.lengths import window_lengths
-from ddprof.analyses.prepared import Events, Prepared, collect, prepare
+from ddprof.analyses.frames.lengths import window_lengths
+from ddprof.analyses.frames.memo import Events, Prepared, collect, derived, prepare
 
-_US = 1000.0
+from ddprof.units import NS_PER_US
 
 
-def bubbles(events: Events) -> pl.DataFrame:
+@derived
+def bubbles(p: Prepared) -> pl.DataFrame:
     """Per (rank, step): window_us, compute_us, bubble_us = window − compute, bubble_pct.
 
     Example: window [0,100) ms, compute [10,40) and [50,80) ms -> compute 60 ms, bubble 40 ms (40 %).
     """
-    return prepare(events).get(_bubbles)
-
-
-def _bubbles(p: Prepared) -> pl.DataFrame:
     return collect(
-        p.get(window_lengths).lazy()
+        window_lengths(p).lazy()
         .with_columns((pl.col("window_ns") - pl.col("compute_ns")).alias("bubble_ns"))
         .select(
             "rank", "step",
-            (pl.col("window_ns") / _US).alias("window_us"),
-            (pl.col("compute_ns") / _US).alias("compute_us"),
-            (pl.col("bubble_ns") / _US).alias("bubble_us"),
+            (pl.col("window_ns") / NS_PER_US).alias("window_us"),
+            (pl.col("compute_ns") / NS_PER_US).alias("compute_us"),
+            (pl.col("bubble_ns") / NS_PER_US).alias("bubble_us"),
             pl.when(pl.col("window_ns") > 0).then(100.0 * pl.col("bubble_ns") / pl.col("window_ns")).alias("bubble_pct"),
         )
         .sort("rank", "step")

@@ -20,33 +20,20 @@ false). Not for send/recv: a buffered send may finish before its receive starts.
 from __future__ import annotations
 
 import polars as pl
-from ddprof.analyses.frames import kernel_rows
-from ddprof.analyses.prepared import Events, Prepared, collect, prepare
+from ddprof.analyses.frames.memo import Events, Prepared, collect, derived
+from ddprof.analyses.frames.sets import kernels
 
-_US = 1000.0
+from ddprof.collective_ops import P2P, busbw_factor
+from ddprof.units import NS_PER_US
+
 _CLOCK_SLACK_NS = 2_000
-P2P = ("send", "recv")
 
 
-def _busbw_factor(op: pl.Expr, n: pl.Expr) -> pl.Expr:
-    """nccl-tests: all-reduce 2(n−1)/n; all-gather, reduce-scatter, all-to-all, gather, scatter (n−1)/n;
-    broadcast, reduce, send/recv 1."""
-    n = n.cast(pl.Float64)
-    return (
-        pl.when(op == "all_reduce").then(2.0 * (n - 1) / n)
-        .when(op.is_in(["all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"])).then((n - 1) / n)
-        .when(op.is_in(["broadcast", "reduce", "sendrecv"])).then(pl.lit(1.0))
-    )
-
-
-def comm_rows(events: Events) -> pl.DataFrame:
+@derived
+def comm_rows(p: Prepared) -> pl.DataFrame:
     """The rows that stand for collectives on each rank, with their group key, p2p pair and index."""
-    return prepare(events).get(_comm_rows)
-
-
-def _comm_rows(p: Prepared) -> pl.DataFrame:
     events = p.events
-    gpu = p.get(kernel_rows).lazy().select("rank").unique().with_columns(pl.lit(True).alias("on_gpu"))
+    gpu = kernels(p).lazy().select("rank").unique().with_columns(pl.lit(True).alias("on_gpu"))
     rows = (
         events.filter(pl.col("kind") == "comm")
         .join(gpu, on="rank", how="left")
@@ -75,16 +62,13 @@ def _comm_rows(p: Prepared) -> pl.DataFrame:
     ))
 
 
-def arrivals(events: Events) -> pl.DataFrame:
+@derived
+def arrivals(p: Prepared) -> pl.DataFrame:
     """One row per (instance, rank): arrival_ns, end_ns, dur_ns, wait_ns = latest arrival − arrival.
 
     Example: all-reduce #0 entered by rank 0 at 10 ms and rank 1 at 14 ms, both ending at 15 ms ->
     rank 0 waited 4 ms, rank 1 0 ms.
     """
-    return prepare(events).get(_arrivals)
-
-
-def _arrivals(p: Prepared) -> pl.DataFrame:
     inst = ["group", "src", "dst", "index"]
     rows = comm_rows(p).lazy().select(*inst, "rank", "op", "match_op", "ts_ns", "dur_ns", "bytes", "group_size")
     return collect(
@@ -127,7 +111,7 @@ def collectives(events: Events, world_size: int | None = None) -> pl.DataFrame:
     )
     return collect(
         arr.sort("rank")
-        .with_columns(((pl.col("arrival_ns") - pl.col("arrival_ns").min().over(inst)) / _US).alias("arrival_us"))
+        .with_columns(((pl.col("arrival_ns") - pl.col("arrival_ns").min().over(inst)) / NS_PER_US).alias("arrival_us"))
         .group_by(inst, maintain_order=True)
         .agg(
             pl.col("match_op").first().alias("op"),
@@ -136,9 +120,9 @@ def collectives(events: Events, world_size: int | None = None) -> pl.DataFrame:
             pl.col("group_size").max(),
             pl.col("rank").alias("ranks_seen"),
             pl.col("arrival_us"),
-            (pl.col("arrival_ns").min() / _US).alias("start_us"),
-            ((pl.col("arrival_ns").max() - pl.col("arrival_ns").min()) / _US).alias("arrival_skew_us"),
-            (pl.col("dur_ns").min() / _US).alias("duration_us"),
+            (pl.col("arrival_ns").min() / NS_PER_US).alias("start_us"),
+            ((pl.col("arrival_ns").max() - pl.col("arrival_ns").min()) / NS_PER_US).alias("arrival_skew_us"),
+            (pl.col("dur_ns").min() / NS_PER_US).alias("duration_us"),
             pl.col("rank").filter(pl.col("wait_ns") == 0).alias("__last"),
             pl.col("clock_aligned").all(),
         )
@@ -153,9 +137,9 @@ def collectives(events: Events, world_size: int | None = None) -> pl.DataFrame:
             .otherwise(pl.col("members")).list.set_difference("ranks_seen").list.sort().alias("missing_ranks"),
         )
         .with_columns(
-            pl.when(pl.col("duration_us") > 0).then(pl.col("bytes") / (pl.col("duration_us") * _US)).alias("algbw_gbps")
+            pl.when(pl.col("duration_us") > 0).then(pl.col("bytes") / (pl.col("duration_us") * NS_PER_US)).alias("algbw_gbps")
         )
-        .with_columns((pl.col("algbw_gbps") * _busbw_factor(pl.col("op"), pl.col("n"))).alias("busbw_gbps"))
+        .with_columns((pl.col("algbw_gbps") * busbw_factor(pl.col("op"), pl.col("n"))).alias("busbw_gbps"))
         .rename({"group": "pg"})
         .drop("__last", "members", "__mode", "__seen")
         .sort("pg", "src", "dst", "index", nulls_last=True)
@@ -170,8 +154,8 @@ def bandwidth(coll: pl.DataFrame) -> pl.DataFrame:
     return collect(
         ok.group_by("op", "bytes", "n")
         .agg(pl.len().alias("count"), pl.col("duration_us").mean())
-        .with_columns((pl.col("bytes") / (pl.col("duration_us") * _US)).alias("algbw_gbps"))
-        .with_columns((pl.col("algbw_gbps") * _busbw_factor(pl.col("op"), pl.col("n"))).alias("busbw_gbps"))
+        .with_columns((pl.col("bytes") / (pl.col("duration_us") * NS_PER_US)).alias("algbw_gbps"))
+        .with_columns((pl.col("algbw_gbps") * busbw_factor(pl.col("op"), pl.col("n"))).alias("busbw_gbps"))
         .sort("op", "bytes", "n")
     )
 

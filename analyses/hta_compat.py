@@ -15,16 +15,16 @@ Applying it before an analysis gives the numbers HTA computes on the same input.
 from __future__ import annotations
 
 import polars as pl
-from ddprof.analyses.sets import profiler_steps
+from ddprof.analyses.frames.sets import steps as profiler_steps
 
 
 def hta_window(events: pl.LazyFrame, include_last_step: bool = False) -> pl.LazyFrame:
     """The events HTA keeps. Example: steps 4, 5, 6 starting at 0, 10, 20 ms -> CPU rows starting
     before 20 ms, and the kernels those rows launched."""
     steps = profiler_steps(events)
-    if steps.select(pl.col("step").n_unique()).collect().item() < 2:
+    if steps["step"].n_unique() < 2:
         return events
-    last = steps.group_by("rank").agg(pl.col("start").max().alias("__last_start"),
+    last = steps.lazy().group_by("rank").agg(pl.col("start").max().alias("__last_start"),
                                       pl.col("end").max().alias("__last_end"))
     cut = pl.col("__last_end") if include_last_step else pl.col("__last_start")
     keep = (pl.col("ts_ns") <= cut) if include_last_step else (pl.col("ts_ns") < cut)

@@ -19,34 +19,31 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
-from ddprof.analyses.frames import kernel_rows
-from ddprof.analyses.prepared import Events, Prepared, collect, prepare
+from ddprof.analyses.frames.memo import Events, Prepared, collect, derived, prepare
+from ddprof.analyses.frames.sets import kernels
 
 from ddprof.keyjoin import find, first_by_key, pair_keys, sorted_rows
+from ddprof.units import NS_PER_US
 
 CATEGORIES = ("host_wait", "kernel_wait", "other")
-_US = 1000.0
 
 
-def idle_gaps(events: Events, kernel_wait_us: float = 30.0) -> pl.DataFrame:
+@derived
+def idle_gaps(p: Prepared, kernel_wait_us: float = 30.0) -> pl.DataFrame:
     """One row per gap between consecutive kernels of a stream: rank, stream, step, gap_ns, category.
 
     Example, one stream, threshold 30 µs: kernel A [0,10) µs; B launched at 5 µs, starts at 12 µs
     -> gap 2 µs, kernel_wait; C launched at 40 µs (after B ended at 20 µs), starts at 41 µs
     -> gap 21 µs, host_wait.
     """
-    return prepare(events).get(_gaps, kernel_wait_us)
-
-
-def _gaps(p: Prepared, kernel_wait_us: float) -> pl.DataFrame:
-    kernels = p.get(kernel_rows).select("rank", "stream", "step", "ts_ns",
-                                        (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"), "correlation")
-    kernels = kernels.with_columns(launch_ns=_launch_ns(p, kernels))
-    kernels = sorted_rows(kernels, "rank", "stream", "ts_ns")  # stream by stream in start order
+    rows = kernels(p).select("rank", "stream", "step", "ts_ns",
+                             (pl.col("ts_ns") + pl.col("dur_ns")).alias("end_ns"), "correlation")
+    rows = rows.with_columns(launch_ns=_launch_ns(p, rows))
+    rows = sorted_rows(rows, "rank", "stream", "ts_ns")  # stream by stream in start order
     same_stream = (pl.col("rank") == pl.col("rank").shift(1)) & (pl.col("stream") == pl.col("stream").shift(1))
-    threshold = int(round(kernel_wait_us * _US))
+    threshold = int(round(kernel_wait_us * NS_PER_US))
     return collect(
-        kernels.lazy()
+        rows.lazy()
         .with_columns(pl.when(same_stream).then(pl.col("end_ns").shift(1)).alias("prev_end"))
         .filter(pl.col("prev_end").is_not_null())
         .with_columns((pl.col("ts_ns") - pl.col("prev_end")).alias("raw_gap"))
@@ -61,22 +58,23 @@ def _gaps(p: Prepared, kernel_wait_us: float) -> pl.DataFrame:
     )
 
 
-def _launch_ns(p: Prepared, kernels: pl.DataFrame) -> pl.Series:
+def _launch_ns(p: Prepared, rows: pl.DataFrame) -> pl.Series:
     """Per kernel row: the start of the earliest runtime call with its rank and correlation (null if none)."""
     calls = collect(p.events.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
                     .select("rank", "correlation", "ts_ns"))
     if calls.height == 0:
-        return pl.Series("launch_ns", [None] * kernels.height, dtype=pl.Int64)
-    linked = kernels["correlation"].is_not_null().to_numpy()
+        return pl.Series("launch_ns", [None] * rows.height, dtype=pl.Int64)
+    linked = rows["correlation"].is_not_null().to_numpy()
     launch_key, kernel_key = pair_keys((calls["rank"].to_numpy(), calls["correlation"].to_numpy()),
-                                       (kernels["rank"].to_numpy(), kernels["correlation"].fill_null(0).to_numpy()))
+                                       (rows["rank"].to_numpy(), rows["correlation"].fill_null(0).to_numpy()))
     starts = calls["ts_ns"].to_numpy()
     keys, first = first_by_key(launch_key, starts)
     found, at = find(keys, kernel_key)
     return pl.Series("launch_ns", np.ma.masked_array(starts[first[at]], mask=~(found & linked)), dtype=pl.Int64)
 
 
-def _gap_sums(p: Prepared, kernel_wait_us: float) -> pl.DataFrame:
+@derived
+def gap_sums(p: Prepared, kernel_wait_us: float = 30.0) -> pl.DataFrame:
     """Sum of the gaps per (rank, step, stream, category): what both tables below add up."""
     return collect(idle_gaps(p, kernel_wait_us).lazy().group_by("rank", "step", "stream", "category")
                    .agg(pl.col("gap_ns").sum()))
@@ -91,7 +89,7 @@ def _categorise(sums: pl.LazyFrame, by: list[str], keys: pl.LazyFrame | None = N
         .with_columns(pl.col("gap_ns").fill_null(0))
         .with_columns(pl.col("gap_ns").sum().over(by).alias("__total"))
         .with_columns(
-            (pl.col("gap_ns") / _US).alias("idle_us"),
+            (pl.col("gap_ns") / NS_PER_US).alias("idle_us"),
             pl.when(pl.col("__total") > 0).then(pl.col("gap_ns") / pl.col("__total")).alias("ratio"),
         )
         .select(*by, "category", "idle_us", "ratio")
@@ -106,11 +104,11 @@ def idle_breakdown(events: Events, kernel_wait_us: float = 30.0) -> pl.DataFrame
     Every stream with a kernel has its three rows (a stream with one kernel: zeros, ratio null).
     """
     p = prepare(events)
-    streams = p.get(kernel_rows).lazy().select("rank", "stream")
-    return _categorise(p.get(_gap_sums, kernel_wait_us).lazy(), ["rank", "stream"], streams)
+    streams = kernels(p).lazy().select("rank", "stream")
+    return _categorise(gap_sums(p, kernel_wait_us).lazy(), ["rank", "stream"], streams)
 
 
 def idle_by_step(events: Events, kernel_wait_us: float = 30.0) -> pl.DataFrame:
     """The same per (rank, step, stream); a gap belongs to the step of the kernel that ends it."""
-    sums = prepare(events).get(_gap_sums, kernel_wait_us).lazy().filter(pl.col("step").is_not_null())
+    sums = gap_sums(events, kernel_wait_us).lazy().filter(pl.col("step").is_not_null())
     return _categorise(sums, ["rank", "step", "stream"])

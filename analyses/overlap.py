@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import polars as pl
-from ddprof.analyses.lengths import rank_lengths, step_lengths
-from ddprof.analyses.prepared import Events, collect, prepare
+from ddprof.analyses.frames.lengths import rank_lengths, step_lengths
+from ddprof.analyses.frames.memo import Events, collect
 
-_US = 1000.0
+from ddprof.units import NS_PER_US
 
 
 def _overlap(t: pl.DataFrame, by: Sequence[str], *extra: pl.Expr) -> pl.DataFrame:
@@ -24,9 +24,9 @@ def _overlap(t: pl.DataFrame, by: Sequence[str], *extra: pl.Expr) -> pl.DataFram
             pl.when(pl.col("comm_ns") > 0)
             .then(100.0 * pl.col("overlapped_ns") / pl.col("comm_ns"))
             .alias("overlap_pct"),
-            (pl.col("comm_ns") / _US).alias("comm_us"),
-            (pl.col("overlapped_ns") / _US).alias("overlapped_us"),
-            ((pl.col("comm_ns") - pl.col("overlapped_ns")) / _US).alias("exposed_comm_us"),
+            (pl.col("comm_ns") / NS_PER_US).alias("comm_us"),
+            (pl.col("overlapped_ns") / NS_PER_US).alias("overlapped_us"),
+            ((pl.col("comm_ns") - pl.col("overlapped_ns")) / NS_PER_US).alias("exposed_comm_us"),
         )
         .select(*by, "overlap_pct", "comm_us", "overlapped_us", "exposed_comm_us", *extra)
         .sort(list(by))
@@ -44,7 +44,7 @@ def overlap(events: Events) -> pl.DataFrame:
     overlap_pct = 100 · 4 / 10 = 40, exposed_comm_us = 6.
     """
     device = pl.when(pl.col("on_gpu")).then(pl.lit("gpu")).otherwise(pl.lit("cpu")).alias("device")
-    return _overlap(prepare(events).get(rank_lengths), ["rank"], device)
+    return _overlap(rank_lengths(events), ["rank"], device)
 
 
 def overlap_by_step(events: Events) -> pl.DataFrame:
@@ -52,4 +52,4 @@ def overlap_by_step(events: Events) -> pl.DataFrame:
 
     Example: step 3 with comm [0,10) us and compute [5,12) us -> overlap_pct 50, exposed_comm_us 5.
     """
-    return _overlap(prepare(events).get(step_lengths), ["rank", "step"])
+    return _overlap(step_lengths(events), ["rank", "step"])

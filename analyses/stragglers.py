@@ -37,15 +37,17 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 from ddprof.analyses.collectives import arrivals
-from ddprof.analyses.coverage import union_lengths
-from ddprof.analyses.frames import rank_spans, steps_frame
-from ddprof.analyses.prepared import Events, Prepared, collect, prepare
+from ddprof.analyses.frames.intervals import union_lengths
+from ddprof.analyses.frames.memo import Events, Prepared, collect, derived
+from ddprof.analyses.frames.sets import rank_spans, steps
 
-_US = 1000.0
+from ddprof.units import NS_PER_US
+
 _INST = ["group", "src", "dst", "index"]
 
 
-def _multi(p: Prepared) -> pl.DataFrame:
+@derived
+def multi_rank_arrivals(p: Prepared) -> pl.DataFrame:
     """The arrivals at collective instances seen on two or more ranks, point-to-point left out."""
     return collect(arrivals(p).lazy().filter((pl.len().over(_INST) > 1) & (pl.col("match_op") != "sendrecv")))
 
@@ -53,7 +55,7 @@ def _multi(p: Prepared) -> pl.DataFrame:
 def _waits_caused(p: Prepared) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(rank, times_last) per last arriver, and (rank, wait_caused_us, waiting_ranks) from the union of
     each waiting rank's wait intervals (module doc)."""
-    multi = p.get(_multi).lazy()
+    multi = multi_rank_arrivals(p).lazy()
     last = collect(
         multi.group_by(_INST)
         .agg(pl.col("rank").filter(pl.col("wait_ns") == 0).alias("__lasts"),
@@ -71,25 +73,28 @@ def _waits_caused(p: Prepared) -> tuple[pl.DataFrame, pl.DataFrame]:
     per_waiter = union_lengths(intervals, ["last", "rank"], {"wait_ns": pl.lit(True)})
     caused = collect(
         per_waiter.lazy().group_by(pl.col("last").alias("rank"))
-        .agg((pl.col("wait_ns").sum() / _US).alias("wait_caused_us"),
+        .agg((pl.col("wait_ns").sum() / NS_PER_US).alias("wait_caused_us"),
              (pl.col("wait_ns") > 0).sum().cast(pl.Int64).alias("waiting_ranks"))
     )
     return times, caused
 
 
-def _per_rank(p: Prepared) -> pl.DataFrame:
+@derived
+def per_rank(p: Prepared) -> pl.DataFrame:
+    """Per rank: times_last, wait_caused_us, waiting_ranks, instances, step_us, and the run's time basis
+    (``__steps_total_us``, ``__span_ns``) the straggler rule reads."""
     times, caused = _waits_caused(p)
-    seen = p.get(_multi).lazy().group_by("rank").agg(pl.len().alias("instances"))
-    steps = (
-        p.get(steps_frame).lazy()
+    seen = multi_rank_arrivals(p).lazy().group_by("rank").agg(pl.len().alias("instances"))
+    step_times = (
+        steps(p).lazy()
         .group_by("rank")
-        .agg(((pl.col("end") - pl.col("start")).mean() / _US).alias("step_us"),
-             ((pl.col("end") - pl.col("start")).sum() / _US).alias("__steps_total_us"))
+        .agg(((pl.col("end") - pl.col("start")).mean() / NS_PER_US).alias("step_us"),
+             ((pl.col("end") - pl.col("start")).sum() / NS_PER_US).alias("__steps_total_us"))
     )
-    spans = p.get(rank_spans).lazy().select("rank", (pl.col("last_ns") - pl.col("first_ns")).alias("__span_ns"))
+    spans = rank_spans(p).lazy().select("rank", (pl.col("last_ns") - pl.col("first_ns")).alias("__span_ns"))
     return collect(
         spans.join(times.lazy(), on="rank", how="left").join(caused.lazy(), on="rank", how="left")
-        .join(seen, on="rank", how="left").join(steps, on="rank", how="left")
+        .join(seen, on="rank", how="left").join(step_times, on="rank", how="left")
         .select("rank", "times_last", "wait_caused_us", "waiting_ranks", "instances", "step_us",
                 "__steps_total_us", "__span_ns")
         .with_columns(pl.col("times_last", "waiting_ranks", "instances").fill_null(0),
@@ -116,12 +121,12 @@ def straggler_table(events: Events, k: float = 3.0, margin: float = 2.0, min_wai
     rank pass max(50, 0.02 · 10,000) = 200 µs, and 2,700 ≥ 0.5 · 2,700. With 2 ranks that caused 5 and
     6 ms, neither is named (6 < 2 · 5).
     """
-    t = prepare(events).get(_per_rank)
+    t = per_rank(events)
     if t.height == 0:
         return t.with_columns(pl.lit(False).alias("is_straggler")).drop("__steps_total_us", "__span_ns")
     steps_total = t["__steps_total_us"].drop_nulls()
     basis = (_number(steps_total.median(), "the median rank's step total") if steps_total.len()
-             else _number(t["__span_ns"].median() or 0, "the median rank's trace span") / _US)
+             else _number(t["__span_ns"].median() or 0, "the median rank's trace span") / NS_PER_US)
     x = t["wait_caused_us"].to_numpy().astype(np.float64)
     waiting = t["waiting_ranks"].to_numpy()
     per_waiter = np.divide(x, waiting, out=np.zeros_like(x), where=waiting > 0)

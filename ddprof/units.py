@@ -1,4 +1,5 @@
-"""Durations and sizes for people: the one formatter of each, used by the verdicts and the text report.
+"""Units: ns per µs (the store's unit and the report's), and the one formatter of durations and of sizes
+for people, used by the verdicts and the text report.
 
 Three significant digits in the largest unit the value reaches; ``None`` (a value that does not apply)
 reads ``-``. The value is rounded before the unit is chosen, so 999.96 µs reads ``1 ms``, never
@@ -6,6 +7,9 @@ reads ``-``. The value is rounded before the unit is chosen, so 999.96 µs reads
 """
 
 from __future__ import annotations
+
+#: Nanoseconds per microsecond: the store keeps integer ns, the report speaks µs.
+NS_PER_US = 1_000
 
 _TIME = (("s", 1e6), ("ms", 1e3), ("µs", 1.0))
 _SIZE = (("GiB", float(1 << 30)), ("MiB", float(1 << 20)), ("KiB", float(1 << 10)))

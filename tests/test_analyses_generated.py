@@ -299,13 +299,13 @@ def test_cpu_compute_excludes_time_inside_blocking_gloo_ops():
 
 def test_step_number_that_does_not_fit_is_no_step():
     """``ProfilerStep#99999999999`` overflows Int32: the shared parser reads it as no step, no crash."""
-    from ddprof.analyses.sets import profiler_steps
+    from ddprof.analyses.frames.sets import steps
 
     df = DataParallel(ranks=2, steps=2).events()
     huge = df.filter(pl.col("name") == "ProfilerStep#1").with_columns(
         pl.lit("ProfilerStep#99999999999").alias("name"), pl.lit(None, dtype=pl.Int32).alias("step"))
     lf = pl.concat([df, huge]).lazy()
-    got = profiler_steps(lf).collect().sort("rank", "step")
+    got = steps(lf).sort("rank", "step")
     assert got.select("rank", "step").rows() == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert bubbles(lf).height == 2 * 2
 

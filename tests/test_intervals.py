@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import polars as pl
-from ddprof.analyses import intervals as iv
-from ddprof.analyses.coverage import union_lengths
+from ddprof.analyses.frames import intervals as iv
+from ddprof.analyses.frames.intervals import union_lengths
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

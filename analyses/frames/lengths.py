@@ -1,11 +1,11 @@
-"""Union lengths of the work sets (:mod:`sets`) that overlap, breakdown and bubbles share.
+"""Union lengths of the work sets (:mod:`.sets`) that overlap, breakdown and bubbles share.
 
-Three tables, each from one pass of :func:`coverage.union_lengths` over the work intervals:
+Three tables, each from one pass of :func:`.intervals.union_lengths` over the work intervals:
 
 * per rank: ``busy_ns = |U(all work)|``, ``compute_ns``, ``comm_ns``, ``comm_compute_ns =
   |U(comm ∪ compute)|``, ``span_ns`` = last work end − first work start, and ``on_gpu``;
 * per (rank, step), on the work rows of the step: ``compute_ns``, ``comm_ns``, ``comm_compute_ns``;
-* per step window (:func:`sets.step_windows`), on the work of the step cut to its window:
+* per step window (:func:`.sets.step_windows`), on the work of the step cut to its window:
   ``window_ns = w_end − w_start``, ``busy_ns``, ``compute_ns``.
 
 |U(comm) ∩ U(compute)| = comm_ns + compute_ns − comm_compute_ns. Each table has a row for every group
@@ -15,37 +15,39 @@ that has work rows (every window, for the third), with 0 for an empty set.
 from __future__ import annotations
 
 import polars as pl
-from ddprof.analyses import intervals as iv
-from ddprof.analyses.coverage import union_lengths
-from ddprof.analyses.frames import windows_frame, work_frame
-from ddprof.analyses.prepared import Prepared, collect
+from ddprof.analyses.frames import intervals as iv
+from ddprof.analyses.frames.memo import Prepared, collect, derived
+from ddprof.analyses.frames.sets import step_windows, work
 
 _ROLE = pl.col("role")
 _COMPUTE = {"compute_ns": _ROLE == "compute"}
 _OVERLAP = {**_COMPUTE, "comm_ns": _ROLE == "comm", "comm_compute_ns": _ROLE.is_in(["comm", "compute"])}
 
 
+@derived
 def rank_lengths(p: Prepared) -> pl.DataFrame:
     """rank, busy_ns, compute_ns, comm_ns, comm_compute_ns, span_ns, on_gpu; sorted by rank."""
-    w = p.get(work_frame)
+    w = work(p)
     spans = w.lazy().group_by("rank").agg((pl.col("end").max() - pl.col("start").min()).alias("span_ns"),
                                           pl.col("on_gpu").first())
-    lengths = union_lengths(w, ["rank"], {"busy_ns": pl.lit(True), **_OVERLAP})
+    lengths = iv.union_lengths(w, ["rank"], {"busy_ns": pl.lit(True), **_OVERLAP})
     return collect(lengths.lazy().join(spans, on="rank").sort("rank"))
 
 
+@derived
 def step_lengths(p: Prepared) -> pl.DataFrame:
     """rank, step, compute_ns, comm_ns, comm_compute_ns over the work rows with a step; sorted."""
-    w = p.get(work_frame).filter(pl.col("step").is_not_null())
-    return union_lengths(w, ["rank", "step"], _OVERLAP)
+    w = work(p).filter(pl.col("step").is_not_null())
+    return iv.union_lengths(w, ["rank", "step"], _OVERLAP)
 
 
+@derived
 def window_lengths(p: Prepared) -> pl.DataFrame:
     """rank, step, w_start, w_end, window_ns, busy_ns, compute_ns; one row per step window, sorted."""
-    windows = p.get(windows_frame)
+    windows = step_windows(p)
     keys = ["rank", "step"]
-    inside = iv.clip(p.get(work_frame).lazy().filter(pl.col("step").is_not_null()), windows.lazy(), keys)
-    busy = union_lengths(collect(inside), keys, {"busy_ns": pl.lit(True), **_COMPUTE})
+    inside = iv.clip(work(p).lazy().filter(pl.col("step").is_not_null()), windows.lazy(), keys)
+    busy = iv.union_lengths(collect(inside), keys, {"busy_ns": pl.lit(True), **_COMPUTE})
     return collect(
         windows.lazy().join(busy.lazy(), on=keys, how="left")
         .with_columns(pl.col("busy_ns", "compute_ns").fill_null(0),

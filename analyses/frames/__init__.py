@@ -1,0 +1,7 @@
+"""The frames the timeline metrics share, each derived once from the event table.
+
+:mod:`.memo` (the memo and the :func:`~.memo.derived` declaration), :mod:`.sets` (which rows are
+compute, communication and device work; profiler steps and step windows), :mod:`.intervals` (interval
+math: merge, difference, clip, union lengths) and :mod:`.lengths` (the union lengths overlap, breakdown
+and bubbles read).
+"""
