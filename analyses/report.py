@@ -1,31 +1,40 @@
-"""Assemble the JSON report (DESIGN.md §4) from a run: every analysis, one dict of plain JSON values.
+"""The one report builder (DESIGN.md §4): a run and its Flight Recorder dumps in, the complete report out.
 
-Contract sections are filled with their contract keys (plus extra keys); extra sections:
-``overlap_by_step`` is contract, ``breakdown_by_step``, ``idle_by_step``, ``pipeline`` and ``verdicts``
-are additions. ``hang`` stays empty here: it comes from Flight Recorder dumps (:mod:`analyses.hang`),
-whose report :func:`hang_report` builds.
+:func:`build_report` returns one dict of plain JSON values: the ``run`` summary (with ``per_rank`` and
+``failed``), every section, the ``hang`` section from the dumps, the verdicts in their final order and
+the ``status`` the exit code follows. ``ddprof analyze --format json`` prints exactly this dict, and every
+other output (text, HTML, dashboard, check) renders or reads it. :func:`analyze` opens what a user names
+(:func:`ddprof.sources.open_source`) and builds its report: ``ddprof.analyze(path)``.
+
+Contract sections are filled with their contract keys (plus extra keys); ``breakdown_by_step``,
+``idle_by_step``, ``pipeline``, ``verdicts`` and ``status`` are additions.
 """
 
 from __future__ import annotations
 
 import copy
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 from ddprof.analyses.breakdown import breakdown_by_step, temporal_breakdown
 from ddprof.analyses.bubbles import bubbles, pipeline_stages
 from ddprof.analyses.collectives import bandwidth, collective_warnings, collectives
-from ddprof.analyses.frames import rank_spans
+from ddprof.analyses.frames.memo import Events, Prepared, prepare
+from ddprof.analyses.frames.sets import rank_spans
+from ddprof.analyses.hang.diagnose import backend_of, diagnose
 from ddprof.analyses.idle import idle_breakdown, idle_by_step
 from ddprof.analyses.overlap import overlap, overlap_by_step
-from ddprof.analyses.prepared import Events, Prepared, prepare
 from ddprof.analyses.stragglers import stragglers
 from ddprof.analyses.verdicts import verdicts
 
+from ddprof.errors import UsageError
+from ddprof.flightrec.load import DumpSet
 from ddprof.memory import collector_paused
 from ddprof.rundir import Run
 from ddprof.schema import STEP_PREFIX
+from ddprof.sources import open_source
 
 EMPTY_SECTIONS: dict[str, Any] = {
     "overlap": [],
@@ -65,21 +74,6 @@ def read_events(run: Run) -> Prepared:
                                         "last_ns": [i["last_ns"] for i in info]},
                                        schema={"rank": pl.Int32(), "first_ns": pl.Int64(), "last_ns": pl.Int64()}))
     return p
-
-
-def run_section(run: Run) -> dict[str, Any]:
-    """The ``run`` section. ``warnings`` are the manifest's: they already hold one line per input that
-    failed to ingest (its error, which names the file); the failures themselves are in ``run.failed``."""
-    m = run.manifest
-    warnings = list(m.get("warnings", []))
-    return {
-        "world_size": run.world_size,
-        "ranks": run.ranks,
-        "backend": m.get("backend"),
-        "device": run.device,
-        "steps": run.steps,
-        "warnings": warnings,
-    }
 
 
 def _rows(df: pl.DataFrame) -> list[dict[str, Any]]:
@@ -141,41 +135,55 @@ def analyse(events: Events, world_size: int | None = None) -> dict[str, Any]:
     return {k: parts[k] for k in SECTION_ORDER}
 
 
-def _empty_sections() -> dict[str, Any]:
-    return copy.deepcopy(EMPTY_SECTIONS)
-
-
-def hang_report(hang: dict[str, Any]) -> dict[str, Any]:
-    """The whole report for a directory of Flight Recorder dumps, from ``diagnose_hang(path)``.
-
-    Every contract section is present (empty but ``hang``); ``run`` comes from the hang result: its
-    world size and ranks, backend ``nccl``, device ``gpu``, no steps, and as warnings the hang's own
-    followed by one line per unreadable dump (``path, rank N: reason``). ``verdicts`` holds the hang
-    verdict when a hang was found, else nothing.
-    """
-    failed = []
-    for f in hang.get("failed", []):
-        where = ", ".join(w for w in (f.get("path"), None if f.get("rank") is None else f"rank {f['rank']}") if w)
-        failed.append(f"{where}: {f.get('reason')}" if where else str(f.get("reason")))
-    report: dict[str, Any] = {"run": {
-        "world_size": hang.get("world_size"),
-        "ranks": list(hang.get("ranks", [])),
-        "backend": "nccl",
-        "device": "gpu",
+def _dumps_summary(dumps: DumpSet, hang: dict[str, Any]) -> dict[str, Any]:
+    """The ``run`` section of a report on Flight Recorder dumps alone: the job's world size and ranks as
+    the dumps tell them, its backend and device from the dumps' op names, no steps and no traced ranks;
+    each unreadable dump in ``failed`` and, as ``path, rank N: reason``, among the warnings."""
+    backend, device = backend_of(dumps)
+    failed = [{"path": f.path, "rank": f.rank, "error": str(f)} for f in dumps.failures]
+    return {
+        "world_size": hang["world_size"],
+        "ranks": list(hang["ranks"]),
+        "backend": backend,
+        "device": device,
         "steps": [],
-        "warnings": [*hang.get("warnings", []), *failed],
-    }}
-    report.update(_empty_sections())
-    report["hang"] = hang
-    report["verdicts"] = [hang["verdict"]] if hang.get("collectives") and hang.get("verdict") else []
-    return report
+        "warnings": [*hang["warnings"], *(f["error"] for f in failed)],
+        "per_rank": [],
+        "failed": failed,
+    }
 
 
-def build_report(run: Run) -> dict[str, Any]:
-    report: dict[str, Any] = {"run": run_section(run)}
-    report.update(_empty_sections())
-    sections = analyse(read_events(run), run.world_size)
-    report["run"]["warnings"].extend(sections.pop("collective_warnings"))
-    report.update(sections)
+def status(report: dict[str, Any]) -> str:
+    """``problem`` when an analysis found one (a hang), else ``partial`` when inputs failed (the rest was
+    analysed), else ``ok``. The CLI's exit code follows it: 1, 3, 0."""
+    if report["hang"].get("collectives"):
+        return "problem"
+    return "partial" if report["run"]["failed"] else "ok"
+
+
+def build_report(run: Run | None, *, dumps: DumpSet | None = None) -> dict[str, Any]:
+    """The complete report of a run (None: of Flight Recorder dumps alone) and its dumps (module doc)."""
+    hang = diagnose(dumps) if dumps is not None else None
+    if run is not None:
+        report: dict[str, Any] = {"run": run.summary(), **copy.deepcopy(EMPTY_SECTIONS)}
+        sections = analyse(read_events(run), run.world_size)
+        report["run"]["warnings"].extend(sections.pop("collective_warnings"))
+        report.update(sections)
+    elif dumps is not None and hang is not None:
+        report = {"run": _dumps_summary(dumps, hang), **copy.deepcopy(EMPTY_SECTIONS)}
+    else:
+        raise UsageError("nothing to report on: give a run, Flight Recorder dumps, or both")
+    if hang is not None:
+        report["hang"] = hang
     report["verdicts"] = verdicts(report)
+    report["status"] = status(report)
     return report
+
+
+def analyze(*sources: str | Path, cache: str | Path | None = None, rank_map: dict[str, int] | None = None,
+            progress: Any = None) -> dict[str, Any]:
+    """The report of what the user names: raw traces (ingested into ``cache``, by default beside them),
+    a run dir, or a directory of Flight Recorder dumps; exactly what ``ddprof analyze SOURCES --format json``
+    prints. ``rank_map`` gives the rank of traces that do not say (``{"trace.json": 3}``)."""
+    with open_source(sources, cache=cache, rank_map=rank_map, progress=progress) as src:
+        return build_report(src.run, dumps=src.dumps)

@@ -102,9 +102,9 @@ def _bubbles(report: dict[str, Any]) -> list[str]:
         if measured and m is not None:
             out.append(f"pipeline of {rows[0]['stages']} stages x {m:g} micro-batches: bubble "
                        f"{mean(measured):.1f} % measured, {rows[0]['theoretical_pct']:.1f} % in theory")
-    if not out and report["bubbles"]:
-        bub = mean(b["bubble_pct"] or 0.0 for b in report["bubbles"])
-        out.append(f"compute fills {100 - bub:.0f} % of the average step (bubble {bub:.0f} %)")
+    if not out and report["bubbles"]:  # no pipeline: say what is measured, not "bubble"
+        idle = mean(b["bubble_pct"] or 0.0 for b in report["bubbles"])
+        out.append(f"no compute in {idle:.0f} % of the average step (compute fills {100 - idle:.0f} %)")
     return out
 
 
@@ -119,7 +119,9 @@ def _bandwidth(report: dict[str, Any]) -> list[str]:
 
 
 def verdicts(report: dict[str, Any]) -> list[str]:
-    """Example: ["rank 7 is the straggler: each of the 7 other ranks spent 5.08 ms per step on average
+    """The verdicts in their final order: a hang first, then stragglers, communication, idle time, steps
+    (pipeline bubbles where there is a pipeline), bandwidth, the warnings count, and "no hang found" last
+    where Flight Recorder dumps showed none. Example: ["rank 7 is the straggler: each of the 7 other ranks spent 5.08 ms per step on average
     waiting for it at collectives (wall-clock; last at 5 of 8 collectives)", "exposed communication is 35 % of step time (worst: rank 1, 56 %); 5 % of
     communication overlaps compute", ...]."""
     nsteps = len(report["run"].get("steps") or [])
@@ -128,4 +130,9 @@ def verdicts(report: dict[str, Any]) -> list[str]:
     nwarn = len(report["run"].get("warnings") or [])
     if nwarn:
         out.append(f"{nwarn} warning(s) about the input: see the warnings below")
+    hang = report["hang"].get("verdict")
+    if hang and report["hang"].get("collectives"):
+        out.insert(0, hang)  # a hang comes first
+    elif hang:
+        out.append(hang)  # "no hang found" (a healthy capture's dumps) is worth a line, last
     return out

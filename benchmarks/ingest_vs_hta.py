@@ -81,7 +81,7 @@ import ddprof.ingestion.pipeline, ddprof.ingestion.build
 """, 'assert cli(["ingest", "-q", SRC_, "-o", OUT_, "-j", str(JOBS)]) == 0'),
     "warm": ("""
 from ddprof.cli import main as cli
-import ddprof.cli.analyze_cmd, ddprof.analyses.report, ddprof.analyses.hang  # imported by the command
+import ddprof.cli.analyze_cmd, ddprof.analyses.report  # imported by the command
 """, 'assert cli(["analyze", OUT_, "--format", "json", "-o", OUT_ + ".json"]) in (0, 1)  # 1: a problem found'),
 }
 #: "tool+": the same, after the same call on the small trace in that process.

@@ -4,6 +4,7 @@ Public API::
 
     ddprof.ingest(sources, out_dir)      # Kineto traces -> run dir (Parquet store)
     ddprof.open_run(run_dir)             # run dir -> Run (LazyFrames of events, manifest)
+    ddprof.analyze(path)                 # traces, run dir or Flight Recorder dumps -> the report (a dict)
     ddprof.profile(run_dir)              # capture inside a training script (needs the `torch` extra)
 
 ``import ddprof`` loads neither Polars nor torch: names that need them are imported on first use, so the
@@ -25,7 +26,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "EVENT_SCHEMA", "SCHEMA_VERSION", "BadInputError", "DdprofError", "PartialRunError", "RankError",
-    "Run", "SchemaError", "__version__", "ingest", "open_run", "profile", "init", "validate",
+    "Run", "SchemaError", "__version__", "analyze", "ingest", "open_run", "profile", "init", "validate",
 ]
 
 
@@ -34,6 +35,13 @@ def ingest(*args: Any, **kwargs: Any) -> Run:
     from ddprof.ingestion.pipeline import ingest as _ingest
 
     return _ingest(*args, **kwargs)
+
+
+def analyze(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """See :func:`ddprof.analyses.report.analyze`: what ``ddprof analyze PATH --format json`` prints."""
+    from ddprof.analyses.report import analyze as _analyze
+
+    return _analyze(*args, **kwargs)
 
 
 _CORE = {"Run": "ddprof.rundir", "open_run": "ddprof.rundir", "EVENT_SCHEMA": "ddprof.schema",

@@ -89,14 +89,58 @@ def _hang_section(hang: dict[str, Any]) -> str:
     return "\n".join([*lines[:2], suspects[:WIDTH], "", *lines[2:]])
 
 
+def render_run(summary: dict[str, Any], run_warnings: bool = True) -> str:
+    """The ``run`` section (:meth:`ddprof.rundir.Run.summary`) as text: one line about the run, a row
+    per rank, the failed inputs and the warnings (the run's own only with ``run_warnings``: the whole
+    report lists them once, at its end)."""
+    ranks = summary["ranks"]
+    world = summary["world_size"]
+    head = (f"run: {len(ranks)} rank(s)" + (f" of {world}" if world else "")
+            + f", backend {summary['backend'] or '?'}, {summary['device'].upper()} trace"
+            + (f", steps {_ranges(summary['steps'])}" if summary["steps"] else ", no ProfilerStep"))
+    hosts = any(p["host"] for p in summary["per_rank"])
+    host_head = f" {'host':<16}" if hosts else ""
+    lines = [head, "", f"{'rank':>5}{host_head} {'events':>9} {'kernels':>8} {'comm':>6} {'span ms':>10}  steps"]
+    for p in summary["per_rank"]:
+        span = f"{p['span_us'] / 1e3:10.3f}" if p["span_us"] is not None else f"{'-':>10}"
+        host = f" {(p['host'] or '-')[:16]:<16}" if hosts else ""
+        lines.append(f"{p['rank']:>5}{host} {p['events']:>9} {p['kernels']:>8} {p['comm_events']:>6} {span}  "
+                     f"{_ranges(p['steps']) or '-'}")
+    if summary["failed"]:
+        lines += ["", f"failed inputs ({len(summary['failed'])}):"]
+        lines += [_item(f["error"]) for f in summary["failed"]]
+    other = [w for w in summary["warnings"] if run_warnings and not any(w == f["error"] for f in summary["failed"])]
+    rank_w = [(p["rank"], w) for p in summary["per_rank"] for w in p["warnings"]]
+    if other or rank_w:
+        lines += ["", "warnings:"]
+        lines += [_item(w) for w in other]
+        lines += [_item(f"rank {r}: {w}") for r, w in rank_w]
+    return "\n".join(lines)
+
+
+def _item(text: str) -> str:
+    """A bullet wrapped to 100 columns (long paths are not broken)."""
+    return textwrap.fill(text, width=WIDTH, initial_indent="  - ", subsequent_indent="    ",
+                         break_long_words=False, break_on_hyphens=False)
+
+
+def _ranges(xs: list[int]) -> str:
+    """[1,2,3,7] -> '1-3, 7'."""
+    spans: list[list[int]] = []
+    for x in sorted(xs):
+        if spans and spans[-1][1] == x - 1:
+            spans[-1][1] = x
+        else:
+            spans.append([x, x])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
+
+
 def render_text(report: dict[str, Any]) -> str:
-    """The whole report as text: verdicts, then one table per non-empty section, then warnings."""
-    parts: list[str] = []
-    hang = report.get("hang") or {}
-    verdicts = list(report.get("verdicts") or [])
-    if hang.get("verdict") and hang["verdict"] not in verdicts:
-        # A hang comes first; "no hang found" (a healthy capture's dumps) is worth a line, last.
-        verdicts.insert(0 if hang.get("collectives") else len(verdicts), hang["verdict"])
+    """The whole report (the dict :func:`ddprof.analyses.report.build_report` returns) as text: the run,
+    the verdicts, one table per non-empty section, then the warnings."""
+    run = report.get("run") or {}
+    parts: list[str] = [render_run(run, run_warnings=False) if run.get("per_rank") else ""]
+    verdicts = report.get("verdicts") or []
     if verdicts:
         lines = ["Verdicts", "--------"]
         for v in verdicts:
@@ -119,8 +163,12 @@ def render_text(report: dict[str, Any]) -> str:
                        [[str(p["rank"]), str(p["times_last"]), str(p.get("instances", "-")),
                          fmt_us(p["wait_caused_us"]), fmt_us(p["step_us"])] for p in st["per_rank"]
                         if p.get("instances")]))
-    parts.append(table("Bubbles (mean over steps)", ["rank", "steps", "bubble", "bubble %", "stage", "theory"],
-                       _bubble_rows(report)))
+    if report.get("pipeline"):  # "bubble" is pipeline vocabulary: only where pipeline stages were found
+        parts.append(table("Pipeline bubbles (mean over steps)",
+                           ["rank", "steps", "bubble", "bubble %", "stage", "theory"], _bubble_rows(report)))
+    else:
+        parts.append(table("Time without compute in a step (mean over steps)",
+                           ["rank", "steps", "no compute", "no compute %"], [r[:4] for r in _bubble_rows(report)]))
     coll = sorted(report["collectives"], key=lambda c: -(c.get("arrival_skew_us") or 0))
     parts.append(table("Collectives, largest arrival skew first",
                        ["pg", "#", "op", "size", "ranks", "skew", "duration", "busbw GB/s", "last"],
@@ -131,8 +179,8 @@ def render_text(report: dict[str, Any]) -> str:
                        ["op", "size", "ranks", "count", "mean time", "algbw GB/s", "busbw GB/s"],
                        [[b["op"], fmt_bytes(b["bytes"]), _num(b.get("n"), "{}"), str(b["count"]), fmt_us(b["duration_us"]),
                          _num(b["algbw_gbps"]), _num(b["busbw_gbps"])] for b in report["bandwidth"]], left=1))
-    parts.append(_hang_section(hang))
-    warnings = report.get("run", {}).get("warnings") or []
+    parts.append(_hang_section(report.get("hang") or {}))
+    warnings = run.get("warnings") or []
     if warnings:
         lines = ["Warnings", "--------"]
         for w in warnings:

@@ -18,6 +18,7 @@ import polars as pl
 
 from ddprof.errors import BadInputError, SchemaError
 from ddprof.schema import EVENT_SCHEMA, check_version, empty_events
+from ddprof.units import NS_PER_US
 
 MANIFEST = "manifest.json"
 RUN_FORMAT = "ddprof-run"
@@ -110,6 +111,39 @@ class Run:
     @cached_property
     def steps(self) -> list[int]:
         return sorted({s for info in self.manifest.get("per_rank", {}).values() for s in info.get("steps", [])})
+
+    def summary(self) -> dict[str, Any]:
+        """What was ingested, from the manifest (no event scan): the report's ``run`` section before the
+        analyses add their warnings. World size, ranks, backend, device, steps; per rank its event,
+        kernel and communication counts, steps, span, devices, host and warnings; the inputs that failed
+        (``{path, rank, error}``, the error naming the file) and the run's warnings."""
+        per_rank = []
+        for r in self.ranks:
+            info = self.rank_info(r)
+            first, last = info.get("first_ns"), info.get("last_ns")
+            per_rank.append({
+                "rank": r,
+                "events": info.get("events", 0),
+                "kernels": info.get("kernels", 0),
+                "comm_kernels": info.get("comm_kernels", 0),
+                "comm_events": info.get("comm_events", info.get("comm_kernels", 0)),
+                "steps": info.get("steps", []),
+                "span_us": round((last - first) / NS_PER_US, 3) if first is not None and last is not None else None,
+                "device_names": sorted(set(info.get("device_names", []))),
+                "host": self.manifest.get("hosts", {}).get(str(r)),
+                "warnings": info.get("warnings", []),
+            })
+        return {
+            "world_size": self.world_size,
+            "ranks": self.ranks,
+            "backend": self.manifest.get("backend"),
+            "device": self.device,
+            "steps": self.steps,
+            "warnings": list(self.manifest.get("warnings", [])),
+            "per_rank": per_rank,
+            "failed": [{"path": v.get("path"), "rank": v.get("rank"), "error": v.get("error")}
+                       for v in self.failed.values()],
+        }
 
 
 def open_run(path: str | Path) -> Run:

@@ -17,16 +17,22 @@ derived from the parameters by hand, not by the code under test). All times are 
   the comm is a ``gloo:all_reduce`` row on a gloo thread; no memcpy.
 ``CollectiveBench``: comm kernels only, every rank enters together, known op, size and time.
 ``Pipeline``: a GPipe schedule with P stages (any rank order) and M micro-batches.
+
+:func:`write_kineto` writes a scenario's traces as files (``rank<N>.pt.trace.json``), and
+:func:`ingest_generated` ingests them into a run dir: the one way tests turn a scenario into a run.
 """
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+import ddprof
 from ddprof.schema import conform
 
 US = 1_000
@@ -286,3 +292,17 @@ def to_kineto(frame: pl.DataFrame, world: int, backend: str = "nccl") -> dict[in
         out[rank] = {"schemaVersion": 1, "distributedInfo": {"backend": backend, "rank": rank, "world_size": world},
                      "traceEvents": events}
     return out
+
+
+def write_kineto(sc: Any, folder: Path, skip: tuple[int, ...] = ()) -> Path:
+    """The scenario's Kineto traces as ``folder/rank<N>.pt.trace.json`` (but the ranks in ``skip``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for rank, trace in sc.kineto().items():
+        if rank not in skip:
+            (folder / f"rank{rank}.pt.trace.json").write_text(json.dumps(trace))
+    return folder
+
+
+def ingest_generated(sc: Any, folder: Path) -> ddprof.Run:
+    """The scenario written as traces into ``folder`` (:func:`write_kineto`), ingested into ``folder/run``."""
+    return ddprof.ingest([write_kineto(sc, folder)], folder / "run")

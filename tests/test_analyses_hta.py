@@ -33,7 +33,6 @@ from ddprof.analyses.idle import idle_breakdown
 from ddprof.analyses.overlap import overlap
 from ddprof.analyses.stragglers import stragglers
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 SETS = ["dlrm-8xV100-nccl", "hta/nccl-metadata-a100", "hta/a100-16rank-rank0", "hta/sendrecv-2-of-128",
         pytest.param("hta/v100-2rank-rank1-large", marks=pytest.mark.slow)]
 
@@ -69,12 +68,12 @@ def hta_oracle(path: Path, include_last_step: bool = False) -> dict[str, pl.Data
 
 
 @pytest.fixture(scope="session")
-def hta_results():
+def hta_results(traces):
     cache: dict[tuple[str, bool], dict[str, pl.DataFrame]] = {}
 
     def get(name: str, include_last_step: bool = False) -> dict[str, pl.DataFrame]:
         if (name, include_last_step) not in cache:
-            cache[(name, include_last_step)] = hta_oracle(TRACES / name, include_last_step)
+            cache[(name, include_last_step)] = hta_oracle(traces / name, include_last_step)
         return cache[(name, include_last_step)]
 
     return get
@@ -182,20 +181,11 @@ def test_sendrecv_ranks_in_different_orders_warn(ingested):
     assert any("different orders" in w for w in warnings), warnings
 
 
-def write_kineto(sc, folder: Path) -> Path:
-    import json
-
-    folder.mkdir(parents=True, exist_ok=True)
-    for rank, trace in sc.kineto().items():
-        (folder / f"rank{rank}.pt.trace.json").write_text(json.dumps(trace))
-    return folder
-
-
 @pytest.mark.parametrize("naming", ["nccl", "nccl_dev"])
 def test_hta_agrees_with_the_generator(naming, tmp_path):
     """HTA on the generated Kineto traces recovers the generator's answers (whole trace: HTA keeps the
     last step when asked), so the generator and the oracle check each other."""
-    from tests.gen import DataParallel
+    from tests.gen import DataParallel, write_kineto
 
     sc = DataParallel(ranks=3, slow_rank=1, naming=naming)
     hta = hta_oracle(write_kineto(sc, tmp_path), include_last_step=True)
@@ -216,7 +206,7 @@ def test_hta_misses_a_communication_kernel_without_nccl_in_its_name(tmp_path):
     kind ingest gave the kernel and recovers the truth."""
     from ddprof.analyses.overlap import overlap as ddprof_overlap
 
-    from tests.gen import DataParallel
+    from tests.gen import DataParallel, write_kineto
 
     sc = DataParallel(ranks=2, slow_rank=1, naming="multimem")
     folder = write_kineto(sc, tmp_path / "traces")

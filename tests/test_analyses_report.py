@@ -9,20 +9,22 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from ddprof.analyses import frames, sets
 from ddprof.analyses.breakdown import breakdown_by_step, temporal_breakdown
 from ddprof.analyses.bubbles import pipeline_stages
 from ddprof.analyses.collectives import bandwidth, collectives
+from ddprof.analyses.frames import sets
+from ddprof.analyses.frames.memo import Prepared, derived, prepare
 from ddprof.analyses.idle import idle_breakdown, idle_by_step
 from ddprof.analyses.overlap import overlap, overlap_by_step
-from ddprof.analyses.prepared import Prepared, prepare
 from ddprof.analyses.report import COLUMNS, EMPTY_SECTIONS, _rows, analyse, build_report, read_events
 from ddprof.analyses.stragglers import stragglers
 
 import ddprof
 from ddprof.render_text import render_text
 from ddprof.units import fmt_bytes, fmt_us
-from tests.gen import DataParallel, Pipeline
+from tests.gen import DataParallel, Pipeline, ingest_generated, write_kineto
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 
 CONTRACT = {
     "run": {"world_size", "ranks", "backend", "device", "steps", "warnings"},
@@ -37,12 +39,6 @@ CONTRACT = {
     "bandwidth": {"op", "bytes", "count", "algbw_gbps", "busbw_gbps"},
     "hang": {"collectives"},
 }
-
-
-def ingest_generated(sc, tmp: Path) -> ddprof.Run:
-    for rank, trace in sc.kineto().items():
-        (tmp / f"rank{rank}.pt.trace.json").write_text(json.dumps(trace))
-    return ddprof.ingest([tmp], tmp / "run")
 
 
 def check_contract(report: dict) -> None:
@@ -97,15 +93,21 @@ def test_balanced_run_says_so(tmp_path):
     assert "no straggler: no rank keeps the others waiting at collectives" in report["verdicts"]
 
 
-def test_render_text_fits_100_columns_and_starts_with_verdicts(tmp_path):
+def test_render_text_fits_100_columns_and_starts_with_the_run_then_the_verdicts(tmp_path):
     report = build_report(ingest_generated(DataParallel(ranks=6, jitter=40_000, seed=5), tmp_path))
     text = render_text(report)
     lines = text.splitlines()
-    assert lines[0] == "Verdicts" and lines[2].startswith("* rank 2 is the straggler")
+    assert lines[0].startswith("run: 6 rank(s) of 6, backend nccl, GPU trace, steps 0-2")
+    verdicts = lines.index("Verdicts")
+    assert lines[verdicts - 1] == "" and lines[verdicts + 2].startswith("* rank 2 is the straggler")
     assert max(len(line) for line in lines) <= 100
     for title in ("Communication / computation overlap", "Temporal breakdown", "Idle time by stream",
-                  "Stragglers: 2", "Bubbles", "Collectives", "Bandwidth per op and size"):
+                  "Stragglers: 2", "Time without compute in a step", "Collectives", "Bandwidth per op and size"):
         assert any(line.startswith(title) for line in lines), title
+    # "bubble" is pipeline vocabulary: a data-parallel run has no pipeline
+    assert "bubble" not in text.lower()
+    pipeline = render_text(ddprof.analyze(SAMPLES / "gloo-pipeline-4stage", cache=tmp_path / "pp"))
+    assert "Pipeline bubbles (mean over steps)" in pipeline and "Time without compute" not in pipeline
 
 
 def test_render_text_of_an_empty_report():
@@ -123,6 +125,7 @@ def test_render_text_of_a_hang_and_long_tables():
                                        {"pg": "4", "pg_desc": "PP", "kind": "p2p", "op": "send", "index": 5,
                                         "missing_ranks": [3], "waiting_ranks": [1]}],
                        "suspect_ranks": [3], "verdict": verdict},
+              "verdicts": [verdict],
               "overlap": [{"rank": r, "device": "gpu", "overlap_pct": None, "comm_us": 0.0, "overlapped_us": 0.0,
                            "exposed_comm_us": 0.0} for r in range(100)]}
     text = render_text(report)
@@ -166,7 +169,7 @@ def test_report_rows_of_generated_runs_give_the_same_result(make, tmp_path):
         part.parent.mkdir(parents=True)
         events.filter(pl.col("rank") == rank).write_parquet(part)
     per_rank = {str(r): {"parts": [f"events/rank={r:05d}/part-0.parquet"], **s} for r, s in
-                frames.rank_spans(prepare(events.lazy())).join(
+                sets.rank_spans(events.lazy()).join(
                     events.group_by("rank").agg(kernels=(pl.col("kind").is_in(["compute", "comm"])
                                                          & pl.col("stream").is_not_null()).sum()), on="rank")
                 .rows_by_key("rank", named=True, unique=True).items()}
@@ -209,9 +212,7 @@ def test_sections_from_shared_frames_equal_each_analysis_alone(make):
     assert sections["collectives"] == _rows(coll.drop("ops_seen"))
     assert sections["bandwidth"] == _rows(bandwidth(coll))
     assert sections["stragglers"] == stragglers(lf)
-    columns = sets.work(lf).collect().columns
-    shared = Prepared(lf).get(frames.work_frame)
-    assert shared.sort(columns, nulls_last=True).equals(sets.work(lf).collect().sort(columns, nulls_last=True))
+    shared = sets.work(lf)
     if make is _mixed_events:
         assert dict(shared.group_by("rank").agg(pl.col("on_gpu").all()).iter_rows()) == {
             0: True, 1: True, 2: False, 3: False}
@@ -227,10 +228,24 @@ def test_prepared_computes_a_frame_once_when_threads_ask_at_once():
         time.sleep(0.01)
         return 2 * x
 
+    frame = derived(slow)
     p = Prepared(pl.LazyFrame())
     with ThreadPoolExecutor(8) as pool:
-        assert list(pool.map(lambda _: p.get(slow, 21), range(16))) == [42] * 16
+        assert list(pool.map(lambda _: frame(p, 21), range(16))) == [42] * 16
     assert calls == [21]
+
+
+def test_a_derived_frame_with_its_default_argument_is_one_frame():
+    calls = []
+
+    @derived
+    def frame(p, x=3):
+        calls.append(x)
+        return x
+
+    p = Prepared(pl.LazyFrame())
+    assert frame(p) == frame(p, 3) == 3 and calls == [3]
+    assert frame(pl.LazyFrame()) == 3 and calls == [3, 3]  # a LazyFrame gets a memo of its own
 
 
 def test_unreadable_event_part_is_a_schema_error(tmp_path):
@@ -245,9 +260,7 @@ def test_unreadable_event_part_is_a_schema_error(tmp_path):
 
 def test_failed_input_is_warned_once(tmp_path):
     sc = DataParallel(ranks=3, steps=1)
-    for rank, trace in sc.kineto().items():
-        if rank != 1:
-            (tmp_path / f"rank{rank}.pt.trace.json").write_text(json.dumps(trace))
+    write_kineto(sc, tmp_path, skip=(1,))
     bad = tmp_path / "rank1.pt.trace.json"
     bad.write_text("{ not json")
     run = ddprof.ingest([tmp_path], tmp_path / "run")

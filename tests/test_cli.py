@@ -140,12 +140,14 @@ def test_console_script_runs_without_torch_or_dash(tmp_path, traces):
 
 
 def test_a_bug_is_an_internal_error_not_problem_found(tmp_path, traces, capsys, monkeypatch):
-    from ddprof.cli import INTERNAL_ERROR, analyze_cmd
+    from ddprof.analyses import report
+
+    from ddprof.cli import INTERNAL_ERROR
 
     def broken(*a, **k):
         raise ZeroDivisionError("boom")
 
-    monkeypatch.setattr(analyze_cmd, "run_summary", broken)
+    monkeypatch.setattr(report, "verdicts", broken)
     rc, _, err = run_cli(["analyze", str(traces / "dlrm-8xV100-nccl"), "--cache", str(tmp_path / "c")], capsys)
     assert rc == INTERNAL_ERROR != 1 and "internal error" in err and "ZeroDivisionError: boom" in err
 
@@ -182,3 +184,20 @@ def test_hang_in_captured_dumps_is_a_problem_found(tmp_path, traces, capsys):
     report = json.loads(out)
     assert rc == 1 and report["hang"]["collectives"][0]["missing_ranks"] == [12]
     assert report["verdicts"][0] == report["hang"]["verdict"] and "rank 12" in err
+
+
+@pytest.mark.parametrize("source", ["dlrm-8xV100-nccl", "flight-recorder/megatron-16rank-lock_gil_1st",
+                                    "sample:gloo-ddp-4rank-slow-rank"])
+def test_the_python_report_is_what_the_json_output_prints(source, tmp_path, traces, capsys):
+    """One builder: ``ddprof.analyze(path)`` equals ``ddprof analyze path --format json`` (a run with its
+    captured Flight Recorder dumps, raw traces, a directory of dumps alone)."""
+    import ddprof
+
+    src = (Path(__file__).resolve().parents[1] / "sample_traces" / source[7:] if source.startswith("sample:")
+           else traces / source)
+    rc, out, _ = run_cli(["analyze", str(src), "--format", "json", "--cache", str(tmp_path / "c")], capsys)
+    report = ddprof.analyze(src, cache=tmp_path / "c")
+    assert json.loads(out) == json.loads(json.dumps(report))
+    assert rc == {"ok": 0, "problem": 1, "partial": 3}[report["status"]]
+    assert list(report)[:2] == ["run", "overlap"] and list(report)[-2:] == ["verdicts", "status"]
+    assert {"per_rank", "failed"} <= set(report["run"])

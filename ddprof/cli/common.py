@@ -1,25 +1,17 @@
-"""Options and helpers shared by commands."""
+"""Options and helpers shared by commands: the ``--rank`` option, writing an output, and the errors
+(hence exit codes) a report's status and a run's failed inputs stand for."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import stat
 import sys
-import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import click
 
 from ddprof.atomic import write_text_atomic
-from ddprof.errors import BadInputError, PartialRunError, UsageError
-from ddprof.ingestion import ingest as run_ingest
-from ddprof.rundir import Run, is_run_dir, open_run
+from ddprof.errors import BadInputError, PartialRunError, ProblemFound, UsageError
 
-CACHE_NAME = ".ddprof-cache"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -40,47 +32,23 @@ def rank_option(f: F) -> F:
                         help="Rank of a trace that does not say (repeatable).")(f)
 
 
-def _writable(path: Path) -> bool:
-    """Writable by its owner's mode bits too: root ignores permissions, but a read-only tree stays untouched."""
-    try:
-        return os.access(path, os.W_OK) and bool(path.stat().st_mode & stat.S_IWUSR)
-    except OSError:
-        return False
-
-
-def default_cache(src: Path) -> Path | None:
-    """Cache beside the traces (``SRC/.ddprof-cache``), or None when that place is read-only."""
-    base = src if src.is_dir() else src.parent
-    target = base / CACHE_NAME if src.is_dir() else base / CACHE_NAME / src.name
-    existing = target if target.exists() else base / CACHE_NAME if (base / CACHE_NAME).exists() else base
-    return target if _writable(existing) else None
-
-
-@contextmanager
-def open_source(sources: tuple[str, ...], cache: str | None, ranks: tuple[str, ...],
-                progress: bool = True) -> Iterator[Run]:
-    """A Run for what the user named: a run dir as is, or raw traces ingested into a cache."""
-    paths = [Path(s) for s in sources]
-    if len(paths) == 1 and is_run_dir(paths[0]):
-        yield open_run(paths[0])
-        return
-    rank_map = parse_rank_map(ranks)
-    target = Path(cache) if cache else (default_cache(paths[0]) if len(paths) == 1 else None)
-    if target is not None:
-        yield run_ingest(paths, target, rank_map=rank_map, progress=progress)
-        return
-    tmp = Path(tempfile.mkdtemp(prefix="ddprof-"))
-    try:
-        yield run_ingest(paths, tmp, rank_map=rank_map, progress=progress)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def partial_failure(run: Run, rest: str) -> PartialRunError:
-    """The error (exit 3) for a run some of whose inputs failed, naming each failure."""
-    err = PartialRunError([BadInputError(v.get("error") or "failed") for v in run.failed.values()])
+def partial_failure(failed: Sequence[Mapping[str, Any]], rest: str) -> PartialRunError:
+    """The error (exit 3) for inputs that failed (``{path, rank, error}``, the error naming the file),
+    naming each; ``rest`` says what became of the others."""
+    err = PartialRunError([BadInputError(f.get("error") or "failed") for f in failed])
     err.args = (f"{err}\n{rest}",)
     return err
+
+
+def exit_for_status(report: Mapping[str, Any]) -> int:
+    """Map a report's ``status`` to the exit code: ``ok`` 0; ``problem`` (a hang) raises ProblemFound
+    (1) with the verdict; ``partial`` raises PartialRunError (3) naming each failed input."""
+    status = report.get("status")
+    if status == "problem":
+        raise ProblemFound(report["hang"].get("verdict") or "a hang was found (see the report)")
+    if status == "partial":
+        raise partial_failure(report["run"]["failed"], "the other ranks were analysed")
+    return 0
 
 
 def emit(text: str, output: str | None) -> None:

@@ -7,7 +7,7 @@ import click
 from ddprof.cli.common import parse_rank_map, partial_failure, rank_option
 from ddprof.cli.progress import ingest_progress
 from ddprof.ingestion import ingest as run_ingest
-from ddprof.summary import render_summary, run_summary
+from ddprof.render_text import render_run
 
 
 @click.command()
@@ -24,8 +24,8 @@ def ingest(sources: tuple[str, ...], out_dir: str, ranks: tuple[str, ...], jobs:
     run = run_ingest(list(sources), out_dir, rank_map=parse_rank_map(ranks), jobs=jobs,
                      progress=ingest_progress(not quiet), force=force)
     if not quiet:
-        click.echo(render_summary(run_summary(run)))
+        click.echo(render_run(run.summary()))
         click.echo(f"\nrun dir: {run.path}")
     if run.failed:
-        raise partial_failure(run, "the other ranks were ingested")
+        raise partial_failure(run.summary()["failed"], "the other ranks were ingested")
     return 0

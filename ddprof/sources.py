@@ -1,0 +1,112 @@
+"""What the user named, opened for analysis: a run dir, raw traces, or a directory of Flight Recorder dumps.
+
+* A run dir (``manifest.json``) is opened as it is.
+* Raw traces (files, directories) are ingested into a cache: ``SRC/.ddprof-cache`` beside the traces, the
+  ``cache`` asked for, or a temporary directory (removed afterwards) when the traces sit in a read-only
+  place; ddprof never writes into or beside a read-only source.
+* A directory of NCCL Flight Recorder dumps (no traces) is read for hang diagnosis.
+
+A run also brings the Flight Recorder dumps a capture left beside its traces
+(``raw/rank-NNNNN/fr_trace_rank_N``), or that sit in the traces' directory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ddprof.errors import BadInputError
+from ddprof.flightrec.load import (
+    DumpSet,
+    find_dump_files,
+    is_flight_recorder_dir,
+    load_dump_dir,
+    load_dump_files,
+)
+from ddprof.ingestion import ingest
+from ddprof.rundir import Run, is_run_dir, open_run
+
+CACHE_NAME = ".ddprof-cache"
+
+
+@dataclass(frozen=True)
+class Source:
+    """The opened input: a run (None for a directory of dumps alone) and its Flight Recorder dumps
+    (None when there are none)."""
+
+    run: Run | None
+    dumps: DumpSet | None
+
+
+def _writable(path: Path) -> bool:
+    """Writable by its owner's mode bits too: root ignores permissions, but a read-only tree stays untouched."""
+    try:
+        return os.access(path, os.W_OK) and bool(path.stat().st_mode & stat.S_IWUSR)
+    except OSError:
+        return False
+
+
+def default_cache(src: Path) -> Path | None:
+    """Cache beside the traces (``SRC/.ddprof-cache``), or None when that place is read-only."""
+    base = src if src.is_dir() else src.parent
+    target = base / CACHE_NAME if src.is_dir() else base / CACHE_NAME / src.name
+    existing = target if target.exists() else base / CACHE_NAME if (base / CACHE_NAME).exists() else base
+    return target if _writable(existing) else None
+
+
+@contextmanager
+def open_source(sources: Sequence[str | Path], *, cache: str | Path | None = None,
+                rank_map: dict[str, int] | None = None, progress: Any = None) -> Iterator[Source]:
+    """Open what the user named (module doc). ``progress`` is handed to :func:`ddprof.ingestion.ingest`.
+
+    Raises BadInputError for a directory of dumps none of which is readable, and whatever ingest raises
+    when no trace could be read.
+    """
+    paths = [Path(s) for s in sources]
+    if not paths:
+        raise BadInputError("nothing to analyse: name a run dir, traces, or a directory of Flight Recorder dumps")
+    if len(paths) == 1 and not is_run_dir(paths[0]) and is_flight_recorder_dir(paths[0]):
+        dump_set = load_dump_dir(paths[0])
+        if not dump_set.dumps:
+            detail = "; ".join(str(f) for f in dump_set.failures[:3]) or "no candidate files"
+            raise BadInputError(f"no readable Flight Recorder dump in this directory ({detail})", path=paths[0])
+        yield Source(run=None, dumps=dump_set)
+        return
+    with _open_run(paths, cache, rank_map, progress) as run:
+        yield Source(run=run, dumps=captured_dumps(run.path, paths))
+
+
+@contextmanager
+def _open_run(paths: list[Path], cache: str | Path | None, rank_map: dict[str, int] | None,
+              progress: Any) -> Iterator[Run]:
+    if len(paths) == 1 and is_run_dir(paths[0]):
+        yield open_run(paths[0])
+        return
+    target = Path(cache) if cache else (default_cache(paths[0]) if len(paths) == 1 else None)
+    if target is not None:
+        yield ingest(paths, target, rank_map=rank_map, progress=progress)
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="ddprof-"))
+    try:
+        yield ingest(paths, tmp, rank_map=rank_map, progress=progress)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def captured_dumps(run_dir: Path, sources: Sequence[Path]) -> DumpSet | None:
+    """The Flight Recorder dumps of a run: the first of ``RUN/raw`` and the source directories that holds
+    readable dumps (found by name: :func:`~ddprof.flightrec.load.find_dump_files`), else None."""
+    for root in [run_dir / "raw", *(p for p in sources if p.is_dir())]:
+        files = find_dump_files(root) if root.is_dir() else []
+        if files:
+            dump_set = load_dump_files(files, source=str(root))
+            if dump_set.dumps:
+                return dump_set
+    return None
