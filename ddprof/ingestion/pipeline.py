@@ -6,12 +6,10 @@ write the manifest last (atomically), then drop Parquet parts no manifest refers
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from functools import lru_cache
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,6 +20,7 @@ from ddprof.ingestion.discover import discover
 from ddprof.ingestion.job import FileResult, ingest_file
 from ddprof.ingestion.manifest import build_manifest
 from ddprof.ingestion.sidecar import read_sidecars
+from ddprof.ingestion.store_version import store_fingerprint
 from ddprof.memory import for_child_processes
 from ddprof.rundir import MANIFEST, RUN_FORMAT, Run, open_run
 
@@ -112,25 +111,13 @@ def _split_cached(files: list[Path], out: Path, cached: dict[str, dict[str, Any]
 def _assemble(results: dict[str, FileResult], srcs: list[Path], rank_map: dict[str, int] | None) -> dict[str, Any]:
     """The manifest: reconciled per-file results plus what the collector's sidecar files say."""
     manifest = build_manifest(results, rank_map)
-    manifest["ingest_fingerprint"] = ingest_fingerprint()
+    manifest["ingest_fingerprint"] = store_fingerprint()
     side, side_warnings = read_sidecars(srcs)
     manifest["hosts"] = {r: h for r, h in side["hosts"].items() if int(r) in manifest["ranks"]}
     manifest["clocks"] = side["clocks"]
     manifest["versions"] = {**side["versions"], **{k: v for k, v in manifest["versions"].items() if v}}
     manifest["warnings"].extend(side_warnings)
     return manifest
-
-
-@lru_cache(maxsize=1)
-def ingest_fingerprint() -> str:
-    """Hash of the code that shapes the store: a cache written by other ingest code is not reused."""
-    import ddprof.ingestion as pkg
-    import ddprof.schema as schema
-
-    h = hashlib.sha1()
-    for f in sorted(Path(pkg.__file__).parent.glob("*.py")) + [Path(schema.__file__)]:
-        h.update(f.read_bytes())
-    return h.hexdigest()[:16]
 
 
 def _read_manifest(out: Path) -> dict[str, Any]:
@@ -142,7 +129,7 @@ def _read_manifest(out: Path) -> dict[str, Any]:
 
 
 def _previous_sources(m: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    if m.get("ingest_fingerprint") != ingest_fingerprint():
+    if m.get("ingest_fingerprint") != store_fingerprint():
         return {}
     return {k: v for k, v in m.get("sources", {}).items() if isinstance(v, dict)}
 
