@@ -23,9 +23,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ddprof.analyses.breakdown import temporal_breakdown
+from ddprof.analyses.frames.memo import prepare
 from ddprof.analyses.idle import idle_breakdown
 from ddprof.analyses.overlap import overlap
-from ddprof.analyses.frames.memo import prepare
 from ddprof.analyses.report import COLUMNS, build_report
 
 import ddprof
