@@ -1,9 +1,9 @@
 """Temporal breakdown per rank (HTA's ``get_temporal_breakdown``), whole trace and per step.
 
-Sets from :mod:`ddprof.analyses.sets`: on a GPU rank all work = compute + comm + memcpy/memset kernels
+Sets from :mod:`ddprof.analyses.frames.sets`: on a GPU rank all work = compute + comm + memcpy/memset kernels
 on every stream (HTA takes every row with a stream); on a CPU-only rank the same definitions apply to
 the CPU compute ops and gloo ops (HTA cannot analyse such traces). Union lengths from
-:mod:`ddprof.analyses.lengths`.
+:mod:`ddprof.analyses.frames.lengths`.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def temporal_breakdown(events: Events) -> pl.DataFrame:
 
 
 def breakdown_by_step(events: Events) -> pl.DataFrame:
-    """The same per (rank, step) over the step window (:func:`sets.step_windows`) instead of the span.
+    """The same per (rank, step) over the step window (:func:`~ddprof.analyses.frames.sets.step_windows`) instead of the span.
 
     Example: window [0,10) us with compute [2,4) us only -> idle 8 us (80 %), compute 2 us (20 %).
     """

@@ -1,6 +1,6 @@
 """Bubbles: the share of each step a rank spends without compute; pipeline stages and GPipe theory.
 
-Per (rank, step): window = :func:`sets.step_windows` (ProfilerStep#N span and the device work it
+Per (rank, step): window = :func:`~ddprof.analyses.frames.sets.step_windows` (ProfilerStep#N span and the device work it
 launched); bubble = window − |U(compute of step N, cut to the window)|.
 
 Pipeline runs (point-to-point send/recv with a known peer): ranks joined by p2p traffic form chains;

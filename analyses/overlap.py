@@ -1,7 +1,7 @@
 """Communication/computation overlap per rank, whole trace and per step (DESIGN.md §3).
 
-The sets are those of :mod:`ddprof.analyses.sets` (GPU kernels when the rank has them, else gloo ops
-vs CPU compute ops); their union lengths come from :mod:`ddprof.analyses.lengths`.
+The sets are those of :mod:`ddprof.analyses.frames.sets` (GPU kernels when the rank has them, else gloo ops
+vs CPU compute ops); their union lengths come from :mod:`ddprof.analyses.frames.lengths`.
 """
 
 from __future__ import annotations

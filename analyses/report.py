@@ -122,7 +122,7 @@ def analyse(events: Events, world_size: int | None = None) -> dict[str, Any]:
     """Every section computed from an event table (no run dir needed).
 
     The frames several sections share (work intervals, their union lengths, step windows, arrivals,
-    idle gaps) are computed once (:class:`~prepared.Prepared`). The three families of sections (work
+    idle gaps) are computed once (:class:`~ddprof.analyses.frames.memo.Prepared`). The three families of sections (work
     intervals, collectives, idle gaps) run on threads of their own: Polars releases the GIL while it
     computes, so they overlap on a machine with several cores. Same result as one after the other.
     The cyclic collector is paused meanwhile (:func:`ddprof.memory.collector_paused`).

@@ -197,7 +197,7 @@ def _mixed_events():
                                   lambda: Pipeline().events(), _mixed_events],
                          ids=["gpu", "cpu-gloo", "pipeline", "mixed"])
 def test_sections_from_shared_frames_equal_each_analysis_alone(make):
-    """analyse() derives the frames several sections share once (analyses.prepared); every section must
+    """analyse() derives the frames several sections share once (analyses/frames/memo.py); every section must
     be what its analysis gives when called alone on the events."""
     events = make()
     before = events.clone()
