@@ -625,3 +625,13 @@ def test_deeply_nested_json_is_bad_input(tmp_path):
     with pytest.raises(BadInputError) as err:
         load_dump(tmp_path / "rank_4.json")
     assert err.value.rank == 4
+
+
+def test_a_report_on_dumps_alone_takes_backend_and_device_from_them():
+    """gloo's Flight Recorder names its ops ``gloo:*``: a CPU job, not NCCL on a GPU."""
+    from ddprof.flightrec.load import find_dump_files, load_dump_files
+
+    raw = Path(__file__).resolve().parents[1] / "sample_traces" / "gloo-ddp-4rank-slow-rank" / "raw"
+    report = build_report(None, dumps=load_dump_files(find_dump_files(raw), source=str(raw)))
+    assert (report["run"]["backend"], report["run"]["device"], report["run"]["ranks"]) == ("gloo", "cpu", [0, 1, 2, 3])
+    assert report["status"] == "ok" and report["verdicts"][-1].startswith("no hang found")
