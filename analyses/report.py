@@ -34,7 +34,7 @@ from ddprof.flightrec.load import DumpSet
 from ddprof.memory import collector_paused
 from ddprof.rundir import Run
 from ddprof.schema import STEP_PREFIX
-from ddprof.sources import open_source
+from ddprof.sources import IngestProgress, open_source
 
 EMPTY_SECTIONS: dict[str, Any] = {
     "overlap": [],
@@ -181,7 +181,7 @@ def build_report(run: Run | None, *, dumps: DumpSet | None = None) -> dict[str, 
 
 
 def analyze(*sources: str | Path, cache: str | Path | None = None, rank_map: dict[str, int] | None = None,
-            progress: Any = None) -> dict[str, Any]:
+            progress: IngestProgress | None = None) -> dict[str, Any]:
     """The report of what the user names: raw traces (ingested into ``cache``, by default beside them),
     a run dir, or a directory of Flight Recorder dumps; exactly what ``ddprof analyze SOURCES --format json``
     prints. ``rank_map`` gives the rank of traces that do not say (``{"trace.json": 3}``)."""

@@ -20,7 +20,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ddprof.errors import BadInputError
 from ddprof.flightrec.load import (
@@ -31,6 +30,7 @@ from ddprof.flightrec.load import (
     load_dump_files,
 )
 from ddprof.ingestion import ingest
+from ddprof.ingestion.pipeline import IngestProgress
 from ddprof.rundir import Run, is_run_dir, open_run
 
 CACHE_NAME = ".ddprof-cache"
@@ -63,7 +63,7 @@ def default_cache(src: Path) -> Path | None:
 
 @contextmanager
 def open_source(sources: Sequence[str | Path], *, cache: str | Path | None = None,
-                rank_map: dict[str, int] | None = None, progress: Any = None) -> Iterator[Source]:
+                rank_map: dict[str, int] | None = None, progress: IngestProgress | None = None) -> Iterator[Source]:
     """Open what the user named (module doc). ``progress`` is handed to :func:`ddprof.ingestion.ingest`.
 
     Raises BadInputError for a directory of dumps none of which is readable, and whatever ingest raises
@@ -85,7 +85,7 @@ def open_source(sources: Sequence[str | Path], *, cache: str | Path | None = Non
 
 @contextmanager
 def _open_run(paths: list[Path], cache: str | Path | None, rank_map: dict[str, int] | None,
-              progress: Any) -> Iterator[Run]:
+              progress: IngestProgress | None) -> Iterator[Run]:
     if len(paths) == 1 and is_run_dir(paths[0]):
         yield open_run(paths[0])
         return

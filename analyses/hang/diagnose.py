@@ -114,6 +114,10 @@ def diagnose(dump_set: DumpSet) -> dict[str, Any]:
     }
 
 
+#: The device each backend's Flight Recorder records.
+_DEVICE = {"nccl": "gpu", "gloo": "cpu"}
+
+
 def backend_of(dump_set: DumpSet) -> tuple[str | None, str | None]:
     """(backend, device) of the job that wrote the dumps, from the namespace of its ops' names
     (``nccl:all_reduce`` -> nccl on a GPU, ``gloo:broadcast`` -> gloo on a CPU), else from the NCCL version
@@ -132,6 +136,3 @@ def backend_of(dump_set: DumpSet) -> tuple[str | None, str | None]:
         return None, None
     return backend, _DEVICE[backend]
 
-
-#: The device each backend's Flight Recorder records.
-_DEVICE = {"nccl": "gpu", "gloo": "cpu"}

@@ -23,9 +23,10 @@ def ingest(sources: tuple[str, ...], out_dir: str, ranks: tuple[str, ...], jobs:
     """Ingest Kineto traces (files, directories, .json or .json.gz) into a run dir."""
     run = run_ingest(list(sources), out_dir, rank_map=parse_rank_map(ranks), jobs=jobs,
                      progress=ingest_progress(not quiet), force=force)
+    summary = run.summary()
     if not quiet:
-        click.echo(render_run(run.summary()))
+        click.echo(render_run(summary))
         click.echo(f"\nrun dir: {run.path}")
-    if run.failed:
-        raise partial_failure(run.summary()["failed"], "the other ranks were ingested")
+    if summary["failed"]:
+        raise partial_failure(summary["failed"], "the other ranks were ingested")
     return 0
