@@ -97,3 +97,17 @@ def test_the_check_catches_a_violation(tmp_path, monkeypatch):
     assert sorted(violations()) == ["analyses/bad.py (analyses) imports ddprof.collectors",
                                     "analyses/bad.py (analyses) imports ddprof.collectors.profile",
                                     "analyses/bad.py (analyses) imports torch"]
+
+
+def test_every_package_is_installed():
+    """A wheel holds only the packages pyproject lists; an unlisted subpackage works in a checkout and is
+    missing from every real install."""
+    import tomllib
+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = set()
+    for folder, package in LAYERS.items():
+        for init in (REPO / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(REPO / folder).parts
+            found.add(".".join((package, *rel)))
+    assert found == listed
