@@ -7,7 +7,9 @@ other output (text, HTML, dashboard, check) renders or reads it. :func:`analyze`
 (:func:`ddprof.sources.open_source`) and builds its report: ``ddprof.analyze(path)``.
 
 Contract sections are filled with their contract keys (plus extra keys); ``breakdown_by_step``,
-``idle_by_step``, ``pipeline``, ``verdicts`` and ``status`` are additions.
+``idle_by_step``, ``pipeline``, ``step_times`` (step time and work counts per rank and step:
+:mod:`.steptimes`), ``kernels`` and ``kernels_by_step`` (the top kernels: :mod:`.kernels`), ``verdicts``
+and ``status`` are additions.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from ddprof.analyses.frames.memo import Events, Prepared, prepare
 from ddprof.analyses.frames.sets import rank_spans
 from ddprof.analyses.hang.diagnose import backend_of, diagnose
 from ddprof.analyses.idle import idle_breakdown, idle_by_step
+from ddprof.analyses.kernels import kernels_by_step, top_kernels
 from ddprof.analyses.overlap import overlap, overlap_by_step
+from ddprof.analyses.steptimes import step_times
 from ddprof.analyses.stragglers import stragglers
 from ddprof.analyses.verdicts import verdicts
 
@@ -46,6 +50,9 @@ EMPTY_SECTIONS: dict[str, Any] = {
     "collectives": [],
     "bandwidth": [],
     "hang": {"collectives": []},
+    "step_times": [],
+    "kernels": [],
+    "kernels_by_step": [],
 }
 
 #: Columns the analyses read; the run's events are loaded once with only these.
@@ -97,7 +104,8 @@ def _step_sections(p: Prepared) -> dict[str, Any]:
     if stages.height:
         bub = bub.join(stages.select("rank", "stage", "stages", "micro_batches", "theoretical_pct"),
                        on="rank", how="left")
-    return {"breakdown_by_step": _rows(breakdown_by_step(p)), "bubbles": _rows(bub), "pipeline": _rows(stages)}
+    return {"breakdown_by_step": _rows(breakdown_by_step(p)), "bubbles": _rows(bub), "pipeline": _rows(stages),
+            "step_times": _rows(step_times(p))}
 
 
 def _collective_sections(p: Prepared, world_size: int | None) -> dict[str, Any]:
@@ -111,11 +119,13 @@ def _collective_sections(p: Prepared, world_size: int | None) -> dict[str, Any]:
 
 
 def _idle_sections(p: Prepared) -> dict[str, Any]:
-    return {"idle": _rows(idle_breakdown(p)), "idle_by_step": _rows(idle_by_step(p))}
+    return {"idle": _rows(idle_breakdown(p)), "idle_by_step": _rows(idle_by_step(p)),
+            "kernels": _rows(top_kernels(p)), "kernels_by_step": _rows(kernels_by_step(p))}
 
 
 SECTION_ORDER = ("overlap", "overlap_by_step", "breakdown", "breakdown_by_step", "idle", "idle_by_step",
-                 "bubbles", "pipeline", "stragglers", "collectives", "bandwidth", "collective_warnings")
+                 "bubbles", "pipeline", "stragglers", "collectives", "bandwidth", "collective_warnings",
+                 "step_times", "kernels", "kernels_by_step")
 
 
 def analyse(events: Events, world_size: int | None = None) -> dict[str, Any]:

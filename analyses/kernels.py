@@ -1,0 +1,73 @@
+"""The kernels that take the most time: per kernel name, over all ranks, and per step.
+
+Which rows: on a GPU rank its GPU work rows (compute, communication, memcpy and memset kernels:
+:func:`~ddprof.analyses.frames.sets.kernels`); on a CPU rank its CPU ops and ``gloo:*`` rows (a CPU op's
+time includes the ops nested in it, so nested ops each count their own inclusive time).
+
+``top_kernels`` — per (name, kind), the ``n`` with the largest total time:
+
+* ``count``, ``total_us`` over every rank; ``mean_us`` = total_us / count; ``ranks`` = ranks that ran it;
+* ``per_step_us`` and ``per_step_count``: its time and count inside profiler steps divided by the
+  number of (rank, step) pairs of the run, i.e. per rank and step (null when the run has no steps).
+
+Example: gemm runs 3 times per step for 100 µs on each of 2 ranks over 4 steps -> count 24,
+total_us 2,400, mean_us 100, per_step_us 2,400 / 8 = 300, per_step_count 3.
+
+``kernels_by_step`` — for the same top kernels, per (name, kind, step): ``count`` and ``total_us`` summed
+over ranks (the per-step distribution a regression check compares).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+from ddprof.analyses.frames.memo import Events, Prepared, collect, derived, prepare
+from ddprof.analyses.frames.sets import kernels, steps
+
+from ddprof.units import NS_PER_US
+
+TOP_N = 20
+
+
+@derived
+def kernel_rows(p: Prepared) -> pl.DataFrame:
+    """rank, step, name, kind, dur_ns of every kernel (GPU ranks) or CPU op and gloo row (CPU ranks)."""
+    gpu = kernels(p).lazy()
+    cols = ["rank", "step", "name", pl.col("kind").cast(pl.String), "dur_ns"]
+    cpu = (p.events.filter(pl.col("stream").is_null() & pl.col("kind").is_in(["cpu_op", "comm"]))
+           .join(gpu.select("rank").unique(), on="rank", how="anti"))
+    return collect(pl.concat([gpu.select(cols), cpu.select(cols)]))
+
+
+def top_kernels(events: Events, n: int = TOP_N) -> pl.DataFrame:
+    """Per (name, kind), the ``n`` kernels with the largest total time (module doc), largest first."""
+    p = prepare(events)
+    rank_steps = steps(p).height
+    in_step = pl.col("step").is_not_null()
+    return collect(
+        kernel_rows(p).lazy().group_by("name", "kind")
+        .agg(pl.len().cast(pl.Int64).alias("count"), (pl.col("dur_ns").sum() / NS_PER_US).alias("total_us"),
+             pl.col("rank").n_unique().cast(pl.Int64).alias("ranks"),
+             (pl.col("dur_ns").filter(in_step).sum() / NS_PER_US).alias("__in_steps_us"),
+             in_step.sum().alias("__in_steps_count"))
+        .with_columns((pl.col("total_us") / pl.col("count")).alias("mean_us"),
+                      (pl.col("__in_steps_us") / rank_steps if rank_steps else pl.lit(None, pl.Float64))
+                      .alias("per_step_us"),
+                      (pl.col("__in_steps_count") / rank_steps if rank_steps else pl.lit(None, pl.Float64))
+                      .alias("per_step_count"))
+        .sort(["total_us", "name"], descending=[True, False])
+        .head(n)
+        .select("name", "kind", "count", "total_us", "mean_us", "ranks", "per_step_us", "per_step_count")
+    )
+
+
+def kernels_by_step(events: Events, n: int = TOP_N) -> pl.DataFrame:
+    """Per (name, kind, step) of the top ``n`` kernels: count and total_us summed over ranks (module doc)."""
+    p = prepare(events)
+    top = top_kernels(p, n).lazy().select("name", "kind")
+    return collect(
+        kernel_rows(p).lazy().filter(pl.col("step").is_not_null())
+        .join(top, on=["name", "kind"], how="semi")
+        .group_by("name", "kind", "step")
+        .agg(pl.len().cast(pl.Int64).alias("count"), (pl.col("dur_ns").sum() / NS_PER_US).alias("total_us"))
+        .sort("name", "kind", "step")
+    )
