@@ -1,0 +1,227 @@
+"""The regression check: a run against a baseline, rule by rule (:mod:`.rules`), as one result dict.
+
+``check(run, base, rules)`` returns::
+
+    {status: "ok" | "regression" | "workload_changed", confidence, run: {...}, baseline: {...},
+     job_differences: [..], summary: [sentences], outcomes: [{id, rule, subject, kind, outcome, unit,
+     baseline, run, change, change_pct, interval, tolerance, samples, message, cause}]}
+
+``outcome`` is pass, fail or skip; ``kind`` relative (noise-aware, :mod:`.stats`), absolute, straggler or
+workload. A relative outcome fails when its interval lies wholly on the worse side of zero and its change
+is at least the tolerance. When the workload changed (:mod:`.job`), the rules whose numbers depend on it
+(step time, exposed communication, overlap, idle, bubble, kernels) are skipped, not failed: the run does
+other work, it is not slower. A baseline of another job raises :class:`DifferentJobError` unless
+``allow_different_job``. ``status`` is regression when a rule failed, else workload_changed when the
+workload did, else ok.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from ddprof.analyses.compare import samples as S
+from ddprof.analyses.compare.explain import attach_causes, straggler_outcomes
+from ddprof.analyses.compare.job import job_differences, workload_changes
+from ddprof.analyses.compare.rules import DEFAULTS
+from ddprof.analyses.compare.stats import Shift, hodges_lehmann, quantile_shift
+
+from ddprof.errors import BadInputError
+from ddprof.units import fmt_bytes, fmt_us
+
+WORKLOAD_BOUND = ("step_time", "step_time_p90", "exposed_comm", "overlap", "idle", "bubble", "kernels")
+
+
+class DifferentJobError(BadInputError):
+    """The baseline is another job (exit 2); the message gives each difference."""
+
+
+def _fmt(value: float, unit: str) -> str:
+    if unit == "us":
+        return fmt_us(value)
+    if unit == "GB/s":
+        return f"{value:.3g} GB/s"
+    return f"{value:.1f} %"
+
+
+def _signed(value: float, unit: str) -> str:
+    sign = "+" if value >= 0 else "−"
+    return sign + (_fmt(abs(value), unit) if unit != "%" else f"{abs(value):.1f} pts")
+
+
+def relative(rule: str, subject: str, base: np.ndarray, run: np.ndarray, *, what: str, unit: str,
+             worse_if_higher: bool, tolerance: float, tolerance_text: str, confidence: float,
+             quantile: float | None = None) -> dict[str, Any]:
+    """One noise-aware outcome (module doc): the medians (or quantiles) of both samples, the shift with its
+    interval, the decision and a sentence."""
+    out: dict[str, Any] = {"id": f"{rule}[{subject}]", "rule": rule, "subject": subject, "kind": "relative",
+                           "unit": unit, "tolerance": tolerance, "samples": [int(base.size), int(run.size)],
+                           "cause": None}
+    if not base.size or not run.size:
+        side = "baseline" if not base.size else "run"
+        return {**out, "outcome": "skip", "baseline": None, "run": None, "change": None, "change_pct": None,
+                "interval": None, "message": f"{what} ({subject}): nothing to compare in the {side}"}
+    stat = (lambda a: float(np.quantile(a, quantile))) if quantile is not None else (lambda a: float(np.median(a)))
+    b, r = stat(base), stat(run)
+    shift: Shift = (quantile_shift(base, run, quantile, confidence) if quantile is not None
+                    else hodges_lehmann(base, run, confidence))
+    sign = 1.0 if worse_if_higher else -1.0
+    worse = sign * shift.estimate
+    iv = shift.interval
+    beyond_noise = iv is not None and (iv[0] > 0 if worse_if_higher else iv[1] < 0)
+    failed = beyond_noise and worse >= tolerance
+    pct = 100 * (r - b) / b if b else None
+    verb = ("rose" if r >= b else "fell")
+    change_text = (f"{abs(pct):.0f} %" if pct is not None and unit != "%" else _signed(r - b, unit))
+    interval_text = (f"{100 * confidence:g} % interval {_signed(iv[0], unit)} … {_signed(iv[1], unit)}" if iv
+                     else "too few values for an interval at this confidence")
+    msg = (f"{what} ({subject}) {verb} {change_text}: {_fmt(b, unit)} → {_fmt(r, unit)} (shift {_signed(shift.estimate, unit)}, "
+           f"{interval_text}; tolerance {tolerance_text})")
+    if not failed:
+        why = ("within tolerance" if beyond_noise else "within the noise" if iv else "not enough values to tell")
+        msg += f": {why}"
+    return {**out, "outcome": "fail" if failed else "pass", "baseline": b, "run": r, "change": shift.estimate,
+            "change_pct": pct, "interval": list(iv) if iv else None, "message": msg}
+
+
+def _relative_rules(base: dict[str, Any], run: dict[str, Any], rules: dict[str, Any]) -> list[dict[str, Any]]:
+    c = rules["confidence"]
+    out: list[dict[str, Any]] = []
+    bs, rs = S.step_us(base), S.step_us(run)
+    med = float(np.median(bs[None])) if None in bs else 0.0
+    st = rules["step_time"]
+    if st["enabled"] and None in bs:
+        tol = max(st["tolerance_pct"] / 100 * med, st["min_change_us"])
+        text = f"{st['tolerance_pct']:g} % = {fmt_us(tol)}"
+        out.append(relative("step_time", "all ranks", bs[None], rs.get(None, np.empty(0)), what="median step time",
+                            unit="us", worse_if_higher=True, tolerance=tol, tolerance_text=text, confidence=c))
+        for rank in sorted(k for k in bs if k is not None):
+            rmed = float(np.median(bs[rank]))
+            tol_r = max(st["tolerance_pct"] / 100 * rmed, st["min_change_us"])
+            out.append(relative("step_time", f"rank {rank}", bs[rank], rs.get(rank, np.empty(0)),
+                                what="median step time", unit="us", worse_if_higher=True, tolerance=tol_r,
+                                tolerance_text=f"{st['tolerance_pct']:g} % = {fmt_us(tol_r)}", confidence=c))
+    p9 = rules["step_time_p90"]
+    if p9["enabled"] and None in bs:
+        q = float(np.quantile(bs[None], 0.9))
+        tol = max(p9["tolerance_pct"] / 100 * q, p9["min_change_us"])
+        out.append(relative("step_time_p90", "all ranks", bs[None], rs.get(None, np.empty(0)),
+                            what="p90 step time", unit="us", worse_if_higher=True, tolerance=tol,
+                            tolerance_text=f"{p9['tolerance_pct']:g} % = {fmt_us(tol)}", confidence=c, quantile=0.9))
+    for rule, what, worse_high, get in (
+            ("exposed_comm", "exposed communication (% of step)", True, S.exposed_pct),
+            ("overlap", "communication overlapped with compute", False,
+             lambda rep: S.per_step(rep, "overlap_by_step", "overlap_pct")),
+            ("idle", "idle share of the step", True, lambda rep: S.per_step(rep, "breakdown_by_step", "idle_pct"))):
+        cfg = rules[rule]
+        b_arr, r_arr = get(base), get(run)
+        if cfg["enabled"] and b_arr.size:
+            out.append(relative(rule, "all ranks", b_arr, r_arr, what=what, unit="%", worse_if_higher=worse_high,
+                                tolerance=cfg["tolerance_pts"], tolerance_text=f"{cfg['tolerance_pts']:g} pts",
+                                confidence=c))
+    if rules["bubble"]["enabled"]:
+        rb = S.bubble_by_stage(run)
+        tol = rules["bubble"]["tolerance_pts"]
+        for stage, arr in S.bubble_by_stage(base).items():
+            out.append(relative("bubble", f"stage {stage}", arr, rb.get(stage, np.empty(0)), what="pipeline bubble",
+                                unit="%", worse_if_higher=True, tolerance=tol, tolerance_text=f"{tol:g} pts",
+                                confidence=c))
+    if rules["busbw"]["enabled"]:
+        rb2 = S.busbw(run)
+        pct = rules["busbw"]["tolerance_pct"]
+        for (op, nbytes), arr in S.busbw(base).items():
+            if (op, nbytes) not in rb2:
+                continue  # a message size gone is a workload change, reported there
+            tol = pct / 100 * float(np.median(arr))
+            out.append(relative("busbw", f"{op} {fmt_bytes(nbytes)}", arr, rb2[(op, nbytes)], what="busbw",
+                                unit="GB/s", worse_if_higher=False, tolerance=tol,
+                                tolerance_text=f"{pct:g} % = {tol:.3g} GB/s", confidence=c))
+    kc = rules["kernels"]
+    if kc["enabled"] and med:
+        rk = S.kernel_steps(run)
+        for (name, kind), arr in S.kernel_steps(base).items():
+            if (name, kind) not in rk or not arr.size:
+                continue
+            kmed = float(np.median(arr))
+            tol = max(kc["tolerance_pct"] / 100 * kmed, kc["min_share_pct"] / 100 * med)
+            out.append(relative("kernels", name, arr, rk[(name, kind)], what=f"{kind} time per step, all ranks",
+                                unit="us", worse_if_higher=True, tolerance=tol,
+                                tolerance_text=f"{kc['tolerance_pct']:g} %, at least {kc['min_share_pct']:g} % of the "
+                                               f"step = {fmt_us(tol)}", confidence=c))
+    return out
+
+
+def _absolute_value(run: dict[str, Any], rule: dict[str, Any]) -> tuple[float | None, str, str]:
+    """(the run's value, unit, subject) of an absolute rule."""
+    m = rule["metric"]
+    if m == "busbw_gbps":
+        arr = S.busbw(run).get((rule["op"], rule["bytes"]))
+        return (float(np.median(arr)) if arr is not None and arr.size else None, "GB/s",
+                f"{rule['op']} {fmt_bytes(rule['bytes'])}")
+    steps = S.step_us(run).get(None)
+    arrays = {"step_time_us": steps, "exposed_comm_pct": S.exposed_pct(run),
+              "overlap_pct": S.per_step(run, "overlap_by_step", "overlap_pct"),
+              "idle_pct": S.per_step(run, "breakdown_by_step", "idle_pct"),
+              "bubble_pct": S.per_step(run, "bubbles", "bubble_pct")}
+    if m == "step_time_p90_us":
+        return (float(np.quantile(steps, 0.9)) if steps is not None and steps.size else None, "us", "all ranks")
+    arr = arrays[m]
+    return (float(np.median(arr)) if arr is not None and arr.size else None,
+            "us" if m.endswith("_us") else "%", "all ranks")
+
+
+def _absolute_rules(run: dict[str, Any], rules: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for rule in rules["absolute"]:
+        value, unit, subject = _absolute_value(run, rule)
+        bound = " and ".join(f"{'≥' if k == 'min' else '≤'} {_fmt(rule[k], unit)}" for k in ("min", "max") if k in rule)
+        name = rule.get("name") or f"{rule['metric']} {bound}"
+        ok = value is not None and ("min" not in rule or value >= rule["min"]) and ("max" not in rule or value <= rule["max"])
+        msg = (f"{rule['metric']} ({subject}) is {_fmt(value, unit)}, required {bound}" if value is not None
+               else f"{rule['metric']} ({subject}): the run has no such value, required {bound}")
+        out.append({"id": f"absolute[{name}]", "rule": "absolute", "subject": subject, "kind": "absolute",
+                    "outcome": "pass" if ok else "fail", "unit": unit, "baseline": None, "run": value, "change": None,
+                    "change_pct": None, "interval": None, "tolerance": None, "samples": None, "message": msg,
+                    "cause": None})
+    return out
+
+
+def describe(report: dict[str, Any], source: str) -> dict[str, Any]:
+    r = report["run"]
+    return {"source": source, "world_size": r.get("world_size"), "ranks": r.get("ranks"), "steps": r.get("steps"),
+            "device": r.get("device"), "backend": r.get("backend")}
+
+
+def check(run: dict[str, Any], base: dict[str, Any], rules: dict[str, Any] | None = None, *,
+          allow_different_job: bool = False, run_source: str = "run", base_source: str = "baseline") -> dict[str, Any]:
+    """The check of report ``run`` against report ``base`` (module doc)."""
+    rules = rules if rules is not None else DEFAULTS
+    diffs = job_differences(base, run)
+    if diffs and not allow_different_job:
+        raise DifferentJobError("the baseline is another job: " + "; ".join(diffs)
+                                + " (compare anyway with --allow-different-job)", path=base_source)
+    outcomes: list[dict[str, Any]] = []
+    changes = workload_changes(base, run, rules["workload"]) if rules["workload"]["enabled"] else []
+    if rules["workload"]["enabled"]:
+        outcomes.append({"id": "workload[per step]", "rule": "workload", "subject": "per step", "kind": "workload",
+                         "outcome": "fail" if changes else "pass", "unit": None, "baseline": None, "run": None,
+                         "change": None, "change_pct": None, "interval": None, "tolerance": None, "samples": None,
+                         "message": ("the workload changed (not a slowdown): " + "; ".join(changes)) if changes
+                         else "the same work per step: collectives, kernels and message sizes", "cause": None})
+    for o in _relative_rules(base, run, rules):
+        if changes and o["rule"] in WORKLOAD_BOUND:
+            o = {**o, "outcome": "skip", "message": f"not compared, the workload changed: {o['message']}"}
+        outcomes.append(o)
+    if rules["straggler"]["enabled"]:
+        outcomes.extend(straggler_outcomes(base, run))
+    outcomes.extend(_absolute_rules(run, rules))
+    attach_causes(outcomes)
+    failed = [o for o in outcomes if o["outcome"] == "fail" and o["kind"] != "workload"]
+    status = "regression" if failed else "workload_changed" if changes else "ok"
+    summary = [o["message"] + (f"; likely cause: {o['cause']}" if o["cause"] else "")
+               for o in outcomes if o["outcome"] == "fail"]
+    if not summary:
+        summary = [f"no regression: {sum(o['outcome'] == 'pass' for o in outcomes)} rules pass"]
+    return {"status": status, "confidence": rules["confidence"], "run": describe(run, run_source),
+            "baseline": describe(base, base_source), "job_differences": diffs, "summary": summary,
+            "outcomes": outcomes}

@@ -1,0 +1,72 @@
+"""Why a run got slower, as far as the analyses can tell: new stragglers, and the likely cause of each
+failed step-time rule.
+
+**Straggler rule**: a rank the run names a straggler (``stragglers.ranks``) that the baseline did not. Its
+wait per step is ``wait_caused_us / waiting_ranks / steps``: the wall-clock time each other rank spent
+waiting for it at collectives, per step. Example: rank 5 caused 36 ms of wait to 3 ranks over 4 steps ->
+3.0 ms per step; 0.1 ms in the baseline -> "rank 5 became a straggler: the others wait 2.9 ms more per
+step (0.1 → 3.0 ms)".
+
+**Likely cause** of a failed step-time rule: the other failed rules, most telling first: a new straggler,
+then a bandwidth drop, then a kernel that takes longer (compute before communication kernels, whose time
+includes waiting), then exposed communication, idle, overlap, bubble. For a rank's own step time, a
+straggler is named only when it is that rank or the rank is not a straggler itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ddprof.units import fmt_us
+
+_ORDER = ("straggler", "busbw", "kernels:compute", "kernels", "exposed_comm", "idle", "overlap", "bubble")
+
+
+def wait_per_step(report: dict[str, Any], rank: int) -> float:
+    """Mean wall-clock wait per other rank and step that ``rank`` caused, µs (module doc)."""
+    per = {p["rank"]: p for p in report["stragglers"]["per_rank"]}
+    p = per.get(rank)
+    if not p or not p.get("wait_caused_us"):
+        return 0.0
+    steps = max(len(report["run"].get("steps") or []), 1)
+    return p["wait_caused_us"] / max(p.get("waiting_ranks") or 1, 1) / steps
+
+
+def straggler_outcomes(base: dict[str, Any], run: dict[str, Any]) -> list[dict[str, Any]]:
+    """One failed outcome per new straggler, else one passing outcome (module doc)."""
+    before = set(base["stragglers"]["ranks"])
+    new = [r for r in run["stragglers"]["ranks"] if r not in before]
+    common = {"rule": "straggler", "kind": "straggler", "unit": "us", "change_pct": None, "interval": None,
+              "tolerance": None, "samples": None, "cause": None}
+    if not new:
+        named = run["stragglers"]["ranks"]
+        msg = ("no new straggler" + (f" (rank {', '.join(map(str, named))} already was one)" if named else ""))
+        return [{**common, "id": "straggler[all ranks]", "subject": "all ranks", "outcome": "pass", "baseline": None,
+                 "run": None, "change": None, "message": msg}]
+    out = []
+    for r in new:
+        b, a = wait_per_step(base, r), wait_per_step(run, r)
+        out.append({**common, "id": f"straggler[rank {r}]", "subject": f"rank {r}", "outcome": "fail", "baseline": b,
+                    "run": a, "change": a - b,
+                    "message": f"rank {r} became a straggler: the others wait {fmt_us(a - b)} more per step "
+                               f"({fmt_us(b)} → {fmt_us(a)})"})
+    return out
+
+
+def _key(o: dict[str, Any]) -> int:
+    tag = "kernels:compute" if o["rule"] == "kernels" and "compute time" in o["message"] else o["rule"]
+    return _ORDER.index(tag) if tag in _ORDER else len(_ORDER)
+
+
+def attach_causes(outcomes: list[dict[str, Any]]) -> None:
+    """Fill ``cause`` of each failed step-time outcome from the other failed outcomes (module doc)."""
+    evidence = sorted((o for o in outcomes if o["outcome"] == "fail" and o["rule"] in
+                       {"straggler", "busbw", "kernels", "exposed_comm", "idle", "overlap", "bubble"}), key=_key)
+    stragglers = {o["subject"] for o in evidence if o["rule"] == "straggler"}
+    for o in outcomes:
+        if o["outcome"] != "fail" or o["rule"] not in ("step_time", "step_time_p90"):
+            continue
+        usable = [e for e in evidence
+                  if not (e["rule"] == "straggler" and o["subject"] in stragglers and e["subject"] != o["subject"])]
+        if usable:
+            o["cause"] = "; ".join(e["message"].split(" (shift")[0] for e in usable[:2])

@@ -1,0 +1,67 @@
+"""Same job, same workload? What must agree before timings are compared.
+
+* **The job** (:func:`job_differences`): world size, ranks, device (GPU/CPU), backend, the set of collective
+  ops, and the pipeline's stage count. A baseline of another job is refused (exit 2) unless the user allows it.
+* **The workload** (:func:`workload_changes`): the median count of collectives and of kernels per step and
+  rank, and the (op, message size) pairs. A change here means the job does other work per step: timings
+  that depend on it are not compared as a slowdown, and the change is reported as what it is.
+
+Example: baseline 1 all_reduce of 64 MiB per step, run 2 -> "collectives per step and rank: 1 → 2 (median)".
+"""
+
+from __future__ import annotations
+
+from statistics import median
+from typing import Any
+
+from ddprof.units import fmt_bytes
+
+
+def collective_ops(report: dict[str, Any]) -> list[str]:
+    return sorted({c["op"] for c in report["collectives"]} | {b["op"] for b in report["bandwidth"]})
+
+
+def stage_count(report: dict[str, Any]) -> int:
+    return len({p.get("stage") for p in report.get("pipeline", [])})
+
+
+def job_differences(base: dict[str, Any], run: dict[str, Any]) -> list[str]:
+    """Why ``run`` is not the same job as ``base`` (empty: it is)."""
+    out = []
+    b, r = base["run"], run["run"]
+    for key, what in (("world_size", "world size"), ("ranks", "ranks"), ("device", "device"), ("backend", "backend")):
+        if b.get(key) != r.get(key):
+            out.append(f"{what} {b.get(key)} in the baseline, {r.get(key)} in the run")
+    bo, ro = collective_ops(base), collective_ops(run)
+    if bo != ro:
+        out.append(f"collective ops {bo or 'none'} in the baseline, {ro or 'none'} in the run")
+    if stage_count(base) != stage_count(run):
+        out.append(f"{stage_count(base)} pipeline stages in the baseline, {stage_count(run)} in the run")
+    return out
+
+
+def per_step_median(report: dict[str, Any], key: str) -> float | None:
+    values = [s[key] for s in report["step_times"]]
+    return float(median(values)) if values else None
+
+
+def message_sizes(report: dict[str, Any]) -> set[tuple[str, int]]:
+    return {(b["op"], b["bytes"]) for b in report["bandwidth"] if b.get("bytes") is not None}
+
+
+def workload_changes(base: dict[str, Any], run: dict[str, Any], rule: dict[str, Any]) -> list[str]:
+    """How the work per step changed beyond the rule's allowance (module doc); empty: the same workload."""
+    out = []
+    bc, rc = per_step_median(base, "collectives"), per_step_median(run, "collectives")
+    if bc is not None and rc is not None and abs(rc - bc) > rule["collectives_per_step"]:
+        out.append(f"collectives per step and rank: {bc:g} → {rc:g} (median)")
+    bk, rk = per_step_median(base, "kernels"), per_step_median(run, "kernels")
+    if bk is not None and rk is not None and abs(rk - bk) > rule["kernels_per_step_pct"] / 100 * max(bk, 1):
+        out.append(f"kernels per step and rank: {bk:g} → {rk:g} (median)")
+    if rule["message_sizes"]:
+        bs, rs = message_sizes(base), message_sizes(run)
+        gone, new = sorted(bs - rs), sorted(rs - bs)
+        if gone or new:
+            parts = [f"new {op} {fmt_bytes(n)}" for op, n in new] + [f"no more {op} {fmt_bytes(n)}" for op, n in gone]
+            out.append("message sizes: " + ", ".join(parts))
+    return out

@@ -1,0 +1,54 @@
+"""A report to compare, from what the user names: a saved ``ddprof analyze --format json`` report (one small
+file a repository can keep), a run dir, or raw traces (ingested like ``ddprof analyze`` does)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from ddprof.analyses.report import analyze
+
+from ddprof.errors import BadInputError
+
+#: Sections a comparison reads that reports written before them lack.
+NEEDED = ("step_times", "kernels", "kernels_by_step")
+_REPORT_START = re.compile(rb'\A\s*\{\s*"run"\s*:')
+
+
+def is_saved_report(path: Path) -> bool:
+    """A JSON file whose first key is ``run`` (how ``ddprof analyze --format json`` writes it); a Kineto
+    trace starts otherwise (``schemaVersion``, ``deviceProperties``, ``traceEvents``...)."""
+    if not path.is_file() or path.name.endswith(".gz"):
+        return False
+    with path.open("rb") as f:
+        return bool(_REPORT_START.match(f.read(4096)))
+
+
+def check_report(report: Any, path: str | Path) -> dict[str, Any]:
+    """``report`` if it is a report a comparison can read, else a BadInputError naming the file."""
+    if not isinstance(report, dict) or not isinstance(report.get("run"), dict):
+        raise BadInputError("not a ddprof report (no 'run' section)", path=path)
+    missing = [k for k in NEEDED if k not in report]
+    if missing:
+        raise BadInputError(f"this report lacks {', '.join(missing)} (written by an older ddprof); save it again "
+                            "with `ddprof analyze RUN --format json -o FILE`", path=path)
+    if not report["step_times"] and not report["collectives"]:
+        raise BadInputError("nothing to compare: the report has no profiler steps and no collectives", path=path)
+    return report
+
+
+def load_report(path: str | Path, *, cache: str | Path | None = None) -> dict[str, Any]:
+    """The report of ``path`` (module doc)."""
+    p = Path(path)
+    if not p.exists():
+        raise BadInputError("no such file or directory", path=p)
+    if is_saved_report(p):
+        try:
+            report = json.loads(p.read_text())
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise BadInputError(f"cannot read this saved report ({exc})", path=p) from exc
+    else:
+        report = analyze(p, cache=cache)
+    return check_report(report, p)

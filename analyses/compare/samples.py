@@ -1,0 +1,66 @@
+"""The distributions a report holds, as NumPy arrays: what a check compares.
+
+Each value is one (rank, step) unless said otherwise:
+
+* ``step_us``: the step time (``step_times``), per rank and pooled over ranks (key None);
+* ``exposed_pct``: exposed communication in the step over its step time, ``100 · exposed_comm_us / step_us``
+  (``overlap_by_step`` joined to ``step_times``). Example: 1.2 ms exposed in a 10 ms step -> 12 %;
+* ``overlap_pct`` (``overlap_by_step``), ``idle_pct`` (``breakdown_by_step``);
+* ``bubble_pct`` per pipeline stage (``bubbles`` with the stage of each rank);
+* ``busbw``: one value per collective instance, per (op, message size) (``collectives``);
+* ``kernel_steps``: per top kernel (name, kind), its time in each step of the run summed over ranks
+  (``kernels_by_step``; 0 in a step where it did not run).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+
+def _arr(values: list[Any]) -> np.ndarray:
+    return np.asarray([v for v in values if v is not None], dtype=np.float64)
+
+
+def step_us(report: dict[str, Any]) -> dict[int | None, np.ndarray]:
+    per: dict[int | None, list[float]] = defaultdict(list)
+    for s in report["step_times"]:
+        per[s["rank"]].append(s["step_us"])
+        per[None].append(s["step_us"])
+    return {k: _arr(v) for k, v in per.items()}
+
+
+def exposed_pct(report: dict[str, Any]) -> np.ndarray:
+    step = {(s["rank"], s["step"]): s["step_us"] for s in report["step_times"]}
+    return _arr([100 * o["exposed_comm_us"] / step[(o["rank"], o["step"])] for o in report["overlap_by_step"]
+                 if o.get("exposed_comm_us") is not None and step.get((o["rank"], o["step"]))])
+
+
+def per_step(report: dict[str, Any], section: str, key: str) -> np.ndarray:
+    return _arr([row.get(key) for row in report.get(section, [])])
+
+
+def bubble_by_stage(report: dict[str, Any]) -> dict[int, np.ndarray]:
+    per: dict[int, list[float]] = defaultdict(list)
+    for b in report["bubbles"]:
+        if b.get("stage") is not None and b.get("bubble_pct") is not None:
+            per[b["stage"]].append(b["bubble_pct"])
+    return {k: _arr(v) for k, v in sorted(per.items())}
+
+
+def busbw(report: dict[str, Any]) -> dict[tuple[str, int], np.ndarray]:
+    per: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for c in report["collectives"]:
+        if c.get("busbw_gbps") is not None and c.get("bytes") is not None:
+            per[(c["op"], c["bytes"])].append(c["busbw_gbps"])
+    return {k: _arr(v) for k, v in sorted(per.items())}
+
+
+def kernel_steps(report: dict[str, Any]) -> dict[tuple[str, str], np.ndarray]:
+    steps = sorted({s["step"] for s in report["step_times"]})
+    per: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
+    for k in report["kernels_by_step"]:
+        per[(k["name"], k["kind"])][k["step"]] = k["total_us"]
+    return {key: np.asarray([v.get(s, 0.0) for s in steps], dtype=np.float64) for key, v in per.items()}

@@ -1,0 +1,93 @@
+"""Generated data-parallel runs for the regression check: step times that vary with noise, known changes.
+
+``NoisyDP``, per rank r and step s (all times whole µs, GPU kernels on stream 7, the all-reduce on 20)::
+
+    fwd [t0+40, +F·n)   bwd [.., +B·n + slow)   all_reduce buckets [arrive, e)   opt [e+10, +Opt·n)   step ends +30
+
+with n a lognormal noise factor per (rank, step, kernel) (sd ``noise``) times one factor per run (sd
+``run_noise``: nights differ a little as a whole), ``slow`` = ``slow_us`` on ``slow_rank``. Each of the
+``buckets`` all-reduces of ``nbytes`` starts on a rank when its backward ends; every rank leaves it at the
+latest arrival plus the transfer ``T / bw`` (noise as well), so a slow rank makes the others wait, and a
+``bw`` of 0.7 is a 30 % drop in bus bandwidth. ``ProfilerStep#s`` spans the step on each rank and the
+next step starts where it ended. Two runs with the same parameters but their ``seed`` differ by noise only.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from gen import US, _Rows, _step_row, to_kineto
+
+import ddprof
+
+AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+
+
+@dataclass(frozen=True)
+class NoisyDP:
+    ranks: int = 4
+    steps: int = 20
+    F: int = 3000
+    B: int = 5000
+    Opt: int = 800
+    T: int = 1200
+    nbytes: int = 64 << 20
+    buckets: int = 1
+    noise: float = 0.02
+    run_noise: float = 0.01
+    slow_rank: int | None = None
+    slow_us: int = 0
+    bw: float = 1.0
+    seed: int = 0
+    base: int = 1_700_000_000_000_000 * US
+
+    def events(self) -> pl.DataFrame:
+        rng = random.Random(f"noisy-dp-{self.seed}")
+        run_factor = math.exp(rng.gauss(0, self.run_noise))
+
+        def us(x: float, sd: float | None = None) -> int:
+            return max(1, round(x * run_factor * math.exp(rng.gauss(0, self.noise if sd is None else sd))))
+
+        rows = _Rows()
+        t0 = [self.base + r * 7 * US for r in range(self.ranks)]
+        meta = dict(coll_op="all_reduce", pg="0", group_size=self.ranks, bytes=self.nbytes,
+                    in_bytes=self.nbytes, out_bytes=self.nbytes, dtype="Float")
+        for s in range(self.steps):
+            bwd_end = []
+            for r in range(self.ranks):
+                f = t0[r] + 40 * US
+                fd = us(self.F) * US
+                rows.kernel(r, s, "compute", "gemm_fwd_kernel", f, fd, 7, f - 20 * US)
+                bd = (us(self.B) + (self.slow_us if r == self.slow_rank else 0)) * US
+                rows.kernel(r, s, "compute", "gemm_bwd_kernel", f + fd, bd, 7, f - 15 * US)
+                bwd_end.append(f + fd + bd)
+            start = list(bwd_end)
+            for _ in range(self.buckets):
+                end = max(start) + us(self.T / self.bw, self.noise / 2) * US
+                for r in range(self.ranks):
+                    rows.kernel(r, s, "comm", AR, start[r], end - start[r], 20, t0[r] + 30 * US, **meta)
+                start = [end] * self.ranks
+            for r in range(self.ranks):
+                o = start[r] + 10 * US
+                od = us(self.Opt) * US
+                rows.kernel(r, s, "compute", "sgd_kernel", o, od, 7, t0[r] + 35 * US)
+                step_end = o + od + 30 * US
+                _step_row(rows, r, s, t0[r], step_end - t0[r])
+                t0[r] = step_end
+        return rows.frame()
+
+    def kineto(self) -> dict[int, dict[str, Any]]:
+        return to_kineto(self.events(), self.ranks)
+
+
+def run_of(sc: NoisyDP, folder: Path) -> Path:
+    """The scenario's traces written to ``folder/traces`` and ingested into ``folder/run``; the run dir."""
+    from gen import write_kineto
+
+    ddprof.ingest([write_kineto(sc, folder / "traces")], folder / "run")
+    return folder / "run"
