@@ -8,8 +8,9 @@ other output (text, HTML, dashboard, check) renders or reads it. :func:`analyze`
 
 Contract sections are filled with their contract keys (plus extra keys); ``breakdown_by_step``,
 ``idle_by_step``, ``pipeline``, ``step_times`` (step time and work counts per rank and step:
-:mod:`.steptimes`), ``kernels`` and ``kernels_by_step`` (the top kernels: :mod:`.kernels`), ``verdicts``
-and ``status`` are additions.
+:mod:`.steptimes`), ``kernels`` and ``kernels_by_step`` (the top kernels: :mod:`.kernels`), ``clocks``
+(per-host clock offsets, estimated and applied before the analyses when the evidence holds: :mod:`.clocks`),
+``verdicts`` and ``status`` are additions.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from typing import Any
 import polars as pl
 from ddprof.analyses.breakdown import breakdown_by_step, temporal_breakdown
 from ddprof.analyses.bubbles import bubbles, pipeline_stages
+from ddprof.analyses.clocks import NOT_ESTIMATED, align, run_hosts
+from ddprof.analyses.clocks import estimate as estimate_clocks
 from ddprof.analyses.collectives import bandwidth, collective_warnings, collectives
 from ddprof.analyses.frames.memo import Events, Prepared, prepare
 from ddprof.analyses.frames.sets import rank_spans
@@ -53,6 +56,7 @@ EMPTY_SECTIONS: dict[str, Any] = {
     "step_times": [],
     "kernels": [],
     "kernels_by_step": [],
+    "clocks": NOT_ESTIMATED.section(),
 }
 
 #: Columns the analyses read; the run's events are loaded once with only these.
@@ -176,7 +180,11 @@ def build_report(run: Run | None, *, dumps: DumpSet | None = None) -> dict[str, 
     hang = diagnose(dumps) if dumps is not None else None
     if run is not None:
         report: dict[str, Any] = {"run": run.summary(), **copy.deepcopy(EMPTY_SECTIONS)}
-        sections = analyse(read_events(run), run.world_size)
+        events = read_events(run)
+        clock = estimate_clocks(events, run_hosts(run.manifest))  # before the cross-rank analyses
+        report["clocks"] = clock.section()
+        sections = analyse(align(events, clock), run.world_size)
+        report["run"]["warnings"].extend(clock.warnings())
         report["run"]["warnings"].extend(sections.pop("collective_warnings"))
         report.update(sections)
     elif dumps is not None and hang is not None:

@@ -1,0 +1,272 @@
+"""Clocks aligned across hosts, estimated from when collectives complete.
+
+Each host stamps its ranks' events with its own clock; ranks on one host share it. Host h's clock reads
+``t + offset_h(t)`` when the reference host's reads t; the reference is the host of the lowest rank.
+
+Evidence: the ranks of one collective instance (matched as :func:`collectives.arrivals` matches them,
+point-to-point left out) finish within the transfer time of each other: a collective ends on every rank
+when its last bytes have moved, whoever arrived last. Per instance i seen on host h and the reference:
+
+* ``d_i = end_h(i) − end_ref(i)``, each host's end the median end of its ranks in i;
+* ``T_i`` = the instance's shortest duration across ranks (its transfer time, the wait left out);
+* ``t_i = end_ref(i)``, when it happened on the reference clock.
+
+If every instance's ends lie within ``T_i`` of each other, the true offset o lies in ``[d_i − T_i, d_i + T_i]``.
+
+Estimate, per host h with n instances shared with the reference:
+
+* constant: ``offset = median(d_i)``;
+* drift: a line ``offset(t) = a + b · (t − t0)`` fitted by Theil–Sen (the median of the pairwise slopes
+  ``(d_j − d_i) / (t_j − t_i)``, then ``a = median(d_i − b · (t_i − t0))``), t0 = the first instance's
+  ``t_i``. The line is used when the drift moves the offset by more than the bound over the run
+  (``|b| · (t_last − t0) > bound``), else the constant (``drift_ppm`` 0);
+* bound: ``max(median(T_i), 3 · 1.4826 · MAD(residuals))``. The first term holds when the model does: at
+  least half the d_i lie on each side of their median, each within its own ``T_i`` of o, so the median is
+  within (about) ``median(T_i)`` of o. The second is the scatter the ends show around the fit, when it
+  is wider than the transfer times allow (a skipped clock step, a mismatched instance).
+
+Applied or refused, per host (``reason`` says which and why):
+
+* one host only, or the run names no host (or not one for every rank): nothing to align;
+* fewer than :data:`MIN_INSTANCES` instances shared with the reference: too little evidence;
+* ``|offset(t)| ≤ bound`` over the whole run: the offset is not told apart from zero; left as traced;
+* else applied: every timestamp of the host's ranks becomes ``ts − round(a + b · (ts − t0))``
+  (durations kept: a drift of b stretches them by a factor 1 + b, parts per million).
+
+Example: 2 hosts, 12 all-reduces of 800 µs transfer each, host B's ranks ending 5,000 µs after host
+A's every time -> host B: offset_ns 5,000,000, bound_ns 800,000, instances 12, applied; B's events move
+5 ms earlier, and arrivals and waits compare the same instants.
+
+The report section (:func:`ClockEstimate.section`)::
+
+    clocks: {applied: bool, reason: str, reference: host | null,
+             hosts: [{host, ranks, offset_ns, drift_ppm, t0_ns, bound_ns, instances, applied, reason}]}
+
+``applied`` is true when any host was aligned; ``hosts`` lists every host but the reference (empty when
+there is nothing to align). Offsets are signed: positive when the host's clock runs ahead of the
+reference's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+from ddprof.analyses.collectives import arrivals
+from ddprof.analyses.frames.memo import Events, Prepared, collect, prepare
+from ddprof.analyses.frames.sets import rank_spans
+
+from ddprof.units import NS_PER_US
+
+#: Fewest collective instances a host must share with the reference to be aligned.
+MIN_INSTANCES = 8
+#: Points the Theil–Sen slope is fitted on at most (evenly spread over the run): O(n²) pairs.
+_FIT_POINTS = 300
+_INST = ["group", "src", "dst", "index"]
+
+
+@dataclass(frozen=True)
+class HostClock:
+    """One host's clock against the reference (module doc): ``offset(t) = offset_ns + drift · (t − t0_ns)``
+    with ``drift = drift_ppm / 1e6``."""
+
+    host: str
+    ranks: list[int]
+    offset_ns: int
+    drift_ppm: float
+    t0_ns: int
+    bound_ns: int
+    instances: int
+    applied: bool
+    reason: str
+
+    def max_offset_ns(self, first_ns: int, last_ns: int) -> float:
+        slope = self.drift_ppm / 1e6
+        return max(abs(self.offset_ns + slope * (t - self.t0_ns)) for t in (first_ns, last_ns))
+
+
+@dataclass(frozen=True)
+class ClockEstimate:
+    """Per-host clocks of a run and whether they were applied (module doc)."""
+
+    reference: str | None
+    reason: str
+    hosts: list[HostClock] = field(default_factory=list)
+
+    @property
+    def applied(self) -> bool:
+        return any(h.applied for h in self.hosts)
+
+    def corrections(self) -> dict[int, HostClock]:
+        """Rank -> the clock to correct its timestamps by, for the ranks of the aligned hosts only."""
+        return {r: h for h in self.hosts if h.applied for r in h.ranks}
+
+    def section(self) -> dict[str, Any]:
+        """The report's ``clocks`` section."""
+        return {"applied": self.applied, "reason": self.reason, "reference": self.reference,
+                "hosts": [dict(vars(h)) for h in self.hosts]}
+
+    def warnings(self) -> list[str]:
+        """One sentence per aligned host, for the run's warnings."""
+        out = []
+        for h in self.hosts:
+            if h.applied:
+                ahead = "ahead of" if h.offset_ns > 0 else "behind"
+                drift = f", drifting {h.drift_ppm:+.2f} ppm" if h.drift_ppm else ""
+                out.append(f"clocks: host {h.host}'s clock runs {abs(h.offset_ns) / NS_PER_US:,.1f} µs {ahead} "
+                           f"host {self.reference}'s (± {h.bound_ns / NS_PER_US:,.1f} µs, from {h.instances} "
+                           f"collectives{drift}); ranks {_ranks(h.ranks)} were aligned to it before the "
+                           "cross-rank analyses")
+        return out
+
+
+NOT_ESTIMATED = ClockEstimate(reference=None, reason="no traced events: clocks not estimated")
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks[:16])) + (f" ... ({len(ranks)} in all)" if len(ranks) > 16 else "")
+
+
+def run_hosts(manifest: Mapping[str, Any]) -> dict[int, str]:
+    """Rank -> host, from a run manifest's ``hosts`` (written from the collector's files)."""
+    return {int(r): str(h) for r, h in (manifest.get("hosts") or {}).items() if h is not None}
+
+
+def _theil_sen(t: np.ndarray, d: np.ndarray) -> float:
+    """Median of the pairwise slopes (points with equal t skipped); on at most :data:`_FIT_POINTS` points."""
+    if len(t) > _FIT_POINTS:
+        pick = np.linspace(0, len(t) - 1, _FIT_POINTS).round().astype(int)
+        t, d = t[pick], d[pick]
+    i, j = np.triu_indices(len(t), k=1)
+    dt = t[j] - t[i]
+    ok = dt != 0
+    return float(np.median((d[j] - d[i])[ok] / dt[ok])) if ok.any() else 0.0
+
+
+def _spread(r: np.ndarray) -> float:
+    return float(3 * 1.4826 * np.median(np.abs(r - np.median(r))))
+
+
+def _fit(host: str, ranks: list[int], t: np.ndarray, d: np.ndarray, transfer: np.ndarray,
+         span: tuple[int, int], base: int) -> HostClock:
+    """One host's clock from its instances' (t_i, d_i, T_i), sorted by t, times relative to ``base``
+    (floats: exact below 2**53 ns, about 104 days), and the run's span on that scale (module doc)."""
+    n = len(t)
+    if n < MIN_INSTANCES:
+        return HostClock(host, ranks, 0, 0.0, base + (int(t[0]) if n else 0), 0, n, False,
+                         f"only {n} collective(s) shared with the reference host; at least {MIN_INSTANCES} "
+                         "are needed to estimate an offset: clocks left as traced")
+    x = t - t[0]
+    med_transfer = float(np.median(transfer))
+    offset = float(np.median(d))
+    bound = max(med_transfer, _spread(d - offset))
+    slope = _theil_sen(x, d)
+    a = float(np.median(d - slope * x))
+    drift_bound = max(med_transfer, _spread(d - a - slope * x))
+    drift = abs(slope) * float(x[-1]) > drift_bound
+    if drift:
+        offset, bound = a, drift_bound
+    clock = HostClock(host, ranks, round(offset), slope * 1e6 if drift else 0.0, base + int(t[0]), round(bound),
+                      n, False, "")
+    worst = clock.max_offset_ns(base + span[0], base + span[1])
+    if worst <= clock.bound_ns:
+        why = (f"offset {worst / NS_PER_US:,.1f} µs is within its bound ± {clock.bound_ns / NS_PER_US:,.1f} µs: "
+               "not told apart from zero; clocks left as traced")
+        return HostClock(**{**vars(clock), "reason": why})
+    what = f"offset and drift ({clock.drift_ppm:+.2f} ppm)" if drift else "offset"
+    why = (f"{what} estimated from {n} collectives, beyond their transfer times; "
+           "aligned to the reference host's clock")
+    return HostClock(**{**vars(clock), "applied": True, "reason": why})
+
+
+def estimate(events: Events, hosts: Mapping[int, str]) -> ClockEstimate:
+    """Per-host clock offsets of a run from its collectives (module doc). ``hosts``: rank -> host."""
+    p = prepare(events)
+    spans = rank_spans(p)
+    traced = sorted(spans["rank"].to_list())
+    if not traced:
+        return NOT_ESTIMATED
+    named = {r: hosts[r] for r in traced if r in hosts}
+    if not named:
+        return ClockEstimate(None, "the run names no host for its ranks: its clocks are taken as one")
+    unnamed = [r for r in traced if r not in named]
+    if unnamed:
+        return ClockEstimate(None, f"no host known for rank(s) {_ranks(unnamed)}: clocks left as traced")
+    host_ranks: dict[str, list[int]] = {}
+    for r in traced:
+        host_ranks.setdefault(named[r], []).append(r)
+    reference = named[traced[0]]
+    if len(host_ranks) == 1:
+        return ClockEstimate(reference, f"one host ({reference}): its ranks share one clock")
+    return ClockEstimate(reference, "hosts compared at the collectives they share",
+                         _host_clocks(p, named, host_ranks, reference, spans))
+
+
+def _host_clocks(p: Prepared, named: dict[int, str], host_ranks: dict[str, list[int]], reference: str,
+                 spans: pl.DataFrame) -> list[HostClock]:
+    """One :class:`HostClock` per host but the reference."""
+    host_of = pl.DataFrame({"rank": list(named), "host": list(named.values())},
+                           schema={"rank": pl.Int32(), "host": pl.String()})
+    base = int(spans["first_ns"].min())  # type: ignore[arg-type]  # times as floats from here: relative
+    per_host = collect(
+        arrivals(p).lazy().filter(pl.col("match_op") != "sendrecv")
+        .join(host_of.lazy(), on="rank")
+        .with_columns(pl.col("dur_ns").min().over(_INST).alias("transfer"))
+        .group_by(*_INST, "host")
+        .agg((pl.col("end_ns") - base).median().alias("end"), pl.col("transfer").first())
+    )
+    ref = per_host.filter(pl.col("host") == reference).select(*_INST, pl.col("end").alias("t"))
+    shared = collect(
+        per_host.lazy().filter(pl.col("host") != reference)
+        .join(ref.lazy(), on=_INST, nulls_equal=True)
+        .select("host", "t", (pl.col("end") - pl.col("t")).alias("d"), "transfer")
+        .sort("host", "t")
+    )
+    span = (0, int(spans["last_ns"].max()) - base)  # type: ignore[arg-type]
+    out = []
+    for host in sorted(h for h in host_ranks if h != reference):
+        rows = shared.filter(pl.col("host") == host)
+        out.append(_fit(host, host_ranks[host], rows["t"].to_numpy().astype(np.float64),
+                        rows["d"].to_numpy().astype(np.float64), rows["transfer"].to_numpy().astype(np.float64),
+                        span, base))
+    return out
+
+
+def aligned_ts(corrections: Mapping[int, HostClock]) -> pl.Expr:
+    """``ts_ns`` on the reference clock: each corrected rank's timestamps less its host's offset at that
+    time, ``ts − offset_ns − round(drift · (ts − t0_ns))``; other ranks' as they are."""
+    ts = pl.col("ts_ns")
+    if not corrections:
+        return ts
+    rank = pl.col("rank")
+
+    def per_rank(value: Mapping[int, float | int], dtype: pl.DataType) -> pl.Expr:
+        return rank.replace_strict(dict(value), default=0, return_dtype=dtype)
+
+    offset = per_rank({r: h.offset_ns for r, h in corrections.items()}, pl.Int64())
+    expr = ts - offset
+    drifting = {r: h for r, h in corrections.items() if h.drift_ppm}
+    if drifting:
+        slope = per_rank({r: h.drift_ppm / 1e6 for r, h in drifting.items()}, pl.Float64())
+        t0 = per_rank({r: h.t0_ns for r, h in drifting.items()}, pl.Int64())
+        expr = expr - (slope * (ts - t0).cast(pl.Float64)).round().cast(pl.Int64)
+    return expr.alias("ts_ns")
+
+
+def align(events: Events, clock: ClockEstimate) -> Prepared:
+    """The events with the applied offsets taken off (a new :class:`Prepared`), or ``events`` prepared as
+    they are when nothing was applied. The rank spans move with their ranks."""
+    p = prepare(events)
+    fix = clock.corrections()
+    if not fix:
+        return p
+    expr = aligned_ts(fix)
+    out = Prepared(p.events.with_columns(expr))
+    spans = rank_spans(p)
+    first = spans.select("rank", pl.col("first_ns").alias("ts_ns")).with_columns(expr)["ts_ns"]
+    last = spans.select("rank", pl.col("last_ns").alias("ts_ns")).with_columns(expr)["ts_ns"]
+    out.provide(rank_spans, spans.with_columns(first.alias("first_ns"), last.alias("last_ns")))
+    return out

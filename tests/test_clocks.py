@@ -1,0 +1,180 @@
+"""Clocks across hosts: generated runs whose hosts' clocks are shifted by known offsets (and one that
+drifts), ingested with collector sidecar files naming each rank's host; and the real traces, which stay
+as they are."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import polars as pl
+import pytest
+from ddprof.analyses.clocks import MIN_INSTANCES, align, estimate, run_hosts
+from ddprof.analyses.report import build_report, read_events
+
+import ddprof
+from ddprof.rundir import Run
+from tests.gen import US, DataParallel, to_kineto
+
+ROOT = Path(__file__).resolve().parent.parent
+HOSTS8 = {r: "node-a" if r < 4 else "node-b" for r in range(8)}
+
+Offset = Callable[[str, int], int]  # (host, ts_ns) -> ns to add (whole µs)
+
+
+def hosts_run(sc: DataParallel, folder: Path, hosts: dict[int, str] | None, offset: Offset | None = None,
+              end_noise_us: int = 0, sidecars: bool = True) -> Run:
+    """``sc`` as traces whose ranks' clocks read ``ts + offset(host, ts)``, with a collector sidecar naming
+    each rank's host (unless ``sidecars`` is false), ingested into ``folder/run``. ``end_noise_us``: each
+    comm kernel ends up to that many µs later (seeded), so ranks do not finish at exactly one instant."""
+    frame = sc.events()
+    rng = random.Random(7)
+    if end_noise_us:
+        noise = [rng.randint(0, end_noise_us) * US if k == "comm" else 0 for k in frame["kind"].to_list()]
+        frame = frame.with_columns(pl.col("dur_ns") + pl.Series(noise, dtype=pl.Int64))
+    if offset is not None and hosts is not None:
+        shifted = [ts + offset(hosts.get(r, "?"), ts) for r, ts in zip(frame["rank"].to_list(), frame["ts_ns"].to_list())]
+        frame = frame.with_columns(pl.Series("ts_ns", shifted, dtype=pl.Int64))
+    traces = folder / "traces"
+    traces.mkdir(parents=True)
+    for rank, trace in to_kineto(frame, sc.ranks).items():
+        (traces / f"rank{rank}.pt.trace.json").write_text(json.dumps(trace))
+        if sidecars and hosts is not None and rank in hosts:
+            meta = {"format": "ddprof-collector-meta", "version": 1, "rank": rank, "host": hosts[rank]}
+            (traces / f"rank-{rank:05d}.meta.json").write_text(json.dumps(meta))
+    return ddprof.ingest([traces], folder / "run")
+
+
+def constant(offsets: dict[str, int]) -> Offset:
+    return lambda host, ts: offsets.get(host, 0)
+
+
+def test_constant_offset_recovered_and_aligned(tmp_path: Path) -> None:
+    """Host node-b's clock runs 5 ms ahead: the offset is recovered within its bound, applied, said in the
+    warnings, and the cross-rank sections come out as the scenario's truth (as with one clock)."""
+    sc = DataParallel(ranks=8, steps=12, slow_rank=5, delay=300 * US, jitter=40 * US)
+    run = hosts_run(sc, tmp_path / "shifted", HOSTS8, constant({"node-b": 5_000 * US}))
+    report = build_report(run)
+    clocks = report["clocks"]
+    assert clocks["applied"] and clocks["reference"] == "node-a"
+    [b] = clocks["hosts"]
+    assert b["host"] == "node-b" and b["ranks"] == [4, 5, 6, 7] and b["instances"] == 12 and b["applied"]
+    assert abs(b["offset_ns"] - 5_000 * US) <= b["bound_ns"]
+    assert b["offset_ns"] == 5_000 * US  # every rank ends together here: exact
+    assert b["bound_ns"] == sc.T  # the transfer time
+    assert b["drift_ppm"] == 0.0
+    assert any("node-b" in w and "aligned" in w for w in report["run"]["warnings"])
+
+    truth = sc.truth()
+    assert report["stragglers"]["ranks"] == [5]
+    for row in report["stragglers"]["per_rank"]:
+        assert row["times_last"] == truth["stragglers"]["times_last"][row["rank"]]
+        assert row["wait_caused_us"] == pytest.approx(truth["stragglers"]["wait_caused_us"][row["rank"]])
+    for got, want in zip(report["collectives"], truth["collectives"]):
+        assert got["arrival_skew_us"] == pytest.approx(want["arrival_skew_us"])
+        assert got["last_rank"] == want["last_rank"]
+
+    # the same traces without hosts: one clock assumed; the collectives' end-alignment fallback is all left
+    blind = build_report(hosts_run(sc, tmp_path / "blind", HOSTS8, constant({"node-b": 5_000 * US}),
+                                   sidecars=False))
+    plain = build_report(hosts_run(sc, tmp_path / "unshifted", HOSTS8, None))
+    assert not plain["clocks"]["applied"]
+    assert plain["stragglers"] == report["stragglers"] and plain["collectives"] == report["collectives"]
+    assert blind["clocks"]["reason"].startswith("the run names no host")
+    assert not any(c["clock_aligned"] for c in blind["collectives"])
+    assert all(c["clock_aligned"] for c in report["collectives"])
+    assert any("clocks disagree" in w for w in blind["run"]["warnings"])
+    assert not any("clocks disagree" in w for w in report["run"]["warnings"])
+
+
+def test_three_hosts_noisy_ends_within_bound(tmp_path: Path) -> None:
+    """Three hosts, offsets +5 ms and −7.5 ms, kernels ending up to 30 µs apart: each recovered within its
+    stated bound, and the aligned timestamps of every rank agree with the unshifted run's within it."""
+    sc = DataParallel(ranks=6, steps=16, slow_rank=1, jitter=50 * US)
+    hosts = {r: ("h0", "h1", "h2")[r // 2] for r in range(6)}
+    truth = {"h1": 5_000 * US, "h2": -7_500 * US}
+    run = hosts_run(sc, tmp_path / "shifted", hosts, constant(truth), end_noise_us=30)
+    est = estimate(read_events(run), run_hosts(run.manifest))
+    assert est.reference == "h0" and est.applied
+    for h in est.hosts:
+        assert h.applied and h.instances == 16
+        assert abs(h.offset_ns - truth[h.host]) <= h.bound_ns
+        assert abs(h.offset_ns - truth[h.host]) <= 30 * US  # the noise, well inside the bound
+    aligned = align(run.events(), est).events.select("rank", "name", "ts_ns").sort("rank", "ts_ns", "name")
+    ref_run = hosts_run(sc, tmp_path / "plain", hosts, None, end_noise_us=30)
+    ref = ref_run.events().select("rank", "name", "ts_ns").sort("rank", "ts_ns", "name").collect()
+    err = (aligned.collect()["ts_ns"] - ref["ts_ns"]).abs().max()
+    assert isinstance(err, int) and err <= max(h.bound_ns for h in est.hosts)
+
+
+def test_drifting_host(tmp_path: Path) -> None:
+    """node-b starts 3 ms ahead and gains 100 ppm over a 24 s run (2.4 ms more): offset and drift are
+    estimated, the offset at every collective recovered within the bound, and arrivals match the truth."""
+    sc = DataParallel(ranks=8, steps=24, slow_rank=2, step_ns=1_000_000 * US)
+
+    def drift(host: str, ts: int) -> int:
+        return 3_000 * US + round(100e-6 * (ts - sc.base) / US) * US if host == "node-b" else 0
+
+    run = hosts_run(sc, tmp_path / "drift", HOSTS8, drift)
+    report = build_report(run)
+    [b] = report["clocks"]["hosts"]
+    assert b["applied"] and b["drift_ppm"] == pytest.approx(100, abs=1)
+    for s in range(sc.steps):  # the offset at each all-reduce's end, on the reference clock
+        t = sc.base + s * sc.step_ns + sc.a0 + sc.F + sc.KW + sc.Fb + sc.dmax(s) - sc.X + sc.T
+        est = b["offset_ns"] + b["drift_ppm"] / 1e6 * (t - b["t0_ns"])
+        assert abs(est - drift("node-b", t)) <= b["bound_ns"]
+    assert "drift" in b["reason"]
+    for got, want in zip(report["collectives"], sc.truth()["collectives"]):
+        assert got["arrival_skew_us"] == pytest.approx(want["arrival_skew_us"], abs=b["bound_ns"] / US)
+    per_rank = {row["rank"]: row for row in report["stragglers"]["per_rank"]}
+    assert per_rank[2]["times_last"] == sc.steps
+
+
+def test_weak_evidence_refused(tmp_path: Path) -> None:
+    """Too few collectives, or an offset inside the bound: not aligned, the reason said, the report as if
+    the hosts were one."""
+    few = DataParallel(ranks=8, steps=MIN_INSTANCES - 1)
+    run = hosts_run(few, tmp_path / "few", HOSTS8, constant({"node-b": 5_000 * US}))
+    report = build_report(run)
+    [b] = report["clocks"]["hosts"]
+    assert not report["clocks"]["applied"] and not b["applied"]
+    assert b["instances"] == MIN_INSTANCES - 1 and "at least" in b["reason"]
+    assert not any(w.startswith("clocks:") for w in report["run"]["warnings"])
+
+    small = DataParallel(ranks=8, steps=10)
+    run = hosts_run(small, tmp_path / "small", HOSTS8, constant({"node-b": 200 * US}))  # < T = 800 µs
+    report = build_report(run)
+    [b] = report["clocks"]["hosts"]
+    assert not b["applied"] and "within its bound" in b["reason"] and b["offset_ns"] == 200 * US
+    one = build_report(hosts_run(small, tmp_path / "one", {r: "x" for r in range(8)},
+                                 constant({"node-b": 200 * US})))
+    for key in ("collectives", "stragglers", "overlap", "breakdown", "idle"):
+        assert report[key] == build_report(run)[key]
+    assert one["clocks"]["reason"].startswith("one host")
+
+
+def test_missing_host_refused(tmp_path: Path) -> None:
+    sc = DataParallel(ranks=8, steps=10)
+    hosts = {r: h for r, h in HOSTS8.items() if r != 6}
+    run = hosts_run(sc, tmp_path / "partial", hosts, constant({"node-b": 5_000 * US}))
+    clocks = build_report(run)["clocks"]
+    assert not clocks["applied"] and clocks["reason"] == "no host known for rank(s) 6: clocks left as traced"
+
+
+@pytest.mark.parametrize("sample", ["dlrm-8xV100-nccl", "gloo-ddp-4rank-slow-rank/raw"])
+def test_real_traces_untouched(sample: str, tmp_path: Path) -> None:
+    """A real run on one host (gloo, its sidecars say so) or with no hosts named (DLRM) is not aligned:
+    the analyses get the very events they would without the clocks step."""
+    from ddprof.sources import open_source
+
+    with open_source([ROOT / "sample_traces" / sample], cache=tmp_path / "cache") as src:
+        assert src.run is not None
+        events = read_events(src.run)
+        est = estimate(events, run_hosts(src.run.manifest))
+        assert not est.applied and not est.hosts
+        assert align(events, est) is events
+        report = build_report(src.run)
+    assert report["clocks"] == {**est.section()}
+    assert not any(w.startswith("clocks:") for w in report["run"]["warnings"])
