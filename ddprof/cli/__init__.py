@@ -25,12 +25,18 @@ INTERNAL_ERROR = 70  # EX_SOFTWARE
 COMMANDS: dict[str, tuple[str, str]] = {
     "analyze": ("ddprof.cli.analyze_cmd:analyze",
                 "Analyse a run: raw traces, a run dir, or a directory of NCCL Flight Recorder dumps."),
+    "check": ("ddprof.cli.check_cmd:check",
+              "Check a run against a baseline: exit 1 when it regressed beyond tolerance and noise."),
+    "diff": ("ddprof.cli.diff_cmd:diff",
+             "Compare two runs side by side: per kernel and collective, count, total and per-step time."),
     "finish": ("ddprof.cli.finish_cmd:finish",
                "Wait for a capture's ranks to write their files, then ingest them into RUN_DIR."),
     "ingest": ("ddprof.cli.ingest_cmd:ingest",
                "Ingest Kineto traces (files, directories, .json or .json.gz) into a run dir."),
     "launch": ("ddprof.cli.launch_cmd:launch",
                "Run COMMAND (e.g. torchrun ... train.py) with ddprof's capture settings on every rank."),
+    "synth": ("ddprof.cli.synth_cmd:synth",
+              "Write a generated run: OUT_DIR/traces (Kineto JSON per rank) and OUT_DIR/truth.json (its true metrics)."),
 }
 
 

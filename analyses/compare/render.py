@@ -1,0 +1,91 @@
+"""A check's result and a diff as text, and a check as JUnit XML (one test case per rule outcome).
+
+JUnit: ``<testsuites><testsuite name="ddprof check" tests= failures= errors="0" skipped= time="0">`` with one
+``<testcase classname="ddprof.check.RULE" name="SUBJECT" time="0">`` per outcome, a ``<failure message=
+type="regression">`` on a failed one (its text: the explanation) and ``<skipped message=>`` on a skipped one:
+the elements and attributes the JUnit schema requires, which CI systems read.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from typing import Any
+
+from ddprof.units import fmt_bytes, fmt_us
+
+_MARK = {"pass": "ok  ", "fail": "FAIL", "skip": "skip"}
+_HEAD = {"ok": "OK: no regression", "regression": "REGRESSION", "workload_changed": "WORKLOAD CHANGED"}
+
+
+def check_text(result: dict[str, Any]) -> str:
+    b, r = result["baseline"], result["run"]
+    lines = [f"ddprof check: {_HEAD[result['status']]}",
+             f"run      {r['source']}: {r['world_size']} ranks, {len(r['steps'] or [])} steps",
+             f"baseline {b['source']}: {b['world_size']} ranks, {len(b['steps'] or [])} steps",
+             f"rule: a change fails when its {100 * result['confidence']:g} % interval excludes zero and it "
+             "exceeds the tolerance"]
+    for d in result["job_differences"]:
+        lines.append(f"note: another job, compared anyway: {d}")
+    lines.append("")
+    for o in result["outcomes"]:
+        lines.append(f"{_MARK[o['outcome']]}  {o['message']}")
+        if o["cause"]:
+            lines.append(f"      likely cause: {o['cause']}")
+    return "\n".join(lines) + "\n"
+
+
+def junit_xml(result: dict[str, Any]) -> str:
+    outcomes = result["outcomes"]
+    suites = ET.Element("testsuites", name="ddprof check")
+    suite = ET.SubElement(suites, "testsuite", name="ddprof check", tests=str(len(outcomes)),
+                          failures=str(sum(o["outcome"] == "fail" for o in outcomes)), errors="0",
+                          skipped=str(sum(o["outcome"] == "skip" for o in outcomes)), time="0")
+    props = ET.SubElement(suite, "properties")
+    for k in ("run", "baseline"):
+        ET.SubElement(props, "property", name=k, value=str(result[k]["source"]))
+    ET.SubElement(props, "property", name="confidence", value=str(result["confidence"]))
+    for o in outcomes:
+        case = ET.SubElement(suite, "testcase", classname=f"ddprof.check.{o['rule']}", name=o["subject"], time="0")
+        if o["outcome"] == "fail":
+            f = ET.SubElement(case, "failure", message=o["message"], type="regression" if o["kind"] != "workload"
+                              else "workload_changed")
+            f.text = o["message"] + (f"\nlikely cause: {o['cause']}" if o["cause"] else "")
+        elif o["outcome"] == "skip":
+            ET.SubElement(case, "skipped", message=o["message"])
+        else:
+            ET.SubElement(case, "system-out").text = o["message"]
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+def _us(v: float | None) -> str:
+    return "-" if v is None else fmt_us(v)
+
+
+def _pct(v: float | None) -> str:
+    return "" if v is None else f"{v:+.0f} %"
+
+
+def _num(v: Any) -> str:
+    return "-" if v is None else str(v)
+
+
+def diff_text(d: dict[str, Any], limit: int = 20) -> str:
+    st = d["step_time"]
+    lines = [f"ddprof diff: {d['run']['source']} (run) vs {d['baseline']['source']} (baseline)",
+             f"median step time: {_us(st['base_median_us'])} → {_us(st['run_median_us'])} {_pct(st['change_pct'])}",
+             "", "kernels (per rank and step; sorted by change)",
+             f"  {'count':>13}  {'per step':>21}  {'change':>16}  name"]
+    for k in d["kernels"][:limit]:
+        lines.append(f"  {_num(k['base_count']):>6}→{_num(k['run_count']):<6}  "
+                     f"{_us(k['base_per_step_us']):>10}→{_us(k['run_per_step_us']):<10}  "
+                     f"{_us(k['change_us']):>9} {_pct(k['change_pct']):>6}  {k['name'][:70]} ({k['kind']})")
+    lines += ["", "collectives (per step: the transfers' time; sorted by change)",
+              f"  {'count':>13}  {'per step':>21}  {'busbw GB/s':>15}  {'change':>16}  op"]
+    for c in d["collectives"][:limit]:
+        bw = lambda v: "-" if v is None else f"{v:.3g}"  # noqa: E731
+        lines.append(f"  {_num(c['base_count']):>6}→{_num(c['run_count']):<6}  "
+                     f"{_us(c['base_per_step_us']):>10}→{_us(c['run_per_step_us']):<10}  "
+                     f"{bw(c['base_busbw_gbps']):>7}→{bw(c['run_busbw_gbps']):<7}  "
+                     f"{_us(c['change_us']):>9} {_pct(c['change_pct']):>6}  {c['op']} {fmt_bytes(c['bytes'])}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,26 @@
+"""``ddprof diff RUN BASE [--format text|json] [-o FILE]``: per kernel and collective, count, total and
+per-step time side by side, sorted by change. Exit 0 whatever changed (``ddprof check`` judges)."""
+
+from __future__ import annotations
+
+import click
+
+from ddprof.cli.common import emit
+
+
+@click.command()
+@click.argument("run", type=click.Path(exists=True))
+@click.argument("base", type=click.Path(exists=True))
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the table here (atomically).")
+@click.option("--cache", type=click.Path(file_okay=False), help="Where to ingest raw traces (as for analyze).")
+def diff(run: str, base: str, fmt: str, output: str | None, cache: str | None) -> int:
+    """Compare two runs side by side: per kernel and collective, count, total and per-step time."""
+    from ddprof.analyses.compare.diff import diff as make_diff
+    from ddprof.analyses.compare.load import load_report
+    from ddprof.analyses.compare.render import diff_text
+    from ddprof.atomic import json_text
+
+    d = make_diff(load_report(run, cache=cache), load_report(base, cache=cache), run_source=run, base_source=base)
+    emit(json_text(d) if fmt == "json" else diff_text(d), output)
+    return 0
