@@ -12,7 +12,8 @@ the gap before kernel k is ``start_k − end_{k−1}``. Its category:
 HTA documents its threshold ``consecutive_kernel_delay=30`` as nanoseconds but compares it with
 microsecond timestamps, so it is 30 µs in effect; ours is ``kernel_wait_us`` = 30 µs, the same rule.
 A negative gap (kernels that overlap on one stream by a rounding error in the trace) counts 0 here;
-HTA would subtract it from the stream's idle time.
+HTA would subtract it from the stream's idle time. No gap crosses the edge of a profiling window
+(:mod:`ddprof.analyses.frames.windows`): the time between two windows was never traced.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 import polars as pl
 from ddprof.analyses.frames.memo import Events, Prepared, collect, derived, prepare
 from ddprof.analyses.frames.sets import kernels
+from ddprof.analyses.frames.windows import several_windows, trace_windows, window_of
 
 from ddprof.keyjoin import find, first_by_key, pair_keys, sorted_rows
 from ddprof.units import NS_PER_US
@@ -41,6 +43,9 @@ def idle_gaps(p: Prepared, kernel_wait_us: float = 30.0) -> pl.DataFrame:
     rows = rows.with_columns(launch_ns=_launch_ns(p, rows))
     rows = sorted_rows(rows, "rank", "stream", "ts_ns")  # stream by stream in start order
     same_stream = (pl.col("rank") == pl.col("rank").shift(1)) & (pl.col("stream") == pl.col("stream").shift(1))
+    if several_windows(p):  # a gap between two windows is untraced time, not idle
+        rows = rows.with_columns(window_of(p, rows, "ts_ns"))
+        same_stream = same_stream & (pl.col("window") == pl.col("window").shift(1))
     threshold = int(round(kernel_wait_us * NS_PER_US))
     return collect(
         rows.lazy()
@@ -59,14 +64,21 @@ def idle_gaps(p: Prepared, kernel_wait_us: float = 30.0) -> pl.DataFrame:
 
 
 def _launch_ns(p: Prepared, rows: pl.DataFrame) -> pl.Series:
-    """Per kernel row: the start of the earliest runtime call with its rank and correlation (null if none)."""
+    """Per kernel row: the start of the earliest runtime call with its rank and correlation (null if none),
+    in the kernel's profiling window where a rank has several (two traces of a restarted process reuse
+    correlation ids)."""
     calls = collect(p.events.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
                     .select("rank", "correlation", "ts_ns"))
     if calls.height == 0:
         return pl.Series("launch_ns", [None] * rows.height, dtype=pl.Int64)
     linked = rows["correlation"].is_not_null().to_numpy()
-    launch_key, kernel_key = pair_keys((calls["rank"].to_numpy(), calls["correlation"].to_numpy()),
-                                       (rows["rank"].to_numpy(), rows["correlation"].fill_null(0).to_numpy()))
+    call_owner, kernel_owner = calls["rank"].to_numpy().astype(np.int64), rows["rank"].to_numpy().astype(np.int64)
+    if several_windows(p):  # owner = (rank, window) as one non-negative integer
+        per = int(trace_windows(p)["window"].max()) + 1
+        call_owner = call_owner * per + window_of(p, calls, "ts_ns").fill_null(0).to_numpy()
+        kernel_owner = kernel_owner * per + window_of(p, rows, "ts_ns").fill_null(0).to_numpy()
+    launch_key, kernel_key = pair_keys((call_owner, calls["correlation"].to_numpy()),
+                                       (kernel_owner, rows["correlation"].fill_null(0).to_numpy()))
     starts = calls["ts_ns"].to_numpy()
     keys, first = first_by_key(launch_key, starts)
     found, at = find(keys, kernel_key)

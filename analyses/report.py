@@ -28,6 +28,7 @@ from ddprof.analyses.clocks import estimate as estimate_clocks
 from ddprof.analyses.collectives import bandwidth, collective_warnings, collectives
 from ddprof.analyses.frames.memo import Events, Prepared, prepare
 from ddprof.analyses.frames.sets import rank_spans
+from ddprof.analyses.frames.windows import trace_windows, window_counts, windows_frame
 from ddprof.analyses.hang.diagnose import backend_of, diagnose
 from ddprof.analyses.idle import idle_breakdown, idle_by_step
 from ddprof.analyses.kernels import kernels_by_step, top_kernels
@@ -71,12 +72,14 @@ def read_events(run: Run) -> Prepared:
     its work is on the GPU, its steps come from its ``ProfilerStep#N`` rows (kept), and its trace span
     (first start, last end over every row: :func:`frames.rank_spans`) is in the manifest, computed at
     ingest from every row. So those rows are not read and the spans are taken from the manifest. Where
-    the manifest lacks a rank's kernel count or span, every row is read. Read with Polars' default
+    the manifest lacks a rank's kernel count, span or profiling windows, every row is read (the windows
+    are then derived from them: :mod:`.frames.windows`). Read with Polars' default
     engine (fastest on Parquet); an unreadable part is a SchemaError, not a Polars error.
     """
     info = [run.rank_info(r) for r in run.ranks]
-    if not info or any(i.get("first_ns") is None or i.get("last_ns") is None or "kernels" not in i for i in info):
-        return prepare(run.collect_events(COLUMNS).lazy())
+    if not info or any(i.get("first_ns") is None or i.get("last_ns") is None or "kernels" not in i
+                       or "windows" not in i for i in info):
+        return with_windows(prepare(run.collect_events(COLUMNS).lazy()), run)
     gpu = [r for r, i in zip(run.ranks, info) if i["kernels"] > 0]  # compute/comm kernels: GPU work rows
     unused = (pl.col("kind").is_in(["cpu_op", "annotation"]) & pl.col("stream").is_null()
               & pl.col("rank").is_in(gpu) & ~pl.col("name").str.starts_with(STEP_PREFIX))
@@ -84,6 +87,15 @@ def read_events(run: Run) -> Prepared:
     p.provide(rank_spans, pl.DataFrame({"rank": run.ranks, "first_ns": [i["first_ns"] for i in info],
                                         "last_ns": [i["last_ns"] for i in info]},
                                        schema={"rank": pl.Int32(), "first_ns": pl.Int64(), "last_ns": pl.Int64()}))
+    return with_windows(p, run)
+
+
+def with_windows(p: Prepared, run: Run) -> Prepared:
+    """``p`` given the profiling windows the manifest holds (cut at ingest, where every row was seen), when
+    it holds them for every rank."""
+    info = {r: run.rank_info(r).get("windows") for r in run.ranks}
+    if info and all(w for w in info.values()):
+        p.provide(trace_windows, windows_frame({r: w for r, w in info.items() if w}))
     return p
 
 
@@ -183,7 +195,11 @@ def build_report(run: Run | None, *, dumps: DumpSet | None = None) -> dict[str, 
         events = read_events(run)
         clock = estimate_clocks(events, run_hosts(run.manifest))  # before the cross-rank analyses
         report["clocks"] = clock.section()
-        sections = analyse(align(events, clock), run.world_size)
+        aligned = with_windows(align(events, clock), run)
+        sections = analyse(aligned, run.world_size)
+        counts = window_counts(aligned)
+        for row in report["run"]["per_rank"]:
+            row["windows"] = counts.get(row["rank"], 0)
         report["run"]["warnings"].extend(clock.warnings())
         report["run"]["warnings"].extend(sections.pop("collective_warnings"))
         report.update(sections)

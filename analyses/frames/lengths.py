@@ -3,7 +3,10 @@
 Three tables, each from one pass of :func:`.intervals.union_lengths` over the work intervals:
 
 * per rank: ``busy_ns = |U(all work)|``, ``compute_ns``, ``comm_ns``, ``comm_compute_ns =
-  |U(comm ∪ compute)|``, ``span_ns`` = last work end − first work start, and ``on_gpu``;
+  |U(comm ∪ compute)|``, ``span_ns`` = Σ over the rank's profiling windows (:mod:`.windows`) of last
+  work end − first work start in the window, and ``on_gpu``. Work in windows [0, 4) and [180e6, 180e6 + 2)
+  µs has span 6 µs, not 180 s: untraced time is not part of the span. (Unions need no such care: no
+  event crosses a window's edge, so a union over the windows is the sum of the windows' unions.)
 * per (rank, step), on the work rows of the step: ``compute_ns``, ``comm_ns``, ``comm_compute_ns``;
 * per step window (:func:`.sets.step_windows`), on the work of the step cut to its window:
   ``window_ns = w_end − w_start``, ``busy_ns``, ``compute_ns``.
@@ -18,6 +21,7 @@ import polars as pl
 from ddprof.analyses.frames import intervals as iv
 from ddprof.analyses.frames.memo import Prepared, collect, derived
 from ddprof.analyses.frames.sets import step_windows, work
+from ddprof.analyses.frames.windows import several_windows, window_of
 
 _ROLE = pl.col("role")
 _COMPUTE = {"compute_ns": _ROLE == "compute"}
@@ -28,8 +32,13 @@ _OVERLAP = {**_COMPUTE, "comm_ns": _ROLE == "comm", "comm_compute_ns": _ROLE.is_
 def rank_lengths(p: Prepared) -> pl.DataFrame:
     """rank, busy_ns, compute_ns, comm_ns, comm_compute_ns, span_ns, on_gpu; sorted by rank."""
     w = work(p)
-    spans = w.lazy().group_by("rank").agg((pl.col("end").max() - pl.col("start").min()).alias("span_ns"),
-                                          pl.col("on_gpu").first())
+    span = (pl.col("end").max() - pl.col("start").min()).alias("span_ns")
+    if several_windows(p):
+        spans = (w.lazy().with_columns(window_of(p, w, "start")).group_by("rank", "window")
+                 .agg(span, pl.col("on_gpu").first())
+                 .group_by("rank").agg(pl.col("span_ns").sum(), pl.col("on_gpu").first()))
+    else:
+        spans = w.lazy().group_by("rank").agg(span, pl.col("on_gpu").first())
     lengths = iv.union_lengths(w, ["rank"], {"busy_ns": pl.lit(True), **_OVERLAP})
     return collect(lengths.lazy().join(spans, on="rank").sort("rank"))
 

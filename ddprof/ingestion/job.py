@@ -19,7 +19,8 @@ from ddprof.ingestion.build import build_events
 from ddprof.ingestion.kineto import decode
 from ddprof.ranks import trace_rank
 from ddprof.rundir import rank_dir
-from ddprof.schema import validate
+from ddprof.schema import STEP_PREFIX, step_number, validate
+from ddprof.windows import gap_threshold_ns, split_windows
 
 #: Rows per Parquet row group. The writer holds a row group's encoded columns at once: on the 54 MB
 #: trace (123k rows), one group took 8 MB more peak memory than groups of 32k rows. Readers still get
@@ -52,6 +53,7 @@ class FileResult:
     steps: list[int] = field(default_factory=list)
     first_ns: int | None = None
     last_ns: int | None = None
+    windows: list[list[int]] = field(default_factory=list)  # profiling windows [start_ns, end_ns] (ddprof.windows)
     dropped: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     rank_map: dict[str, int] | None = None  # the mapping this result was made with (cache key)
@@ -125,3 +127,12 @@ def _summarise(df: pl.DataFrame, res: FileResult) -> None:
     res.comm_kernels, res.comm_events = s["comm_kernels"], s["comm_events"]
     res.gpu, res.first_ns, res.last_ns = bool(s["gpu"]), s["first"], s["last"]
     res.steps = df.get_column("step").drop_nulls().unique().sort().to_list()
+    res.windows = _windows(df)
+
+
+def _windows(df: pl.DataFrame) -> list[list[int]]:
+    """The trace's profiling windows, cut at gaps with no event at all (:mod:`ddprof.windows`)."""
+    steps = df.lazy().filter(pl.col("stream").is_null() & pl.col("name").str.starts_with(STEP_PREFIX)
+                             & step_number(pl.col("name")).is_not_null()).select("dur_ns").collect()
+    ts = df.get_column("ts_ns").to_numpy()
+    return split_windows(ts, ts + df.get_column("dur_ns").to_numpy(), gap_threshold_ns(steps["dur_ns"].to_numpy()))

@@ -62,7 +62,7 @@ def build_manifest(results: dict[str, FileResult], rank_map: dict[str, int] | No
     for r in ok:
         info = per_rank.setdefault(str(r.rank), {
             "parts": [], "sources": [], "events": 0, "kernels": 0, "comm_kernels": 0, "comm_events": 0,
-            "steps": [],
+            "steps": [], "windows": [],
             "first_ns": r.first_ns, "last_ns": r.last_ns, "base_time_ns": r.base_time_ns,
             "device_names": r.device_names, "gpu": r.gpu, "warnings": [],
         })
@@ -73,6 +73,7 @@ def build_manifest(results: dict[str, FileResult], rank_map: dict[str, int] | No
         info["comm_kernels"] += r.comm_kernels
         info["comm_events"] += r.comm_events
         info["steps"] = sorted(set(info["steps"]) | set(r.steps))
+        info["windows"].extend(r.windows)  # files in time order: their windows too
         info["last_ns"] = max(info["last_ns"] or 0, r.last_ns or 0)
         info["gpu"] = info["gpu"] or r.gpu
         info["warnings"].extend(r.warnings)
