@@ -16,6 +16,15 @@ class UsageError(DdprofError):
     """The command line or API call asks for something impossible."""
 
 
+class OutputError(UsageError):
+    """An output cannot be written: a directory the user may not write, a read-only mount, a full disk.
+    One sentence naming the path (and, for a full disk, the space needed)."""
+
+    def __init__(self, message: str, *, path: str | Path | None = None):
+        self.path = str(path) if path is not None else None
+        super().__init__(message)
+
+
 class BadInputError(DdprofError):
     """A trace (or dump) cannot be read. Names the file, the rank when known, and the cause."""
 
@@ -55,3 +64,8 @@ class ProblemFound(DdprofError):
 
     exit_code = 1
 
+
+
+class InternalError(Exception):
+    """A bug in ddprof met while handling one input, re-raised once the others are done. Not a
+    :class:`DdprofError` on purpose: the CLI reports it as an internal error (exit 70), never as bad input."""

@@ -6,6 +6,7 @@ trace per worker whatever the number of ranks.
 
 from __future__ import annotations
 
+import io
 import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -14,9 +15,11 @@ from typing import Any
 import polars as pl
 
 from ddprof.atomic import write_atomic
-from ddprof.errors import BadInputError, DdprofError
+from ddprof.errors import BadInputError, DdprofError, OutputError
 from ddprof.ingestion.build import build_events
 from ddprof.ingestion.kineto import decode
+from ddprof.ingestion.source import quick_digest
+from ddprof.ingestion.world import checked_world_size
 from ddprof.ranks import trace_rank
 from ddprof.rundir import rank_dir
 from ddprof.schema import STEP_PREFIX, step_number, validate
@@ -57,22 +60,35 @@ class FileResult:
     dropped: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     rank_map: dict[str, int] | None = None  # the mapping this result was made with (cache key)
+    internal: bool = False  # failed by a bug in ddprof, not by its input
+    # what the cache checks before reuse (ddprof.ingestion.pipeline): identity, change time, ends' digest
+    dev: int | None = None
+    ino: int | None = None
+    ctime_ns: int | None = None
+    quick: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def ingest_file(path_str: str, out_dir: str, rank_map: dict[str, int] | None) -> FileResult:
-    """Never raises for bad input: the failure is recorded in the result, with file and rank."""
+    """Never raises for bad input: the failure is recorded in the result, with file and rank. Raises
+    :class:`~ddprof.errors.OutputError` when the run dir cannot be written (no rank could be)."""
     path = Path(path_str)
     st = path.stat()
-    res = FileResult(path=path_str, size=st.st_size, mtime_ns=st.st_mtime_ns, rank_map=rank_map or None)
+    res = FileResult(path=path_str, size=st.st_size, mtime_ns=st.st_mtime_ns, rank_map=rank_map or None,
+                     dev=st.st_dev, ino=st.st_ino, ctime_ns=st.st_ctime_ns)
     try:
+        res.quick = quick_digest(path, st.st_size)
         _ingest(path, Path(out_dir), rank_map, res)
+    except OutputError:
+        raise
     except DdprofError as exc:
         res.status, res.error = "failed", str(exc)
+    except OSError as exc:
+        res.status, res.error = "failed", str(BadInputError(f"cannot read file ({exc.strerror or exc})", path=path))
     except Exception as exc:  # a bug must not take the other ranks down; keep the evidence
-        res.status = "failed"
+        res.status, res.internal = "failed", True
         res.error = str(BadInputError(f"internal error while ingesting ({type(exc).__name__}: {exc}); "
                                       f"please report it with this trace:\n{traceback.format_exc()}",
                                       path=path, rank=res.rank))
@@ -85,8 +101,9 @@ def _ingest(path: Path, out_dir: Path, rank_map: dict[str, int] | None, res: Fil
     info = dec.distributed_info or {}
     res.rank, warns = trace_rank(path, info, rank_map)
     res.warnings.extend(warns)
-    ws = info.get("world_size")
-    res.world_size = ws if isinstance(ws, int) and ws > 0 else None
+    res.world_size, why = checked_world_size(info.get("world_size"))
+    if why:
+        res.warnings.append(why)
     if res.world_size is not None and res.rank >= res.world_size:
         raise BadInputError(f"rank {res.rank} is not below world_size {res.world_size}", path=path, rank=res.rank)
     res.backend = info.get("backend") if isinstance(info.get("backend"), str) else None
@@ -108,8 +125,14 @@ def _ingest(path: Path, out_dir: Path, rank_map: dict[str, int] | None, res: Fil
         raise BadInputError("no complete events in the trace", path=path, rank=res.rank)
     _summarise(df, res)
     part = rank_dir(out_dir, res.rank) / f"part-{res.sha1[:16]}.parquet"
-    write_atomic(part, lambda p: df.write_parquet(p, compression="zstd", statistics=True, row_group_size=ROW_GROUP))
+    write_atomic(part, lambda p: _write_parquet(df, p), needed=lambda: _write_parquet(df, io.BytesIO()))
     res.part = str(part.relative_to(out_dir))
+
+
+def _write_parquet(df: pl.DataFrame, target: Path | io.BytesIO) -> int:
+    """Write a part; return its size in bytes (into memory: the space a part needs, asked on a full disk)."""
+    df.write_parquet(target, compression="zstd", statistics=True, row_group_size=ROW_GROUP)
+    return target.tell() if isinstance(target, io.BytesIO) else target.stat().st_size
 
 
 def _summarise(df: pl.DataFrame, res: FileResult) -> None:

@@ -21,6 +21,7 @@ import msgspec
 import polars as pl
 
 from ddprof.errors import BadInputError
+from ddprof.ingestion.depth import decode_shallow, flatten_deep
 from ddprof.ingestion.events import Columns
 from ddprof.ingestion.source import Source
 from ddprof.ingestion.stream import MAX_HEAD, InvalidJSON, NotStreamable, split
@@ -53,7 +54,7 @@ class Decoded:
 def decode(path: Path) -> Decoded:
     src, cols = Source(path), Columns()
     try:
-        head = split(src.blocks(), lambda text: _decode_run(text, cols))
+        head = split(src.blocks(), lambda text: _consume(text, cols))
     except NotStreamable:
         _explain(path)
         raise  # pragma: no cover - _explain always raises
@@ -71,6 +72,17 @@ def decode(path: Path) -> Decoded:
         sha1=src.sha1.hexdigest(),
         uncompressed_bytes=src.size,
     )
+
+
+def _consume(text: memoryview, cols: Columns) -> None:
+    """:func:`_decode_run`; once more with containers past :data:`~ddprof.ingestion.depth.MAX_DEPTH`
+    levels cut off when the text nests deeper than the decoder can recurse (args nobody reads)."""
+    dropped = cols.dropped.copy()
+    try:
+        _decode_run(text, cols)
+    except RecursionError:
+        cols.dropped = dropped
+        _decode_run(memoryview(flatten_deep(bytes(text))), cols)
 
 
 def _decode_run(text: memoryview, cols: Columns) -> None:
@@ -107,7 +119,7 @@ def _explain(path: Path) -> None:
     """Say what a file that is not a streamable ``traceEvents`` document is (reads it whole)."""
     data = b"".join(Source(path).blocks())
     try:
-        doc = _any_decoder.decode(data)
+        doc = decode_shallow(_any_decoder, data)
     except msgspec.DecodeError as exc:
         raise BadInputError(f"not valid JSON ({exc}); the file may be truncated", path=path) from None
     if not isinstance(doc, dict):

@@ -5,6 +5,10 @@ Rules (each refusal is recorded against the files concerned, the other ranks sta
 * files of different jobs are refused: the world size most files agree on wins, the others fail;
 * several files may hold one rank only if their time ranges do not overlap (several profiling
   windows of one job); overlapping files claiming one rank all fail, naming each other.
+
+A trace's world size is a claim to check (:func:`~ddprof.ingestion.world.checked_world_size`): a positive integer no larger
+than :data:`~ddprof.ingestion.world.MAX_WORLD_SIZE`, else it is ignored with a warning naming the value. Missing ranks are kept
+as ranges (``0-3, 9-1023``), never expanded one by one.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 
 from ddprof import __version__
 from ddprof.ingestion.job import FileResult
+from ddprof.ingestion.world import checked_world_size, format_ranges, missing_ranges
 from ddprof.rundir import RUN_FORMAT
 from ddprof.schema import SCHEMA_VERSION
 
@@ -80,7 +85,7 @@ def build_manifest(results: dict[str, FileResult], rank_map: dict[str, int] | No
     for r in results.values():
         if r.status == "failed":
             warnings.append(r.error or f"{r.path}: failed")
-    worlds = Counter(r.world_size for r in ok if r.world_size)
+    worlds = Counter(w for w in (checked_world_size(r.world_size)[0] for r in ok) if w)
     backends = Counter(r.backend for r in ok if r.backend)
     pgs: dict[str, Any] = {}
     for r in ok:
@@ -91,7 +96,7 @@ def build_manifest(results: dict[str, FileResult], rank_map: dict[str, int] | No
     world = worlds.most_common(1)[0][0] if worlds else None
     if world is not None and len(ranks) < world:
         warnings.append(f"{len(ranks)} of {world} ranks present (missing: "
-                        f"{_short([r for r in range(world) if r not in ranks])})")
+                        f"{format_ranges(missing_ranges(ranks, world))})")
     return {
         "format": RUN_FORMAT,
         "schema_version": SCHEMA_VERSION,
@@ -109,7 +114,3 @@ def build_manifest(results: dict[str, FileResult], rank_map: dict[str, int] | No
         "sources": {k: r.to_dict() for k, r in sorted(results.items())},
         "warnings": warnings,
     }
-
-
-def _short(xs: list[int]) -> str:
-    return ", ".join(map(str, xs[:16])) + (f" ... ({len(xs)} in all)" if len(xs) > 16 else "")

@@ -1,6 +1,17 @@
 """Ingest Kineto traces into a run dir: discover, reuse the cache, parse ranks in parallel, reconcile,
 write the manifest last (atomically), then drop Parquet parts no manifest refers to.
 
+The run dir is checked writable before any parsing, and the temporary files of killed runs are removed
+(:func:`ddprof.atomic.remove_stale_tmp`). A full disk or an unwritable run dir stops the ingest with one
+:class:`~ddprof.errors.OutputError`, the parts this run wrote removed. A bug met on one trace lets the
+others finish and their manifest be written, then raises :class:`~ddprof.errors.InternalError`.
+
+The cache (the previous manifest) serves a trace only once its content is vouched for
+(:func:`_unchanged`): same size, same digest of its two ends (:func:`~ddprof.ingestion.source.quick_digest`),
+and either the same file untouched since (device, inode, change time and mtime as recorded) or, when any
+of these moved, the same full SHA-1 as recorded. A same-size edit whose mtime was put back still moved
+the change time; two same-size files swapped by name swapped inodes: both are read again.
+
 >>> run = ingest(["traces/"], "runs/job-42")        # doctest: +SKIP
 """
 
@@ -14,12 +25,13 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Protocol
 
-from ddprof.atomic import write_json_atomic
-from ddprof.errors import BadInputError
+from ddprof.atomic import output_error, remove_stale_tmp, write_json_atomic
+from ddprof.errors import BadInputError, InternalError, OutputError
 from ddprof.ingestion.discover import discover
 from ddprof.ingestion.job import FileResult, ingest_file
 from ddprof.ingestion.manifest import build_manifest
 from ddprof.ingestion.sidecar import read_sidecars
+from ddprof.ingestion.source import file_sha1, quick_digest
 from ddprof.ingestion.store_version import store_fingerprint
 from ddprof.memory import for_child_processes
 from ddprof.rundir import MANIFEST, RUN_FORMAT, Run, open_run
@@ -70,42 +82,82 @@ def ingest(sources: str | Path | Iterable[str | Path], out_dir: str | Path, *,
     """
     srcs = [Path(s) for s in ([sources] if isinstance(sources, (str, Path)) else sources)]
     out = Path(out_dir)
+    files = discover(srcs)
+    _check_writable(out)
+    remove_stale_tmp(out)
     previous_manifest = _read_manifest(out)
     cached = {} if force else _previous_sources(previous_manifest)
-    results, todo = _split_cached(discover(srcs), out, cached, rank_map)
+    results, todo = _split_cached(files, out, cached, rank_map)
     reporter = _NoProgress() if progress is None or isinstance(progress, bool) else progress
-    for res in _run_jobs(todo, out, rank_map, jobs, reporter):
+    kept = {str(part) for info in previous_manifest.get("per_rank", {}).values() if isinstance(info, dict)
+            for part in info.get("parts", [])}
+    fresh = _run_jobs(todo, out, rank_map, jobs, reporter, kept)
+    for res in fresh:
         results[str(Path(res.path).resolve())] = res
     manifest = _assemble(results, srcs, rank_map)
     if extra_manifest:
         manifest.update(extra_manifest)
     elif "collector" in previous_manifest:  # re-ingesting a captured run keeps what the collector said
         manifest["collector"] = previous_manifest["collector"]
-    write_json_atomic(out / MANIFEST, manifest)
+    try:
+        write_json_atomic(out / MANIFEST, manifest)
+    except OutputError:
+        _remove_parts(out, fresh, kept)
+        raise
     _remove_stale_parts(out, manifest)
+    bugs = [r.error for r in results.values() if r.internal and r.error]
+    if bugs:
+        raise InternalError("\n".join(bugs))
     if not manifest["ranks"]:
         lines = "\n".join(f"  - {r.error}" for r in results.values() if r.error)
         raise BadInputError(f"no trace could be ingested:\n{lines}")
     return open_run(out)
 
 
+def _check_writable(out: Path) -> None:
+    """Raise OutputError (one sentence naming ``out``) unless the run dir can be created and written."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".write-probe.tmp-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise output_error(out, exc) from None
+
+
 def _split_cached(files: list[Path], out: Path, cached: dict[str, dict[str, Any]],
                   rank_map: dict[str, int] | None) -> tuple[dict[str, FileResult], list[Path]]:
-    """Results reused from the previous manifest (same size, mtime, rank map, part present), and the
-    files that must be parsed."""
+    """Results reused from the previous manifest (same content as :func:`_unchanged` checks it, same
+    rank map, part present), and the files that must be parsed."""
     results: dict[str, FileResult] = {}
     todo: list[Path] = []
     for f in files:
         key = str(f.resolve())
         hit = cached.get(key)
-        st = f.stat()
-        if (hit and hit.get("status") == "ok" and hit.get("size") == st.st_size
-                and hit.get("mtime_ns") == st.st_mtime_ns and hit.get("part") and (out / hit["part"]).is_file()
-                and hit.get("rank_map") == (rank_map or None)):
+        if (hit and hit.get("status") == "ok" and hit.get("part") and (out / hit["part"]).is_file()
+                and hit.get("rank_map") == (rank_map or None) and _unchanged(f, hit)):
             results[key] = FileResult(**{k: v for k, v in hit.items() if k in FileResult.__dataclass_fields__})
         else:
             todo.append(f)
     return results, todo
+
+
+def _unchanged(f: Path, hit: dict[str, Any]) -> bool:
+    """Whether ``f`` holds what the cache entry ``hit`` was made from (module doc); refreshes the entry's
+    identity fields when the full hash vouched for a moved file."""
+    try:
+        st = f.stat()
+        if hit.get("size") != st.st_size or hit.get("quick") != quick_digest(f, st.st_size):
+            return False
+        ident = {"dev": st.st_dev, "ino": st.st_ino, "ctime_ns": st.st_ctime_ns, "mtime_ns": st.st_mtime_ns}
+        if all(hit.get(k) == v for k, v in ident.items()):
+            return True
+        if hit.get("sha1") != file_sha1(f):
+            return False
+    except OSError:
+        return False
+    hit.update(ident)
+    return True
 
 
 def _assemble(results: dict[str, FileResult], srcs: list[Path], rank_map: dict[str, int] | None) -> dict[str, Any]:
@@ -135,7 +187,9 @@ def _previous_sources(m: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _run_jobs(todo: list[Path], out: Path, rank_map: dict[str, int] | None, jobs: int | None,
-              progress: IngestProgress) -> list[FileResult]:
+              progress: IngestProgress, kept: set[str]) -> list[FileResult]:
+    """Parse the traces. On an :class:`OutputError` (a full disk) the parts this run wrote that the
+    previous manifest does not hold (``kept``) are removed before it is raised."""
     if not todo:
         return []
     sizes = {f: f.stat().st_size for f in todo}
@@ -152,12 +206,32 @@ def _run_jobs(todo: list[Path], out: Path, rank_map: dict[str, int] | None, jobs
             with for_child_processes(), ProcessPoolExecutor(max_workers=workers,
                                                             mp_context=get_context("spawn")) as pool:
                 futs = {pool.submit(ingest_file, str(f), str(out), rank_map): f for f in todo}
+                failure: OutputError | None = None
                 for fut in as_completed(futs):
-                    results.append(fut.result())
+                    if fut.cancelled():
+                        continue
+                    try:
+                        results.append(fut.result())
+                    except OutputError as exc:
+                        failure = failure or exc
+                        for other in futs:
+                            other.cancel()
                     progress.advance(futs[fut], sizes[futs[fut]])
+                if failure is not None:
+                    raise failure
+    except OutputError:
+        _remove_parts(out, results, kept)
+        raise
     finally:
         progress.close()
     return results
+
+
+def _remove_parts(out: Path, results: list[FileResult], kept: set[str]) -> None:
+    """Delete the parts of ``results`` that the previous manifest does not refer to (``kept``)."""
+    for r in results:
+        if r.part and r.part not in kept:
+            (out / r.part).unlink(missing_ok=True)
 
 
 def _remove_stale_parts(out: Path, manifest: dict[str, Any]) -> None:

@@ -93,3 +93,30 @@ class Source:
         if fed and not d.eof:
             raise BadInputError("corrupt or truncated gzip data (compressed file ended before the "
                                 "end-of-stream marker was reached)", path=self.path)
+
+
+#: Bytes read at each end of a file for :func:`quick_digest`.
+QUICK_BYTES = 64 << 10
+
+
+def quick_digest(path: Path, size: int) -> str:
+    """SHA-1 of a file's size, first and last :data:`QUICK_BYTES` bytes: two small reads whatever the
+    file's size. Catches an append, a truncation, a new header or a new tail; an edit in the middle is
+    left to the full hash (:func:`file_sha1`), which the cache computes whenever the file's inode or
+    change time moved. Raises OSError if the file cannot be read."""
+    h = hashlib.sha1(str(size).encode())
+    with path.open("rb") as fh:
+        h.update(fh.read(QUICK_BYTES))
+        if size > QUICK_BYTES:
+            fh.seek(max(QUICK_BYTES, size - QUICK_BYTES))
+            h.update(fh.read(QUICK_BYTES))
+    return h.hexdigest()
+
+
+def file_sha1(path: Path) -> str:
+    """SHA-1 of a file's bytes on disk (what :attr:`Source.sha1` records while decoding). Raises OSError."""
+    h = hashlib.sha1()
+    with path.open("rb") as fh:
+        while chunk := fh.read(READ):
+            h.update(chunk)
+    return h.hexdigest()

@@ -22,6 +22,8 @@ from typing import Any
 
 import msgspec
 
+from ddprof.ingestion.depth import decode_shallow
+
 #: Cut attempts per block before reading more; a cut fails only when a '}' ends a nested object.
 CUT_TRIES = 4
 #: Closing-bracket candidates (whose trailer parses) tried at the end of the file.
@@ -91,7 +93,7 @@ def _head(blocks: Iterator[bytes]) -> tuple[Header, bytes]:
                 continue
             tried.add(m.start())
             try:
-                return _header.decode(buf[:m.start()] + b'"traceEvents":null}'), buf[m.end():]
+                return decode_shallow(_header, buf[:m.start()] + b'"traceEvents":null}'), buf[m.end():]
             except msgspec.DecodeError:  # the key sat inside some other value
                 continue
         if len(buf) > MAX_HEAD:
@@ -177,7 +179,7 @@ def _end(buf: bytes, consume: Callable[[memoryview], None], state: int) -> Heade
         if end < 0:
             break
         try:
-            trailer = _header.decode(b'{"traceEvents":[]' + buf[end + 1:])
+            trailer = decode_shallow(_header, b'{"traceEvents":[]' + buf[end + 1:])
         except msgspec.DecodeError as exc:
             last = exc
             if state == _CLOSED:
