@@ -25,6 +25,8 @@ INTERNAL_ERROR = 70  # EX_SOFTWARE
 COMMANDS: dict[str, tuple[str, str]] = {
     "analyze": ("ddprof.cli.analyze_cmd:analyze",
                 "Analyse a run: raw traces, a run dir, or a directory of NCCL Flight Recorder dumps."),
+    "dashboard": ("ddprof.cli.dashboard_cmd:dashboard",
+                  "Serve an interactive dashboard of a run: per-rank timelines and the report's panels."),
     "check": ("ddprof.cli.check_cmd:check",
               "Check a run against a baseline: exit 1 when it regressed beyond tolerance and noise."),
     "diff": ("ddprof.cli.diff_cmd:diff",

@@ -1,0 +1,96 @@
+"""The page: a header (status, verdicts, warnings, failed inputs), the timeline with its controls, and
+the linked panels in a grid. Component ids are the contract with :mod:`.callbacks` and the browser tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dash import dcc, html
+from ddprof.dashboards.app.state import DashboardState
+from ddprof.dashboards.figures.hang import hang_rows
+
+PANELS = ("breakdown", "overlap", "stragglers", "steps", "skew", "instance", "bandwidth", "pipeline", "hang")
+CARD = {"border": "1px solid #ddd", "borderRadius": "6px", "padding": "6px", "background": "white"}
+STATUS_COLOURS = {"ok": "#2e7d32", "problem": "#c62828", "partial": "#ef6c00"}
+
+
+def table(rows: list[dict[str, Any]], table_id: str) -> html.Table:
+    cols = list(rows[0]) if rows else []
+    cell = {"border": "1px solid #ddd", "padding": "3px 8px", "fontSize": "13px", "textAlign": "left"}
+    return html.Table(id=table_id, style={"borderCollapse": "collapse", "width": "100%"}, children=[
+        html.Thead(html.Tr([html.Th(c, style={**cell, "background": "#f5f5f5"}) for c in cols])),
+        html.Tbody([html.Tr([html.Td(str(r.get(c, "")), style=cell) for c in cols]) for r in rows])])
+
+
+def header(state: DashboardState) -> list[Any]:
+    """Status, verdicts, warnings and failed inputs of the report (or that it is still being built)."""
+    if state.error:
+        return [html.Div(state.error, id="report-error", style={"color": "#c62828", "fontWeight": "bold"})]
+    report = state.report
+    if report is None:
+        return [html.Div("analysing the run… the panels appear when the report is ready", id="report-pending",
+                         style={"color": "#666"})]
+    status = report.get("status", "ok")
+    run = report.get("run", {})
+    out: list[Any] = [html.Span(status.upper(), id="status", style={
+        "background": STATUS_COLOURS.get(status, "#555"), "color": "white", "padding": "2px 10px",
+        "borderRadius": "4px", "fontWeight": "bold", "marginRight": "10px"}),
+        html.Span(f"{run.get('world_size') or '?'} ranks · {run.get('backend') or '?'} · {run.get('device')}"
+                  f" · steps {', '.join(map(str, run.get('steps') or [])) or 'none'}")]
+    out.append(html.Ul(id="verdicts", children=[html.Li(v) for v in report.get("verdicts") or []],
+                       style={"margin": "6px 0", "fontSize": "15px"}))
+    failed = run.get("failed") or []
+    if failed:
+        out.append(html.Div(id="failed", style={"color": "#c62828"}, children=[
+            html.B(f"{len(failed)} input(s) failed; the other ranks are shown:"),
+            html.Ul([html.Li(f.get("error") or f"rank {f.get('rank')}: failed") for f in failed])]))
+    warnings = run.get("warnings") or []
+    if warnings:
+        out.append(html.Details(id="warnings", children=[html.Summary(f"{len(warnings)} warning(s)"),
+                                                          html.Ul([html.Li(w) for w in warnings])]))
+    return out
+
+
+def extra_tables(state: DashboardState) -> list[Any]:
+    """The health findings and the hang's per-group table, when the report has them."""
+    report = state.report or {}
+    out: list[Any] = []
+    health = report.get("health") or []
+    if health:
+        out += [html.H3("Health: what the traces cannot tell"), table(health, "health-table")]
+    hang = report.get("hang") or {}
+    if hang.get("collectives"):
+        out += [html.H3(f"Hang: suspect ranks {', '.join(map(str, hang.get('suspect_ranks') or [])) or 'none'}",
+                        id="hang-suspects"),
+                html.P(hang.get("verdict") or ""), table(hang_rows(report), "hang-table")]
+    return out
+
+
+def page(state: DashboardState) -> html.Div:
+    data = state.data
+    ranks = data.ranks if data is not None else []
+    timeline: list[Any]
+    if data is None:
+        timeline = [html.P("No traces in this source (Flight Recorder dumps only): no timeline.", id="no-timeline")]
+    else:
+        timeline = [
+            html.Div(style={"display": "flex", "gap": "12px", "alignItems": "center"}, children=[
+                html.Label("expand rank into streams/threads:"),
+                dcc.Dropdown(id="expand", options=[{"label": f"rank {r}", "value": r} for r in ranks], value=None,
+                             placeholder="none", style={"width": "180px"}, clearable=True),
+                html.Button("whole run", id="reset", n_clicks=0),
+                html.Span(id="timeline-info", style={"color": "#666", "fontSize": "13px"})]),
+            dcc.Graph(id="timeline", config={"displaylogo": False, "scrollZoom": True}),
+        ]
+    grid = {"display": "grid", "gridTemplateColumns": "repeat(auto-fit, minmax(520px, 1fr))", "gap": "10px"}
+    return html.Div(style={"fontFamily": "system-ui, sans-serif", "padding": "10px 16px", "background": "#fafafa"},
+                    children=[
+        html.H2(f"ddprof · {state.title}", style={"margin": "4px 0"}),
+        html.Div(id="header", children=header(state), style={**CARD, "marginBottom": "10px"}),
+        html.Div(timeline, style={**CARD, "marginBottom": "10px"}),
+        html.Div(id="panels", style=grid, children=[
+            html.Div(dcc.Graph(id=p, config={"displaylogo": False}), style=CARD) for p in PANELS]),
+        html.Div(id="tables", children=extra_tables(state)),
+        dcc.Store(id="window"), dcc.Store(id="focus"),
+        dcc.Interval(id="poll", interval=700, n_intervals=0, disabled=state.ready),
+    ])

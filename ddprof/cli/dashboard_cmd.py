@@ -1,0 +1,49 @@
+"""``ddprof dashboard RUN_OR_TRACES [--host 127.0.0.1] [--port 8050] [--open]``: serve the Dash app over one
+run. Dash and plotly (the ``dash`` extra) are imported only here, when the command runs."""
+
+from __future__ import annotations
+
+import click
+
+from ddprof.cli.common import parse_rank_map, rank_option
+
+
+@click.command()
+@click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to bind. Anything but loopback exposes the traces to the network.")
+@click.option("--port", default=8050, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--open", "open_browser", is_flag=True, help="Open the page in the default browser.")
+@click.option("--cache", type=click.Path(file_okay=False), help="Where to keep the ingested store of raw traces.")
+@rank_option
+def dashboard(sources: tuple[str, ...], host: str, port: int, open_browser: bool, cache: str | None,
+              ranks: tuple[str, ...]) -> int:
+    """Serve an interactive dashboard of a run: per-rank timelines and the report's panels."""
+    from ddprof.dashboards.extra import require
+
+    require("dash", "plotly")
+    from ddprof.cli.progress import ingest_progress
+    from ddprof.dashboards.app.server import create_app, exposure_warning, make, url_of
+    from ddprof.dashboards.app.state import DashboardState
+    from ddprof.sources import open_source
+
+    with open_source(sources, cache=cache, rank_map=parse_rank_map(ranks), progress=ingest_progress(True)) as src:
+        title = " ".join(sources)
+        state = DashboardState.open(src.run, src.dumps, title)
+        warning = exposure_warning(host)
+        if warning:
+            click.echo(f"ddprof: warning: {warning}", err=True)
+        server = make(create_app(state), host, port)
+        url = url_of(host, server.server_port)
+        click.echo(f"ddprof dashboard of {title} at {url} (Ctrl+C to stop)", err=True)
+        if open_browser:
+            import webbrowser
+
+            webbrowser.open(url)
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.server_close()
+    return 0
