@@ -1,0 +1,145 @@
+"""The true metrics of a generated run, from its timeline (true clock), by plain interval arithmetic.
+
+|U(X)| (the time covered by at least one interval of X): sort by start, keep the running maximum of the
+ends, and add ``max(0, end_i − max(start_i, reach_{i−1}))`` per interval. Example: [0,4) [2,5) [9,10)
+-> 4 + 1 + 1 = 6.
+
+Per rank: ``compute_us = |U(compute kernels)|``, ``comm_us = |U(NCCL kernels)|``, ``overlapped_us =
+compute + comm − |U(compute ∪ comm)|``, ``overlap_pct = 100 · overlapped / comm``, ``exposed_comm_us =
+comm − overlapped``, ``span_us`` = last kernel end − first kernel start, ``idle_us = span − |U(all)|``,
+``non_compute_us = |U(all)| − compute``. Per (rank, step): ``step_us`` (the ``ProfilerStep#N`` span),
+the window (that span and the step's kernels), ``bubble_us = window − |U(compute)|``, the step's
+overlap. Per collective instance: arrival skew (latest − earliest arrival), duration (the transfer,
+``end − latest arrival``), the last arriver. The pipeline: stages P, micro-batches M and the GPipe/1F1B
+bubble ``100 · (P−1)/(M+P−1)``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from ddprof.synth.schedule import Timeline, block_kernels, groups
+from ddprof.synth.spec import Spec
+
+US = 1000.0
+
+
+def union_ns(starts: np.ndarray, ends: np.ndarray) -> int:
+    """|U| of intervals [starts, ends) (module doc)."""
+    if len(starts) == 0:
+        return 0
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    reach = np.maximum.accumulate(e)
+    prev = np.concatenate(([s[0]], reach[:-1]))
+    return int(np.maximum(0, e - np.maximum(s, prev)).sum())
+
+
+def _intervals(spec: Spec, line: Timeline) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(start, end, step) arrays of the rank's compute and comm kernels."""
+    parts = [block_kernels(spec, line.rank, b) + (b.step,) for b in line.blocks]
+    cs = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
+    cd = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
+    cstep = np.concatenate([np.full(len(p[0]), p[2]) for p in parts]) if parts else np.zeros(0, np.int64)
+    ms = np.array([c.arrival for c in line.comms], dtype=np.int64)
+    me = np.array([c.end for c in line.comms], dtype=np.int64)
+    mstep = np.array([c.step for c in line.comms], dtype=np.int64)
+    return {"compute": (cs, cs + cd, cstep), "comm": (ms, me, mstep)}
+
+
+def _overlap(comp: tuple[np.ndarray, np.ndarray], comm: tuple[np.ndarray, np.ndarray]) -> dict[str, Any]:
+    c, m = union_ns(*comp), union_ns(*comm)
+    both = union_ns(np.concatenate([comp[0], comm[0]]), np.concatenate([comp[1], comm[1]]))
+    over = c + m - both
+    return {"compute_ns": c, "comm_ns": m, "busy_ns": both, "overlapped_ns": over}
+
+
+def rank_truth(spec: Spec, line: Timeline) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    iv = _intervals(spec, line)
+    (cs, ce, cstep), (ms, me, mstep) = iv["compute"], iv["comm"]
+    o = _overlap((cs, ce), (ms, me))
+    all_s, all_e = np.concatenate([cs, ms]), np.concatenate([ce, me])
+    span = int(all_e.max() - all_s.min())
+    per_rank = {
+        "rank": line.rank, "host": spec.host_of(line.rank), "stage": spec.coords(line.rank)[0],
+        "compute_us": o["compute_ns"] / US, "comm_us": o["comm_ns"] / US, "overlapped_us": o["overlapped_ns"] / US,
+        "overlap_pct": 100.0 * o["overlapped_ns"] / o["comm_ns"] if o["comm_ns"] else None,
+        "exposed_comm_us": (o["comm_ns"] - o["overlapped_ns"]) / US,
+        "span_us": span / US, "idle_us": (span - o["busy_ns"]) / US,
+        "non_compute_us": (o["busy_ns"] - o["compute_ns"]) / US,
+        "step_us": float(np.mean([(e - s) / US for _, s, e in line.steps])),
+    }
+    steps = []
+    for step, s0, e0 in line.steps:
+        ci, mi = cstep == step, mstep == step
+        w0 = min([s0, *cs[ci].tolist(), *ms[mi].tolist()])
+        w1 = max([e0, *ce[ci].tolist(), *me[mi].tolist()])
+        so = _overlap((cs[ci], ce[ci]), (ms[mi], me[mi]))
+        window = w1 - w0
+        steps.append({
+            "rank": line.rank, "step": step, "step_us": (e0 - s0) / US, "window_us": window / US,
+            "compute_us": so["compute_ns"] / US, "bubble_us": (window - so["compute_ns"]) / US,
+            "bubble_pct": 100.0 * (window - so["compute_ns"]) / window,
+            "overlap_pct": 100.0 * so["overlapped_ns"] / so["comm_ns"] if so["comm_ns"] else None,
+            "exposed_comm_us": (so["comm_ns"] - so["overlapped_ns"]) / US,
+        })
+    return per_rank, steps
+
+
+def collective_truth(spec: Spec, lines: list[Timeline]) -> list[dict[str, Any]]:
+    """One row per instance: pg, op, index, src/dst (global ranks, send/recv), ranks, arrival skew,
+    duration, bytes, last rank (null on a tie)."""
+    inst: dict[tuple[Any, ...], list[tuple[int, Any]]] = defaultdict(list)
+    for line in lines:
+        for c in line.comms:
+            if c.op in ("send", "recv"):
+                me, other = line.rank, c.group.ranks[c.peer] if c.peer is not None else None
+                src, dst = (me, other) if c.op == "send" else (other, me)
+                inst[(c.group.name, src, dst, c.index)].append((line.rank, c))
+            else:
+                inst[(c.group.name, None, None, c.index)].append((line.rank, c))
+    out = []
+    for (pg, src, dst, index), members in sorted(inst.items(), key=lambda kv: (kv[0][0], kv[0][1] or -1,
+                                                                               kv[0][2] or -1, kv[0][3])):
+        arr = [c.arrival for _, c in members]
+        latest = max(arr)
+        lasts = [r for r, c in members if c.arrival == latest]
+        c0 = members[0][1]
+        out.append({"pg": pg, "op": "sendrecv" if src is not None else "all_reduce", "index": index, "src": src,
+                    "dst": dst, "step": c0.step, "ranks": sorted(r for r, _ in members), "bytes": c0.nbytes,
+                    "arrival_skew_us": (latest - min(arr)) / US, "duration_us": (c0.end - latest) / US,
+                    "last_rank": lasts[0] if len(lasts) == 1 else None})
+    return out
+
+
+def truth(spec: Spec, lines: list[Timeline]) -> dict[str, Any]:
+    """Everything the run's analysis should find (module doc), as plain JSON values."""
+    per_rank, per_step = [], []
+    for line in lines:
+        r, s = rank_truth(spec, line)
+        per_rank.append(r)
+        per_step.extend(s)
+    colls = collective_truth(spec, lines)
+    times_last: dict[int, int] = defaultdict(int)
+    for c in colls:
+        if c["src"] is None and c["last_rank"] is not None and len(c["ranks"]) > 1:
+            times_last[c["last_rank"]] += 1
+    P, M = spec.pp, spec.micro_batches
+    return {
+        "spec": {k: (v if not isinstance(v, dict) else {str(a): b for a, b in v.items()})
+                 for k, v in spec.__dict__.items()},
+        "world_size": spec.ranks, "dp": spec.dp, "tp": spec.tp, "pp": spec.pp,
+        "hosts": {str(r): spec.host_of(r) for r in range(spec.ranks)},
+        "clock_offsets_us": {str(h): spec.clock_offset_us.get(h, 0.0) for h in range(spec.hosts)},
+        "process_groups": [{"pg": g.name, "desc": g.desc, "ranks": list(g.ranks)} for g in groups(spec)],
+        "per_rank": per_rank,
+        "per_step": per_step,
+        "collectives": colls,
+        "stragglers": {"slow_ranks": sorted(spec.slow), "times_last": {str(k): v for k, v in sorted(times_last.items())}},
+        "pipeline": ({"stages": P, "micro_batches": M, "schedule": spec.schedule,
+                      "theoretical_bubble_pct": 100.0 * (P - 1) / (M + P - 1),
+                      "stage_of": {str(r): spec.coords(r)[0] for r in range(spec.ranks)}} if P > 1 else None),
+    }

@@ -1,0 +1,140 @@
+"""Generated runs (``ddprof.synth``): ddprof's report on them equals the truth written beside them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ddprof.analyses.report import analyze
+
+from ddprof.cli import main
+from ddprof.errors import UsageError
+from ddprof.synth import Spec, generate
+from ddprof.synth.truth import union_ns
+
+SHAPES = {
+    "dp-slow-rank": Spec(ranks=8, steps=3, kernels=60, slow={5: 1.5}),
+    "tp2-dp4-clock-offsets": Spec(ranks=8, tp=2, steps=2, kernels=48, gpus_per_host=4,
+                                  clock_offset_us={1: 5000.0}, seed=3),
+    "pp4-1f1b-dp2": Spec(ranks=8, pp=4, micro_batches=4, steps=2, kernels=48),
+    "pp4-gpipe": Spec(ranks=4, pp=4, micro_batches=6, schedule="gpipe", steps=2, kernels=48, noise=0.0),
+}
+TOL = 1e-6
+
+
+@pytest.fixture(scope="module", params=list(SHAPES))
+def synth_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Spec, dict[str, Any], dict[str, Any]]:
+    spec = SHAPES[request.param]
+    out = tmp_path_factory.mktemp(request.param)
+    truth = generate(spec, out)
+    return spec, truth, analyze(out / "traces", cache=out / "run")
+
+
+def _close(got: Any, want: Any) -> bool:
+    if want is None or got is None:
+        return got is want
+    return abs(got - want) <= TOL * max(1.0, abs(want))
+
+
+def test_overlap_and_breakdown_equal_truth(synth_run: tuple[Spec, dict[str, Any], dict[str, Any]]) -> None:
+    spec, truth, report = synth_run
+    assert report["status"] == "ok"
+    assert [r["rank"] for r in report["overlap"]] == list(range(spec.ranks))
+    for got, want in zip(report["overlap"], truth["per_rank"]):
+        for k in ("overlap_pct", "comm_us", "overlapped_us", "exposed_comm_us"):
+            assert _close(got[k], want[k]), (got["rank"], k, got[k], want[k])
+    for got, want in zip(report["breakdown"], truth["per_rank"]):
+        for k in ("idle_us", "compute_us", "non_compute_us", "span_us"):
+            assert _close(got[k], want[k]), (got["rank"], k, got[k], want[k])
+
+
+def test_steps_and_bubbles_equal_truth(synth_run: tuple[Spec, dict[str, Any], dict[str, Any]]) -> None:
+    spec, truth, report = synth_run
+    assert report["run"]["steps"] == list(range(spec.steps))
+    assert len(report["bubbles"]) == len(truth["per_step"]) == spec.ranks * spec.steps
+    for got, want in zip(report["bubbles"], truth["per_step"]):
+        assert (got["rank"], got["step"]) == (want["rank"], want["step"])
+        for k in ("window_us", "compute_us", "bubble_us", "bubble_pct"):
+            assert _close(got[k], want[k]), (got["rank"], got["step"], k)
+    by_step = {(r["rank"], r["step"]): r for r in report["overlap_by_step"]}
+    for want in truth["per_step"]:
+        got = by_step[(want["rank"], want["step"])]
+        assert _close(got["overlap_pct"], want["overlap_pct"]) and _close(got["exposed_comm_us"], want["exposed_comm_us"])
+    step_us = {r["rank"]: r["step_us"] for r in report["stragglers"]["per_rank"]}
+    assert all(_close(step_us[r["rank"]], r["step_us"]) for r in truth["per_rank"])
+
+
+def test_collectives_equal_truth(synth_run: tuple[Spec, dict[str, Any], dict[str, Any]]) -> None:
+    """All-reduce instances: ranks, skew, transfer time and bandwidth; every send/recv kernel is counted."""
+    spec, truth, report = synth_run
+    want = {(c["pg"], c["index"]): c for c in truth["collectives"] if c["src"] is None}
+    got = {(c["pg"], c["index"]): c for c in report["collectives"] if c["op"] == "all_reduce"}
+    assert got.keys() == want.keys()
+    for key, w in want.items():
+        g = got[key]
+        assert g["ranks_seen"] == w["ranks"] and g["bytes"] == w["bytes"]
+        assert _close(g["duration_us"], w["duration_us"]) and _close(g["arrival_skew_us"], w["arrival_skew_us"])
+        assert _close(g["algbw_gbps"], w["bytes"] / (w["duration_us"] * 1000))
+    p2p_truth = sum(1 for c in truth["collectives"] if c["src"] is not None)
+    p2p_kernels = sum(len(c["ranks_seen"]) for c in report["collectives"] if c["op"] == "sendrecv")
+    assert p2p_kernels == 2 * p2p_truth  # a sender and a receiver per transfer, however they are paired
+
+
+def test_slow_rank_is_the_straggler(synth_run: tuple[Spec, dict[str, Any], dict[str, Any]]) -> None:
+    spec, truth, report = synth_run
+    if spec.pp > 1:
+        pytest.skip("a pipeline stage waits for its neighbour by design: no straggler truth to compare")
+    assert report["stragglers"]["ranks"] == truth["stragglers"]["slow_ranks"]
+    times = {r["rank"]: r["times_last"] for r in report["stragglers"]["per_rank"] if r["times_last"]}
+    assert {int(k): v for k, v in truth["stragglers"]["times_last"].items()} == times
+
+
+def test_truth_file_beside_the_traces(tmp_path: Path) -> None:
+    spec = Spec(ranks=4, steps=2, kernels=30, pp=2, micro_batches=3, clock_offset_us={0: 12.5})
+    truth = generate(spec, tmp_path)
+    on_disk = json.loads((tmp_path / "truth.json").read_text())
+    assert on_disk["per_rank"] == truth["per_rank"] and on_disk["clock_offsets_us"] == {"0": 12.5}
+    assert sorted(p.name for p in (tmp_path / "traces").iterdir()) == [f"rank{r}.pt.trace.json" for r in range(4)]
+    assert on_disk["pipeline"]["theoretical_bubble_pct"] == pytest.approx(100 * 1 / 4)
+    trace = json.loads((tmp_path / "traces" / "rank1.pt.trace.json").read_text())
+    assert trace["distributedInfo"]["rank"] == 1 and len(trace["traceEvents"]) == truth["events"]["1"]
+    groups = {g["pg_desc"] for g in trace["distributedInfo"]["pg_config"]}
+    assert groups == {"default_pg", "dp", "pp"}
+
+
+def test_generation_is_seeded(tmp_path: Path) -> None:
+    a = generate(Spec(ranks=2, steps=2, kernels=30, seed=7), tmp_path / "a")
+    b = generate(Spec(ranks=2, steps=2, kernels=30, seed=7), tmp_path / "b")
+    c = generate(Spec(ranks=2, steps=2, kernels=30, seed=8), tmp_path / "c")
+    assert (tmp_path / "a/traces/rank1.pt.trace.json").read_bytes() == (tmp_path / "b/traces/rank1.pt.trace.json").read_bytes()
+    assert a["per_rank"] == b["per_rank"] != c["per_rank"]
+
+
+def test_union_by_hand() -> None:
+    import numpy as np
+
+    assert union_ns(np.array([0, 2, 9]), np.array([4, 5, 10])) == 6
+    assert union_ns(np.array([5, 0]), np.array([6, 10])) == 10
+
+
+def test_bad_spec_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="multiple of tp"):
+        Spec(ranks=6, tp=4)
+    with pytest.raises(UsageError, match="schedule"):
+        Spec(ranks=4, pp=2, schedule="zb")
+
+
+def test_cli_writes_a_run_analyze_reads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "synth"
+    assert main(["synth", str(out), "--ranks", "4", "--steps", "2", "--kernels", "30", "--slow", "2=1.6",
+                 "--clock-offset", "0=3"]) == 0
+    truth = json.loads((out / "truth.json").read_text())
+    assert truth["stragglers"]["slow_ranks"] == [2]
+    capsys.readouterr()
+    assert main(["analyze", str(out / "traces"), "--cache", str(tmp_path / "run"), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["stragglers"]["ranks"] == [2]
+    assert [r["rank"] for r in report["overlap"]] == [0, 1, 2, 3]
+    assert main(["synth", str(out), "--slow", "two"]) == 2
