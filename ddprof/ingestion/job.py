@@ -58,6 +58,7 @@ class FileResult:
     last_ns: int | None = None
     windows: list[list[int]] = field(default_factory=list)  # profiling windows [start_ns, end_ns] (ddprof.windows)
     dropped: dict[str, int] = field(default_factory=dict)
+    notices: list[str] = field(default_factory=list)  # the profiler's warnings and errors in the trace
     warnings: list[str] = field(default_factory=list)
     rank_map: dict[str, int] | None = None  # the mapping this result was made with (cache key)
     internal: bool = False  # failed by a bug in ddprof, not by its input
@@ -114,6 +115,7 @@ def _ingest(path: Path, out_dir: Path, rank_map: dict[str, int] | None, res: Fil
     res.base_time_ns = dec.base_time_ns
     res.raw_complete = dec.raw_complete
     res.dropped = dict(dec.dropped)
+    res.notices = list(dec.notices)
     for why, n in dec.dropped.items():
         res.warnings.append(f"dropped {n} of {dec.raw_complete} complete events: {why}")
 

@@ -47,6 +47,7 @@ class Decoded:
     device_properties: list[Any]
     raw_complete: int  # 'X' events in the file, before any was dropped
     dropped: Counter[str] = field(default_factory=Counter)
+    notices: list[str] = field(default_factory=list)  # the profiler's own warnings and errors ("WARNING: ...")
     sha1: str = ""
     uncompressed_bytes: int = 0
 
@@ -69,6 +70,7 @@ def decode(path: Path) -> Decoded:
         device_properties=props if isinstance(props, list) else [],
         raw_complete=cols.complete,
         dropped=cols.dropped,
+        notices=_notices(head),
         sha1=src.sha1.hexdigest(),
         uncompressed_bytes=src.size,
     )
@@ -113,6 +115,21 @@ def _decode_run(text: memoryview, cols: Columns) -> None:
                 malformed += 1
                 cols.dropped[f"malformed event ({why})"] += 1
     cols.add([e for e in events if e.ph == "X"], malformed)
+
+
+#: Notices kept per trace file: the first ones say what went wrong; a flood says nothing more.
+MAX_NOTICES = 50
+
+
+def _notices(head: Any) -> list[str]:
+    """Kineto's log lines written into the trace (top-level ``"WARNING"``/``"ERROR"`` lists of strings:
+    e.g. ``"Exceeded max GPU buffer count (33 >= 33) - terminating tracing"``), as ``LEVEL: message``."""
+    out = []
+    for level in ("ERROR", "WARNING"):
+        lines = getattr(head, level, None)
+        if isinstance(lines, list):
+            out += [f"{level}: {line}" for line in lines if isinstance(line, str)]
+    return out[:MAX_NOTICES]
 
 
 def _explain(path: Path) -> None:

@@ -67,7 +67,7 @@ def build_manifest(results: dict[str, FileResult], rank_map: dict[str, int] | No
     for r in ok:
         info = per_rank.setdefault(str(r.rank), {
             "parts": [], "sources": [], "events": 0, "kernels": 0, "comm_kernels": 0, "comm_events": 0,
-            "steps": [], "windows": [],
+            "steps": [], "windows": [], "notices": [], "dropped": {},
             "first_ns": r.first_ns, "last_ns": r.last_ns, "base_time_ns": r.base_time_ns,
             "device_names": r.device_names, "gpu": r.gpu, "warnings": [],
         })
@@ -79,6 +79,9 @@ def build_manifest(results: dict[str, FileResult], rank_map: dict[str, int] | No
         info["comm_events"] += r.comm_events
         info["steps"] = sorted(set(info["steps"]) | set(r.steps))
         info["windows"].extend(r.windows)  # files in time order: their windows too
+        info["notices"].extend(r.notices)
+        for why, n in r.dropped.items():
+            info["dropped"][why] = info["dropped"].get(why, 0) + n
         info["last_ns"] = max(info["last_ns"] or 0, r.last_ns or 0)
         info["gpu"] = info["gpu"] or r.gpu
         info["warnings"].extend(r.warnings)

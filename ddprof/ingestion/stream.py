@@ -44,9 +44,11 @@ class Header(msgspec.Struct, forbid_unknown_fields=False):
     distributedInfo: Any = None  # noqa: N815 - Kineto's keys
     baseTimeNanoseconds: Any = None  # noqa: N815
     deviceProperties: Any = None  # noqa: N815
+    WARNING: Any = None  # what the profiler logged while tracing (Kineto writes its log's levels as keys)
+    ERROR: Any = None
 
     def update(self, later: Header) -> None:
-        for f in ("distributedInfo", "baseTimeNanoseconds", "deviceProperties"):
+        for f in ("distributedInfo", "baseTimeNanoseconds", "deviceProperties", "WARNING", "ERROR"):
             if getattr(later, f) is not None:
                 setattr(self, f, getattr(later, f))
 
