@@ -23,8 +23,10 @@ from pathlib import Path
 from typing import Any, Literal, TypedDict
 
 from ddprof.collectors import finish, flight_recorder, layout
+from ddprof.collectors.ondemand import OnDemand
 from ddprof.collectors.rankfiles import RankFiles, initialised_dist
 from ddprof.collectors.rankinfo import RankInfo, detect_rank
+from ddprof.collectors.status import ProcessStatus
 from ddprof.collectors.watch import DumpWatch
 
 from ddprof.errors import UsageError
@@ -56,8 +58,9 @@ class Profile(contextlib.ContextDecorator):
                  profile_memory: bool = False, with_modules: bool = False, cuda: bool | None = None,
                  flight_recorder: bool = True, dump_signal: int | None = signal.SIGUSR1,
                  stall_timeout_s: float | None = 600.0, ingest: bool = True, wait_ingest: bool = False,
-                 ingest_timeout_s: float = 120.0):
-        for name, value, low in (("wait", wait, 0), ("warmup", warmup, 0), ("active", active, 1),
+                 ingest_timeout_s: float = 120.0, on_demand: bool = False, _first_step: int = 0,
+                 _status: ProcessStatus | None = None):
+        for name, value, low in (("wait", wait, 0), ("warmup", warmup, 0), ("active", active, 0 if on_demand else 1),
                                  ("repeat", repeat, 0), ("skip_first", skip_first, 0)):
             if not isinstance(value, int) or value < low:
                 raise UsageError(f"ddprof.profile: {name}={value!r}; expected an integer >= {low}")
@@ -75,6 +78,13 @@ class Profile(contextlib.ContextDecorator):
         self._ingest = ingest
         self._wait_ingest = wait_ingest
         self._ingest_timeout_s = ingest_timeout_s
+        self._on_demand = on_demand
+        self._first_step = _first_step
+        self._status = _status
+        self._own_status = False
+        self._ondemand: OnDemand | None = None
+        self._static: Any = None  # torch's schedule function; None when only triggered windows are recorded
+        self._ending_step = 0
         self.run_dir: Path | None = None
         self.rank_info: RankInfo | None = None
         self.run: Run | None = None
@@ -108,6 +118,7 @@ class Profile(contextlib.ContextDecorator):
             files.fail("setup", exc)
         if not files.failures and files.open(self._enabled(cuda)):
             self._start_flight_recorder(files)
+            self._start_on_demand(files)
             self._start_profiler(files, cuda)
         else:
             log.error("ddprof: capture is off for rank %d: %s cannot be written", info.rank, path)
@@ -118,7 +129,67 @@ class Profile(contextlib.ContextDecorator):
                 **self.options, "flight_recorder": self._fr_wanted,
                 "dump_signal": signal.Signals(self._dump_signal).name if self._dump_signal else None,
                 "stall_timeout_s": self._stall_timeout_s,
-                "ingest": "off" if not self._ingest else "sync" if self._wait_ingest else "background"}
+                "ingest": "off" if not self._ingest else "sync" if self._wait_ingest else "background",
+                "on_demand": self._on_demand}
+
+    def _start_on_demand(self, files: RankFiles) -> None:
+        if not self._on_demand:
+            return
+        try:
+            if self._status is None:
+                self._status, self._own_status = ProcessStatus(files.run_dir, step_source="prof.step()"), True
+            self._ondemand = OnDemand(files.run_dir, self._status)
+            listening = self._ondemand.install_signal()
+            self._status.update(rank=files.info.rank, world_size=files.info.world_size, listening=listening,
+                                first_recorded_step=self._first_recorded(), force=True)
+        except Exception as exc:
+            files.fail("on-demand listener", exc)
+            self._ondemand = None
+
+    def _first_recorded(self) -> int | None:
+        if self.schedule["active"] == 0:
+            return None
+        return self.schedule["skip_first"] + self.schedule["wait"] + self.schedule["warmup"]
+
+    def _action(self, step: int) -> Any:
+        """The profiler's action at ``step``: the schedule's, joined with the windows asked for on demand
+        (a step either records is recorded; the trace is saved when no recording continues past it)."""
+        from torch.profiler import ProfilerAction as A
+
+        static = self._static(step) if self._static is not None else A.NONE
+        od = self._ondemand
+        if od is None:
+            return static
+
+        def records(s: int) -> bool:
+            st = self._static(s) if self._static is not None else A.NONE
+            return st in (A.RECORD, A.RECORD_AND_SAVE) or od.covering(s) is not None
+
+        if records(step):
+            static_saves = static == A.RECORD_AND_SAVE and od.covering(step + 1) is None
+            window = od.covering(step)
+            continues = (od.covering(step + 1) is not None
+                         or (records(step + 1) and static != A.RECORD_AND_SAVE and
+                             (window is None or window.end > step)))
+            return A.RECORD_AND_SAVE if static_saves or not continues else A.RECORD
+        if static == A.WARMUP or od.starts_at(step + 1):
+            return A.WARMUP
+        return A.NONE
+
+    def _trace_ready(self, prof: Any) -> None:
+        """``on_trace_ready``: write the window that ended at the step just finished, named for what asked."""
+        assert self._files is not None
+        od, last = self._ondemand, self._ending_step
+        window = None
+        if od is not None:
+            window = max((w for w in od.windows if w.start <= last), key=lambda w: w.end, default=None)
+        path = self._files.write_trace(prof, window.label if window is not None else None)
+        if self._status is not None:
+            if path is not None:
+                self._status.data["traces"].append(path.name)
+            self._status.update(recording=None, force=True)
+        if od is not None and path is not None:
+            od.written(last, path.name)
 
     def _start_flight_recorder(self, files: RankFiles) -> None:
         if not self._fr_wanted:
@@ -148,12 +219,19 @@ class Profile(contextlib.ContextDecorator):
             from torch.profiler import profile as torch_profile
 
             activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-            prof = torch_profile(activities=activities, schedule=schedule(**self.schedule),
-                                 on_trace_ready=files.write_trace, **self.options)
+            if self.schedule["active"] > 0:
+                self._static = schedule(**self.schedule)
+            prof = torch_profile(activities=activities, schedule=self._action,
+                                 on_trace_ready=self._trace_ready, **self.options)
+            if self._first_step:  # capture started late (ddprof launch): number the steps as the job does
+                prof.step_num = self._first_step
+                prof.current_action = prof._prev_schedule_action = self._action(self._first_step)
+            self._ending_step = prof.step_num
             self._dist_info_pending = True
             self._preset_distributed_info(prof)
             prof.start()
             self._prof = prof
+            self._note_step(prof)
         except Exception as exc:
             files.fail("profiler start", exc)
 
@@ -178,11 +256,35 @@ class Profile(contextlib.ContextDecorator):
         try:
             if self._dist_info_pending:
                 self._preset_distributed_info(prof)
+            self._ending_step = prof.step_num
+            if self._ondemand is not None:
+                self._ondemand.boundary(prof.step_num + 1)
             prof.step()
+            self._note_step(prof)
         except Exception as exc:
             assert self._files is not None
             self._files.fail("profiler step", exc)
             self._prof = None
+
+    def _note_step(self, prof: Any) -> None:
+        """After the profiler began step ``prof.step_num``: the status file's step, and the window begun."""
+        from torch.profiler import ProfilerAction as A
+
+        step, recording = prof.step_num, prof.current_action in (A.RECORD, A.RECORD_AND_SAVE)
+        if self._ondemand is not None and recording:
+            self._ondemand.began(step)
+        status = self._status
+        if status is None:
+            return
+        fields: dict[str, Any] = {"step": step, "steps_seen": step, "step_wall": time.time()}
+        if recording and status.data.get("recording") is None:
+            end = step
+            while end < step + 100000 and self._action(end) != A.RECORD_AND_SAVE:
+                end += 1
+            fields["recording"] = {"start_step": step, "end_step": end}
+            status.update(force=True, **fields)
+        else:
+            status.update(**fields)
 
     def dump_flight_recorder(self) -> None:
         """Dump this rank's Flight Recorder now (also done at exit, on the signal and on a stall)."""
@@ -197,6 +299,7 @@ class Profile(contextlib.ContextDecorator):
             return False
         if self._prof is not None:
             try:
+                self._ending_step = self._prof.step_num
                 self._prof.stop()  # exports a cycle still being recorded
             except Exception as err:
                 files.fail("profiler stop", err)
@@ -206,6 +309,9 @@ class Profile(contextlib.ContextDecorator):
             self._watch = None
             files.dump_flight_recorder("exit")
         self.rank_info = files.close(exc)
+        if self._own_status and self._status is not None:
+            self._status.update(exit={"how": "profile exited" if exc is None else f"raised {type(exc).__name__}",
+                                      "wall": time.time()}, listening=False, force=True)
         if self.rank_info.rank == 0 and self._ingest:
             self._start_ingest(files)
         return False

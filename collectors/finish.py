@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -108,12 +109,15 @@ def finish(run_dir: str | Path, *, world_size: int | None = None, timeout_s: flo
 def start_background(run_dir: Path, *, world_size: int | None, timeout_s: float) -> subprocess.Popen:
     """Run :func:`finish` in a detached process (``ddprof finish RUN_DIR``); its log goes to
     ``run_dir/collector-ingest.log``."""
+    from ddprof.collectors.autocapture import OFF_ENV
+
     cmd = [sys.executable, "-m", "ddprof", "finish", str(run_dir), "--timeout", str(timeout_s)]
     if world_size:
         cmd += ["--world-size", str(world_size)]
+    env = {**os.environ, OFF_ENV: "1"}  # under ddprof launch: the ingest is no process of the job to capture
     with open(Path(run_dir) / "collector-ingest.log", "ab") as out:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, close_fds=True)
+                                start_new_session=True, close_fds=True, env=env)
     _background.append(proc)
     return proc
 

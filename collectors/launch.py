@@ -1,23 +1,35 @@
-"""``ddprof launch -o RUN_DIR -- torchrun ... train.py``: run a job with ddprof's settings on every rank.
+"""``ddprof launch -o RUN_DIR -- torchrun ... train.py``: capture a job whose script was not edited.
 
-The launcher sets, for the whole job, what must exist before the process groups do: the Flight Recorder
-buffer (``TORCH_FR_BUFFER_SIZE``), NCCL's dump on timeout, the dump file prefix (``RUN_DIR/raw/
-fr_trace_rank_``; a rank that calls ``ddprof.init``/``ddprof.profile`` narrows it to its own
-``raw/rank-NNNNN/``) and ``DDPROF_RUN_DIR``, so that ``ddprof.profile()`` needs no argument. It refuses
-a run dir that already holds a capture (see :mod:`ddprof.collectors.layout`) and exits with the
-command's exit status. Its command line is ``ddprof launch`` (:mod:`ddprof.cli.launch_cmd`).
+The launcher
+
+* puts the bootstrap on the job's ``PYTHONPATH`` (:mod:`ddprof.collectors.bootstrap`): every rank
+  captures without ``ddprof.profile`` in the script, counting steps by optimizer step or by
+  ``--step-on MODULE:FUNCTION`` (:mod:`ddprof.collectors.autocapture`), recording the schedule's window
+  and any window ``ddprof trigger RUN_DIR`` asks for while it runs (:mod:`ddprof.collectors.ondemand`);
+* sets, for the whole job, what must exist before the process groups do: the Flight Recorder buffer
+  (``TORCH_FR_BUFFER_SIZE``), NCCL's dump on timeout, the dump file prefix (``RUN_DIR/raw/
+  fr_trace_rank_``; a capturing rank narrows it to its own ``raw/rank-NNNNN/``) and ``DDPROF_RUN_DIR``, so
+  that a script that does call ``ddprof.profile()``/``ddprof.init()`` needs no argument (with
+  ``capture=False`` the launcher does only this);
+* refuses a run dir that already holds a capture (see :mod:`ddprof.collectors.layout`), runs the command
+  and returns its exit status, then prints one line: what to run next, or why nothing was captured.
+
+Its command line is ``ddprof launch`` (:mod:`ddprof.cli.launch_cmd`).
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from ddprof.collectors import layout
+from ddprof.collectors.bootstrap import bootstrap_env, write_bootstrap
 from ddprof.collectors.flight_recorder import DEFAULT_BUFFER, fr_env
 
+from ddprof.capture_status import read_statuses
 from ddprof.errors import UsageError
 from ddprof.rundir import MANIFEST
 
@@ -32,19 +44,48 @@ def launch_env(run_dir: Path, environ: Mapping[str, str], *, fr_buffer: int) -> 
 
 
 def launch(run_dir: str | Path, command: list[str], *, fr_buffer: int = DEFAULT_BUFFER,
-           environ: Mapping[str, str] | None = None) -> int:
-    """Run ``command`` with :func:`launch_env`; return its exit status."""
+           environ: Mapping[str, str] | None = None, capture: bool = True, profile: dict[str, Any] | None = None,
+           step_on: str | None = None, say: Callable[[str], None] | None = None) -> int:
+    """Run ``command`` with :func:`launch_env` (and, with ``capture``, the bootstrap); return its exit status.
+
+    ``profile``: options of ``ddprof.profile`` for every rank (``wait``, ``warmup``, ``active``, ``repeat``,
+    ``record_shapes``, ``profile_memory``, ``with_stack``, ``ingest_timeout_s``...; ``active=0``: record only
+    the windows ``ddprof trigger`` asks for). ``say`` receives the closing line (e.g. ``click.echo``).
+    """
     run_dir = Path(run_dir).absolute()
     if not command:
         raise UsageError("nothing to run: ddprof launch -o RUN_DIR -- torchrun --nproc-per-node N train.py")
+    if step_on is not None:
+        module, _, function = step_on.partition(":")
+        if not module or not function or module == "__main__":
+            raise UsageError(f"--step-on {step_on!r}: expected MODULE:FUNCTION of a module the script imports "
+                             "(e.g. mytrain.steps:train_step); the script run as __main__ cannot be hooked")
     used = sorted(layout.raw_dir(run_dir).glob("rank-*/rank-*.meta.json"))
     if (run_dir / MANIFEST).exists() or used:
         raise UsageError(f"{run_dir} already holds a capture ({(run_dir / MANIFEST) if not used else used[0]}); "
                          "ddprof never mixes two runs in one run dir: choose a new directory or delete this one")
     layout.raw_dir(run_dir).mkdir(parents=True, exist_ok=True)
+    base = os.environ if environ is None else environ
+    env = launch_env(run_dir, base, fr_buffer=fr_buffer)
+    if capture:
+        config = write_bootstrap(run_dir, profile=dict(profile or {}), step_on=step_on)
+        env.update(bootstrap_env(run_dir, config, base))
     try:
-        return subprocess.call(command, env=launch_env(run_dir, os.environ if environ is None else environ,
-                                                       fr_buffer=fr_buffer))
+        rc = subprocess.call(command, env=env)
     except FileNotFoundError:
         raise UsageError(f"{command[0]}: command not found") from None
+    if capture and say is not None:
+        say(closing_line(run_dir))
+    return rc
 
+
+def closing_line(run_dir: Path) -> str:
+    """What the user runs next, or why there is nothing to analyse."""
+    statuses = read_statuses(run_dir)
+    traces = sorted(layout.raw_dir(run_dir).glob("rank-*/*.pt.trace.json.gz"))
+    if traces:
+        return f"ddprof: captured {len(traces)} trace file(s); analyse with: ddprof analyze {run_dir}"
+    if not statuses:
+        return (f"ddprof: no process of the job loaded ddprof's bootstrap (is ddprof installed in the job's Python, "
+                f"and is the job a Python program started without -S/-I?); nothing captured in {run_dir}")
+    return f"ddprof: no trace was written; `ddprof analyze {run_dir}` says what each process saw"

@@ -4,6 +4,7 @@
 
     run_dir/raw/rank-00003/rank-00003.meta.json                  what ran, where, what was enabled, failures
     run_dir/raw/rank-00003/rank-00003.cycle-000.pt.trace.json.gz   one Kineto trace per profiled cycle
+    run_dir/raw/rank-00003/rank-00003.trigger-001.pt.trace.json.gz one per window asked for by ddprof trigger
     run_dir/raw/rank-00003/fr_trace_rank_3                       latest Flight Recorder dump (torch's pickle)
 
 Policy for a run dir that already holds a capture: **refuse at entry**, before training starts. A rank
@@ -40,9 +41,10 @@ def meta_path(run_dir: str | Path, rank: int) -> Path:
     return rank_raw_dir(run_dir, rank) / f"rank-{rank:05d}.meta.json"
 
 
-def trace_path(run_dir: str | Path, rank: int, cycle: int) -> Path:
-    """The gzip Kineto trace of the ``cycle``-th profiled cycle (0, 1, ... one per schedule repeat)."""
-    return rank_raw_dir(run_dir, rank) / f"rank-{rank:05d}.cycle-{cycle:03d}.pt.trace.json.gz"
+def trace_path(run_dir: str | Path, rank: int, cycle: int, label: str | None = None) -> Path:
+    """The gzip Kineto trace of the ``cycle``-th profiled cycle (0, 1, ... one per schedule repeat), or of
+    the window ``label`` names (``trigger-001``: the window of ``ddprof trigger`` number 1)."""
+    return rank_raw_dir(run_dir, rank) / f"rank-{rank:05d}.{label or f'cycle-{cycle:03d}'}.pt.trace.json.gz"
 
 
 def fr_prefix(run_dir: str | Path, rank: int) -> Path:
@@ -90,3 +92,9 @@ def claim(run_dir: Path, rank: int, by: str) -> None:
         if held is None:
             check_unused(run_dir, rank)
         _claims[key] = by
+
+
+def profiling_here() -> bool:
+    """Whether this process has entered ``ddprof.profile`` (the launcher's capture then stands aside)."""
+    with _claims_lock:
+        return "profile" in _claims.values()

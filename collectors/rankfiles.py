@@ -50,11 +50,13 @@ class RankFiles:
             self.fail("setup", exc)
         return self.writable
 
-    def write_trace(self, prof: Any) -> None:
-        """``on_trace_ready`` of torch.profiler: the cycle's trace, gzip-compressed."""
-        target = layout.trace_path(self.run_dir, self.info.rank, self._cycle)
+    def write_trace(self, prof: Any, label: str | None = None) -> Path | None:
+        """``on_trace_ready`` of torch.profiler: the cycle's trace (or the window ``label`` names),
+        gzip-compressed; the path written, None when that failed."""
+        target = layout.trace_path(self.run_dir, self.info.rank, self._cycle, label)
         tmp = target.with_name(f".{target.name}.export.tmp")  # not a *.json: ingest never picks it up
-        self._cycle += 1
+        if label is None:
+            self._cycle += 1
         try:
             prof.export_chrome_trace(str(tmp))
 
@@ -64,8 +66,10 @@ class RankFiles:
 
             write_atomic(target, compress)
             self._record("traces", target.name)
+            return target
         except Exception as exc:
             self.fail("export", exc)
+            return None
         finally:
             with contextlib.suppress(OSError):
                 tmp.unlink(missing_ok=True)

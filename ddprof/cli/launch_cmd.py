@@ -1,4 +1,4 @@
-"""``ddprof launch -o RUN_DIR -- torchrun ... train.py``: the command line of
+"""``ddprof launch -o RUN_DIR [options] -- torchrun ... train.py``: the command line of
 :func:`ddprof.collectors.launch.launch` (it never imports torch itself)."""
 
 from __future__ import annotations
@@ -12,13 +12,41 @@ from ddprof.collectors.launch import launch as launch_job
 @click.command("launch", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("-o", "--output", "run_dir", required=True, type=click.Path(file_okay=False),
               help="Run dir for the capture (must not hold one already).")
+@click.option("--step-on", default=None, metavar="MODULE:FUNCTION",
+              help="Count a step at each return from this function (default: one step per optimizer step).")
+@click.option("--wait", type=click.IntRange(min=0), default=1, show_default=True, help="Steps skipped per cycle.")
+@click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Steps warming the profiler up per cycle.")
+@click.option("--active", type=click.IntRange(min=0), default=3, show_default=True,
+              help="Steps recorded per cycle (0: record only what `ddprof trigger` asks for).")
+@click.option("--repeat", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Cycles (0: until the job ends, one trace file per cycle).")
+@click.option("--record-shapes/--no-record-shapes", default=True, show_default=True,
+              help="Record input shapes (collective sizes come from them).")
+@click.option("--profile-memory", is_flag=True, help="Record tensor allocations.")
+@click.option("--with-stack", is_flag=True, help="Record Python stacks of the operators.")
 @click.option("--fr-buffer", type=click.IntRange(min=0), default=DEFAULT_BUFFER, show_default=True,
               help="Flight Recorder entries kept per rank (0: leave the Flight Recorder alone).")
+@click.option("--ingest-timeout", type=float, default=120.0, show_default=True,
+              help="Seconds rank 0 waits at exit for the other ranks' files before it ingests.")
+@click.option("--no-capture", is_flag=True,
+              help="Only set the environment (for a script that calls ddprof.profile itself).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def launch(run_dir: str, fr_buffer: int, command: tuple[str, ...]) -> int:
+def launch(run_dir: str, step_on: str | None, wait: int, warmup: int, active: int, repeat: int,
+           record_shapes: bool, profile_memory: bool, with_stack: bool, fr_buffer: int, ingest_timeout: float,
+           no_capture: bool, command: tuple[str, ...]) -> int:
     """Run COMMAND (e.g. torchrun ... train.py) with ddprof's capture settings on every rank.
+
+    The script needs no change: every rank records the schedule's steps (by default steps 2-4, a step
+    being one optimizer step) and any window `ddprof trigger RUN_DIR` asks for while it runs; at exit
+    rank 0 ingests the run dir in the background.
 
     \b
     ddprof launch -o runs/job-42 -- torchrun --nproc-per-node 8 train.py
+    ddprof analyze runs/job-42
     """
-    return launch_job(run_dir, list(command), fr_buffer=fr_buffer)
+    profile = {"wait": wait, "warmup": warmup, "active": active, "repeat": repeat, "record_shapes": record_shapes,
+               "profile_memory": profile_memory, "with_stack": with_stack, "ingest_timeout_s": ingest_timeout,
+               "flight_recorder": fr_buffer > 0}
+    return launch_job(run_dir, list(command), fr_buffer=fr_buffer, capture=not no_capture, profile=profile,
+                      step_on=step_on, say=lambda line: click.echo(line, err=True))

@@ -1,0 +1,267 @@
+"""Capture in a process whose script never imports ddprof: what ``ddprof launch``'s bootstrap installs.
+
+:func:`install` runs at interpreter start-up in every Python process of the job (the bootstrap
+``sitecustomize`` of :mod:`ddprof.collectors.bootstrap`). It is cheap and lazy: it imports neither torch
+nor Polars, and only arranges, through an import hook, that
+
+* when ``torch.optim.optimizer`` is imported, a global optimizer step hook is registered
+  (``torch.optim.optimizer.register_optimizer_step_post_hook``), or
+* with ``--step-on MODULE:FUNCTION``, when ``MODULE`` is imported, ``FUNCTION`` (a dotted name such as
+  ``Trainer.train_step`` also works) is wrapped; each return from it ends a step.
+
+Capture starts at the end of the first step: ``ddprof.profile`` is entered then (the rank is known by
+then, even in ``mp.spawn`` children that name it only to ``init_process_group``), numbering steps as the
+job does (the first step is step 0, so the default schedule wait=1, warmup=1, active=3 records steps 2-4,
+as the context manager does), with the on-demand listener of ``ddprof trigger`` on. At exit it is left
+like the context manager: traces, meta file and Flight Recorder dump in ``RUN/raw/``, rank 0 ingesting in
+the background. A process that never ends a step records nothing but its status file, which says so.
+
+**Steps with several optimizers.** A step ends when the optimizer that appeared last finishes its step.
+With one optimizer that is every optimizer step. With two (a GAN's generator and discriminator,
+separate optimizers for parts of a model), stepping ``A`` then ``B`` each iteration: the first ``A``
+step ends step 0 (``B`` is not known yet); ``B`` appears, and from then on each ``B`` step ends a step, so
+step 1 holds ``B``'s first step and iteration 1, and every step from 2 on is exactly one iteration
+(steps counted once per iteration, not twice). Optimizers stepping at different rates are counted at the
+rate of the last to appear; name the training step with ``--step-on`` when that is not what you want.
+
+Processes left alone: torchrun's own agent (``torchrun``, ``python -m torch.distributed.run``) and
+ddprof's background ingest. Nothing here may break the job: every failure is logged and capture turns off.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import importlib.abc
+import importlib.machinery
+import json
+import logging
+import os
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+log = logging.getLogger("ddprof.collectors")
+
+CONFIG_ENV = "DDPROF_LAUNCH_CONFIG"  # the bootstrap's config.json (run dir, schedule, step source)
+OFF_ENV = "DDPROF_BOOTSTRAP_OFF"  # set in processes ddprof starts itself (the background ingest)
+_LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+_RANK_ENV = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+
+_agent: Agent | None = None
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``callback(module)`` right after the named module is first executed (an import hook)."""
+
+    def __init__(self) -> None:
+        self.callbacks: dict[str, list[Callable[[ModuleType], None]]] = {}
+
+    def add(self, name: str, callback: Callable[[ModuleType], None]) -> None:
+        if name in sys.modules:
+            callback(sys.modules[name])
+        else:
+            self.callbacks.setdefault(name, []).append(callback)
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        callbacks = self.callbacks.pop(fullname, None)
+        if not callbacks:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                spec.loader = _ThenCall(spec.loader, callbacks)
+                return spec
+            if spec is not None:
+                return spec
+        return None
+
+
+class _ThenCall(importlib.abc.Loader):
+    def __init__(self, loader: Any, callbacks: list[Callable[[ModuleType], None]]):
+        self._loader, self._callbacks = loader, callbacks
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        for callback in self._callbacks:
+            try:
+                callback(module)
+            except Exception as exc:
+                log.error("ddprof: capture hook on %s failed: %s: %s (training continues)", module.__name__,
+                          type(exc).__name__, exc)
+
+    def __getattr__(self, name: str) -> Any:  # get_source, get_filename... of the real loader
+        return getattr(self._loader, name)
+
+
+def _is_launcher_agent(argv: list[str]) -> bool:
+    """torchrun's agent process (it starts the ranks; it is none of them)."""
+    if len(argv) > 1 and Path(argv[1]).name in ("torchrun", "torchrun.exe"):
+        return True
+    return any(a in _LAUNCHER_MODULES for a in argv[1:3]) or any(a.endswith(("torch/distributed/run.py",
+                                                                             "torch/distributed/launch.py"))
+                                                                  for a in argv[1:3])
+
+
+def _is_multiprocessing_child(argv: list[str]) -> bool:
+    return "--multiprocessing-fork" in argv or any("from multiprocessing" in a for a in argv)
+
+
+def install(environ: dict[str, str] | None = None) -> Agent | None:
+    """Arm capture in this process (see the module doc); None where this process is left alone."""
+    global _agent
+    env = os.environ if environ is None else environ
+    if _agent is not None or env.get(OFF_ENV) or not env.get(CONFIG_ENV):
+        return _agent
+    argv = list(getattr(sys, "orig_argv", sys.argv))
+    if _is_launcher_agent(argv):
+        return None
+    config = json.loads(Path(env[CONFIG_ENV]).read_text(encoding="utf-8"))
+    agent = Agent(config)
+    agent.arm(eager_status=not _is_multiprocessing_child(argv))
+    _agent = agent
+    return agent
+
+
+class Agent:
+    """The capture of one process: counts steps, starts ``ddprof.profile`` at the first, ends it at exit."""
+
+    def __init__(self, config: dict[str, Any]):
+        from ddprof.collectors.status import ProcessStatus
+
+        self.run_dir = Path(config["run_dir"])
+        self.options: dict[str, Any] = dict(config.get("profile", {}))
+        self.step_on: str | None = config.get("step_on")
+        self.steps = 0
+        self.profile: Any = None
+        self.error: BaseException | None = None
+        self._off = False
+        self._announced = False
+        self._lock = threading.Lock()
+        self._optimizers: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._last_optimizer: weakref.ref[Any] | None = None
+        self.status = ProcessStatus(self.run_dir, step_source=self.step_on or "optimizer.step")
+        self._hooks = _AfterImport()
+
+    # -- start-up ------------------------------------------------------------------------------------------
+    def arm(self, *, eager_status: bool) -> None:
+        rank = next((os.environ[v] for v in _RANK_ENV if os.environ.get(v, "").isdigit()), None)
+        self.status.data.update(rank=int(rank) if rank is not None else None, listening=False)
+        if eager_status:  # a rank or the job's main process: say it started even if it never steps
+            self._announced = True
+            self.status.write(force=True)
+        sys.meta_path.insert(0, self._hooks)
+        previous_hook = sys.excepthook
+
+        def excepthook(kind: Any, value: BaseException, tb: Any) -> None:
+            self.error = value
+            previous_hook(kind, value, tb)
+
+        sys.excepthook = excepthook
+        atexit.register(self._at_exit_uncaptured)
+        if self.step_on:
+            module, _, qualname = self.step_on.partition(":")
+            self._hooks.add(module, functools.partial(self._wrap_step_function, qualname))
+        else:
+            self._hooks.add("torch.optim.optimizer", self._register_optimizer_hook)
+
+    def _register_optimizer_hook(self, module: ModuleType) -> None:
+        module.register_optimizer_step_post_hook(self._optimizer_stepped)
+
+    def _wrap_step_function(self, qualname: str, module: ModuleType) -> None:
+        owner: Any = module
+        *path, name = qualname.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        fn = getattr(owner, name)
+        agent = self
+
+        @functools.wraps(fn)
+        def step_function(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                agent.boundary()
+
+        setattr(owner, name, step_function)
+
+    # -- steps ---------------------------------------------------------------------------------------------
+    def _optimizer_stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """The several-optimizers rule of the module doc: a step ends after the last optimizer to appear."""
+        if optimizer not in self._optimizers:
+            self._optimizers.add(optimizer)
+            first = self._last_optimizer is None
+            self._last_optimizer = weakref.ref(optimizer)
+            if not first:
+                return
+        if self._last_optimizer is not None and self._last_optimizer() is optimizer:
+            self.boundary()
+
+    def boundary(self) -> None:
+        """A step ended. Never raises."""
+        if self._off:
+            return
+        try:
+            with self._lock:
+                self.steps += 1
+                if self.profile is None:
+                    self._start()
+                else:
+                    self.profile.step()
+        except Exception as exc:
+            self._off = True
+            self.status.append("errors", f"{type(exc).__name__}: {exc}")
+            log.error("ddprof: capture failed and is off in this process: %s: %s (training continues)",
+                      type(exc).__name__, exc)
+
+    def _start(self) -> None:
+        from ddprof.collectors import layout
+        from ddprof.collectors.capture import Profile
+
+        self._announced = True
+        if layout.profiling_here():  # the script runs ddprof.profile itself: one capture per process
+            self._off = True
+            self.status.update(step_source="ddprof.profile in the script", force=True)
+            return
+        self.status.update(steps_seen=self.steps, step=self.steps, step_wall=time.time())
+        profile = Profile(self.run_dir, on_demand=True, _first_step=self.steps, _status=self.status, **self.options)
+        profile.__enter__()
+        self.profile = profile
+        atexit.register(self._at_exit)  # after torch's own handlers were registered: runs before them
+        if profile.failures:
+            self.status.update(errors=[f"{f['stage']}: {f['error']}" for f in profile.failures], force=True)
+
+    # -- exit ----------------------------------------------------------------------------------------------
+    def _at_exit(self) -> None:
+        profile, self.profile, self._off = self.profile, None, True
+        if profile is None:
+            return
+        try:
+            err = self.error
+            profile.__exit__(type(err) if err else None, err, None)
+            if profile.ingest_process is not None:
+                self.status.update(ingest_pid=profile.ingest_process.pid)
+        except Exception as exc:
+            log.error("ddprof: capture could not finish: %s: %s", type(exc).__name__, exc)
+            self.status.data["errors"].append(f"exit: {type(exc).__name__}: {exc}")
+        self._write_exit()
+
+    def _at_exit_uncaptured(self) -> None:
+        if self._announced and self.status.data.get("exit") is None:
+            self._write_exit()
+
+    def _write_exit(self) -> None:
+        err = self.error
+        how = f"raised {type(err).__name__}: {err}" if err else "exited"
+        self.status.update(exit={"how": how, "wall": time.time()}, listening=False, steps_seen=self.steps,
+                           force=True)
