@@ -30,6 +30,7 @@ from polars.testing import assert_frame_equal
 from ddprof.collective_ops import MARKER_RE
 from ddprof.errors import BadInputError, DdprofError
 from ddprof.ingestion import kineto, source, stream
+from ddprof.ingestion.categories import CAT_KIND, canonical
 from ddprof.ingestion.events import RAW_SCHEMA
 
 GZ_MAGIC = b"\x1f\x8b"
@@ -157,10 +158,45 @@ def _well_typed(e: dict[str, Any]) -> bool:
             and (args is None or isinstance(args, dict)))
 
 
+def _derived(events: list[Any]) -> tuple[list[dict[str, Any]], int]:
+    """The complete events that instants and B/E pairs make (instants of a category with a kind;
+    B/E matched per (pid, tid) as a stack in (ts, file order)), in the file order of their opening
+    event, and how many complete events they count for (pairs, unmatched B and E, B/E without ts)."""
+    timed = [(i, e) for i, e in enumerate(events) if isinstance(e, dict) and e.get("ph") in ("B", "E", "i", "I")
+             and _well_typed(e)]
+    out = [(i, {**e, "ph": "X", "dur": 0.0}) for i, e in timed
+           if e["ph"] in "iI" and canonical(e.get("cat")) in CAT_KIND]
+    instants = len(out)
+    pairs = [(i, e) for i, e in timed if e["ph"] in "BE"]
+    count = sum(e.get("ts") is None for _, e in pairs)
+    stacks: dict[tuple[Any, Any], list[tuple[int, dict[str, Any]]]] = {}
+    for i, e in sorted(((i, e) for i, e in pairs if e.get("ts") is not None), key=lambda p: (p[1]["ts"], p[0])):
+        stack = stacks.setdefault((e.get("pid"), e.get("tid")), [])
+        if e["ph"] == "B":
+            stack.append((i, e))
+        elif stack:
+            j, b = stack.pop()
+            out.append((j, {"ph": "X", "name": b.get("name") if b.get("name") is not None else e.get("name"),
+                            "cat": b.get("cat") if b.get("cat") is not None else e.get("cat"),
+                            "pid": b.get("pid"), "tid": b.get("tid"), "ts": b["ts"], "dur": e["ts"] - b["ts"],
+                            "args": b.get("args") if b.get("args") is not None else e.get("args")}))
+            count += 1
+        else:
+            count += 1
+    count += sum(len(s) for s in stacks.values())
+    return [e for _, e in sorted(out, key=lambda p: p[0])], count + instants
+
+
+def raw_complete(events: list[Any]) -> int:
+    """Complete events a document holds: 'X' events, and what instants and B/E pairs count for."""
+    return sum(isinstance(e, dict) and e.get("ph") == "X" for e in events) + _derived(events)[1]
+
+
 def expected(events: list[Any]) -> pl.DataFrame:
-    """The frame of the kept complete events, from the parsed document."""
+    """The frame of the kept complete events, from the parsed document: its 'X' events in file
+    order, then the events instants and B/E pairs make (:func:`_derived`)."""
     rows = []
-    for e in events:
+    for e in [*events, *_derived(events)[0]]:
         if not (isinstance(e, dict) and e.get("ph") == "X" and _well_typed(e)):
             continue
         name, ts, dur = e.get("name"), e.get("ts"), e.get("dur")
@@ -170,7 +206,7 @@ def expected(events: list[Any]) -> pl.DataFrame:
             continue
         args = e.get("args") or {}
         row = {"ts_ns": _ns(ts), "dur_ns": _ns(dur), "pid": _int(e.get("pid")), "tid": _int(e.get("tid")),
-               "cat": e.get("cat"), "name": name, "is_marker": MARKER_RE.search(name) is not None}
+               "cat": canonical(e.get("cat")), "name": name, "is_marker": MARKER_RE.search(name) is not None}
         row.update({col: _int(args.get(key)) for col, key in ARG_COLS.items()})
         rows.append(row)
     schema = {c: pl.Int64 if c in INT_COLS else pl.Boolean if c == "is_marker" else pl.String
@@ -184,7 +220,7 @@ def check(got: kineto.Decoded, text: str, path: Path) -> None:
     events = doc["traceEvents"]
     assert dict(got.frame.schema) == RAW_SCHEMA  # every decoding path builds the same columns
     assert_frame_equal(got.frame.select(FRAME_COLS), expected(events), check_dtypes=True)
-    assert got.raw_complete == sum(isinstance(e, dict) and e.get("ph") == "X" for e in events)
+    assert got.raw_complete == raw_complete(events)
     assert got.raw_complete - got.frame.height == sum(got.dropped.values())
     info, base, props = doc.get("distributedInfo"), doc.get("baseTimeNanoseconds"), doc.get("deviceProperties")
     assert got.distributed_info == (info if isinstance(info, dict) else None)
@@ -254,7 +290,7 @@ def test_every_cut_reads_the_whole_document(tmp_path, where, style, gz):
     path = write(tmp_path / ("t.json.gz" if gz else "t.json"), text, gz)
     whole = decode(path)
     check(whole, text, path)
-    assert whole.frame.height == 12 and whole.raw_complete == 12
+    assert whole.frame.height == 13 and whole.raw_complete == 13  # 12 X events and one B/E pair
     for cut in CUTS[:-1]:
         same(decode(path, cut), whole)
 
@@ -380,8 +416,7 @@ BAD = {  # name -> (bytes on disk, words in the message)
     "empty": (b"", "file is empty"),
     "empty-gzip": (gzip.compress(b""), "file is empty once decompressed"),
     "blank": (b"  \n ", "not valid JSON"),
-    "top-array": (b"[1, 2, 3]", "expected an object"),
-    "top-array-of-doc": (("[" + GOOD + "]").encode(), "expected an object"),
+    "top-string": (b'"traceEvents"', "expected an object"),
     "no-events": (_doc(distributedInfo={"rank": 1}).encode(), "no 'traceEvents'"),
     "events-null": (_doc(traceEvents=None).encode(), "no 'traceEvents'"),
     "events-number": (_doc(traceEvents=5).encode(), "not a list of events"),
@@ -405,6 +440,16 @@ def test_bad_input_is_a_bad_input_error_naming_the_file(tmp_path, name):
     path.write_bytes(data)
     for cut in CUTS:
         assert words in bad(path, cut).cause
+
+
+def test_a_bare_list_of_no_events_holds_no_complete_event(tmp_path):
+    """A top-level list is the Chrome format's bare event list: items that are no events are skipped
+    (ingest then says the trace has no complete events)."""
+    for name, data in (("numbers", b"[1, 2, 3]"), ("doc", ("[" + GOOD + "]").encode())):
+        path = tmp_path / f"{name}.json"
+        path.write_bytes(data)
+        for cut in CUTS:
+            assert decode(path, cut).frame.height == 0
 
 
 def test_missing_and_unreadable_files(tmp_path):

@@ -15,6 +15,8 @@ cuda_runtime / cuda_driver    ``runtime``
 anything else                 ``other`` (unknown categories are counted in the warnings)
 ============================  =====================================================
 
+Categories arrive in their modern spelling whatever the trace's generation (:mod:`.categories`).
+
 Which rows communicate, with their collective metadata: :mod:`.comm_rows`. Steps: :mod:`.steps`.
 """
 
@@ -23,24 +25,18 @@ from __future__ import annotations
 import polars as pl
 
 from ddprof.collective_ops import message_size
+from ddprof.ingestion.categories import CAT_KIND, GPU_CATS, KNOWN_CATS
 from ddprof.ingestion.comm_rows import communication
 from ddprof.ingestion.kineto import Decoded
 from ddprof.ingestion.link import rows
 from ddprof.ingestion.steps import assign_steps
 from ddprof.schema import Kind, conform
 
-GPU_CATS = ["kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation"]
-_CAT_KIND = {"kernel": "compute", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cuda_sync": "sync",
-             "cpu_op": "cpu_op", "user_annotation": "annotation", "gpu_user_annotation": "annotation",
-             "cuda_runtime": "runtime", "cuda_driver": "runtime"}
-KNOWN_CATS = [*_CAT_KIND, "python_function", "Trace", "overhead", "ac2g", "fwdbwd", "cpu_instant_event",
-              "gpu_memory", "memory"]
-
 
 def build_events(dec: Decoded, rank: int) -> tuple[pl.DataFrame, list[str]]:
     df = dec.frame.with_row_index("_row").with_columns(
         is_gpu=pl.col("cat").is_in(GPU_CATS).fill_null(False),
-        kind=pl.col("cat").replace_strict(_CAT_KIND, default="other", return_dtype=Kind),  # Enum: 1 byte a row
+        kind=pl.col("cat").replace_strict(CAT_KIND, default="other", return_dtype=Kind),  # Enum: 1 byte a row
     )
     df = df.with_columns(_marker=pl.col("is_marker") & ~pl.col("is_gpu"))
     warnings = [f"{n} event(s) of unknown category {c!r} kept as kind 'other'" for c, n in

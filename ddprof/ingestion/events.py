@@ -4,6 +4,17 @@ Only the fields ddprof uses are decoded (msgspec typed structs, no per-event dic
 Polars frame at once. Collective metadata matters on few rows: collective markers (by name) and rows
 with new-format fields; it is gathered from those rows only, into a small frame of its own.
 
+Categories are stored in their modern spelling whatever the trace's generation
+(:func:`ddprof.ingestion.categories.canonical`).
+
+Other exporters of the Chrome trace format write durations as ``B``/``E`` pairs: they are matched per
+(pid, tid) as a stack (in timestamp order, file order between equal timestamps) and become complete
+events; a ``B`` never closed or an ``E`` with nothing open is dropped and named in the warnings.
+Instants (``i``/``I``) become zero-duration events where their category has a kind (a ``cpu_op``
+instant); the others, and counters (``C``), hold no interval any analysis measures and are not kept.
+Both are added once the file is read, after its complete events, in the file order of the event
+that opens them (so the frame does not depend on where the reader cut the text).
+
 Timestamps: Kineto writes microseconds with a fractional part. Whole microseconds and the fraction are
 converted to integer nanoseconds separately (``ts * 1000`` in float64 would round epoch-scale values to
 multiples of 256 ns).
@@ -14,13 +25,15 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import msgspec
 import numpy as np
 import numpy.ma  # noqa: F401 - Polars imports it on its first NumPy -> Series conversion (~30 ms): load it with the rest
 import polars as pl
 
 from ddprof.collective_ops import MARKER_RE
 from ddprof.fields import as_int
-from ddprof.ingestion.structs import Args
+from ddprof.ingestion.categories import CAT_KIND, canonical
+from ddprof.ingestion.structs import PHASE_OF, Args, Complete
 
 #: Longest plausible event: a day. Longer ones are CUPTI timestamp overflows and are dropped.
 MAX_DUR_NS = 24 * 3600 * 10**9
@@ -72,6 +85,24 @@ class Columns:
         self.dropped: Counter[str] = Counter()
         self.meta: list[pl.DataFrame] = []
         self._marker_names: dict[str, bool] = {}
+        self._cats: dict[str | None, str | None] = {}
+        self._pairs = _Pairs()
+
+    def add_run(self, run: list[Any], complete: type) -> None:
+        """Add a decoded run of events of any phase: those of type ``complete`` (phase 'X') now, the
+        instants whose category has a kind and the B/E pairs once the file ends (:meth:`frame`)."""
+        keep = [e for e in run if type(e) is complete]
+        if len(keep) < len(run):
+            self.timed([e for e in run if type(e) in PHASE_OF])
+        self.add(keep)
+
+    def timed(self, events: list[Any]) -> None:
+        """Keep the instants that fit a kind and the B/E events until the file ends (``events``:
+        phases B, E, i, I only, typed structs or :data:`~.structs.Event`)."""
+        for e in events:
+            ph = PHASE_OF.get(type(e)) or e.ph
+            if ph in "BE" or canonical(e.cat) in CAT_KIND:
+                self._pairs.add(ph, e)
 
     def add(self, keep: list[AnyComplete], malformed: int = 0) -> None:
         """Add the complete events of a run (``keep``: already only phase 'X')."""
@@ -97,7 +128,7 @@ class Columns:
             "dur_ns": pl.Series(_to_ns(dur_us)),
             "pid": _ints([e.pid for e in ok]),
             "tid": _ints([e.tid for e in ok]),
-            "cat": pl.Series([e.cat for e in ok], dtype=pl.String),
+            "cat": pl.Series(self._categories([e.cat for e in ok]), dtype=pl.String),
             "name": pl.Series(name_list, dtype=pl.String),
             "a_stream": _ints([a.stream for a in args]),
             "a_device": _ints([a.device for a in args]),
@@ -107,6 +138,15 @@ class Columns:
         }
         self.frames.append(_frame(columns, RAW_SCHEMA))
         self.rows += len(ok)
+
+    def _categories(self, cats: list[str | None]) -> list[str | None]:
+        """Each category in its modern spelling (a trace has few distinct ones: each is mapped once)."""
+        seen = self._cats
+        for c in set(cats).difference(seen):
+            seen[c] = canonical(c)
+        if all(seen[c] == c for c in seen):
+            return cats
+        return [seen[c] for c in cats]
 
     def _markers(self, names: list[str]) -> np.ndarray:
         """Which names are collective markers' (a job has few distinct names: each is tested once)."""
@@ -124,7 +164,7 @@ class Columns:
             missing = np.isnan(ts_us) | np.isnan(dur_us)
             bad_ts = ~(np.abs(ts_us) < MAX_TS_US) & ~missing
             neg = (dur_us < 0) & ~missing
-            big = ~(dur_us * 1000 <= MAX_DUR_NS) & ~neg & ~missing
+            big = ~(dur_us <= MAX_DUR_NS / 1000) & ~neg & ~missing  # not dur * 1000: 1e308 would overflow
         if None in names:
             missing |= np.array([n is None for n in names], dtype=bool)
         drop = missing | bad_ts | neg | big
@@ -140,11 +180,75 @@ class Columns:
     def frame(self) -> pl.DataFrame:
         """All runs as one frame whose columns keep the runs as chunks: a contiguous copy would cost
         time and, while it is made, the memory of a second copy; nothing downstream needs it."""
+        matched, dropped = self._pairs.complete()
+        self.dropped.update(dropped)
+        if matched or dropped:
+            self.add(matched, sum(dropped.values()))
         frames, self.frames = self.frames, []
         return pl.concat(frames, rechunk=False) if frames else pl.DataFrame(schema=RAW_SCHEMA)
 
     def meta_frame(self) -> pl.DataFrame:
         return pl.concat(self.meta) if self.meta else pl.DataFrame(schema=META_SCHEMA)
+
+
+_RAW_ARGS = ("input_dims", "input_type", "concrete_inputs")
+
+
+class _Pairs:
+    """Duration begin/end events and kept instants of a file, made complete events once all are read."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[Any, ...]] = []
+
+    def add(self, ph: str, e: Any) -> None:
+        """Keep an event until the end of the file; its raw args are copied (they view the run's text)."""
+        args = e.args
+        if args is not None and any(getattr(args, f) for f in _RAW_ARGS):
+            args = msgspec.structs.replace(args, **{f: msgspec.Raw(bytes(getattr(args, f))) for f in _RAW_ARGS})
+        self.events.append((e.pid, e.tid, e.ts, len(self.events), ph, e.name, e.cat, args))
+
+    def complete(self) -> tuple[list[AnyComplete], Counter[str]]:
+        """The instants (duration 0) and matched pairs as complete events, in the file order of their
+        opening event, and the unmatched events counted by reason (the first one of each reason
+        named). Per (pid, tid), in timestamp order (file order between equal ones): a ``B`` opens, an
+        ``E`` closes the innermost open ``B``.
+
+        Example: ``B fwd @0, B mm @1, E @4, E @9`` on one thread -> ``fwd`` [0, 9], ``mm`` [1, 4].
+        """
+        events, self.events = self.events, []
+        found: list[tuple[int, AnyComplete]] = []
+        dropped: Counter[str] = Counter()
+        if not events:
+            return [], dropped
+        found += [(e[3], Complete(name=e[5], cat=e[6], pid=e[0], tid=e[1], ts=e[2], dur=0.0, args=e[7]))
+                  for e in events if e[4] in "iI"]
+        pairs = [e for e in events if e[4] in "BE"]
+        timed = [e for e in pairs if isinstance(e[2], (int, float))]
+        if len(timed) < len(pairs):
+            dropped["'B'/'E' event without a timestamp"] += len(pairs) - len(timed)
+        threads: dict[tuple[Any, Any], list[tuple[Any, ...]]] = {}
+        for e in sorted(timed, key=lambda e: (e[2], e[3])):
+            threads.setdefault((e[0], e[1]), []).append(e)
+        first: dict[str, str] = {}
+        for (pid, tid), evs in threads.items():
+            stack: list[tuple[Any, ...]] = []
+            for e in evs:
+                if e[4] == "B":
+                    stack.append(e)
+                elif stack:
+                    b = stack.pop()
+                    found.append((b[3], Complete(
+                        name=b[5] if b[5] is not None else e[5], cat=b[6] if b[6] is not None else e[6],
+                        pid=b[0], tid=b[1], ts=b[2], dur=e[2] - b[2], args=b[7] if b[7] is not None else e[7])))
+                else:
+                    first.setdefault("E", f"'E' (end) event with no open 'B' on its thread, e.g. {e[5]!r} "
+                                          f"(pid {pid}, tid {tid}, ts {e[2]})")
+                    dropped[first["E"]] += 1
+            for b in stack:
+                first.setdefault("B", f"'B' (begin) event never closed by an 'E' on its thread, e.g. {b[5]!r} "
+                                      f"(pid {pid}, tid {tid}, ts {b[2]})")
+                dropped[first["B"]] += 1
+        return [c for _, c in sorted(found, key=lambda f: f[0])], dropped
 
 
 def _meta(rows: list[int], args: list[Any], base: int) -> pl.DataFrame:

@@ -5,8 +5,9 @@ whole events (:mod:`~ddprof.ingestion.stream`), each decoded by typed msgspec st
 (:mod:`~ddprof.ingestion.structs`) and turned into a small columnar frame at once
 (:mod:`~ddprof.ingestion.events`). Neither the inflated JSON nor the Python objects of more than one run
 are resident at a time. A run the typed decoder rejects is decoded event by event: malformed complete
-events are dropped and counted, never fatal. A file that is not a ``traceEvents`` document is read
-whole, only to say precisely what it is instead.
+events are dropped and counted, never fatal. A document may also be the bare list of events (Chrome's
+JSON array format), and its durations ``B``/``E`` pairs (:mod:`~ddprof.ingestion.events`). A file that
+is neither is read whole, only to say precisely what it is instead.
 """
 
 from __future__ import annotations
@@ -25,13 +26,14 @@ from ddprof.ingestion.depth import decode_shallow, flatten_deep
 from ddprof.ingestion.events import Columns
 from ddprof.ingestion.source import Source
 from ddprof.ingestion.stream import MAX_HEAD, InvalidJSON, NotStreamable, split
-from ddprof.ingestion.structs import LENIENT_RUN, STRICT_RUN, Complete, Event, StrictComplete
+from ddprof.ingestion.structs import LENIENT_RUN, STRICT_RUN, TIMED_PHASES, Complete, Event, StrictComplete
 
 _strict_decoder = msgspec.json.Decoder(STRICT_RUN)
 _lenient_decoder = msgspec.json.Decoder(LENIENT_RUN)
 _raw_decoder = msgspec.json.Decoder(list[msgspec.Raw])
 _event_decoder = msgspec.json.Decoder(Event)
 _any_decoder = msgspec.json.Decoder()
+_TIMED = frozenset(TIMED_PHASES)
 _COMPLETE_PH = re.compile(rb'"ph"[ \t\r\n]*:[ \t\r\n]*"X"')
 
 
@@ -45,7 +47,7 @@ class Decoded:
     distributed_info: dict[str, Any] | None
     base_time_ns: int | None
     device_properties: list[Any]
-    raw_complete: int  # 'X' events in the file, before any was dropped
+    raw_complete: int  # complete events in the file ('X', and B/E pairs), before any was dropped
     dropped: Counter[str] = field(default_factory=Counter)
     notices: list[str] = field(default_factory=list)  # the profiler's own warnings and errors ("WARNING: ...")
     sha1: str = ""
@@ -95,7 +97,7 @@ def _decode_run(text: memoryview, cols: Columns) -> None:
             run = decoder.decode(text)
         except msgspec.ValidationError:
             continue
-        cols.add([e for e in run if type(e) is complete])
+        cols.add_run(run, complete)
         return
     raws = _raw_decoder.decode(text)  # DecodeError here: a bad cut, not a bad event
     events: list[Any] = []
@@ -114,6 +116,7 @@ def _decode_run(text: memoryview, cols: Columns) -> None:
             if complete:
                 malformed += 1
                 cols.dropped[f"malformed event ({why})"] += 1
+    cols.timed([e for e in events if e.ph in _TIMED])
     cols.add([e for e in events if e.ph == "X"], malformed)
 
 
@@ -141,7 +144,7 @@ def _explain(path: Path) -> None:
         raise BadInputError(f"not valid JSON ({exc}); the file may be truncated", path=path) from None
     if not isinstance(doc, dict):
         raise BadInputError(f"top level is a JSON {type(doc).__name__}, expected an object with "
-                            "'traceEvents'", path=path)
+                            "'traceEvents' or a list of events", path=path)
     if doc.get("traceEvents") is None:
         raise BadInputError("no 'traceEvents' list: not a Kineto/Chrome trace", path=path)
     if not isinstance(doc["traceEvents"], list):

@@ -10,7 +10,11 @@ unbalanced), so a rejected cut is retried at an earlier ``}`` or with more data.
 separator (exactly one ``,``) is checked here. At the end of the file the list's closing ``]`` is found
 the same way, together with a trailer that parses.
 
-When the document does not have that shape (no ``traceEvents`` list, not JSON at all), :class:`NotStreamable`
+The Chrome trace format also allows the document to be the bare event list, ``[ ev, ev, ... ]`` (older
+profilers wrote it): it is cut the same way, has no header keys, and may end without its ``]`` or with a
+trailing ``,`` (the format allows both, so that a trace cut short by a crash still reads).
+
+When the document has neither shape (no ``traceEvents`` list, not JSON at all), :class:`NotStreamable`
 is raised and the caller reads the file whole for a precise error.
 """
 
@@ -33,6 +37,7 @@ MAX_HEAD = 64 << 20
 
 _KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*\[')
 _ws = b" \t\r\n"
+_BOM = b"\xef\xbb\xbf"
 _WS = re.compile(rb"[ \t\r\n]*")
 
 
@@ -63,7 +68,7 @@ def split(blocks: Iterator[bytes], consume: Callable[[memoryview], None]) -> Hea
     parse: that is how a bad cut is told from a good one. It gets a view into a buffer that changes
     afterwards, so it must copy what it keeps. Raises :class:`InvalidJSON` for a list that is not one.
     """
-    head, rest = _head(blocks)
+    head, rest, bare = _head(blocks)
     # buf[0] is a free byte: the '[' of the next run is written just before it, its ']' just after it
     buf, pos, sep = bytearray(b" ") + rest, 1, _Separator()
     del rest
@@ -80,22 +85,31 @@ def split(blocks: Iterator[bytes], consume: Callable[[memoryview], None]) -> Hea
                     pos, sep.state = cut + 1, _AFTER_EVENT
                     break
     pos = sep.skip(buf, pos)
-    head.update(_end(bytes(buf[pos:]), consume, sep.state))
+    if bare:
+        _end_bare(bytes(buf[pos:]), consume, sep.state)
+    else:
+        head.update(_end(bytes(buf[pos:]), consume, sep.state))
     return head
 
 
-def _head(blocks: Iterator[bytes]) -> tuple[Header, bytes]:
-    """The keys before the event list, and the text after its ``[``. The list is the first
-    ``"traceEvents": [`` at the top level: the text before it, closed, must parse."""
+def _head(blocks: Iterator[bytes]) -> tuple[Header, bytes, bool]:
+    """The keys before the event list, the text after its ``[``, and whether the document is the bare
+    list. The list is the first ``"traceEvents": [`` at the top level: the text before it, closed,
+    must parse; or the document's first character is ``[`` (after white space and a byte-order mark)."""
     buf, tried = b"", set()
     for block in blocks:
         buf += block
+        first = _WS.match(buf, 3 if buf.startswith(_BOM) else 0).end()  # type: ignore[union-attr] # always matches
+        if first == len(buf):
+            continue
+        if buf[first] == 0x5B:  # '['
+            return Header(), buf[first + 1:], True
         for m in _KEY.finditer(buf):
             if m.start() in tried:
                 continue
             tried.add(m.start())
             try:
-                return decode_shallow(_header, buf[:m.start()] + b'"traceEvents":null}'), buf[m.end():]
+                return decode_shallow(_header, buf[:m.start()] + b'"traceEvents":null}'), buf[m.end():], False
             except msgspec.DecodeError:  # the key sat inside some other value
                 continue
         if len(buf) > MAX_HEAD:
@@ -200,6 +214,30 @@ def _end(buf: bytes, consume: Callable[[memoryview], None], state: int) -> Heade
     why = f" ({last})" if last else ""
     hint = "" if buf.rstrip(_ws).endswith(b"}") else "; the file may be truncated"
     raise InvalidJSON(f"not valid JSON{why}{hint}")
+
+
+def _end_bare(buf: bytes, consume: Callable[[memoryview], None], state: int) -> None:
+    """The last events of a bare list: up to its ``]`` and white space, or to the end of the text
+    (the ``]`` is optional, a trailing ``,`` allowed)."""
+    text = buf.rstrip(_ws)
+    if state == _CLOSED:
+        if text != b"]":
+            raise InvalidJSON("not valid JSON (text after the event list's closing ']')")
+        return
+    if state == _AFTER_EVENT:
+        if text:  # pragma: no cover - the separator state stops at anything but ',' or ']'
+            raise InvalidJSON("not valid JSON (text after the last event)")
+        return
+    body = text[:-1] if text.endswith(b"]") else text
+    body = body.rstrip(_ws)
+    body = body[:-1].rstrip(_ws) if body.endswith(b",") else body
+    if not body:
+        return
+    try:
+        consume(memoryview(b"[" + body + b"]"))
+    except msgspec.DecodeError as exc:
+        hint = "" if text.endswith((b"]", b"}", b",")) else "; the file may be truncated"
+        raise InvalidJSON(f"not valid JSON ({exc}){hint}") from None
 
 
 class InvalidJSON(Exception):

@@ -5,9 +5,9 @@ sixth faster; a run of events it rejects (ROCm writes streams as ``"0x0"``, some
 floats or strings) is decoded again with the lenient one, whose integers may be spelled any way
 (normalised later by :func:`ddprof.fields.as_int`).
 
-The fast paths decode a run as a list of a union tagged on ``ph``: complete events (``"X"``) get
-their fields, every other phase of the Chrome trace format decodes to an empty struct (its fields
-are skipped). A run with an unknown or missing phase falls back to :data:`Event`, one event at a time.
+The fast paths decode a run as a list of a union tagged on ``ph``: complete events (``"X"``), duration
+begin/end events (``"B"``/``"E"``) and instants (``"i"``/``"I"``) get their fields, every other phase of
+the Chrome trace format decodes to an empty struct (its fields are skipped). A run with an unknown or missing phase falls back to :data:`Event`, one event at a time.
 """
 
 from __future__ import annotations
@@ -56,16 +56,31 @@ Event: Any = msgspec.defstruct("Event", [("ph", str | None, None), *_fields(Num,
 Complete: Any = msgspec.defstruct("Complete", _fields(Num, Args), tag="X", tag_field="ph", **_FLAGS)
 StrictComplete: Any = msgspec.defstruct("Complete", _fields(Int, _StrictArgs), tag="X", tag_field="ph", **_FLAGS)
 
-_OTHER_PHASES = "BEiIbneCsftPNODMVvRc()"
+#: Phases that become complete events: duration begin/end pairs, instants (zero duration, where their
+#: category has a kind). Counters (``C``) and the others carry no interval: their fields are skipped.
+TIMED_PHASES = "BEiI"
+_OTHER_PHASES = "bneCsftPNODMVvRc()"
 _OTHERS = tuple(msgspec.defstruct(f"Phase_{i}", [], tag=ph, tag_field="ph", **_FLAGS)
                 for i, ph in enumerate(_OTHER_PHASES))
-#: A run of events: strict, then lenient.
 
 
-def _run_of(complete: Any) -> Any:
-    union = Union.__getitem__((complete, *_OTHERS))
+def _timed(num: Any, args: Any) -> dict[str, Any]:
+    """One struct per timed phase, with the fields of a complete event (``dur`` is typed, as in
+    :data:`Event`, so that every decoding path accepts and rejects the same events, and then ignored)."""
+    return {ph: msgspec.defstruct(f"Timed_{ph}_{i}", _fields(num, args), tag=ph, tag_field="ph", **_FLAGS)
+            for i, ph in enumerate(TIMED_PHASES)}
+
+
+#: Phase of each timed struct type, for both variants.
+_STRICT_TIMED, _LENIENT_TIMED = _timed(Int, _StrictArgs), _timed(Num, Args)
+PHASE_OF: dict[Any, str] = {t: ph for d in (_STRICT_TIMED, _LENIENT_TIMED) for ph, t in d.items()}
+
+
+def _run_of(complete: Any, timed: dict[str, Any]) -> Any:
+    """A run of events: a list of the union tagged on ``ph``."""
+    union = Union.__getitem__((complete, *timed.values(), *_OTHERS))
     return list.__class_getitem__(union)
 
 
-STRICT_RUN = _run_of(StrictComplete)
-LENIENT_RUN = _run_of(Complete)
+STRICT_RUN = _run_of(StrictComplete, _STRICT_TIMED)
+LENIENT_RUN = _run_of(Complete, _LENIENT_TIMED)
