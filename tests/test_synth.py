@@ -41,6 +41,10 @@ def _close(got: Any, want: Any) -> bool:
 def test_overlap_and_breakdown_equal_truth(synth_run: tuple[Spec, dict[str, Any], dict[str, Any]]) -> None:
     spec, truth, report = synth_run
     assert report["status"] == "ok"
+    assert report["clocks"]["applied"] == bool(spec.clock_offset_us)
+    for h in report["clocks"]["hosts"]:  # the offsets the generator put in, within the stated bound
+        true_ns = spec.clock_offset_us.get(int(h["host"].removeprefix("node")), 0.0) * 1000
+        assert abs(h["offset_ns"] - true_ns) <= h["bound_ns"], h
     assert [r["rank"] for r in report["overlap"]] == list(range(spec.ranks))
     for got, want in zip(report["overlap"], truth["per_rank"]):
         for k in ("overlap_pct", "comm_us", "overlapped_us", "exposed_comm_us"):
@@ -96,7 +100,7 @@ def test_truth_file_beside_the_traces(tmp_path: Path) -> None:
     truth = generate(spec, tmp_path)
     on_disk = json.loads((tmp_path / "truth.json").read_text())
     assert on_disk["per_rank"] == truth["per_rank"] and on_disk["clock_offsets_us"] == {"0": 12.5}
-    assert sorted(p.name for p in (tmp_path / "traces").iterdir()) == [f"rank{r}.pt.trace.json" for r in range(4)]
+    assert sorted(p.name for p in (tmp_path / "traces").glob("*.trace.json")) == [f"rank{r}.pt.trace.json" for r in range(4)]
     assert on_disk["pipeline"]["theoretical_bubble_pct"] == pytest.approx(100 * 1 / 4)
     trace = json.loads((tmp_path / "traces" / "rank1.pt.trace.json").read_text())
     assert trace["distributedInfo"]["rank"] == 1 and len(trace["traceEvents"]) == truth["events"]["1"]
