@@ -31,6 +31,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
               "Check a run against a baseline: exit 1 when it regressed beyond tolerance and noise."),
     "diff": ("ddprof.cli.diff_cmd:diff",
              "Compare two runs side by side: per kernel and collective, count, total and per-step time."),
+    "export": ("ddprof.cli.export_cmd:export",
+               "Export a run's ranks merged into one Chrome trace / Perfetto JSON file (open it in ui.perfetto.dev)."),
     "finish": ("ddprof.cli.finish_cmd:finish",
                "Wait for a capture's ranks to write their files, then ingest them into RUN_DIR."),
     "ingest": ("ddprof.cli.ingest_cmd:ingest",

@@ -1,0 +1,255 @@
+"""A run's ranks merged into one Chrome trace / Perfetto JSON file (the Trace Event Format), streamed.
+
+Layout of the file (``{"displayTimeUnit": "ns", "otherData": {...}, "traceEvents": [...]}``):
+
+* one process per rank: ``pid`` = the rank, named ``rank N (host)`` (``rank N`` where the host is
+  unknown) by a ``process_name`` metadata event (``ph: M``), ordered by a ``process_sort_index``;
+* its CPU threads and GPU streams as threads: ``thread_name`` ``thread 1234`` and ``stream 7``
+  (``device 1 stream 7`` where a rank uses several devices), CPU threads first (rows with neither, such
+  as the profiler's own span, on ``(no thread)``); ``tid`` is a small
+  number per rank (1, 2, ...) since an OS thread id and a stream number may be equal;
+* every event of the store as a complete event (``ph: X``): name, ``cat`` = its kind (compute, comm,
+  memcpy, ...), ``ts``/``dur`` in µs with the nanoseconds kept (``(ts_ns − origin_ns) / 1000``), and
+  ``args``: the profiler's category, step, correlation, External id and the collective metadata (op,
+  process group, group size, bytes, input/output bytes, dtype, peer, seq) where set;
+* a flow arrow from each CUDA runtime call (``kind == runtime``) to each GPU event with its correlation
+  id: ``ph: s`` at the call, ``ph: f`` with ``bp: e`` at the kernel (bound to the slice that encloses
+  it), one id per arrow;
+* one clock: ``origin_ns`` (in ``otherData``) is the earliest exported timestamp; where a clock
+  correction is given (the per-host offsets :mod:`ddprof.analyses.clocks` estimates), every timestamp
+  is corrected first.
+
+Streamed: the ranks are read from the Parquet store one at a time, and each rank's rows are written in
+chunks, so memory holds one rank's events (the first pass, finding the origin, reads only timestamps).
+Written atomically; gzip-compressed when the name ends in ``.gz``.
+
+Example: rank 3's kernel at ts_ns 1,000,001,234 with origin 1,000,000,000 is
+``{"ph": "X", "pid": 3, "tid": 2, "ts": 1.234, "dur": ..., "name": ..., "cat": "compute", ...}``.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import msgspec
+import polars as pl
+
+from ddprof import __version__
+from ddprof.atomic import write_atomic
+from ddprof.errors import BadInputError, SchemaError, UsageError
+from ddprof.rundir import Run
+
+#: Rows turned into JSON at a time (bounds the Python objects alive at once).
+CHUNK = 50_000
+
+#: Store column -> args key, written where the value is set.
+ARGS = {"cat": "category", "step": "step", "correlation": "correlation", "external_id": "External id",
+        "coll_op": "op", "pg": "process group", "group_size": "group size", "bytes": "bytes",
+        "in_bytes": "in bytes", "out_bytes": "out bytes", "dtype": "dtype", "peer": "peer", "seq": "seq"}
+_COLUMNS = ["rank", "ts_ns", "dur_ns", "tid", "device", "stream", "kind", "name", *ARGS]
+
+
+@dataclass
+class ExportSummary:
+    """What was written: the ranks and steps, the number of complete events and flow arrows, origin_ns."""
+
+    path: Path
+    ranks: list[int]
+    steps: list[int] | None
+    events: int = 0
+    flows: int = 0
+    origin_ns: int = 0
+    per_rank: dict[int, int] = field(default_factory=dict)
+
+
+def _select(run: Run, ranks: Sequence[int] | None, steps: Sequence[int] | None) -> tuple[list[int], list[int] | None]:
+    chosen = run.ranks if ranks is None else sorted(set(ranks))
+    unknown = [r for r in chosen if r not in run.ranks]
+    if unknown:
+        raise BadInputError(f"rank(s) {unknown} not in this run (ranks: {run.ranks})", path=run.path)
+    if not chosen:
+        raise BadInputError("no rank to export", path=run.path)
+    if steps is None:
+        return chosen, None
+    wanted = sorted(set(steps))
+    missing = [s for s in wanted if s not in run.steps]
+    if missing:
+        raise BadInputError(f"step(s) {missing} not in this run (steps: {run.steps})", path=run.path)
+    return chosen, wanted
+
+
+def _rank_rows(run: Run, rank: int, steps: list[int] | None, ts: pl.Expr | None, columns: list[str]) -> pl.LazyFrame:
+    lf = run.events([rank])
+    if steps is not None:
+        lf = lf.filter(pl.col("step").is_in(steps))
+    if ts is not None:
+        lf = lf.with_columns(ts)
+    return lf.select(columns)
+
+
+def _collect(lf: pl.LazyFrame, run: Run, rank: int | None = None) -> pl.DataFrame:
+    try:
+        return lf.collect()
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        who = f" (rank {rank})" if rank is not None else ""
+        raise SchemaError(f"{run.path}{who}: the event store cannot be read ({str(exc).splitlines()[0]}); "
+                          "rebuild it with `ddprof ingest --force`") from None
+
+
+def _origin(run: Run, ranks: list[int], steps: list[int] | None, ts: pl.Expr | None) -> int:
+    """The earliest (corrected) timestamp of the chosen rows: one rank at a time, its ts column only."""
+    firsts = []
+    for r in ranks:
+        got = _collect(_rank_rows(run, r, steps, ts, ["ts_ns"]).select(pl.col("ts_ns").min()), run, r).item()
+        if got is not None:
+            firsts.append(int(got))
+    return min(firsts) if firsts else 0
+
+
+def _threads(df: pl.DataFrame) -> pl.DataFrame:
+    """One row per thread of a rank: its key (``stream`` null for a CPU thread), ``lane`` (the tid written)
+    and ``label``."""
+    keys = df.select("device", "stream", "tid").with_columns(
+        pl.when(pl.col("stream").is_null()).then(pl.col("tid")).alias("tid"),
+        pl.when(pl.col("stream").is_not_null()).then(pl.col("device")).alias("device")).unique()
+    devices = keys.filter(pl.col("stream").is_not_null())["device"].n_unique()
+    keys = keys.sort(pl.col("stream").is_not_null(), "device", "stream", "tid", nulls_last=True)
+    stream_label = (pl.format("device {} stream {}", "device", "stream") if devices > 1
+                    else pl.format("stream {}", "stream"))
+    return keys.with_columns(
+        pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias("lane"),
+        pl.when(pl.col("stream").is_not_null()).then(stream_label)
+        .otherwise(pl.format("thread {}", "tid").fill_null("(no thread)")).alias("label"),
+    )
+
+
+def _with_lanes(df: pl.DataFrame, threads: pl.DataFrame) -> pl.DataFrame:
+    key = df.with_columns(
+        pl.when(pl.col("stream").is_null()).then(pl.col("tid")).alias("__tid"),
+        pl.when(pl.col("stream").is_not_null()).then(pl.col("device")).alias("__device"))
+    return key.join(threads.select(pl.col("device").alias("__device"), "stream", pl.col("tid").alias("__tid"), "lane"),
+                    on=["__device", "stream", "__tid"], how="left", nulls_equal=True, maintain_order="left")
+
+
+def _us(ns: int) -> float:
+    """Nanoseconds as µs; the float's shortest form keeps every nanosecond below 2**53 ns (104 days)."""
+    return ns / 1000
+
+
+class _Writer:
+    """Trace events written one JSON line each, comma-separated, inside ``traceEvents``."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self.out = out
+        self.first = True
+        self.encoder = msgspec.json.Encoder()
+
+    def event(self, ev: dict[str, Any]) -> None:
+        self.out.write(b"\n" if self.first else b",\n")
+        self.first = False
+        self.out.write(self.encoder.encode(ev))
+
+
+def _metadata(w: _Writer, rank: int, host: str | None, threads: pl.DataFrame) -> None:
+    name = f"rank {rank} ({host})" if host else f"rank {rank}"
+    w.event({"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": name}})
+    w.event({"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0, "args": {"sort_index": rank}})
+    for lane, label in zip(threads["lane"].to_list(), threads["label"].to_list()):
+        w.event({"ph": "M", "name": "thread_name", "pid": rank, "tid": lane, "args": {"name": label}})
+        w.event({"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": lane, "args": {"sort_index": lane}})
+
+
+def _complete_events(w: _Writer, rank: int, df: pl.DataFrame, origin: int) -> None:
+    args = list(ARGS)
+    for start in range(0, df.height, CHUNK):
+        part = df.slice(start, CHUNK)
+        cols = [part[c].to_list() for c in ("ts_ns", "dur_ns", "lane", "kind", "name", *args)]
+        for ts, dur, lane, kind, name, *values in zip(*cols):
+            w.event({"ph": "X", "pid": rank, "tid": lane, "ts": _us(ts - origin), "dur": _us(dur), "name": name,
+                     "cat": kind, "args": {ARGS[k]: v for k, v in zip(args, values) if v is not None}})
+
+
+def _flows(w: _Writer, rank: int, df: pl.DataFrame, origin: int, next_id: int) -> int:
+    """An arrow from each runtime call to each GPU event of its correlation id; returns the next id."""
+    calls = (df.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
+             .group_by("correlation").agg(pl.col("ts_ns").min().alias("call_ts"), pl.col("lane").first().alias("call_lane")))
+    gpu = df.filter(pl.col("stream").is_not_null() & pl.col("correlation").is_not_null()).select(
+        "correlation", "ts_ns", "lane")
+    pairs = calls.join(gpu, on="correlation").sort("call_ts", "ts_ns")
+    for i, (call_ts, call_lane, ts, lane) in enumerate(zip(*(pairs[c].to_list() for c in
+                                                             ("call_ts", "call_lane", "ts_ns", "lane")))):
+        flow = next_id + i
+        w.event({"ph": "s", "id": flow, "pid": rank, "tid": call_lane, "ts": _us(call_ts - origin),
+                 "name": "launch", "cat": "launch"})
+        w.event({"ph": "f", "bp": "e", "id": flow, "pid": rank, "tid": lane, "ts": _us(ts - origin),
+                 "name": "launch", "cat": "launch"})
+    return next_id + pairs.height
+
+
+def _other_data(run: Run, summary: ExportSummary, clock_note: str | None) -> dict[str, Any]:
+    return {"producer": f"ddprof {__version__}", "run": str(run.path), "origin_ns": str(summary.origin_ns),
+            "ranks": ",".join(map(str, summary.ranks)),
+            "steps": "all" if summary.steps is None else ",".join(map(str, summary.steps)),
+            "clock": clock_note or "each rank's trace clock, as traced"}
+
+
+def export_perfetto(run: Run, path: str | Path, *, ranks: Sequence[int] | None = None,
+                    steps: Sequence[int] | None = None, ts: pl.Expr | None = None,
+                    clock_note: str | None = None) -> ExportSummary:
+    """Write the chosen ranks' events (all by default; only the rows of ``steps`` when given) to ``path``
+    (module doc). ``ts``: an expression over ``rank`` and ``ts_ns`` giving the corrected ``ts_ns`` (the
+    clocks aligned), or None for the timestamps as traced; ``clock_note`` says which, in ``otherData``."""
+    path = Path(path)
+    chosen, wanted = _select(run, ranks, steps)
+    summary = ExportSummary(path=path, ranks=chosen, steps=wanted)
+    summary.origin_ns = _origin(run, chosen, wanted, ts)
+    hosts = run.manifest.get("hosts") or {}
+
+    def body(out: IO[bytes]) -> None:
+        out.write(b'{"displayTimeUnit": "ns", "otherData": ')
+        out.write(msgspec.json.encode(_other_data(run, summary, clock_note)))
+        out.write(b', "traceEvents": [')
+        w = _Writer(out)
+        next_id = 1
+        for r in chosen:
+            df = _collect(_rank_rows(run, r, wanted, ts, _COLUMNS), run, r)
+            threads = _threads(df)
+            df = _with_lanes(df, threads)
+            _metadata(w, r, hosts.get(str(r)), threads)
+            _complete_events(w, r, df, summary.origin_ns)
+            next_id = _flows(w, r, df, summary.origin_ns, next_id)
+            summary.per_rank[r] = df.height
+            summary.events += df.height
+            del df
+        summary.flows = next_id - 1
+        out.write(b"\n]}\n")
+
+    def writer(tmp: Path) -> None:
+        if path.name.endswith(".gz"):
+            with gzip.open(tmp, "wb", compresslevel=6) as gz:
+                body(gz)
+        else:
+            with open(tmp, "wb", buffering=1 << 20) as fh:
+                body(fh)
+
+    write_atomic(path, writer)
+    return summary
+
+
+def parse_selection(text: str, what: str) -> list[int]:
+    """``"0,2,4-7"`` -> ``[0, 2, 4, 5, 6, 7]``; anything else is a usage error naming ``what``."""
+    out: set[int] = set()
+    for part in (p.strip() for p in text.split(",")):
+        lo, sep, hi = part.partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise UsageError(f"--{what} expects numbers and ranges such as 0,2,4-7; got {text!r}")
+        a, b = int(lo), int(hi) if sep else int(lo)
+        if b < a:
+            raise UsageError(f"--{what}: the range {part!r} runs backwards")
+        out.update(range(a, b + 1))
+    return sorted(out)
+
