@@ -30,6 +30,7 @@ from ddprof.analyses.frames.memo import Events, Prepared, prepare
 from ddprof.analyses.frames.sets import rank_spans
 from ddprof.analyses.frames.windows import trace_windows, window_counts, windows_frame
 from ddprof.analyses.hang.diagnose import backend_of, diagnose
+from ddprof.analyses.health import health
 from ddprof.analyses.idle import idle_breakdown, idle_by_step
 from ddprof.analyses.kernels import kernels_by_step, top_kernels
 from ddprof.analyses.overlap import overlap, overlap_by_step
@@ -58,6 +59,7 @@ EMPTY_SECTIONS: dict[str, Any] = {
     "kernels": [],
     "kernels_by_step": [],
     "clocks": NOT_ESTIMATED.section(),
+    "health": [],
 }
 
 #: Columns the analyses read; the run's events are loaded once with only these.
@@ -200,6 +202,8 @@ def build_report(run: Run | None, *, dumps: DumpSet | None = None) -> dict[str, 
         counts = window_counts(aligned)
         for row in report["run"]["per_rank"]:
             row["windows"] = counts.get(row["rank"], 0)
+        report["health"] = health(events, ranks=run.ranks, world_size=run.world_size, clocks=report["clocks"],
+                                  ingest={r: run.rank_info(r) for r in run.ranks})
         report["run"]["warnings"].extend(clock.warnings())
         report["run"]["warnings"].extend(sections.pop("collective_warnings"))
         report.update(sections)

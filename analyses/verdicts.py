@@ -118,14 +118,45 @@ def _bandwidth(report: dict[str, Any]) -> list[str]:
             for r in top]
 
 
+def _ranks_text(ranks: list[int]) -> str:
+    shown = ", ".join(map(str, ranks[:8])) + (f" ... ({len(ranks)} in all)" if len(ranks) > 8 else "")
+    return f"rank {shown}" if len(ranks) == 1 else f"ranks {shown}"
+
+
+def _health(report: dict[str, Any]) -> list[str]:
+    """The trace-health findings that change a headline number (``headline``), one sentence per finding
+    over all its ranks. Example: "rank 0: 120 GPU launches recorded but no GPU activity: the GPU side was
+    not captured; the numbers describe its CPU threads only"."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    for row in report.get("health") or []:
+        if row.get("headline"):
+            by.setdefault(row["finding"], []).append(row)
+    out = []
+    for finding, rows in by.items():
+        ranks = sorted({r for row in rows for r in row["ranks"]})
+        count = sum(row["count"] for row in rows)
+        if finding == "gpu_not_captured":
+            out.append(f"{_ranks_text(ranks)}: {count} GPU launches recorded but no GPU activity: the GPU side was "
+                       "not captured; the numbers describe the CPU threads only")
+        elif finding == "events_lost":
+            out.append(f"{_ranks_text(ranks)}: the profiler reports lost events (\"{rows[0]['example']}\"): work "
+                       "missing from the trace reads as idle time")
+        elif finding == "missing_ranks":
+            out.append(f"{rows[0]['example']}: collectives and stragglers compare the traced ranks only")
+        else:
+            out.append(f"{_ranks_text(ranks)}: {finding.replace('_', ' ')} ({count}): {rows[0]['affects']}")
+    return out
+
+
 def verdicts(report: dict[str, Any]) -> list[str]:
-    """The verdicts in their final order: a hang first, then stragglers, communication, idle time, steps
+    """The verdicts in their final order: a hang first, then what the trace cannot tell that changes a
+    headline number (:mod:`.health`), stragglers, communication, idle time, steps
     (pipeline bubbles where there is a pipeline), bandwidth, the warnings count, and "no hang found" last
     where Flight Recorder dumps showed none. Example: ["rank 7 is the straggler: each of the 7 other ranks spent 5.08 ms per step on average
     waiting for it at collectives (wall-clock; last at 5 of 8 collectives)", "exposed communication is 35 % of step time (worst: rank 1, 56 %); 5 % of
     communication overlaps compute", ...]."""
     nsteps = len(report["run"].get("steps") or [])
-    out = _stragglers(report, nsteps) + _communication(report) + _idle(report) + _bubbles(report)
+    out = _health(report) + _stragglers(report, nsteps) + _communication(report) + _idle(report) + _bubbles(report)
     out += _bandwidth(report)
     nwarn = len(report["run"].get("warnings") or [])
     if nwarn:

@@ -135,11 +135,32 @@ def _ranges(xs: list[int]) -> str:
     return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
 
 
+def _health_section(rows: list[dict[str, Any]]) -> str:
+    """The ``health`` findings, one bullet per finding over all its ranks: what the trace cannot tell,
+    printed before the numbers."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by.setdefault(row["finding"], []).append(row)
+    if not by:
+        return ""
+    lines = ["Trace health: what this trace cannot tell (read before the numbers)",
+             "-------------------------------------------------------------------"]
+    for finding, group in by.items():
+        ranks = sorted({r for row in group for r in row["ranks"]})
+        where = ("rank " if len(ranks) == 1 else "ranks ") + (_ranges(ranks) or "-")
+        example = f"; e.g. {group[0]['example']}" if group[0].get("example") else ""
+        lines.append(_item(f"{finding} ({where}, {sum(r['count'] for r in group)}){example}. "
+                           f"Affects {group[0]['affects']}"))
+    return "\n".join(lines)
+
+
 def render_text(report: dict[str, Any]) -> str:
     """The whole report (the dict :func:`ddprof.analyses.report.build_report` returns) as text: the run,
-    the verdicts, one table per non-empty section, then the warnings."""
+    the trace's health (what it cannot tell), the verdicts, one table per non-empty section, then the
+    warnings."""
     run = report.get("run") or {}
-    parts: list[str] = [render_run(run, run_warnings=False) if run.get("per_rank") else ""]
+    parts: list[str] = [render_run(run, run_warnings=False) if run.get("per_rank") else "",
+                        _health_section(report.get("health") or [])]
     verdicts = report.get("verdicts") or []
     if verdicts:
         lines = ["Verdicts", "--------"]
