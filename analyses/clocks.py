@@ -11,26 +11,30 @@ when its last bytes have moved, whoever arrived last. Per instance i seen on hos
 * ``T_i`` = the instance's shortest duration across ranks (its transfer time, the wait left out);
 * ``t_i = end_ref(i)``, when it happened on the reference clock.
 
-If every instance's ends lie within ``T_i`` of each other, the true offset o lies in ``[d_i − T_i, d_i + T_i]``.
+If an instance's ends lie within ``T_i`` of each other, the true offset o lies in ``[d_i − T_i, d_i + T_i]``.
 
 Estimate, per host h with n instances shared with the reference:
 
-* constant: ``offset = median(d_i)``;
-* drift: a line ``offset(t) = a + b · (t − t0)`` fitted by Theil–Sen (the median of the pairwise slopes
-  ``(d_j − d_i) / (t_j − t_i)``, then ``a = median(d_i − b · (t_i − t0))``), t0 = the first instance's
-  ``t_i``. The line is used when the drift moves the offset by more than the bound over the run
-  (``|b| · (t_last − t0) > bound``), else the constant (``drift_ppm`` 0);
-* bound: ``max(median(T_i), 3 · 1.4826 · MAD(residuals))``. The first term holds when the model does: at
-  least half the d_i lie on each side of their median, each within its own ``T_i`` of o, so the median is
-  within (about) ``median(T_i)`` of o. The second is the scatter the ends show around the fit, when it
-  is wider than the transfer times allow (a skipped clock step, a mismatched instance).
+* interval: o lies in every instance's interval but the k = n // 10 worst (a tenth of the instances may
+  be matched wrongly or disturbed): ``L`` = the (k+1)-th largest ``d_i − T_i``, ``U`` = the (k+1)-th
+  smallest ``d_i + T_i``. ``offset = median(d_i)`` clipped into [L, U]; ``bound = max(offset − L,
+  U − offset)``: o is within the bound of the offset whenever the model holds. The narrowest transfers
+  pin the offset down: one 20 µs all-reduce among 800 µs ones bounds it by about 20 µs;
+* drift: a line ``offset(t) = a + b · (t − t0)``, b by Theil–Sen (the median of the pairwise slopes
+  ``(d_j − d_i) / (t_j − t_i)``), then a and its bound by the interval rule on ``d_i − b · (t_i − t0)``;
+  t0 = the first instance's ``t_i``. Used when the line is consistent (its intervals meet) and the drift
+  moves the offset by more than the bound over the run (``|b| · (t_last − t0) > bound``), else the
+  constant (``drift_ppm`` 0). A drifting clock is thus estimated, not refused; a clock that steps (no
+  line fits) is refused.
 
 Applied or refused, per host (``reason`` says which and why):
 
 * one host only, or the run names no host (or not one for every rank): nothing to align;
 * fewer than :data:`MIN_INSTANCES` instances shared with the reference: too little evidence;
+* L > U for the constant and for the line: the end times contradict any one offset or steady drift
+  (a clock step, instances matched wrongly): left as traced;
 * ``|offset(t)| ≤ bound`` over the whole run: the offset is not told apart from zero; left as traced;
-* else applied: every timestamp of the host's ranks becomes ``ts − round(a + b · (ts − t0))``
+* else applied: every timestamp of the host's ranks becomes ``ts − offset_ns − round(b · (ts − t0))``
   (durations kept: a drift of b stretches them by a factor 1 + b, parts per million).
 
 Example: 2 hosts, 12 all-reduces of 800 µs transfer each, host B's ranks ending 5,000 µs after host
@@ -148,8 +152,16 @@ def _theil_sen(t: np.ndarray, d: np.ndarray) -> float:
     return float(np.median((d[j] - d[i])[ok] / dt[ok])) if ok.any() else 0.0
 
 
-def _spread(r: np.ndarray) -> float:
-    return float(3 * 1.4826 * np.median(np.abs(r - np.median(r))))
+def _interval(r: np.ndarray, transfer: np.ndarray) -> tuple[float, float, float]:
+    """(offset, bound, excess) from residual offsets r_i and transfer times T_i (module doc): the offset
+    lies in every ``[r_i − T_i, r_i + T_i]`` but the k = n // 10 worst; ``[L, U]`` = the k-th largest
+    lower end and the k-th smallest upper end. offset = median(r) clipped into [L, U]; bound = its distance
+    to the farther end. ``excess = L − U`` > 0 when no offset fits (the intervals do not meet)."""
+    k = len(r) // 10
+    lower = float(np.sort(r - transfer)[::-1][k])
+    upper = float(np.sort(r + transfer)[k])
+    offset = min(max(float(np.median(r)), lower), upper) if lower <= upper else float(np.median(r))
+    return offset, max(offset - lower, upper - offset, 0.0), lower - upper
 
 
 def _fit(host: str, ranks: list[int], t: np.ndarray, d: np.ndarray, transfer: np.ndarray,
@@ -157,22 +169,24 @@ def _fit(host: str, ranks: list[int], t: np.ndarray, d: np.ndarray, transfer: np
     """One host's clock from its instances' (t_i, d_i, T_i), sorted by t, times relative to ``base``
     (floats: exact below 2**53 ns, about 104 days), and the run's span on that scale (module doc)."""
     n = len(t)
+    t0 = base + (int(t[0]) if n else 0)
     if n < MIN_INSTANCES:
-        return HostClock(host, ranks, 0, 0.0, base + (int(t[0]) if n else 0), 0, n, False,
+        return HostClock(host, ranks, 0, 0.0, t0, 0, n, False,
                          f"only {n} collective(s) shared with the reference host; at least {MIN_INSTANCES} "
                          "are needed to estimate an offset: clocks left as traced")
     x = t - t[0]
-    med_transfer = float(np.median(transfer))
-    offset = float(np.median(d))
-    bound = max(med_transfer, _spread(d - offset))
+    offset, bound, excess = _interval(d, transfer)
     slope = _theil_sen(x, d)
-    a = float(np.median(d - slope * x))
-    drift_bound = max(med_transfer, _spread(d - a - slope * x))
-    drift = abs(slope) * float(x[-1]) > drift_bound
+    a, drift_bound, drift_excess = _interval(d - slope * x, transfer)
+    drift = drift_excess <= 0 and abs(slope) * float(x[-1]) > drift_bound
     if drift:
-        offset, bound = a, drift_bound
-    clock = HostClock(host, ranks, round(offset), slope * 1e6 if drift else 0.0, base + int(t[0]), round(bound),
-                      n, False, "")
+        offset, bound, excess = a, drift_bound, drift_excess
+    clock = HostClock(host, ranks, round(offset), slope * 1e6 if drift else 0.0, t0, round(bound), n, False, "")
+    if excess > 0:
+        why = (f"the collectives' end times disagree by {excess / NS_PER_US:,.1f} µs more than their transfer "
+               "times allow, for any one offset or steady drift (a clock step, or instances matched wrongly): "
+               "clocks left as traced")
+        return HostClock(**{**vars(clock), "reason": why})
     worst = clock.max_offset_ns(base + span[0], base + span[1])
     if worst <= clock.bound_ns:
         why = (f"offset {worst / NS_PER_US:,.1f} µs is within its bound ± {clock.bound_ns / NS_PER_US:,.1f} µs: "
@@ -203,8 +217,11 @@ def estimate(events: Events, hosts: Mapping[int, str]) -> ClockEstimate:
     reference = named[traced[0]]
     if len(host_ranks) == 1:
         return ClockEstimate(reference, f"one host ({reference}): its ranks share one clock")
-    return ClockEstimate(reference, "hosts compared at the collectives they share",
-                         _host_clocks(p, named, host_ranks, reference, spans))
+    clocks = _host_clocks(p, named, host_ranks, reference, spans)
+    aligned = [h.host for h in clocks if h.applied]
+    why = (f"host(s) {', '.join(aligned)} aligned to host {reference}'s clock" if aligned
+           else "no host's clock told apart from the reference's: clocks left as traced (each host's reason)")
+    return ClockEstimate(reference, why, clocks)
 
 
 def _host_clocks(p: Prepared, named: dict[int, str], host_ranks: dict[str, list[int]], reference: str,

@@ -16,7 +16,7 @@ from ddprof.analyses.report import build_report, read_events
 
 import ddprof
 from ddprof.rundir import Run
-from tests.gen import US, DataParallel, to_kineto
+from tests.gen import US, CollectiveBench, DataParallel, to_kineto
 
 ROOT = Path(__file__).resolve().parent.parent
 HOSTS8 = {r: "node-a" if r < 4 else "node-b" for r in range(8)}
@@ -24,7 +24,7 @@ HOSTS8 = {r: "node-a" if r < 4 else "node-b" for r in range(8)}
 Offset = Callable[[str, int], int]  # (host, ts_ns) -> ns to add (whole µs)
 
 
-def hosts_run(sc: DataParallel, folder: Path, hosts: dict[int, str] | None, offset: Offset | None = None,
+def hosts_run(sc: DataParallel | CollectiveBench, folder: Path, hosts: dict[int, str] | None, offset: Offset | None = None,
               end_noise_us: int = 0, sidecars: bool = True) -> Run:
     """``sc`` as traces whose ranks' clocks read ``ts + offset(host, ts)``, with a collector sidecar naming
     each rank's host (unless ``sidecars`` is false), ingested into ``folder/run``. ``end_noise_us``: each
@@ -153,6 +153,29 @@ def test_weak_evidence_refused(tmp_path: Path) -> None:
     for key in ("collectives", "stragglers", "overlap", "breakdown", "idle"):
         assert report[key] == build_report(run)[key]
     assert one["clocks"]["reason"].startswith("one host")
+
+
+def test_narrow_transfers_bound_tightly(tmp_path: Path) -> None:
+    """Collectives of 40 to 700 µs transfer, host node-b 60 µs ahead: the three 40 µs broadcasts bound
+    the offset to 40 µs (the tenth of the instances allowed to be wrong leaves the others), so 60 µs is
+    told apart from zero and applied."""
+    sc = CollectiveBench(ranks=8, repeats=3)
+    run = hosts_run(sc, tmp_path / "bench", HOSTS8, constant({"node-b": 60 * US}))
+    [b] = build_report(run)["clocks"]["hosts"]
+    assert b["instances"] == 15 and b["offset_ns"] == 60 * US and b["bound_ns"] == 40 * US and b["applied"]
+
+
+def test_clock_step_refused(tmp_path: Path) -> None:
+    """node-b's clock jumps from 5 to 9 ms ahead half-way: no offset or steady drift fits every
+    collective within its transfer time, so nothing is applied and the reason says so."""
+    sc = DataParallel(ranks=8, steps=12)
+    half = sc.base + 6 * sc.step_ns
+    run = hosts_run(sc, tmp_path / "step", HOSTS8,
+                    lambda host, ts: (5_000 if ts < half else 9_000) * US if host == "node-b" else 0)
+    report = build_report(run)
+    [b] = report["clocks"]["hosts"]
+    assert not b["applied"] and "disagree" in b["reason"] and "clock step" in b["reason"]
+    assert report["clocks"]["reason"].startswith("no host's clock told apart")
 
 
 def test_missing_host_refused(tmp_path: Path) -> None:
