@@ -89,7 +89,8 @@ def page(state: DashboardState) -> html.Div:
         html.Div(id="header", children=header(state), style={**CARD, "marginBottom": "10px"}),
         html.Div(timeline, style={**CARD, "marginBottom": "10px"}),
         html.Div(id="panels", style=grid, children=[
-            html.Div(dcc.Graph(id=p, config={"displaylogo": False}), style=CARD) for p in PANELS]),
+            html.Div(dcc.Graph(id=p, config={"displaylogo": False}), style=CARD)
+            for p in (PANELS if data is not None else ("hang", *PANELS[:-1]))]),  # dumps alone: the hang first
         html.Div(id="tables", children=extra_tables(state)),
         dcc.Store(id="window"), dcc.Store(id="focus"),
         dcc.Interval(id="poll", interval=700, n_intervals=0, disabled=state.ready),

@@ -10,8 +10,9 @@ from ddprof.dashboards.figures.style import COMM, COMPUTE, IDLE, NORMAL, STRAGGL
 
 
 def _rank_axis(fig: go.Figure, ranks: list[int]) -> None:
-    fig.update_xaxes(title="rank", tickmode="array" if len(ranks) <= 64 else "auto",
-                     tickvals=ranks if len(ranks) <= 64 else None, type="linear")
+    few = len(ranks) <= 32
+    fig.update_xaxes(title="rank", tickmode="array" if few else "auto", tickvals=ranks if few else None,
+                     type="linear")
 
 
 def breakdown_figure(report: dict[str, Any]) -> go.Figure:

@@ -130,5 +130,6 @@ def timeline_figure(v: View, *, focus: int | None = None, title: str | None = No
     fig.update_xaxes(title="time since the run's first event (ms)", range=[v.t0 / MS, v.t1 / MS], showgrid=False,
                      zeroline=False)
     fig.update_yaxes(tickvals=ticks, ticktext=[v.rows[i].label for i in ticks], range=[n - 0.5, -0.5],
-                     showgrid=False, zeroline=False, fixedrange=True)
+                     showgrid=False, zeroline=False, fixedrange=True,
+                     scaleanchor=False)  # an image would otherwise force square pixels
     return fig

@@ -71,7 +71,7 @@ def rows_of(data: TimelineData, expand: int | None) -> list[Row]:
     for r in data.ranks:
         rows.append(Row(r, None, f"rank {r}"))
         if r == expand:
-            rows.extend(Row(r, i, f"  {name}") for i, name in enumerate(data.ranks_events[r].lane_names))
+            rows.extend(Row(r, i, f"↳ {name}") for i, name in enumerate(data.ranks_events[r].lane_names))
     return rows
 
 

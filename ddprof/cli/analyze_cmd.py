@@ -1,4 +1,4 @@
-"""``ddprof analyze SRC|RUN_DIR [--format text|json] [-o FILE]``: picks the source, builds the one report,
+"""``ddprof analyze SRC|RUN_DIR [--format text|json|html] [-o FILE]``: picks the source, builds the one report,
 renders it, and maps its status to the exit code."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from ddprof.cli.progress import ingest_progress
 
 @click.command()
 @click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True))
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "html"]), default="text", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report here (atomically).")
 @click.option("--cache", type=click.Path(file_okay=False),
               help="Where to keep the ingested store of raw traces (default: SRC/.ddprof-cache, or a "
@@ -20,6 +20,8 @@ from ddprof.cli.progress import ingest_progress
 def analyze(sources: tuple[str, ...], fmt: str, output: str | None, cache: str | None,
             ranks: tuple[str, ...]) -> int:
     """Analyse a run: raw traces, a run dir, or a directory of NCCL Flight Recorder dumps."""
+    if fmt == "html":
+        return _html(sources, output, cache, ranks)
     from ddprof.analyses.report import analyze as build_report
 
     report = build_report(*sources, cache=cache, rank_map=parse_rank_map(ranks),
@@ -32,4 +34,19 @@ def analyze(sources: tuple[str, ...], fmt: str, output: str | None, cache: str |
         from ddprof.render_text import render_text
 
         emit(render_text(report), output)
+    return exit_for_status(report)
+
+
+def _html(sources: tuple[str, ...], output: str | None, cache: str | None, ranks: tuple[str, ...]) -> int:
+    """One self-contained HTML file (the ``dash`` extra's plotly draws it): the report and the run's timeline."""
+    from ddprof.dashboards.extra import require
+
+    require("plotly", what="--format html")
+    from ddprof.analyses.report import build_report
+    from ddprof.dashboards.html_report import render_html
+    from ddprof.sources import open_source
+
+    with open_source(sources, cache=cache, rank_map=parse_rank_map(ranks), progress=ingest_progress(False)) as src:
+        report = build_report(src.run, dumps=src.dumps)
+        emit(render_html(report, src.run, title="ddprof report: " + " ".join(sources)), output)
     return exit_for_status(report)

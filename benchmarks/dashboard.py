@@ -1,0 +1,123 @@
+"""Dashboard responsiveness on large generated runs: the first view and a zoom, server side.
+
+    python benchmarks/dashboard.py [--ranks-wide 1024] [--events-wide 2000] [--ranks-deep 64]
+                                   [--events-deep 1000000] [--keep DIR]
+
+Two runs are written straight into the Parquet store (the ingest path is measured by its own benchmark):
+1,024 ranks × 2,000 GPU events and 64 ranks × 1,000,000 GPU events (64 M). Each rank has a compute
+stream and a communication stream over 10 steps; every 50th kernel is an all-reduce on the other stream.
+
+* first view: open the run, load the timeline data (drawn rows, fine occupancy grid), answer the whole
+  run and serialise the figure to the JSON the browser receives (:func:`plotly.io.to_json`);
+* zoom: one callback's work for windows of 10 %, 1 % and 0.01 % of the run (the last in events mode),
+  the answer serialised; the slowest is quoted.
+
+The report (every analysis) is built on a thread while the timeline is already shown; it is not part of
+the first view and is not timed here. Targets: first view ≤ 3 s, zoom ≤ 1 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import plotly.io as pio
+import polars as pl
+from ddprof.dashboards.timeline.data import load
+from ddprof.dashboards.timeline.figure import timeline_figure
+from ddprof.dashboards.timeline.lod import view
+
+from ddprof.rundir import open_run, rank_dir
+from ddprof.schema import SCHEMA_VERSION, conform
+
+NAMES = ["gemm_fwd_kernel", "elementwise_kernel", "gemm_bwd_kernel", "layer_norm_kernel", "softmax_kernel"]
+COMM = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+BASE = 1_700_000_000_000_000_000
+
+
+def write_run(out: Path, ranks: int, events: int, seed: int = 0) -> Path:
+    """A run dir of ``ranks`` ranks with ``events`` GPU kernels each (module doc)."""
+    rng = np.random.default_rng(seed)
+    per_rank = {}
+    steps = 10
+    for r in range(ranks):
+        dur = rng.integers(2_000, 40_000, events)
+        gap = rng.integers(500, 3_000, events)
+        start = BASE + np.cumsum(dur + gap) - dur[0] - gap[0] + r * 1_000
+        is_comm = (np.arange(events) % 50) == 49
+        step = (np.arange(events) * steps // events).astype(np.int32)
+        kind = np.where(is_comm, "comm", "compute")
+        name = np.where(is_comm, COMM, np.array(NAMES)[np.arange(events) % len(NAMES)])
+        df = conform(pl.DataFrame({
+            "rank": np.full(events, r, dtype=np.int32), "ts_ns": start, "dur_ns": dur, "device": np.zeros(events, np.int16),
+            "stream": np.where(is_comm, 20, 7), "tid": np.where(is_comm, 20, 7), "kind": kind, "name": name,
+            "step": step, "comm": is_comm}).with_columns(
+            coll_op=pl.when("comm").then(pl.lit("all_reduce")), pg=pl.when("comm").then(pl.lit("0")),
+            bytes=pl.when("comm").then(pl.lit(1 << 22, dtype=pl.Int64))))
+        part = rank_dir(out, r) / "part-0.parquet"
+        part.parent.mkdir(parents=True, exist_ok=True)
+        df.write_parquet(part, compression="zstd", statistics=True, row_group_size=32768)
+        per_rank[str(r)] = {"parts": [str(part.relative_to(out))], "events": events, "kernels": events,
+                            "comm_kernels": int(is_comm.sum()), "steps": list(range(steps)), "gpu": True,
+                            "first_ns": int(start[0]), "last_ns": int((start + dur).max()), "warnings": []}
+    manifest = {"format": "ddprof-run", "schema_version": SCHEMA_VERSION, "world_size": ranks,
+                "ranks": list(range(ranks)), "backend": "nccl", "device": "gpu", "hosts": {}, "per_rank": per_rank,
+                "sources": {}, "warnings": []}
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    return out
+
+
+def measure(path: Path) -> dict[str, float]:
+    t = time.perf_counter()
+    run = open_run(path)
+    data = load(run)
+    loaded = time.perf_counter() - t
+    v = view(data)
+    payload = pio.to_json(timeline_figure(v))
+    first = time.perf_counter() - t
+    out = {"load_s": loaded, "first_view_s": first, "first_view_kb": len(payload) / 1e3, "mode": v.mode}
+    zooms = []
+    for frac in (0.1, 0.01, 0.0001):
+        lo = data.span_ns * 0.45
+        t = time.perf_counter()
+        z = view(data, lo, lo + data.span_ns * frac)
+        size = len(pio.to_json(timeline_figure(z)))
+        zooms.append((time.perf_counter() - t, frac, z.mode, z.shapes_per_row, size))
+    out["zoom_s"] = max(z[0] for z in zooms)
+    out["zooms"] = [f"{f:.2%}: {s:.3f} s {m} {n} shapes/row {b / 1e3:.0f} kB" for s, f, m, n, b in zooms]  # type: ignore[assignment]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ranks-wide", type=int, default=1024)
+    ap.add_argument("--events-wide", type=int, default=2000)
+    ap.add_argument("--ranks-deep", type=int, default=64)
+    ap.add_argument("--events-deep", type=int, default=1_000_000)
+    ap.add_argument("--keep", type=Path, help="write the runs here and keep them")
+    args = ap.parse_args()
+    root = args.keep or Path(tempfile.mkdtemp(prefix="ddprof-bench-dash-"))
+    try:
+        for ranks, events in ((args.ranks_wide, args.events_wide), (args.ranks_deep, args.events_deep)):
+            path = root / f"run-{ranks}x{events}"
+            t = time.perf_counter()
+            if not (path / "manifest.json").exists():
+                write_run(path, ranks, events)
+            print(f"{ranks} ranks x {events:,} events: store written in {time.perf_counter() - t:.1f} s")
+            m = measure(path)
+            print(f"  first view {m['first_view_s']:.2f} s (load {m['load_s']:.2f} s; {m['mode']}, "
+                  f"{m['first_view_kb']:.0f} kB)   zoom ≤ {m['zoom_s']:.3f} s   [targets 3 s, 1 s]")
+            for z in m["zooms"]:  # type: ignore[union-attr]
+                print("    zoom", z)
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
