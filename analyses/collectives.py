@@ -11,9 +11,10 @@ process group name (``pg``); where a trace does not name it, the GPU stream (``"
 starts. Point-to-point ops with a known ``peer`` are matched per (group, sender, receiver) instead:
 NCCL orders p2p per peer pair. Disagreements never raise: see :func:`collective_warnings`.
 
-Clocks: arrivals compare start times on the traces' clocks. Where a collective's kernels cannot all
-have run together (a rank's start after another's end by more than 2 µs), the clocks disagree, and
-arrivals are aligned on the latest end instead (``arrival = latest end − duration``; ``clock_aligned``
+Clocks: arrivals compare start times on the traces' clocks; the report first takes each host's clock
+offset off where the run's collectives establish one (:mod:`analyses.clocks`). Where a collective's
+kernels still cannot all have run together (a rank's start after another's end by more than 2 µs), the
+clocks disagree, and arrivals are aligned on the latest end instead (``arrival = latest end − duration``; ``clock_aligned``
 false). Not for send/recv: a buffered send may finish before its receive starts.
 """
 
