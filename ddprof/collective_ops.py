@@ -4,8 +4,11 @@
   ``c10d::allreduce_``, ``_allgather_base``, ``nccl:send 1->2``) normalised to one of :data:`OPS`
   (:func:`normalize_op`, :func:`profiling_op`);
 * **markers**: the CPU ops and annotations that stand for a collective (:data:`MARKER_RE`);
-* **kernels**: the GPU kernel names that are communication whatever their metadata says
-  (:data:`COMM_KERNEL_RE`), and the op a kernel name states (:func:`op_from_kernel`);
+* **kernels**: the GPU kernel names that are communication whatever their metadata says, by family
+  (:data:`KERNEL_FAMILIES`: NCCL/RCCL, custom all-reduce of serving engines, PyTorch symmetric memory,
+  DeepEP, NVSHMEM, TransformerEngine userbuffers, MSCCL/MSCCL++) and by a user's rules
+  (:func:`parse_rule`, ``--comm-kernel 'REGEX[=op]'``), each with the op the name states
+  (:func:`match_kernel`);
 * **nccl-tests definitions**: the message size S of a collective (:func:`message_size`) and the
   bus-bandwidth factor (:func:`busbw_factor`).
 
@@ -15,6 +18,8 @@ Kineto ingest, the collective analyses and the hang diagnosis all read these nam
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 
 import polars as pl
@@ -53,10 +58,6 @@ MARKER_PATTERN = rf"^(record_param_comms$|{_NAMESPACES}|vllm::all_reduce)"
 MARKER_RE = re.compile(MARKER_PATTERN)
 _STRIP_RE = re.compile(rf"^({_NAMESPACES}|vllm::)")
 
-#: GPU kernel names that are communication whatever their metadata says.
-COMM_KERNEL_RE = re.compile(r"(?i)^(void )?(nccl|rccl)|ncclKernel|ncclDevKernel|multimem_all_reduce|"
-                            r"one_shot_all_reduce|two_shot_all_reduce|cross_device_reduce")
-
 # Kernel names in ncclKernel_<Op>_... / ncclDevKernel_<Op>_...
 _KERNEL_OP_RE = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)")
 _KERNEL_OPS = {"AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatter": "reduce_scatter",
@@ -93,6 +94,152 @@ def op_from_kernel(name: str) -> str | None:
         return _KERNEL_OPS.get(m.group(1))
     if "all_reduce" in name:
         return "all_reduce"
+    return None
+
+
+def _has(*words: str) -> Callable[[str], bool]:
+    """A test for any of ``words`` in a lower-cased name, each standing alone between non-letters
+    (``_rs`` matches ``gpu_rr_rs(``, not ``offsets``)."""
+    pattern = re.compile("|".join(rf"(?<![a-z]){w}(?![a-z])" for w in words))
+    return lambda name: pattern.search(name) is not None
+
+
+_OP_WORDS: tuple[tuple[str, Callable[[str], bool]], ...] = (
+    ("reduce_scatter", _has("reduce_?scatter", "reducescatter", "rs")),
+    ("all_gather", _has("all_?gather", "allgather", "fcollect", "ag")),
+    ("all_to_all", _has("all_?to_?all", "alltoallv?", "dispatch", "combine")),
+    ("all_reduce", _has("all_?reduce", "allreduce")),
+    ("broadcast", _has("broadcast", "bcast")),
+    ("barrier", _has("barrier")),
+    ("send", _has("send", "pullsend", "pushsend", "put")),
+    ("recv", _has("recv", "pushrecv", "get")),
+)
+
+
+def op_from_name(name: str) -> str | None:
+    """The op a kernel name states in words, for families whose names do not follow NCCL's:
+    ``userbuffers_fp16_sum_inplace_gpu_rr_rs`` -> reduce_scatter; ``deep_ep::intranode::combine<8>``
+    -> all_to_all; ``multimem_all_gather_kernel`` -> all_gather; ``nvshmemi_init`` -> None."""
+    low = name.lower()
+    for op, test in _OP_WORDS:
+        if test(low):
+            return op
+    return None
+
+
+def _nccl_op(name: str) -> str | None:
+    return op_from_kernel(name)
+
+
+def _userbuffers_op(name: str) -> str | None:
+    """Userbuffers kernels say ``_rs``/``_ag`` when they reduce-scatter/all-gather; an in-place sum
+    with neither is an all-reduce."""
+    return op_from_name(name) or ("all_reduce" if "sum_inplace" in name else None)
+
+
+def _all_reduce(name: str) -> str | None:
+    return "all_reduce"
+
+
+@dataclass(frozen=True)
+class CommRule:
+    """A rule that makes GPU kernels communication by name: ``pattern`` is searched in the kernel's
+    name (:func:`re.search`); ``op`` is the collective it states (None: read from the name, else
+    ``unknown``; ``none``: the kernels are *not* communication by name). ``source`` is ``built-in``
+    or ``user``; ``name`` is the family's name or the rule as the user wrote it."""
+
+    name: str
+    pattern: str
+    op: str | None = None
+    source: str = "user"
+
+    def op_of(self, kernel: str) -> str:
+        """The op of a kernel this rule matched."""
+        if self.op is not None:
+            return self.op
+        fn = _FAMILY_OP.get(self.name) if self.source == "built-in" else op_from_name
+        return (fn or op_from_name)(kernel) or "unknown"
+
+
+_FAMILY_OP: dict[str, Callable[[str], str | None]] = {
+    "nccl": _nccl_op, "custom_all_reduce": _all_reduce, "userbuffers": _userbuffers_op,
+}
+
+#: Kernel families that communicate, in the order they are tried (the first match names the kernel).
+KERNEL_FAMILIES: tuple[CommRule, ...] = (
+    CommRule("nccl", r"(?i:^(void )?(nccl|rccl))|ncclKernel|ncclDevKernel", source="built-in"),
+    # vLLM / SGLang custom all-reduce, PyTorch symmetric memory's one/two-shot, vLLM's ROCm quick reduce
+    CommRule("custom_all_reduce", r"cross_device_reduce_?[12]stage|cross_device_reduce|one_shot_all_reduce|"
+             r"two_shot_all_reduce|quickreduce::allreduce", source="built-in"),
+    CommRule("symm_mem_multimem", r"multimem_", source="built-in"),  # multimem_all_reduce, multimem_all_gather
+    # DeepEP's expert-parallel dispatch/combine (intranode, internode, low-latency), not its layout kernel
+    CommRule("deep_ep", r"deep_ep::(?:intranode|internode(?:_ll)?)::(?!get_dispatch_layout|clean)",
+             source="built-in"),
+    CommRule("nvshmem", r"(?i:(?<![a-z])nvshmem)", source="built-in"),
+    CommRule("userbuffers", r"(?<![a-z])k?userbuffers_", source="built-in"),  # TransformerEngine
+    CommRule("msccl", r"(?i:msccl)", source="built-in"),  # MSCCL (mscclKernel_*) and MSCCL++ (mscclpp::)
+)
+
+#: Every built-in family as one pattern (a name matching none of them is no communication by name).
+COMM_KERNEL_RE = re.compile("|".join(f"(?:{r.pattern})" for r in KERNEL_FAMILIES))
+
+
+class RuleError(ValueError):
+    """A ``REGEX[=op]`` rule that is not one (its message names the rule and the problem)."""
+
+
+_OP_WORD = re.compile(r"[A-Za-z_]+")
+
+
+def parse_rule(text: str) -> CommRule:
+    """``'REGEX[=op]'`` -> a user :class:`CommRule`. The text after the last ``=`` is the op when it is
+    a word (an op name or alias of :data:`OPS`, or ``none``); otherwise the whole text is the regex
+    (``a(?=b)`` has no op). Raises :class:`RuleError` for an invalid regex or an unknown op.
+
+    >>> parse_rule("my_a2a_kernel=alltoall").op, parse_rule("fused_ar").op
+    ('all_to_all', None)
+    """
+    pattern, sep, word = text.rpartition("=")
+    op: str | None = None
+    if sep and not pattern:
+        raise RuleError(f"communication kernel rule {text!r}: the regular expression is empty")
+    if sep and _OP_WORD.fullmatch(word):
+        op = "none" if word.lower() == "none" else normalize_op(word) or (word if word in OPS else None)
+        if op is None:
+            raise RuleError(f"communication kernel rule {text!r}: unknown op {word!r} (one of "
+                            f"{', '.join(OPS)}, or none for kernels that are not communication)")
+    else:
+        pattern = text
+    if not pattern:
+        raise RuleError(f"communication kernel rule {text!r}: the regular expression is empty")
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise RuleError(f"communication kernel rule {text!r}: invalid regular expression ({exc})") from None
+    return CommRule(name=text, pattern=pattern, op=op, source="user")
+
+
+@lru_cache(maxsize=64)
+def _compiled(rules: tuple[CommRule, ...]) -> tuple[tuple[CommRule, re.Pattern[str]], ...]:
+    return tuple((r, re.compile(r.pattern)) for r in rules)
+
+
+def kernel_rules(user: Sequence[str] = ()) -> tuple[CommRule, ...]:
+    """The rules in the order they are tried: the user's (as ``REGEX[=op]`` texts), then
+    :data:`KERNEL_FAMILIES`."""
+    return (*(parse_rule(t) for t in user), *KERNEL_FAMILIES)
+
+
+def match_kernel(name: str, rules: tuple[CommRule, ...]) -> tuple[CommRule, str] | None:
+    """The first rule whose pattern is found in ``name``, with the op it gives; None when no rule
+    matches or the first match is a ``none`` rule (the kernel is not communication by name).
+
+    >>> match_kernel("void deep_ep::intranode::dispatch<8>(int*)", kernel_rules())[1]
+    'all_to_all'
+    """
+    for rule, rx in _compiled(rules):
+        if rx.search(name):
+            return None if rule.op == "none" else (rule, rule.op_of(name))
     return None
 
 

@@ -154,6 +154,15 @@ def _health_section(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _comm_kernel_section(rows: list[dict[str, Any]]) -> str:
+    """Which kernel names each rule (built-in family, user rule, or collective metadata) made
+    communication, so a user can check the classification and correct it with ``--comm-kernel``."""
+    return table("Communication kernels, by the rule that classified them (--comm-kernel REGEX[=op] to correct)",
+                 ["rule", "source", "op", "kernel", "count", "ranks"],
+                 [[str(r["rule"]), str(r["source"]), str(r.get("op") or "-"), r.get("name") or "(matched no kernel)",
+                   str(r["count"]), str(r["ranks"])] for r in rows], left=4)
+
+
 def render_text(report: dict[str, Any]) -> str:
     """The whole report (the dict :func:`ddprof.analyses.report.build_report` returns) as text: the run,
     the trace's health (what it cannot tell), the verdicts, one table per non-empty section, then the
@@ -200,6 +209,7 @@ def render_text(report: dict[str, Any]) -> str:
                        ["op", "size", "ranks", "count", "mean time", "algbw GB/s", "busbw GB/s"],
                        [[b["op"], fmt_bytes(b["bytes"]), _num(b.get("n"), "{}"), str(b["count"]), fmt_us(b["duration_us"]),
                          _num(b["algbw_gbps"]), _num(b["busbw_gbps"])] for b in report["bandwidth"]], left=1))
+    parts.append(_comm_kernel_section(report.get("comm_kernels") or []))
     parts.append(_hang_section(report.get("hang") or {}))
     warnings = run.get("warnings") or []
     if warnings:

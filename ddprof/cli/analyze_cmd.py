@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from ddprof.cli.common import emit, exit_for_status, parse_rank_map, rank_option
+from ddprof.cli.common import comm_kernel_option, emit, exit_for_status, parse_rank_map, rank_option
 from ddprof.cli.progress import ingest_progress
 
 
@@ -17,14 +17,17 @@ from ddprof.cli.progress import ingest_progress
               help="Where to keep the ingested store of raw traces (default: SRC/.ddprof-cache, or a "
                    "temporary directory when SRC is read-only).")
 @rank_option
+@comm_kernel_option
 def analyze(sources: tuple[str, ...], fmt: str, output: str | None, cache: str | None,
-            ranks: tuple[str, ...]) -> int:
+            ranks: tuple[str, ...], comm_kernels: tuple[str, ...] = ()) -> int:
     """Analyse a run: raw traces, a run dir, or a directory of NCCL Flight Recorder dumps."""
     if fmt == "html":
         return _html(sources, output, cache, ranks)
     from ddprof.analyses.report import analyze as build_report
+    from ddprof.config import comm_kernel_rules
 
     report = build_report(*sources, cache=cache, rank_map=parse_rank_map(ranks),
+                          comm_kernels=comm_kernel_rules(comm_kernels),
                           progress=ingest_progress(fmt == "text" and output is None))
     if fmt == "json":
         from ddprof.atomic import json_text

@@ -32,6 +32,15 @@ def rank_option(f: F) -> F:
                         help="Rank of a trace that does not say (repeatable).")(f)
 
 
+def comm_kernel_option(f: F) -> F:
+    """The ``--comm-kernel REGEX[=op]`` option (repeatable), shared by the commands that ingest."""
+    return click.option("--comm-kernel", "comm_kernels", multiple=True, metavar="REGEX[=op]",
+                        help="GPU kernels whose name matches REGEX are communication, with op OP (all_reduce, "
+                             "all_gather, reduce_scatter, all_to_all, ...; none: not communication; default: "
+                             "read from the name). Repeatable; tried in order, before the project's rules "
+                             "(ddprof.toml, or [tool.ddprof] in pyproject.toml) and the built-in families.")(f)
+
+
 def partial_failure(failed: Sequence[Mapping[str, Any]], rest: str) -> PartialRunError:
     """The error (exit 3) for inputs that failed (``{path, rank, error}``, the error naming the file),
     naming each; ``rest`` says what became of the others."""

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import click
 
-from ddprof.cli.common import parse_rank_map, partial_failure, rank_option
+from ddprof.cli.common import comm_kernel_option, parse_rank_map, partial_failure, rank_option
 from ddprof.cli.progress import ingest_progress
+from ddprof.config import comm_kernel_rules
 from ddprof.ingestion import ingest as run_ingest
 from ddprof.render_text import render_run
 
@@ -18,11 +19,13 @@ from ddprof.render_text import render_run
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Parallel workers (default: cores).")
 @click.option("--force", is_flag=True, help="Re-parse every trace even if the cache is up to date.")
 @click.option("-q", "--quiet", is_flag=True, help="No summary, no progress bar.")
+@comm_kernel_option
 def ingest(sources: tuple[str, ...], out_dir: str, ranks: tuple[str, ...], jobs: int | None, force: bool,
-           quiet: bool) -> int:
+           quiet: bool, comm_kernels: tuple[str, ...] = ()) -> int:
     """Ingest Kineto traces (files, directories, .json or .json.gz) into a run dir."""
     run = run_ingest(list(sources), out_dir, rank_map=parse_rank_map(ranks), jobs=jobs,
-                     progress=ingest_progress(not quiet), force=force)
+                     progress=ingest_progress(not quiet), force=force,
+                     comm_kernels=comm_kernel_rules(comm_kernels))
     summary = run.summary()
     if not quiet:
         click.echo(render_run(summary))

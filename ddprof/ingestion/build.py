@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from ddprof.collective_ops import message_size
+from ddprof.collective_ops import KERNEL_FAMILIES, CommRule, message_size
 from ddprof.ingestion.categories import CAT_KIND, GPU_CATS, KNOWN_CATS
 from ddprof.ingestion.comm_rows import communication
 from ddprof.ingestion.kineto import Decoded
@@ -33,7 +33,10 @@ from ddprof.ingestion.steps import assign_steps
 from ddprof.schema import Kind, conform
 
 
-def build_events(dec: Decoded, rank: int) -> tuple[pl.DataFrame, list[str]]:
+def build_events(dec: Decoded, rank: int,
+                 rules: tuple[CommRule, ...] = KERNEL_FAMILIES) -> tuple[pl.DataFrame, list[str]]:
+    """The event table of one trace and its warnings; ``rules`` name communication kernels
+    (:func:`ddprof.collective_ops.kernel_rules`)."""
     df = dec.frame.with_row_index("_row").with_columns(
         is_gpu=pl.col("cat").is_in(GPU_CATS).fill_null(False),
         kind=pl.col("cat").replace_strict(CAT_KIND, default="other", return_dtype=Kind),  # Enum: 1 byte a row
@@ -43,7 +46,7 @@ def build_events(dec: Decoded, rank: int) -> tuple[pl.DataFrame, list[str]]:
                 rows(df, ~pl.col("cat").is_in(KNOWN_CATS).fill_null(False), pl.col("cat").fill_null("<none>"))
                 .to_series().value_counts().iter_rows()]
 
-    df = _apply_meta(df, communication(df, dec.meta, dec.distributed_info))
+    df = _apply_meta(df, communication(df, dec.meta, dec.distributed_info, rules))
     df = assign_steps(df)
     df = df.with_columns(
         rank=pl.lit(rank, dtype=pl.Int32),

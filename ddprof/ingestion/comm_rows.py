@@ -12,30 +12,34 @@ from typing import Any
 
 import polars as pl
 
-from ddprof.collective_ops import COMM_KERNEL_RE, op_from_kernel
+from ddprof.collective_ops import KERNEL_FAMILIES, CommRule, match_kernel, op_from_kernel
 from ddprof.ingestion.link import FIELDS, enclosing_meta, own_meta, rows
 
 _NOT_COMM_KERNEL = ("void at::native", "at::native::")
 _ROW_COLS = ["_row", "name", "external_id", "correlation", "ts_ns", "dur_ns", "pid", "tid"]
 
 
-def communication(df: pl.DataFrame, meta: pl.DataFrame, info: dict[str, Any] | None) -> pl.DataFrame:
+def communication(df: pl.DataFrame, meta: pl.DataFrame, info: dict[str, Any] | None,
+                  rules: tuple[CommRule, ...] = KERNEL_FAMILIES) -> pl.DataFrame:
     """``_row`` and :data:`~.link.FIELDS` of every row with collective metadata: communication kernels,
     and markers that name an op (or are ``record_param_comms``). ``df`` has ``_row``, the decoded
-    columns, ``kind`` and ``_marker``; ``meta`` is the decoded sparse metadata."""
+    columns, ``kind`` and ``_marker``; ``meta`` is the decoded sparse metadata; ``rules`` make
+    kernels communication by name (:func:`ddprof.collective_ops.kernel_rules`)."""
     markers = rows(df, pl.col("_marker"), *_ROW_COLS)
     markers = pl.concat([markers, own_meta(markers.join(meta, on="_row", how="left", maintain_order="left"))
                          .drop("_row")], how="horizontal")
     described = markers.filter(pl.col("coll_op").is_not_null() | (pl.col("name") == "record_param_comms"))
-    comm = pl.concat([_comm_kernels(df, meta, markers, described), described.select("_row", *FIELDS)])
+    comm = pl.concat([_comm_kernels(df, meta, markers, described, rules), described.select("_row", *FIELDS)])
     comm = _global_peers(_fill_only_group(comm, info), info)
     return _gloo_peers(comm, described)
 
 
 def _comm_kernels(df: pl.DataFrame, meta: pl.DataFrame, markers: pl.DataFrame,
-                  described: pl.DataFrame) -> pl.DataFrame:
+                  described: pl.DataFrame, rules: tuple[CommRule, ...]) -> pl.DataFrame:
     """Communication kernels and their metadata: their own (new-format fields), else that of the
-    marker they link to by External id, else that of the markers enclosing their launch."""
+    marker they link to by External id, else that of the markers enclosing their launch. A kernel a
+    rule names is communication with or without metadata; its op, where no metadata says, is the
+    rule's."""
     kernels = rows(df, pl.col("cat") == "kernel", "_row", "name", "external_id", "correlation")
     by_ext = (described.drop_nulls("external_id").unique("external_id", keep="last", maintain_order=True)
               .select("external_id", *(pl.col(f).alias(f"{f}_e") for f in FIELDS), _e=pl.lit(True)))
@@ -47,9 +51,11 @@ def _comm_kernels(df: pl.DataFrame, meta: pl.DataFrame, markers: pl.DataFrame,
         launched = enclosing_meta(markers, runtimes)
     own = own_meta(kernels.join(meta.filter(pl.col("coll_name").is_not_null()), on="_row"))
     names = kernels["name"].unique().to_list()
-    named = [n for n in names if COMM_KERNEL_RE.search(n)]
-    op_of_name = pl.col("name").replace_strict(names, [op_from_kernel(n) or "unknown" for n in names],
-                                               return_dtype=pl.String)
+    matched = [match_kernel(n, rules) for n in names]
+    named = [n for n, m in zip(names, matched) if m is not None]
+    op_of_name = pl.col("name").replace_strict(
+        names, [m[1] if m is not None else op_from_kernel(n) or "unknown" for n, m in zip(names, matched)],
+        return_dtype=pl.String)
     linked = (kernels.lazy()
               .join(own.lazy().with_columns(_own=pl.lit(True)), on="_row", how="left", maintain_order="left")
               .join(by_ext.lazy(), on="external_id", how="left", maintain_order="left")

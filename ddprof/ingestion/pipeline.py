@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Protocol
 
 from ddprof.atomic import output_error, remove_stale_tmp, write_json_atomic
-from ddprof.errors import BadInputError, InternalError, OutputError
+from ddprof.collective_ops import RuleError, kernel_rules
+from ddprof.errors import BadInputError, InternalError, OutputError, UsageError
 from ddprof.ingestion.discover import discover
 from ddprof.ingestion.job import FileResult, ingest_file
 from ddprof.ingestion.manifest import build_manifest
@@ -69,12 +70,17 @@ class _NoProgress:
 def ingest(sources: str | Path | Iterable[str | Path], out_dir: str | Path, *,
            rank_map: dict[str, int] | None = None, jobs: int | None = None,
            progress: IngestProgress | bool | None = None, force: bool = False,
-           extra_manifest: dict[str, Any] | None = None) -> Run:
+           extra_manifest: dict[str, Any] | None = None, comm_kernels: Sequence[str] = ()) -> Run:
     """Ingest traces into ``out_dir`` and return the opened :class:`Run`.
 
     Bad files do not stop the others: each failure is recorded in the manifest (file, rank, cause) and
     the run keeps every rank that ingested. If *nothing* ingested, raises :class:`BadInputError`
     listing every failure.
+
+    ``comm_kernels``: the user's rules naming communication kernels, ``REGEX[=op]`` each, tried before
+    the built-in families (:func:`ddprof.collective_ops.kernel_rules`); an invalid one is a
+    :class:`UsageError` naming it. They shape the store: the manifest records them, and a store made
+    with other rules is rebuilt, not reused.
 
     ``progress``: an :class:`IngestProgress` to report to. The core writes nothing to the terminal, so
     ``None``, ``False`` and ``True`` (accepted from callers written before the reporter existed) all
@@ -82,19 +88,21 @@ def ingest(sources: str | Path | Iterable[str | Path], out_dir: str | Path, *,
     """
     srcs = [Path(s) for s in ([sources] if isinstance(sources, (str, Path)) else sources)]
     out = Path(out_dir)
+    rules = _checked_rules(comm_kernels)
     files = discover(srcs)
     _check_writable(out)
     remove_stale_tmp(out)
     previous_manifest = _read_manifest(out)
-    cached = {} if force else _previous_sources(previous_manifest)
+    cached = {} if force else _previous_sources(previous_manifest, rules)
     results, todo = _split_cached(files, out, cached, rank_map)
     reporter = _NoProgress() if progress is None or isinstance(progress, bool) else progress
     kept = {str(part) for info in previous_manifest.get("per_rank", {}).values() if isinstance(info, dict)
             for part in info.get("parts", [])}
-    fresh = _run_jobs(todo, out, rank_map, jobs, reporter, kept)
+    fresh = _run_jobs(todo, out, rank_map, jobs, reporter, kept, rules)
     for res in fresh:
         results[str(Path(res.path).resolve())] = res
     manifest = _assemble(results, srcs, rank_map)
+    manifest["comm_kernel_rules"] = list(rules)
     if extra_manifest:
         manifest.update(extra_manifest)
     elif "collector" in previous_manifest:  # re-ingesting a captured run keeps what the collector said
@@ -180,14 +188,25 @@ def _read_manifest(out: Path) -> dict[str, Any]:
     return m if isinstance(m, dict) and m.get("format") == RUN_FORMAT else {}
 
 
-def _previous_sources(m: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    if m.get("ingest_fingerprint") != store_fingerprint():
+def _checked_rules(texts: Sequence[str]) -> tuple[str, ...]:
+    """The user's communication kernel rules, each checked (an invalid one is a UsageError)."""
+    rules = tuple(texts)
+    try:
+        kernel_rules(rules)
+    except RuleError as exc:
+        raise UsageError(str(exc)) from None
+    return rules
+
+
+def _previous_sources(m: dict[str, Any], rules: tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
+    """The previous manifest's sources, when the same code and communication kernel rules wrote it."""
+    if m.get("ingest_fingerprint") != store_fingerprint() or m.get("comm_kernel_rules", []) != list(rules):
         return {}
     return {k: v for k, v in m.get("sources", {}).items() if isinstance(v, dict)}
 
 
 def _run_jobs(todo: list[Path], out: Path, rank_map: dict[str, int] | None, jobs: int | None,
-              progress: IngestProgress, kept: set[str]) -> list[FileResult]:
+              progress: IngestProgress, kept: set[str], rules: tuple[str, ...] = ()) -> list[FileResult]:
     """Parse the traces. On an :class:`OutputError` (a full disk) the parts this run wrote that the
     previous manifest does not hold (``kept``) are removed before it is raised."""
     if not todo:
@@ -200,12 +219,12 @@ def _run_jobs(todo: list[Path], out: Path, rank_map: dict[str, int] | None, jobs
     try:
         if workers <= 1 or total_bytes < PARALLEL_MIN_BYTES:
             for f in todo:
-                results.append(ingest_file(str(f), str(out), rank_map))
+                results.append(ingest_file(str(f), str(out), rank_map, rules))
                 progress.advance(f, sizes[f])
         else:
             with for_child_processes(), ProcessPoolExecutor(max_workers=workers,
                                                             mp_context=get_context("spawn")) as pool:
-                futs = {pool.submit(ingest_file, str(f), str(out), rank_map): f for f in todo}
+                futs = {pool.submit(ingest_file, str(f), str(out), rank_map, rules): f for f in todo}
                 failure: OutputError | None = None
                 for fut in as_completed(futs):
                     if fut.cancelled():

@@ -1,0 +1,53 @@
+"""Which GPU kernels were classified as communication, and by what: the report's ``comm_kernels`` section.
+
+A kernel is communication by its collective metadata, or by a rule on its name: a user's
+(``--comm-kernel``, the project's ``ddprof.toml``) or a built-in family
+(:data:`ddprof.collective_ops.KERNEL_FAMILIES`). Each communication kernel name is attributed to the
+first rule that matches it (the order ingest tried them), else to ``collective metadata``. One row per
+(rule, kernel name, op), most frequent first within a rule; a user rule that matched no kernel gets a
+row with ``count`` 0 and no name, so a mistyped rule shows.
+
+Example: a DeepEP job with no rule of its own gives ``{rule: "deep_ep", source: "built-in", op:
+"all_to_all", name: "void deep_ep::intranode::dispatch<8>(...)", count: 240, ranks: 8}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from ddprof.collective_ops import CommRule, RuleError, kernel_rules, match_kernel
+from ddprof.errors import BadInputError
+
+METADATA = "collective metadata"
+
+
+def comm_kernels(events: pl.LazyFrame, rules: tuple[CommRule, ...]) -> list[dict[str, Any]]:
+    """Rows ``{rule, source, pattern, op, name, count, ranks}`` (module doc). ``events`` has ``rank,
+    name, kind, stream, coll_op``; ``rules`` are the rules ingest used, in order."""
+    found = (events.filter((pl.col("kind") == "comm") & pl.col("stream").is_not_null())
+             .group_by("name", "coll_op")
+             .agg(count=pl.len(), ranks=pl.col("rank").n_unique())
+             .collect())
+    order = {r.name: i for i, r in enumerate(rules)}
+    rows: list[dict[str, Any]] = []
+    for name, op, count, ranks in found.iter_rows():
+        m = match_kernel(name, rules)
+        rule = m[0] if m is not None else None
+        rows.append({"rule": rule.name if rule else METADATA, "source": rule.source if rule else "metadata",
+                     "pattern": rule.pattern if rule else None, "op": op, "name": name, "count": count,
+                     "ranks": ranks})
+    seen = {r["rule"] for r in rows}
+    rows += [{"rule": r.name, "source": r.source, "pattern": r.pattern, "op": r.op, "name": None, "count": 0,
+              "ranks": 0} for r in rules if r.source == "user" and r.name not in seen]
+    return sorted(rows, key=lambda r: (order.get(r["rule"], len(order)), -r["count"], r["name"] or ""))
+
+
+def rules_of(manifest: dict[str, Any]) -> tuple[CommRule, ...]:
+    """The rules a run was ingested with: the user's the manifest records, then the built-in families."""
+    texts = manifest.get("comm_kernel_rules") or []
+    try:
+        return kernel_rules([str(t) for t in texts])
+    except RuleError as exc:
+        raise BadInputError(f"manifest.json: {exc}") from None
