@@ -16,7 +16,6 @@ Contract sections are filled with their contract keys (plus extra keys); ``break
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,6 @@ from ddprof.analyses.bubbles import bubbles, pipeline_stages
 from ddprof.analyses.clocks import NOT_ESTIMATED, align, run_hosts
 from ddprof.analyses.clocks import estimate as estimate_clocks
 from ddprof.analyses.collectives import bandwidth, collective_warnings, collectives
-from ddprof.analyses.comm_kernels import comm_kernels, rules_of
 from ddprof.analyses.frames.memo import Events, Prepared, prepare
 from ddprof.analyses.frames.sets import rank_spans
 from ddprof.analyses.frames.windows import trace_windows, window_counts, windows_frame
@@ -57,7 +55,6 @@ EMPTY_SECTIONS: dict[str, Any] = {
     "collectives": [],
     "bandwidth": [],
     "hang": {"collectives": []},
-    "comm_kernels": [],
     "step_times": [],
     "kernels": [],
     "kernels_by_step": [],
@@ -171,7 +168,7 @@ def _dumps_summary(dumps: DumpSet, hang: dict[str, Any]) -> dict[str, Any]:
     the dumps tell them, its backend and device from the dumps' op names, no steps and no traced ranks;
     each unreadable dump in ``failed`` and, as ``path, rank N: reason``, among the warnings."""
     backend, device = backend_of(dumps)
-    failed = [{"path": f.path, "rank": f.rank, "error": str(f)} for f in dumps.failures]
+    failed = _dump_failures(dumps)
     return {
         "world_size": hang["world_size"],
         "ranks": list(hang["ranks"]),
@@ -182,6 +179,11 @@ def _dumps_summary(dumps: DumpSet, hang: dict[str, Any]) -> dict[str, Any]:
         "per_rank": [],
         "failed": failed,
     }
+
+
+def _dump_failures(dumps: DumpSet) -> list[dict[str, Any]]:
+    """Each dump that could not be read, as an entry of the run's ``failed`` list (the error names the file)."""
+    return [{"path": f.path, "rank": f.rank, "error": str(f)} for f in dumps.failures]
 
 
 def status(report: dict[str, Any]) -> str:
@@ -210,8 +212,10 @@ def build_report(run: Run | None, *, dumps: DumpSet | None = None) -> dict[str, 
         report["run"]["warnings"].extend(clock.warnings())
         report["run"]["warnings"].extend(sections.pop("collective_warnings"))
         report.update(sections)
-        report["comm_kernels"] = comm_kernels(run.events().select("rank", "name", "kind", "stream", "coll_op"),
-                                              rules_of(run.manifest))
+        if dumps is not None:  # a dump that cannot be read is a failed input, like a trace that cannot
+            failed = _dump_failures(dumps)
+            report["run"]["failed"].extend(failed)
+            report["run"]["warnings"].extend(f["error"] for f in failed)
     elif dumps is not None and hang is not None:
         report = {"run": _dumps_summary(dumps, hang), **copy.deepcopy(EMPTY_SECTIONS)}
     else:
@@ -224,10 +228,9 @@ def build_report(run: Run | None, *, dumps: DumpSet | None = None) -> dict[str, 
 
 
 def analyze(*sources: str | Path, cache: str | Path | None = None, rank_map: dict[str, int] | None = None,
-            progress: IngestProgress | None = None, comm_kernels: Sequence[str] | None = None) -> dict[str, Any]:
+            progress: IngestProgress | None = None) -> dict[str, Any]:
     """The report of what the user names: raw traces (ingested into ``cache``, by default beside them),
     a run dir, or a directory of Flight Recorder dumps; exactly what ``ddprof analyze SOURCES --format json``
-    prints. ``rank_map`` gives the rank of traces that do not say (``{"trace.json": 3}``); ``comm_kernels``
-    the rules naming communication kernels (:func:`ddprof.sources.open_source`)."""
-    with open_source(sources, cache=cache, rank_map=rank_map, progress=progress, comm_kernels=comm_kernels) as src:
+    prints. ``rank_map`` gives the rank of traces that do not say (``{"trace.json": 3}``)."""
+    with open_source(sources, cache=cache, rank_map=rank_map, progress=progress) as src:
         return build_report(src.run, dumps=src.dumps)

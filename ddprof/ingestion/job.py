@@ -15,7 +15,6 @@ from typing import Any
 import polars as pl
 
 from ddprof.atomic import write_atomic
-from ddprof.collective_ops import kernel_rules
 from ddprof.errors import BadInputError, DdprofError, OutputError
 from ddprof.ingestion.build import build_events
 from ddprof.ingestion.kineto import decode
@@ -73,18 +72,16 @@ class FileResult:
         return asdict(self)
 
 
-def ingest_file(path_str: str, out_dir: str, rank_map: dict[str, int] | None,
-                comm_kernels: tuple[str, ...] = ()) -> FileResult:
+def ingest_file(path_str: str, out_dir: str, rank_map: dict[str, int] | None) -> FileResult:
     """Never raises for bad input: the failure is recorded in the result, with file and rank. Raises
-    :class:`~ddprof.errors.OutputError` when the run dir cannot be written (no rank could be).
-    ``comm_kernels``: the user's ``REGEX[=op]`` rules for communication kernels (already checked)."""
+    :class:`~ddprof.errors.OutputError` when the run dir cannot be written (no rank could be)."""
     path = Path(path_str)
     st = path.stat()
     res = FileResult(path=path_str, size=st.st_size, mtime_ns=st.st_mtime_ns, rank_map=rank_map or None,
                      dev=st.st_dev, ino=st.st_ino, ctime_ns=st.st_ctime_ns)
     try:
         res.quick = quick_digest(path, st.st_size)
-        _ingest(path, Path(out_dir), rank_map, res, comm_kernels)
+        _ingest(path, Path(out_dir), rank_map, res)
     except OutputError:
         raise
     except DdprofError as exc:
@@ -99,8 +96,7 @@ def ingest_file(path_str: str, out_dir: str, rank_map: dict[str, int] | None,
     return res
 
 
-def _ingest(path: Path, out_dir: Path, rank_map: dict[str, int] | None, res: FileResult,
-            comm_kernels: tuple[str, ...] = ()) -> None:
+def _ingest(path: Path, out_dir: Path, rank_map: dict[str, int] | None, res: FileResult) -> None:
     dec = decode(path)
     res.sha1 = dec.sha1
     info = dec.distributed_info or {}
@@ -123,8 +119,12 @@ def _ingest(path: Path, out_dir: Path, rank_map: dict[str, int] | None, res: Fil
     for why, n in dec.dropped.items():
         res.warnings.append(f"dropped {n} of {dec.raw_complete} complete events: {why}")
 
-    df, warns = build_events(dec, res.rank, kernel_rules(comm_kernels))
+    df, warns = build_events(dec, res.rank)
     res.warnings.extend(warns)
+    df, dup = _drop_duplicates(df)
+    if dup:
+        res.warnings.append(f"dropped {dup} exact duplicate event(s): every field equal to an earlier event's "
+                            "(a trace written twice over would otherwise count its collectives twice)")
     del dec
     validate(df, where=f"{path} (rank {res.rank})")
     if df.height == 0:
@@ -139,6 +139,14 @@ def _write_parquet(df: pl.DataFrame, target: Path | io.BytesIO) -> int:
     """Write a part; return its size in bytes (into memory: the space a part needs, asked on a full disk)."""
     df.write_parquet(target, compression="zstd", statistics=True, row_group_size=ROW_GROUP)
     return target.tell() if isinstance(target, io.BytesIO) else target.stat().st_size
+
+
+def _drop_duplicates(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """The events with exact duplicates (every column equal) dropped, first kept; and how many went."""
+    if not df.is_duplicated().any():
+        return df, 0
+    kept = df.unique(maintain_order=True, keep="first")
+    return kept, df.height - kept.height
 
 
 def _summarise(df: pl.DataFrame, res: FileResult) -> None:

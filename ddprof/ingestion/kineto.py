@@ -141,7 +141,8 @@ def _explain(path: Path) -> None:
     try:
         doc = decode_shallow(_any_decoder, data)
     except msgspec.DecodeError as exc:
-        raise BadInputError(f"not valid JSON ({exc}); the file may be truncated", path=path) from None
+        hint = "; the file may be truncated" if "truncated" in str(exc) else ""
+        raise BadInputError(f"not valid JSON ({exc}){hint}", path=path) from None
     if not isinstance(doc, dict):
         raise BadInputError(f"top level is a JSON {type(doc).__name__}, expected an object with "
                             "'traceEvents' or a list of events", path=path)

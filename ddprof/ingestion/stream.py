@@ -68,9 +68,11 @@ def split(blocks: Iterator[bytes], consume: Callable[[memoryview], None]) -> Hea
     parse: that is how a bad cut is told from a good one. It gets a view into a buffer that changes
     afterwards, so it must copy what it keeps. Raises :class:`InvalidJSON` for a list that is not one.
     """
+    blocks = _Counted(blocks)
     head, rest, bare = _head(blocks)
     # buf[0] is a free byte: the '[' of the next run is written just before it, its ']' just after it
     buf, pos, sep = bytearray(b" ") + rest, 1, _Separator()
+    sep.offset = blocks.total - len(rest)  # where the list's text starts in the whole text
     del rest
     for block in blocks:
         pos = sep.skip(buf, pos)
@@ -86,9 +88,9 @@ def split(blocks: Iterator[bytes], consume: Callable[[memoryview], None]) -> Hea
                     break
     pos = sep.skip(buf, pos)
     if bare:
-        _end_bare(bytes(buf[pos:]), consume, sep.state)
+        _end_bare(bytes(buf[pos:]), consume, sep.state, sep.offset + pos - 1)
     else:
-        head.update(_end(bytes(buf[pos:]), consume, sep.state))
+        head.update(_end(bytes(buf[pos:]), consume, sep.state, sep.offset + pos - 1))
     return head
 
 
@@ -126,7 +128,7 @@ class _Separator:
 
     def __init__(self) -> None:
         self.state = _START
-        self.offset = 0  # of buf[1] in the text after the list's '['
+        self.offset = 0  # of buf[1] in the whole (inflated) text
 
     def skip(self, buf: bytearray, pos: int) -> int:
         pos = _WS.match(buf, pos).end()  # type: ignore[union-attr] # always matches
@@ -151,7 +153,7 @@ class _Separator:
         return pos
 
     def _where(self, pos: int) -> str:
-        return f"at byte {self.offset + pos - 1} of the event list"
+        return f"at byte {self.offset + pos - 1}"
 
 
 def _cuts(buf: bytearray, pos: int) -> Iterator[int]:
@@ -184,20 +186,26 @@ def _try(buf: bytearray, pos: int, cut: int, consume: Callable[[memoryview], Non
     return True
 
 
-def _end(buf: bytes, consume: Callable[[memoryview], None], state: int) -> Header:
-    """The last events and the trailer: the list's ']' is the one after which the rest parses."""
+def _end(buf: bytes, consume: Callable[[memoryview], None], state: int, base: int = 0) -> Header:
+    """The last events and the trailer: the list's ']' is the one after which the rest parses. ``base``:
+    where ``buf`` starts in the whole text (errors say where in the file, not where in ``buf``).
+
+    The error reported is that of the events before the first ']' whose trailer parses (the list's
+    real end), else the trailer's; the file is said to be maybe truncated only when the decoder says
+    the text ran out, or when no end of the list was found and the text does not end an object."""
     if state == _AFTER_EVENT:  # the text ended right after an event
         raise InvalidJSON("not valid JSON (the event list does not end); the file may be truncated")
     end, consumed = len(buf), 0
-    last: Exception | None = None
+    last: str | None = None
+    body_err: str | None = None
     while consumed < END_TRIES:
         end = buf.rfind(b"]", 0, 1 if state == _CLOSED else end)
         if end < 0:
             break
         try:
-            trailer = decode_shallow(_header, b'{"traceEvents":[]' + buf[end + 1:])
+            trailer = decode_shallow(_header, _TRAILER_OPEN + buf[end + 1:])
         except msgspec.DecodeError as exc:
-            last = exc
+            last = _shifted(exc, base + end + 1 - len(_TRAILER_OPEN))
             if state == _CLOSED:
                 break
             continue
@@ -208,15 +216,40 @@ def _end(buf: bytes, consume: Callable[[memoryview], None], state: int) -> Heade
         try:
             consume(memoryview(b"[" + body + b"]"))
         except msgspec.DecodeError as exc:
-            last = exc
+            body_err = body_err or _shifted(exc, base - 1)
             continue
         return trailer
-    why = f" ({last})" if last else ""
-    hint = "" if buf.rstrip(_ws).endswith(b"}") else "; the file may be truncated"
-    raise InvalidJSON(f"not valid JSON{why}{hint}")
+    err = body_err or last
+    why = f" ({err})" if err else ""
+    truncated = "truncated" in body_err if body_err else not buf.rstrip(_ws).endswith(b"}")
+    raise InvalidJSON(f"not valid JSON{why}{'; the file may be truncated' if truncated else ''}")
 
 
-def _end_bare(buf: bytes, consume: Callable[[memoryview], None], state: int) -> None:
+_TRAILER_OPEN = b'{"traceEvents":[]'
+_BYTE = re.compile(r"\(byte (\d+)\)")
+
+
+def _shifted(exc: Exception, delta: int) -> str:
+    """The decoder's message with its ``(byte N)`` moved by ``delta``: where in the file, not in a piece."""
+    return _BYTE.sub(lambda m: f"(byte {int(m[1]) + delta})", str(exc))
+
+
+class _Counted:
+    """The blocks, counting the bytes handed out (where the event list starts in the whole text)."""
+
+    def __init__(self, blocks: Iterator[bytes]) -> None:
+        self.blocks, self.total = blocks, 0
+
+    def __iter__(self) -> _Counted:
+        return self
+
+    def __next__(self) -> bytes:
+        block = next(self.blocks)
+        self.total += len(block)
+        return block
+
+
+def _end_bare(buf: bytes, consume: Callable[[memoryview], None], state: int, base: int = 0) -> None:
     """The last events of a bare list: up to its ``]`` and white space, or to the end of the text
     (the ``]`` is optional, a trailing ``,`` allowed)."""
     text = buf.rstrip(_ws)
@@ -237,7 +270,7 @@ def _end_bare(buf: bytes, consume: Callable[[memoryview], None], state: int) -> 
         consume(memoryview(b"[" + body + b"]"))
     except msgspec.DecodeError as exc:
         hint = "" if text.endswith((b"]", b"}", b",")) else "; the file may be truncated"
-        raise InvalidJSON(f"not valid JSON ({exc}){hint}") from None
+        raise InvalidJSON(f"not valid JSON ({_shifted(exc, base - 1)}){hint}") from None
 
 
 class InvalidJSON(Exception):
