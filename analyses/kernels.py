@@ -38,21 +38,50 @@ def kernel_rows(p: Prepared) -> pl.DataFrame:
     return collect(pl.concat([gpu.select(cols), cpu.select(cols)]))
 
 
+@derived
+def kernel_totals(p: Prepared) -> pl.DataFrame:
+    """Per (name, kind): count, dur_ns, ranks, in_steps_ns, in_steps_count: sums over the rows of
+    :func:`kernel_rows` (``ranks``: the ranks that ran it). Each adds up over disjoint sets of ranks, so
+    a run analysed a group of ranks at a time sums its groups' totals (:func:`add_totals`)."""
+    in_step = pl.col("step").is_not_null()
+    return collect(
+        kernel_rows(p).lazy().group_by("name", "kind")
+        .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("dur_ns").sum().cast(pl.Int64),
+             pl.col("rank").n_unique().cast(pl.Int64).alias("ranks"),
+             pl.col("dur_ns").filter(in_step).sum().cast(pl.Int64).alias("in_steps_ns"),
+             in_step.sum().cast(pl.Int64).alias("in_steps_count"))
+    )
+
+
+@derived
+def kernel_step_totals(p: Prepared) -> pl.DataFrame:
+    """Per (name, kind, step) inside profiler steps: count and dur_ns summed over ranks (additive, like
+    :func:`kernel_totals`)."""
+    return collect(
+        kernel_rows(p).lazy().filter(pl.col("step").is_not_null())
+        .group_by("name", "kind", "step")
+        .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("dur_ns").sum().cast(pl.Int64))
+    )
+
+
+def add_totals(parts: list[pl.DataFrame], keys: list[str]) -> pl.DataFrame:
+    """The sum of several groups' :func:`kernel_totals` (keys name, kind) or :func:`kernel_step_totals`
+    (keys name, kind, step): every other column added up."""
+    frame = pl.concat(parts)
+    return frame.group_by(keys).agg(pl.exclude(keys).sum())
+
+
 def top_kernels(events: Events, n: int = TOP_N) -> pl.DataFrame:
     """Per (name, kind), the ``n`` kernels with the largest total time (module doc), largest first."""
     p = prepare(events)
     rank_steps = steps(p).height
-    in_step = pl.col("step").is_not_null()
     return collect(
-        kernel_rows(p).lazy().group_by("name", "kind")
-        .agg(pl.len().cast(pl.Int64).alias("count"), (pl.col("dur_ns").sum() / NS_PER_US).alias("total_us"),
-             pl.col("rank").n_unique().cast(pl.Int64).alias("ranks"),
-             (pl.col("dur_ns").filter(in_step).sum() / NS_PER_US).alias("__in_steps_us"),
-             in_step.sum().alias("__in_steps_count"))
+        kernel_totals(p).lazy()
+        .with_columns((pl.col("dur_ns") / NS_PER_US).alias("total_us"))
         .with_columns((pl.col("total_us") / pl.col("count")).alias("mean_us"),
-                      (pl.col("__in_steps_us") / rank_steps if rank_steps else pl.lit(None, pl.Float64))
+                      ((pl.col("in_steps_ns") / NS_PER_US) / rank_steps if rank_steps else pl.lit(None, pl.Float64))
                       .alias("per_step_us"),
-                      (pl.col("__in_steps_count") / rank_steps if rank_steps else pl.lit(None, pl.Float64))
+                      (pl.col("in_steps_count") / rank_steps if rank_steps else pl.lit(None, pl.Float64))
                       .alias("per_step_count"))
         .sort(["total_us", "name"], descending=[True, False])
         .head(n)
@@ -65,9 +94,8 @@ def kernels_by_step(events: Events, n: int = TOP_N) -> pl.DataFrame:
     p = prepare(events)
     top = top_kernels(p, n).lazy().select("name", "kind")
     return collect(
-        kernel_rows(p).lazy().filter(pl.col("step").is_not_null())
+        kernel_step_totals(p).lazy()
         .join(top, on=["name", "kind"], how="semi")
-        .group_by("name", "kind", "step")
-        .agg(pl.len().cast(pl.Int64).alias("count"), (pl.col("dur_ns").sum() / NS_PER_US).alias("total_us"))
+        .select("name", "kind", "step", "count", (pl.col("dur_ns") / NS_PER_US).alias("total_us"))
         .sort("name", "kind", "step")
     )

@@ -16,33 +16,24 @@ Contract sections are filled with their contract keys (plus extra keys); ``break
 from __future__ import annotations
 
 import copy
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import polars as pl
-from ddprof.analyses.breakdown import breakdown_by_step, temporal_breakdown
-from ddprof.analyses.bubbles import bubbles, pipeline_stages
-from ddprof.analyses.clocks import NOT_ESTIMATED, align, run_hosts
-from ddprof.analyses.clocks import estimate as estimate_clocks
-from ddprof.analyses.collectives import bandwidth, collective_warnings, collectives
+from ddprof.analyses.clocks import NOT_ESTIMATED
 from ddprof.analyses.frames.memo import Events, Prepared, prepare
-from ddprof.analyses.frames.sets import rank_spans
-from ddprof.analyses.frames.windows import trace_windows, window_counts, windows_frame
 from ddprof.analyses.hang.diagnose import backend_of, diagnose
+from ddprof.analyses.health import ORDER as HEALTH_ORDER
 from ddprof.analyses.health import health
-from ddprof.analyses.idle import idle_breakdown, idle_by_step
-from ddprof.analyses.kernels import kernels_by_step, top_kernels
-from ddprof.analyses.overlap import overlap, overlap_by_step
-from ddprof.analyses.steptimes import step_times
-from ddprof.analyses.stragglers import stragglers
+from ddprof.analyses.rank_groups import COLUMNS, analyse_run, cross_rank_sections, per_rank_frames, read_ranks
+from ddprof.analyses.rank_groups import json_rows as _rows  # noqa: F401 - callers format frames as the report does
 from ddprof.analyses.verdicts import verdicts
 
 from ddprof.errors import UsageError
+from ddprof.executors import Executor
 from ddprof.flightrec.load import DumpSet
-from ddprof.memory import collector_paused
 from ddprof.rundir import Run
-from ddprof.schema import STEP_PREFIX
+from ddprof.schema import EVENT_SCHEMA
 from ddprof.sources import IngestProgress, open_source
 
 EMPTY_SECTIONS: dict[str, Any] = {
@@ -62,83 +53,10 @@ EMPTY_SECTIONS: dict[str, Any] = {
     "health": [],
 }
 
-#: Columns the analyses read; the run's events are loaded once with only these.
-COLUMNS = ["rank", "ts_ns", "dur_ns", "tid", "stream", "kind", "name", "step", "correlation",
-           "coll_op", "pg", "group_size", "bytes", "peer", "seq"]
-
-
 def read_events(run: Run) -> Prepared:
-    """The run's events as the analyses use them: :data:`COLUMNS`, and not every row.
-
-    The CPU ops and annotations of a rank with GPU kernels (half of a typical trace) serve no analysis:
-    its work is on the GPU, its steps come from its ``ProfilerStep#N`` rows (kept), and its trace span
-    (first start, last end over every row: :func:`frames.rank_spans`) is in the manifest, computed at
-    ingest from every row. So those rows are not read and the spans are taken from the manifest. Where
-    the manifest lacks a rank's kernel count, span or profiling windows, every row is read (the windows
-    are then derived from them: :mod:`.frames.windows`). Read with Polars' default
-    engine (fastest on Parquet); an unreadable part is a SchemaError, not a Polars error.
-    """
-    info = [run.rank_info(r) for r in run.ranks]
-    if not info or any(i.get("first_ns") is None or i.get("last_ns") is None or "kernels" not in i
-                       or "windows" not in i for i in info):
-        return with_windows(prepare(run.collect_events(COLUMNS).lazy()), run)
-    gpu = [r for r, i in zip(run.ranks, info) if i["kernels"] > 0]  # compute/comm kernels: GPU work rows
-    unused = (pl.col("kind").is_in(["cpu_op", "annotation"]) & pl.col("stream").is_null()
-              & pl.col("rank").is_in(gpu) & ~pl.col("name").str.starts_with(STEP_PREFIX))
-    p = prepare(run.collect_events(COLUMNS, where=~unused).lazy())
-    p.provide(rank_spans, pl.DataFrame({"rank": run.ranks, "first_ns": [i["first_ns"] for i in info],
-                                        "last_ns": [i["last_ns"] for i in info]},
-                                       schema={"rank": pl.Int32(), "first_ns": pl.Int64(), "last_ns": pl.Int64()}))
-    return with_windows(p, run)
-
-
-def with_windows(p: Prepared, run: Run) -> Prepared:
-    """``p`` given the profiling windows the manifest holds (cut at ingest, where every row was seen), when
-    it holds them for every rank."""
-    info = {r: run.rank_info(r).get("windows") for r in run.ranks}
-    if info and all(w for w in info.values()):
-        p.provide(trace_windows, windows_frame({r: w for r, w in info.items() if w}))
-    return p
-
-
-def _rows(df: pl.DataFrame) -> list[dict[str, Any]]:
-    """Rows as JSON-ready dicts: NaN/inf (in float columns) become null. Converted column by column."""
-    floats = [pl.when(pl.col(n).is_finite()).then(n).alias(n) for n, t in df.schema.items() if t.is_float()]
-    columns = (df.with_columns(floats) if floats else df).to_dict(as_series=False)
-    return [dict(zip(columns, values)) for values in zip(*columns.values())]
-
-
-def _interval_sections(p: Prepared) -> dict[str, Any]:
-    return {
-        "overlap": _rows(overlap(p)),
-        "overlap_by_step": _rows(overlap_by_step(p)),
-        "breakdown": _rows(temporal_breakdown(p)),
-    }
-
-
-def _step_sections(p: Prepared) -> dict[str, Any]:
-    stages = pipeline_stages(p)
-    bub = bubbles(p)
-    if stages.height:
-        bub = bub.join(stages.select("rank", "stage", "stages", "micro_batches", "theoretical_pct"),
-                       on="rank", how="left")
-    return {"breakdown_by_step": _rows(breakdown_by_step(p)), "bubbles": _rows(bub), "pipeline": _rows(stages),
-            "step_times": _rows(step_times(p))}
-
-
-def _collective_sections(p: Prepared, world_size: int | None) -> dict[str, Any]:
-    coll = collectives(p, world_size)
-    return {
-        "stragglers": stragglers(p),
-        "collectives": _rows(coll.drop("ops_seen")),
-        "bandwidth": _rows(bandwidth(coll)),
-        "collective_warnings": collective_warnings(coll),
-    }
-
-
-def _idle_sections(p: Prepared) -> dict[str, Any]:
-    return {"idle": _rows(idle_breakdown(p)), "idle_by_step": _rows(idle_by_step(p)),
-            "kernels": _rows(top_kernels(p)), "kernels_by_step": _rows(kernels_by_step(p))}
+    """Every rank's events as the analyses use them (:func:`.rank_groups.read_ranks`): for a small run,
+    or a consumer that wants the whole event table at once; the report reads a group of ranks at a time."""
+    return read_ranks(run, run.ranks)
 
 
 SECTION_ORDER = ("overlap", "overlap_by_step", "breakdown", "breakdown_by_step", "idle", "idle_by_step",
@@ -147,20 +65,11 @@ SECTION_ORDER = ("overlap", "overlap_by_step", "breakdown", "breakdown_by_step",
 
 
 def analyse(events: Events, world_size: int | None = None) -> dict[str, Any]:
-    """Every section computed from an event table (no run dir needed).
-
-    The frames several sections share (work intervals, their union lengths, step windows, arrivals,
-    idle gaps) are computed once (:class:`~ddprof.analyses.frames.memo.Prepared`). The three families of sections (work
-    intervals, collectives, idle gaps) run on threads of their own: Polars releases the GIL while it
-    computes, so they overlap on a machine with several cores. Same result as one after the other.
-    The cyclic collector is paused meanwhile (:func:`ddprof.memory.collector_paused`).
-    """
-    p = prepare(events)
-    with collector_paused(), ThreadPoolExecutor(max_workers=4) as pool:
-        futures = [pool.submit(_interval_sections, p), pool.submit(_step_sections, p),
-                   pool.submit(_collective_sections, p, world_size), pool.submit(_idle_sections, p)]
-        parts = {k: v for f in futures for k, v in f.result().items()}
-    return {k: parts[k] for k in SECTION_ORDER}
+    """Every section computed from an event table (no run dir needed): its per-rank frames and summaries
+    (:func:`.rank_groups.per_rank_frames`, computed once each and shared by the sections), then the
+    cross-rank sections on the summaries, exactly as a run analysed a group of ranks at a time."""
+    sections = cross_rank_sections(per_rank_frames(prepare(events)), world_size)
+    return {k: sections[k] for k in SECTION_ORDER}
 
 
 def _dumps_summary(dumps: DumpSet, hang: dict[str, Any]) -> dict[str, Any]:
@@ -194,21 +103,29 @@ def status(report: dict[str, Any]) -> str:
     return "partial" if report["run"]["failed"] else "ok"
 
 
-def build_report(run: Run | None, *, dumps: DumpSet | None = None) -> dict[str, Any]:
-    """The complete report of a run (None: of Flight Recorder dumps alone) and its dumps (module doc)."""
+def _health_order(finding: dict[str, Any]) -> tuple[int, int]:
+    """Health findings in :data:`.health.ORDER`, then by rank (run-wide ones first)."""
+    return HEALTH_ORDER.index(finding["finding"]), -1 if finding["rank"] is None else finding["rank"]
+
+
+def build_report(run: Run | None, *, dumps: DumpSet | None = None, executor: Executor | None = None) -> dict[str, Any]:
+    """The complete report of a run (None: of Flight Recorder dumps alone) and its dumps (module doc).
+
+    The run is analysed a group of ranks at a time (:mod:`.rank_groups`), on ``executor`` (default: in
+    this process); health findings are per rank, found in each group's events as traced, and run-wide."""
     hang = diagnose(dumps) if dumps is not None else None
     if run is not None:
         report: dict[str, Any] = {"run": run.summary(), **copy.deepcopy(EMPTY_SECTIONS)}
-        events = read_events(run)
-        clock = estimate_clocks(events, run_hosts(run.manifest))  # before the cross-rank analyses
+        analysis = analyse_run(run, executor=executor, per_group=health)  # clocks aligned before cross-rank work
+        clock = analysis.clock
         report["clocks"] = clock.section()
-        aligned = with_windows(align(events, clock), run)
-        sections = analyse(aligned, run.world_size)
-        counts = window_counts(aligned)
+        sections = {k: analysis.sections[k] for k in SECTION_ORDER}
         for row in report["run"]["per_rank"]:
-            row["windows"] = counts.get(row["rank"], 0)
-        report["health"] = health(events, ranks=run.ranks, world_size=run.world_size, clocks=report["clocks"],
-                                  ingest={r: run.rank_info(r) for r in run.ranks})
+            row["windows"] = analysis.windows.get(row["rank"], 0)
+        whole_run = health(pl.LazyFrame(schema={c: EVENT_SCHEMA[c] for c in COLUMNS}), ranks=run.ranks,
+                           world_size=run.world_size, clocks=report["clocks"],
+                           ingest={r: run.rank_info(r) for r in run.ranks})
+        report["health"] = sorted([*(f for part in analysis.extra for f in part), *whole_run], key=_health_order)
         report["run"]["warnings"].extend(clock.warnings())
         report["run"]["warnings"].extend(sections.pop("collective_warnings"))
         report.update(sections)
@@ -228,9 +145,10 @@ def build_report(run: Run | None, *, dumps: DumpSet | None = None) -> dict[str, 
 
 
 def analyze(*sources: str | Path, cache: str | Path | None = None, rank_map: dict[str, int] | None = None,
-            progress: IngestProgress | None = None) -> dict[str, Any]:
+            progress: IngestProgress | None = None, executor: Executor | None = None) -> dict[str, Any]:
     """The report of what the user names: raw traces (ingested into ``cache``, by default beside them),
     a run dir, or a directory of Flight Recorder dumps; exactly what ``ddprof analyze SOURCES --format json``
-    prints. ``rank_map`` gives the rank of traces that do not say (``{"trace.json": 3}``)."""
+    prints. ``rank_map`` gives the rank of traces that do not say (``{"trace.json": 3}``); ``executor``
+    where the per-rank work runs (:mod:`ddprof.executors`; default: here)."""
     with open_source(sources, cache=cache, rank_map=rank_map, progress=progress) as src:
-        return build_report(src.run, dumps=src.dumps)
+        return build_report(src.run, dumps=src.dumps, executor=executor)

@@ -1,0 +1,289 @@
+"""The report's analyses a group of ranks at a time: memory bounded by a group, not by the run.
+
+Every per-rank section (overlap, breakdown, idle, bubbles, step times, per step or not) is a function of
+one rank's events, sorted by rank first; so it is computed on the events of a group of ranks
+(:func:`rank_groups`: consecutive ranks holding at most :data:`GROUP_EVENTS` events together, at least
+:data:`MIN_GROUP_RANKS` ranks), and the groups' rows, concatenated in rank order, are exactly the rows the whole run gives.
+Each group also leaves small per-rank summaries (:data:`SUMMARIES`: its collective rows, profiler steps,
+trace spans and windows, per-step bubbles, kernel totals) from which the cross-rank sections
+(collectives, bandwidth, stragglers, pipeline stages, top kernels) are computed
+(:func:`cross_rank_sections`). Peak memory: one group's events and frames, plus the summaries.
+
+Example: 1,024 ranks of 50,000 events each, 1,000,000 events per group -> 51 groups of 20 ranks and
+a last one of 4; each is read, analysed and dropped before the next.
+
+:func:`group_frames` is the unit of work an executor runs (:mod:`ddprof.executors`): it opens the run
+dir itself, so it runs in another process or on another machine that sees the same storage.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from ddprof.analyses.breakdown import breakdown_by_step, temporal_breakdown
+from ddprof.analyses.bubbles import bubbles, pipeline_stages
+from ddprof.analyses.clocks import ClockEstimate, align, estimate, run_hosts
+from ddprof.analyses.collectives import bandwidth, collective_warnings, collectives, comm_rows
+from ddprof.analyses.frames.memo import Prepared, prepare
+from ddprof.analyses.frames.sets import rank_spans, steps
+from ddprof.analyses.frames.windows import trace_windows, window_counts, windows_frame
+from ddprof.analyses.idle import idle_breakdown, idle_by_step
+from ddprof.analyses.kernels import (
+    add_totals,
+    kernel_step_totals,
+    kernel_totals,
+    kernels_by_step,
+    top_kernels,
+)
+from ddprof.analyses.overlap import overlap, overlap_by_step
+from ddprof.analyses.steptimes import step_times
+from ddprof.analyses.stragglers import stragglers
+
+from ddprof.errors import UsageError
+from ddprof.executors import Executor, run_each
+from ddprof.memory import collector_paused
+from ddprof.rundir import Run, open_run
+from ddprof.schema import EVENT_SCHEMA, STEP_PREFIX
+
+#: Events (the manifest's count per rank) read at once, at most, unless a group would hold fewer than
+#: :data:`MIN_GROUP_RANKS` ranks; ``DDPROF_GROUP_EVENTS`` sets another bound.
+GROUP_EVENTS = 1_000_000
+#: Ranks per group, at least (fewer when the run has fewer). Polars divides a column of one or two rows
+#: exactly and a longer one by the reciprocal (the last digit may differ): with a few ranks per group,
+#: every per-rank frame is long enough to be computed as the whole run's is, to the last bit.
+MIN_GROUP_RANKS = 4
+
+
+def group_budget() -> int:
+    """:data:`GROUP_EVENTS`, or ``DDPROF_GROUP_EVENTS`` when set (a positive integer)."""
+    raw = os.environ.get("DDPROF_GROUP_EVENTS", "")
+    try:
+        value = int(raw) if raw else GROUP_EVENTS
+    except ValueError:
+        raise UsageError(f"DDPROF_GROUP_EVENTS={raw!r}: expected a positive number of events") from None
+    if value < 1:
+        raise UsageError(f"DDPROF_GROUP_EVENTS={raw!r}: expected a positive number of events")
+    return value
+
+#: Columns the analyses read.
+COLUMNS = ["rank", "ts_ns", "dur_ns", "tid", "stream", "kind", "name", "step", "correlation",
+           "coll_op", "pg", "group_size", "bytes", "peer", "seq"]
+
+#: Per-rank sections: a group's rows are the run's rows of its ranks, in the run's order.
+PER_RANK = ("overlap", "overlap_by_step", "breakdown", "breakdown_by_step", "idle", "idle_by_step",
+            "step_times")
+#: Derived frames the cross-rank sections read, kept per group and concatenated in rank order.
+SUMMARIES = {"comm_rows": comm_rows, "steps": steps, "rank_spans": rank_spans, "bubbles": bubbles,
+             "trace_windows": trace_windows}
+
+
+def rank_groups(run: Run, budget: int | None = None) -> list[list[int]]:
+    """Consecutive ranks, at most ``budget`` (default :func:`group_budget`) events per group by the
+    manifest's counts, and at least :data:`MIN_GROUP_RANKS` ranks per group (module doc)."""
+    budget = group_budget() if budget is None else budget
+    groups: list[list[int]] = []
+    current: list[int] = []
+    held = 0
+    for r in run.ranks:
+        n = int(run.rank_info(r).get("events") or 0)
+        if len(current) >= MIN_GROUP_RANKS and held + n > budget:
+            groups.append(current)
+            current, held = [], 0
+        current.append(r)
+        held += n
+    if current and groups and len(current) < MIN_GROUP_RANKS:
+        groups[-1].extend(current)  # a short last group joins the one before
+    elif current:
+        groups.append(current)
+    return groups
+
+
+def read_ranks(run: Run, ranks: list[int]) -> Prepared:
+    """The events of ``ranks`` as the analyses use them: :data:`COLUMNS`, and not every row.
+
+    The CPU ops and annotations of a rank with GPU kernels (half of a typical trace) serve no analysis:
+    its work is on the GPU, its steps come from its ``ProfilerStep#N`` rows (kept), and its trace span
+    (first start, last end over every row: :func:`frames.rank_spans`) is in the manifest, computed at
+    ingest from every row. So those rows are not read and the spans are taken from the manifest. Where
+    the manifest lacks a rank's kernel count, span or profiling windows, every row is read (the windows
+    are then derived from them: :mod:`.frames.windows`). Read with Polars' default engine (fastest on
+    Parquet); an unreadable part is a SchemaError, not a Polars error.
+    """
+    info = [run.rank_info(r) for r in ranks]
+    if not info or any(i.get("first_ns") is None or i.get("last_ns") is None or "kernels" not in i
+                       or "windows" not in i for i in info):
+        return with_windows(prepare(run.collect_events(COLUMNS, ranks=ranks).lazy()), run, ranks)
+    gpu = [r for r, i in zip(ranks, info) if i["kernels"] > 0]  # compute/comm kernels: GPU work rows
+    unused = (pl.col("kind").is_in(["cpu_op", "annotation"]) & pl.col("stream").is_null()
+              & pl.col("rank").is_in(gpu) & ~pl.col("name").str.starts_with(STEP_PREFIX))
+    p = prepare(run.collect_events(COLUMNS, ranks=ranks, where=~unused).lazy())
+    p.provide(rank_spans, pl.DataFrame({"rank": ranks, "first_ns": [i["first_ns"] for i in info],
+                                        "last_ns": [i["last_ns"] for i in info]},
+                                       schema={"rank": pl.Int32(), "first_ns": pl.Int64(), "last_ns": pl.Int64()}))
+    return with_windows(p, run, ranks)
+
+
+def with_windows(p: Prepared, run: Run, ranks: list[int] | None = None) -> Prepared:
+    """``p`` given the profiling windows the manifest holds for ``ranks`` (default: the run's) (cut at
+    ingest, where every row was seen), when it holds them for every one of them."""
+    info = {r: run.rank_info(r).get("windows") for r in (run.ranks if ranks is None else ranks)}
+    if info and all(w for w in info.values()):
+        p.provide(trace_windows, windows_frame({r: w for r, w in info.items() if w}))
+    return p
+
+
+def _intervals(p: Prepared) -> dict[str, Any]:
+    return {"overlap": overlap(p), "overlap_by_step": overlap_by_step(p), "breakdown": temporal_breakdown(p)}
+
+
+def _steps(p: Prepared) -> dict[str, Any]:
+    return {"breakdown_by_step": breakdown_by_step(p), "step_times": step_times(p), "bubbles": bubbles(p)}
+
+
+def _idle(p: Prepared) -> dict[str, Any]:
+    return {"idle": idle_breakdown(p), "idle_by_step": idle_by_step(p), "kernel_totals": kernel_totals(p),
+            "kernel_step_totals": kernel_step_totals(p)}
+
+
+def _summaries(p: Prepared) -> dict[str, Any]:
+    return {name: frame(p) for name, frame in SUMMARIES.items() if name != "bubbles"}
+
+
+def per_rank_frames(p: Prepared) -> dict[str, pl.DataFrame]:
+    """The per-rank sections and the summaries of one event table (a group of ranks, or a whole run).
+
+    The families of frames run on threads of their own: Polars releases the GIL while it computes, so
+    they overlap on a machine with several cores. The cyclic collector is paused meanwhile
+    (:func:`ddprof.memory.collector_paused`).
+    """
+    with collector_paused(), ThreadPoolExecutor(max_workers=4) as pool:
+        futures = [pool.submit(f, p) for f in (_intervals, _steps, _idle, _summaries)]
+        return {k: v for f in futures for k, v in f.result().items()}
+
+
+@dataclass(frozen=True)
+class GroupResult:
+    """What one group of ranks leaves: its frames (:func:`per_rank_frames`), profiling window counts, and
+    what ``per_group`` found in its events as traced (None without one)."""
+
+    frames: dict[str, pl.DataFrame]
+    windows: dict[int, int]
+    extra: Any = None
+
+
+def group_frames(run_dir: str | Path, ranks: list[int], clock: ClockEstimate,
+                 per_group: Callable[[Prepared], Any] | None = None) -> GroupResult:
+    """Open the run, read ``ranks``' events, take the clock corrections off and compute their frames;
+    ``per_group(events as traced)`` beside them."""
+    run = open_run(run_dir)
+    traced = read_ranks(run, ranks)
+    extra = per_group(traced) if per_group is not None else None
+    aligned = with_windows(align(traced, clock), run, ranks)
+    return GroupResult(per_rank_frames(aligned), window_counts(aligned), extra)
+
+
+def concat(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """Groups' frames one after the other (groups in rank order); a group's empty frame adds nothing."""
+    rows = [f for f in parts if f.height]
+    return pl.concat(rows, how="vertical_relaxed") if len(rows) > 1 else (rows or parts)[0]
+
+
+def merge(results: list[dict[str, pl.DataFrame]]) -> dict[str, pl.DataFrame]:
+    """The frames of a run from those of its groups, in rank order."""
+    out = {}
+    for name in results[0]:
+        parts = [r[name] for r in results]
+        if name == "kernel_totals":
+            out[name] = add_totals(parts, ["name", "kind"])
+        elif name == "kernel_step_totals":
+            out[name] = add_totals(parts, ["name", "kind", "step"])
+        elif name == "comm_rows":  # one table in time order, as one event table gives it (a stable sort)
+            out[name] = concat(parts).sort("ts_ns", maintain_order=True)
+        else:
+            out[name] = concat(parts)
+    return out
+
+
+def json_rows(df: pl.DataFrame) -> list[dict[str, Any]]:
+    """Rows as JSON-ready dicts: NaN/inf (in float columns) become null. Converted column by column."""
+    floats = [pl.when(pl.col(n).is_finite()).then(n).alias(n) for n, t in df.schema.items() if t.is_float()]
+    columns = (df.with_columns(floats) if floats else df).to_dict(as_series=False)
+    return [dict(zip(columns, values)) for values in zip(*columns.values())]
+
+
+def cross_rank_sections(frames: dict[str, pl.DataFrame], world_size: int | None) -> dict[str, Any]:
+    """Every section, from a run's per-rank frames and summaries: the per-rank sections as they are, the
+    cross-rank ones computed on the summaries alone (no event is read here)."""
+    p = Prepared(pl.LazyFrame(schema={c: EVENT_SCHEMA[c] for c in COLUMNS}))
+    for name, frame in SUMMARIES.items():
+        p.provide(frame, frames[name])
+    p.provide(kernel_totals, frames["kernel_totals"])
+    p.provide(kernel_step_totals, frames["kernel_step_totals"])
+    out: dict[str, Any] = {k: json_rows(frames[k]) for k in PER_RANK}
+    stages = pipeline_stages(p)
+    bub = frames["bubbles"]
+    if stages.height:
+        bub = bub.join(stages.select("rank", "stage", "stages", "micro_batches", "theoretical_pct"),
+                       on="rank", how="left")
+    coll = collectives(p, world_size)
+    out.update({
+        "bubbles": json_rows(bub), "pipeline": json_rows(stages),
+        "stragglers": stragglers(p),
+        "collectives": json_rows(coll.drop("ops_seen")),
+        "bandwidth": json_rows(bandwidth(coll)),
+        "collective_warnings": collective_warnings(coll),
+        "kernels": json_rows(top_kernels(p)), "kernels_by_step": json_rows(kernels_by_step(p)),
+    })
+    return out
+
+
+def _comm_summary(run_dir: str | Path, ranks: list[int]) -> dict[str, pl.DataFrame]:
+    """The collective rows and trace spans of ``ranks``, as traced: what the clock estimate compares."""
+    p = read_ranks(open_run(run_dir), ranks)
+    return {"comm_rows": comm_rows(p), "rank_spans": rank_spans(p)}
+
+
+def estimate_clock(run: Run, groups: list[list[int]], executor: Executor | None = None) -> ClockEstimate:
+    """:func:`clocks.estimate` on the run's collective rows, read a group at a time (only when the run
+    names two hosts or more: with fewer there is nothing to compare and nothing is read)."""
+    hosts = run_hosts(run.manifest)
+    p = Prepared(pl.LazyFrame(schema={c: EVENT_SCHEMA[c] for c in COLUMNS}))
+    if len(set(hosts.values())) > 1:
+        parts = run_each(executor, _comm_summary, [(str(run.path), g) for g in groups])
+        merged = merge(parts)
+        p.provide(comm_rows, merged["comm_rows"])
+        p.provide(rank_spans, merged["rank_spans"])
+    else:
+        p.provide(rank_spans, pl.DataFrame({"rank": run.ranks}, schema={"rank": pl.Int32()}))
+    return estimate(p, hosts)
+
+
+@dataclass(frozen=True)
+class RunAnalysis:
+    """A run's analysis: the clock estimate, every section, and each rank's profiling window count."""
+
+    clock: ClockEstimate
+    sections: dict[str, Any]
+    windows: dict[int, int]
+    extra: list[Any]
+
+
+def analyse_run(run: Run, *, executor: Executor | None = None, budget: int | None = None,
+                per_group: Callable[[Prepared], Any] | None = None) -> RunAnalysis:
+    """Clocks estimated, then each group's frames (on ``executor``; default: here, one group after the
+    other), then the cross-rank sections on their summaries (module doc). ``extra``: ``per_group`` of each
+    group's events as traced, in rank order (a module-level function, to run on another machine)."""
+    groups = rank_groups(run, budget)
+    if not groups:
+        groups = [[]]
+    clock = estimate_clock(run, groups, executor)
+    results = run_each(executor, group_frames, [(str(run.path), g, clock, per_group) for g in groups])
+    windows = {r: n for res in results for r, n in res.windows.items()}
+    return RunAnalysis(clock, cross_rank_sections(merge([res.frames for res in results]), run.world_size), windows,
+                       [res.extra for res in results])
