@@ -124,8 +124,7 @@ class ClockEstimate:
                 drift = f", drifting {h.drift_ppm:+.2f} ppm" if h.drift_ppm else ""
                 out.append(f"clocks: host {h.host}'s clock runs {abs(h.offset_ns) / NS_PER_US:,.1f} µs {ahead} "
                            f"host {self.reference}'s (± {h.bound_ns / NS_PER_US:,.1f} µs, from {h.instances} "
-                           f"collectives{drift}); ranks {_ranks(h.ranks)} were aligned to it before the "
-                           "cross-rank analyses")
+                           f"collectives{drift}); the timestamps of ranks {_ranks(h.ranks)} are aligned to it")
         return out
 
 

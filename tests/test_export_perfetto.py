@@ -232,7 +232,8 @@ def test_hosts_aligned_on_one_clock(tmp_path: Path) -> None:
     validate_trace(r)
     assert all(max(v) - min(v) < 1e-3 for v in comm_ends(a).values())
     assert all(max(v) - min(v) == pytest.approx(5_000) for v in comm_ends(r).values())
-    assert a["otherData"]["clock"].startswith("aligned to host node-a's clock")
+    assert a["otherData"]["clock"] == "host(s) node-b aligned to host node-a's clock: host node-b +5,000.0 µs ± 800.0 µs"
+    assert r["otherData"]["clock"] == "each rank's trace clock, as traced (--raw-clocks)"
     names = {e["pid"]: e["args"]["name"] for e in a["traceEvents"] if e.get("name") == "process_name"}
     assert names[0] == "rank 0 (node-a)" and names[7] == "rank 7 (node-b)"
     check_complete(a, run, run.ranks, None)

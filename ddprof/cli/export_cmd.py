@@ -40,10 +40,11 @@ def export(sources: tuple[str, ...], out: str, rank_sel: str | None, step_sel: s
             clock = estimate_run(src.run)
             fix = clock.corrections()
             ts = aligned_ts(fix) if fix else None
-            note = "; ".join(clock.warnings()) if fix else f"as traced: {clock.reason}"
-            if fix:
-                note = f"aligned to host {clock.reference}'s clock: {note}"
+            note = (f"{clock.reason}: " + "; ".join(
+                f"host {h.host} {h.offset_ns / 1000:+,.1f} µs ± {h.bound_ns / 1000:,.1f} µs"
+                + (f", drift {h.drift_ppm:+.2f} ppm" if h.drift_ppm else "") for h in clock.hosts if h.applied)
+                if fix else f"as traced: {clock.reason}")
         summary = export_perfetto(src.run, out, ranks=chosen, steps=steps, ts=ts, clock_note=note)
     click.echo(f"wrote {out}: {len(summary.ranks)} rank(s), {summary.events:,} events, {summary.flows:,} "
-               f"launch arrows; clocks {note}", err=True)
+               f"launch arrows; clocks: {note}", err=True)
     return 0
