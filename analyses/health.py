@@ -231,8 +231,9 @@ def missing_ranks(ranks: Sequence[int], world_size: int | None) -> list[dict[str
 
 
 def clock_offsets(clocks: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    out = []
-    for h in (clocks or {}).get("hosts") or []:
+    out: list[dict[str, Any]] = []
+    clocks = clocks or {}
+    for h in clocks.get("hosts") or []:
         if h.get("applied"):
             ahead = "ahead of" if h["offset_ns"] > 0 else "behind"
             example = (f"host {h['host']}'s clock runs {fmt_us(abs(h['offset_ns']) / NS_PER_US)} {ahead} host "

@@ -74,7 +74,7 @@ def _launch_ns(p: Prepared, rows: pl.DataFrame) -> pl.Series:
     linked = rows["correlation"].is_not_null().to_numpy()
     call_owner, kernel_owner = calls["rank"].to_numpy().astype(np.int64), rows["rank"].to_numpy().astype(np.int64)
     if several_windows(p):  # owner = (rank, window) as one non-negative integer
-        per = int(trace_windows(p)["window"].max()) + 1
+        per = trace_windows(p).height  # above every window index
         call_owner = call_owner * per + window_of(p, calls, "ts_ns").fill_null(0).to_numpy()
         kernel_owner = kernel_owner * per + window_of(p, rows, "ts_ns").fill_null(0).to_numpy()
     launch_key, kernel_key = pair_keys((call_owner, calls["correlation"].to_numpy()),
