@@ -20,7 +20,7 @@ $(VENV)/.core: pyproject.toml | $(PY)
 
 $(VENV)/.test: pyproject.toml | $(PY)
 	$(PIP) install $(TORCH)
-	$(PIP) install -e '.[test,torch]'
+	$(PIP) install -e '.[test,torch,dash]'
 	touch $@
 
 analyze: $(VENV)/.core  ## install the core and analyse the bundled real traces

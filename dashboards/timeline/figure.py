@@ -33,12 +33,12 @@ MS = 1e6
 
 
 def _rgb(busy: np.ndarray, bin_ns: float) -> np.ndarray:
-    share = busy.astype(np.float64) / bin_ns  # rows, classes, bins
-    total = share.sum(axis=1, keepdims=True)
-    share = np.where(total > 1, share / np.maximum(total, 1e-12), share)
-    idle = 1 - share.sum(axis=1)
-    colours = np.array([COLOURS[c] for c in CLASSES], dtype=np.float64)  # classes, 3
-    rgb = np.einsum("rcb,ck->rbk", share, colours) + idle[:, :, None] * np.array(IDLE, dtype=np.float64)
+    share = busy.astype(np.float32) / np.float32(bin_ns)  # rows, classes, bins
+    total = share.sum(axis=1)
+    scale = 1 / np.maximum(total, 1)  # lanes adding up to more than the bin: scaled down together
+    colours = np.array([COLOURS[c] for c in CLASSES], dtype=np.float32)  # classes, 3
+    rgb = np.einsum("rcb,ck->rbk", share, colours) * scale[:, :, None]
+    rgb += (1 - total * scale)[:, :, None] * np.array(IDLE, dtype=np.float32)
     return np.clip(np.rint(rgb), 0, 255).astype(np.uint8)
 
 
@@ -51,7 +51,7 @@ def png_data_uri(rgb: np.ndarray) -> str:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
 
     png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-           + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b""))
+           + chunk(b"IDAT", zlib.compress(raw, 1)) + chunk(b"IEND", b""))
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 

@@ -4,7 +4,7 @@
 and one more row per lane (stream or thread) of the ``expand``-ed rank, right below it:
 
 * ``events`` mode when the window holds few enough events (at most :data:`ROW_CAP` on every row and
-  :data:`TOTAL_CAP` in all): the real events, each with its row, start, end and colour class; their names
+  :data:`TOTAL_CAP` in all) and the run has at most :data:`DETAIL_RANKS` ranks: the real events, each with its row, start, end and colour class; their names
   and collective metadata are read back from the store for the hover (:meth:`TimelineData.details`).
 * ``bins`` mode otherwise: for every row, busy ns per colour class in ``bins`` equal bins over the window.
   A window that spans at least ``bins`` cells of the precomputed fine grid is answered by summing ``k``
@@ -26,6 +26,8 @@ from ddprof.dashboards.timeline.data import CLASSES, TimelineData, occupancy
 
 ROW_CAP = 2_000
 TOTAL_CAP = 12_000
+#: Events mode reads the hover details with one sliced scan per rank: at most this many ranks.
+DETAIL_RANKS = 64
 DEFAULT_BINS = 1_000
 
 
@@ -122,7 +124,7 @@ def view(data: TimelineData, t0: float | None = None, t1: float | None = None, *
     steps = _steps(data, lo, hi)
     wide = (hi - lo) / data.bin_ns >= bins  # the fine grid alone answers
     low = _lower_bounds(data, rows, lo, hi)
-    if max(low, default=0) <= ROW_CAP and sum(low) <= TOTAL_CAP:
+    if max(low, default=0) <= ROW_CAP and sum(low) <= TOTAL_CAP and len(data.ranks) <= DETAIL_RANKS:
         picks = _picks(data, rows, lo, hi)
         counts = [int(p.size) for p in picks]
         if max(counts, default=0) <= ROW_CAP and sum(counts) <= TOTAL_CAP:
