@@ -262,6 +262,6 @@ class Agent:
 
     def _write_exit(self) -> None:
         err = self.error
-        how = f"raised {type(err).__name__}: {err}" if err else "exited"
+        how = f"raised {type(err).__name__}: {err}" if err else "exited normally"
         self.status.update(exit={"how": how, "wall": time.time()}, listening=False, steps_seen=self.steps,
                            force=True)

@@ -82,7 +82,7 @@ class OnDemand:
         self.windows: list[Window] = []
         self._seen: set[int] = set()
         self._flag = False
-        self._last_poll = time.monotonic()
+        self._last_poll = float("-inf")  # the first boundary looks: a trigger may be waiting already
         self._last_boundary: float | None = None
         self._step_s: float | None = None
         self._handler: Any = None

@@ -6,10 +6,11 @@ when it started, its rank, the steps it saw, what it was recording, how it ended
 ``ddprof analyze RUN`` finds no trace, :func:`explain_no_trace` turns those files into the reason, e.g.::
 
     no trace in runs/plain: 2 processes of the capture reported, none wrote a trace
-      rank 0 (host vm, pid 4121): 0 steps seen (step source: optimizer.step), exited with status 0:
-        no step was counted: nothing called optimizer.step(); name the step function with --step-on
-      rank 1 (host vm, pid 4122): 3 steps seen, recording steps 2-4, last heard of 12 s before its last
-        update ... no exit recorded (killed, or still running)
+      rank 0 (host vm, pid 4121): 0 steps seen (step source: optimizer.step); ended: exited normally: no
+        step was counted (optimizer.step never ran); name the step function with ddprof launch --step-on ...
+      rank 1 (host vm, pid 4122): 3 steps seen (step source: optimizer.step); was recording steps 2-4; no
+        exit recorded: last update 12 s ago (killed, or still running): the process ended while recording,
+        before the window was written
 
 The reader lives in the core (it only reads JSON); the writer in the collectors.
 """
@@ -49,7 +50,7 @@ def describe(status: dict[str, Any], now: float | None = None) -> str:
     """One process in one line: who, how many steps, what it recorded or was recording, how it ended."""
     now = time.time() if now is None else now
     who = f"rank {status['rank']}" if status.get("rank") is not None else "process"
-    parts = [f"{who} (host {status.get('host')}, pid {status.get('pid')})"]
+    parts = []
     steps = int(status.get("steps_seen") or 0)
     parts.append(f"{steps} step{'s' * (steps != 1)} seen (step source: {status.get('step_source', '?')})")
     recording = status.get("recording")
@@ -60,12 +61,13 @@ def describe(status: dict[str, Any], now: float | None = None) -> str:
         parts.append(f"wrote {len(written)} trace(s)")
     end = status.get("exit")
     if end:
-        parts.append(f"exited ({end.get('how', '?')})")
+        parts.append(f"ended: {end.get('how', '?')}")
     else:
         age = now - float(status.get("updated_wall") or now)
         parts.append(f"no exit recorded: last update {age:.0f} s ago (killed, or still running)")
     reason = status.get("why_no_trace") or _why(status, steps, bool(end))
-    return "; ".join(parts) + (f": {reason}" if reason and not written else "")
+    return (f"{who} (host {status.get('host')}, pid {status.get('pid')}): " + "; ".join(parts)
+            + (f": {reason}" if reason and not written else ""))
 
 
 def _why(status: dict[str, Any], steps: int, ended: bool) -> str:

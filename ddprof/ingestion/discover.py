@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from ddprof.capture_status import explain_no_trace
 from ddprof.errors import UsageError
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -21,7 +22,8 @@ def discover(sources: Sequence[str | Path]) -> list[Path]:
 
     A file named explicitly is always taken. In a directory tree, ``*.json``/``*.json.gz`` files are taken,
     except ``manifest.json``, ``*.meta.json`` and anything under a hidden folder (caches) or a run dir's
-    ``events/``.
+    ``events/``. When nothing is found in a capture's run dir, the error is what its processes' status
+    files say (:func:`ddprof.capture_status.explain_no_trace`), not a bare "no trace files".
     """
     found: dict[Path, None] = {}
     for src in sources:
@@ -38,5 +40,9 @@ def discover(sources: Sequence[str | Path]) -> list[Path]:
         else:
             raise UsageError(f"{src}: no such file or directory")
     if not found:
+        for src in sources:  # a capture whose processes wrote no trace: say what they saw instead
+            explanation = explain_no_trace(Path(src)) if Path(src).is_dir() else None
+            if explanation:
+                raise UsageError(explanation)
         raise UsageError(f"no trace files (*.json, *.json.gz) found in {', '.join(map(str, sources))}")
     return sorted(found)

@@ -1,0 +1,121 @@
+"""``ddprof launch`` captures jobs whose script does not import ddprof (``tests/plain_train.py``): real 2-rank
+gloo DDP jobs under torchrun or ``mp.spawn``, rank 1 made slow, each capture analysed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import polars as pl
+import pytest
+
+pytest.importorskip("torch", reason="capture tests need torch (pip install 'ddprof[torch]')")
+
+from jobs import free_port  # noqa: E402
+from launch_util import (  # noqa: E402
+    PLAIN,
+    analyze_json,
+    job_env,
+    launch_cmd,
+    run_launch,
+    start_launch,
+    statuses,
+    torchrun,
+    wait_for,
+    wait_ingested,
+)
+
+import ddprof  # noqa: E402
+
+SLOW = ["--slow-rank", "1", "--slow-ms", "60"]
+
+
+def assert_names_slow_rank(run_dir) -> dict:
+    report = ddprof.analyze(run_dir)  # what `ddprof analyze RUN --format json` prints
+    assert report["status"] == "ok", report["run"]["warnings"]
+    assert report["stragglers"]["ranks"] == [1], report["verdicts"]
+    assert report["verdicts"][0].startswith("rank 1 is the straggler"), report["verdicts"]
+    return report
+
+
+def test_ddp_under_torchrun_is_captured_without_a_line_of_ddprof(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = run_launch(run_dir, [], torchrun(2, "--steps", "6", *SLOW))
+    assert f"analyse with: ddprof analyze {run_dir}" in proc.stderr
+    run = wait_ingested(run_dir)
+    assert (run.ranks, run.world_size, run.steps) == ([0, 1], 2, [2, 3, 4])  # the default schedule
+    assert run.manifest["collector"]["ranks_complete"] == [0, 1]
+    for rank, status in statuses(run_dir).items():
+        assert status["steps_seen"] == 6 and status["step_source"] == "optimizer.step"
+        assert status["exit"]["how"] == "exited normally"
+        assert status["traces"] == [f"rank-{rank:05d}.cycle-000.pt.trace.json.gz"]
+        assert (run_dir / "raw" / f"rank-{rank:05d}" / f"fr_trace_rank_{rank}").exists()
+    # the bootstrap wrote nothing outside the run dir, and torchrun's agent is no rank
+    assert sorted(p.name for p in (run_dir / ".bootstrap").iterdir()) == ["config.json", "sitecustomize.py"]
+    assert len(list((run_dir / ".ddprof" / "status").glob("*.json"))) == 2
+    assert_names_slow_rank(run_dir)
+
+
+def test_two_optimizers_count_one_step_per_iteration(tmp_path):
+    run_dir = tmp_path / "run"
+    run_launch(run_dir, ["--active", "2"], torchrun(2, "--steps", "5", "--optimizers", "2", *SLOW))
+    run = wait_ingested(run_dir)
+    assert run.steps == [2, 3]
+    assert {s["steps_seen"] for s in statuses(run_dir).values()} == {5}  # 5 iterations, not 10 optimizer steps
+    opt_steps = (run.events().filter(pl.col("name").str.starts_with("Optimizer.step#")).collect()
+                 .group_by("rank", "step").agg(pl.col("name").sort()).sort("rank", "step"))
+    assert opt_steps.height == 4  # 2 ranks x 2 steps, each step one whole iteration: SGD then Adam
+    assert set(map(tuple, opt_steps["name"].to_list())) == {("Optimizer.step#Adam.step", "Optimizer.step#SGD.step")}
+    assert_names_slow_rank(run_dir)
+
+
+def test_a_job_without_optimizer_is_counted_with_step_on_and_explained_without(tmp_path):
+    job = torchrun(2, "--steps", "5", "--optimizers", "0", *SLOW)
+    counted = tmp_path / "counted"
+    run_launch(counted, ["--step-on", "plain_steps:train_step", "--active", "2"], job)
+    run = wait_ingested(counted)
+    assert (run.ranks, run.steps) == ([0, 1], [2, 3])
+    assert {s["step_source"] for s in statuses(counted).values()} == {"plain_steps:train_step"}
+    assert_names_slow_rank(counted)
+
+    uncounted = tmp_path / "uncounted"
+    proc = run_launch(uncounted, [], job)
+    assert f"no trace was written; `ddprof analyze {uncounted}` says what each process saw" in proc.stderr
+    rc, report, err = analyze_json(uncounted)
+    assert (rc, report) == (2, None)
+    assert "no trace file in" in err and "no trace files (*.json" not in err
+    for rank in (0, 1):
+        assert f"rank {rank} (host" in err
+    assert err.count("0 steps seen (step source: optimizer.step); ended: exited normally: no step was counted") == 2
+    assert "--step-on MODULE:FUNCTION" in err
+
+
+def test_mp_spawn_children_are_captured(tmp_path):
+    run_dir = tmp_path / "run"
+    job = [sys.executable, str(PLAIN), "--spawn", "2", "--steps", "6", *SLOW]
+    env = job_env() | {"PLAIN_TRAIN_PORT": str(free_port())}
+    proc = subprocess.run(launch_cmd(run_dir, [], job), env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    run = wait_ingested(run_dir)
+    assert (run.ranks, run.steps) == ([0, 1], [2, 3, 4])
+    assert_names_slow_rank(run_dir)
+
+
+def test_a_job_killed_mid_capture_is_explained(tmp_path):
+    run_dir = tmp_path / "run"
+    launcher = start_launch(run_dir, ["--active", "200"], torchrun(2, "--steps", "2000", "--step-ms", "10"),
+                            tmp_path / "launch.log")
+    try:
+        wait_for("both ranks recording", lambda: len([s for s in statuses(run_dir).values()
+                                                      if s.get("recording")]) == 2)
+    finally:
+        os.killpg(launcher.pid, signal.SIGKILL)  # the launcher, torchrun and the ranks: nothing exits cleanly
+        launcher.wait(timeout=30)
+    rc, report, err = analyze_json(run_dir)
+    assert (rc, report) == (2, None), err
+    for rank in (0, 1):
+        line = next(ln for ln in err.splitlines() if ln.strip().startswith(f"rank {rank} (host"))
+        assert "was recording steps 2-201" in line
+        assert "no exit recorded" in line and "the process ended while recording, before the window was written" in line
