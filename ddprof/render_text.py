@@ -100,11 +100,14 @@ def render_run(summary: dict[str, Any], run_warnings: bool = True) -> str:
             + (f", steps {_ranges(summary['steps'])}" if summary["steps"] else ", no ProfilerStep"))
     hosts = any(p["host"] for p in summary["per_rank"])
     host_head = f" {'host':<16}" if hosts else ""
-    lines = [head, "", f"{'rank':>5}{host_head} {'events':>9} {'kernels':>8} {'comm':>6} {'span ms':>10}  steps"]
+    windows = any((p.get("windows") or 1) > 1 for p in summary["per_rank"])  # profiling windows, where several
+    win_head = f" {'windows':>7}" if windows else ""
+    lines = [head, "", f"{'rank':>5}{host_head} {'events':>9} {'kernels':>8} {'comm':>6} {'span ms':>10}{win_head}  steps"]
     for p in summary["per_rank"]:
         span = f"{p['span_us'] / 1e3:10.3f}" if p["span_us"] is not None else f"{'-':>10}"
         host = f" {(p['host'] or '-')[:16]:<16}" if hosts else ""
-        lines.append(f"{p['rank']:>5}{host} {p['events']:>9} {p['kernels']:>8} {p['comm_events']:>6} {span}  "
+        win = f" {p.get('windows') or '-':>7}" if windows else ""
+        lines.append(f"{p['rank']:>5}{host} {p['events']:>9} {p['kernels']:>8} {p['comm_events']:>6} {span}{win}  "
                      f"{_ranges(p['steps']) or '-'}")
     if summary["failed"]:
         lines += ["", f"failed inputs ({len(summary['failed'])}):"]

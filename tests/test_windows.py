@@ -162,3 +162,13 @@ def test_a_short_pause_stays_idle(tmp_path):
         busy = truth[r]["span_us"] - truth[r]["idle_us"]  # work time of one copy
         assert row["span_us"] == pytest.approx(shift[r] + truth[r]["span_us"], **APPROX)
         assert row["idle_us"] == pytest.approx(shift[r] + truth[r]["span_us"] - 2 * busy, **APPROX)
+
+
+def test_text_report_shows_the_windows(two_files, single):
+    from ddprof.render_text import render_text
+
+    text = render_text(two_files)
+    assert "windows" in text.splitlines()[2]
+    assert [line.split()[5] for line in text.splitlines()[3:5]] == ["2", "2"]
+    assert "untraced_gaps (ranks 0-1, 2)" in text
+    assert "windows" not in render_text(single).splitlines()[2]
