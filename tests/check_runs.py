@@ -10,6 +10,8 @@ with n a lognormal noise factor per (rank, step, kernel) (sd ``noise``) times on
 latest arrival plus the transfer ``T / bw`` (noise as well), so a slow rank makes the others wait, and a
 ``bw`` of 0.7 is a 30 % drop in bus bandwidth. ``ProfilerStep#s`` spans the step on each rank and the
 next step starts where it ended. Two runs with the same parameters but their ``seed`` differ by noise only.
+
+``NoisyPipeline``: a pipeline run whose bubble per stage is known, one stage's larger on demand.
 """
 
 from __future__ import annotations
@@ -85,7 +87,87 @@ class NoisyDP:
         return to_kineto(self.events(), self.ranks)
 
 
-def run_of(sc: NoisyDP, folder: Path) -> Path:
+@dataclass(frozen=True)
+class NoisyPipeline:
+    """A GPipe pipeline (``gen.Pipeline``'s schedule: P stages, M micro-batches, each step L = (M+P−1)(tf+tb)
+    long on every stage) whose kernels fill a noisy share of their slots: a forward on stage p runs
+    ``tf · fill_p · n`` (n lognormal, sd ``noise``, capped at the slot), with ``fill_p`` = ``fill`` but
+    ``thin`` on ``thin_stage``. The bubble of stage p per step is 1 − M(tf+tb)·fill_p·n̄ / L: about
+    1 − 6·0.9/9 = 40 % with the defaults, 1 − 6·0.6/9 = 60 % on a stage thinned to 0.6."""
+
+    stages: int = 4
+    micro: int = 6
+    steps: int = 12
+    tf: int = 300
+    tb: int = 600
+    fill: float = 0.9
+    thin_stage: int | None = None
+    thin: float = 0.6
+    noise: float = 0.02
+    nbytes: int = 4 << 20
+    seed: int = 0
+    base: int = 1_700_000_000_000_000 * US
+
+    def events(self) -> pl.DataFrame:
+        rng = random.Random(f"noisy-pipeline-{self.seed}")
+        rows = _Rows()
+        P, M = self.stages, self.micro
+        L = (M + P - 1) * (self.tf + self.tb)
+
+        def dur(slot: int, p: int) -> int:
+            fill = self.thin if p == self.thin_stage else self.fill
+            return min(slot, max(1, round(slot * fill * math.exp(rng.gauss(0, self.noise))))) * US
+
+        def p2p(s: int, src: int, dst: int, t: int) -> None:
+            meta = dict(pg="0", group_size=P, bytes=self.nbytes, dtype="Float")
+            rows.kernel(src, s, "comm", "ncclKernel_SendRecv", t, 2 * US, 20, None, coll_op="send", peer=dst, **meta)
+            rows.kernel(dst, s, "comm", "ncclKernel_SendRecv", t, 2 * US, 20, None, coll_op="recv", peer=src, **meta)
+
+        for s in range(self.steps):
+            t0 = self.base + s * (L + 1000) * US
+            for p in range(P):
+                _step_row(rows, p, s, t0, L * US)
+                for m in range(M):
+                    f = t0 + (m + p) * self.tf * US
+                    rows.kernel(p, s, "compute", "fwd_kernel", f, dur(self.tf, p), 7, None)
+                    if p + 1 < P:
+                        p2p(s, p, p + 1, f + self.tf * US)
+                for j in range(M):
+                    b = t0 + ((M + P - 1) * self.tf + (j + P - 1 - p) * self.tb) * US
+                    rows.kernel(p, s, "compute", "bwd_kernel", b, dur(self.tb, p), 7, None)
+                    if p > 0:
+                        p2p(s, p, p - 1, b + self.tb * US)
+        return rows.frame()
+
+    def kineto(self) -> dict[int, dict[str, Any]]:
+        return to_kineto(self.events(), self.stages)
+
+
+def run_of_events(events: pl.DataFrame, folder: Path) -> Path:
+    """A run dir holding ``events`` as they are (one parquet part per rank and a manifest with each rank's
+    span, the world size and an NCCL job on GPUs), for scenarios whose metadata a Kineto round trip would not carry: the p2p peers of
+    :class:`NoisyPipeline`'s send/recv kernels."""
+    import json
+
+    from ddprof.analyses.frames import sets
+
+    spans = sets.rank_spans(events.lazy()).rows_by_key("rank", named=True, unique=True)
+    per_rank = {}
+    for rank, span in spans.items():
+        part = folder / "events" / f"rank={rank:05d}" / "part-0.parquet"
+        part.parent.mkdir(parents=True)
+        mine = events.filter(pl.col("rank") == rank)
+        mine.write_parquet(part)
+        kernels = int((mine["kind"].is_in(["compute", "comm"]) & mine["stream"].is_not_null()).sum())
+        per_rank[str(rank)] = {"parts": [f"events/rank={rank:05d}/part-0.parquet"], "kernels": kernels, "gpu": True,
+                               **span}
+    manifest = {"format": "ddprof-run", "schema_version": ddprof.SCHEMA_VERSION, "world_size": len(spans),
+                "backend": "nccl", "device": "gpu", "ranks": sorted(spans), "per_rank": per_rank}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+def run_of(sc: NoisyDP | NoisyPipeline, folder: Path) -> Path:
     """The scenario's traces written to ``folder/traces`` and ingested into ``folder/run``; the run dir."""
     from gen import write_kineto
 

@@ -4,6 +4,7 @@ saved reports as baselines, JUnit output, rules files, and the pytest helper."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -204,6 +205,25 @@ NOISE_PAIRS = int(os.environ.get("DDPROF_CHECK_NOISE_PAIRS", "12"))
 STATED_RATE = 0.01
 
 
+def upper_bound(failures: int, trials: int, confidence: float = 0.95) -> float:
+    """The one-sided Clopper–Pearson upper bound of a rate seen as ``failures`` in ``trials``: the p at which
+    P(X ≤ failures) = 1 − confidence. With no failure it is 1 − (1 − confidence)^(1/trials): 300 pairs ->
+    0.995 %, 150 pairs -> 1.98 %."""
+    def cdf(p: float) -> float:
+        return sum(math.comb(trials, k) * p**k * (1 - p) ** (trials - k) for k in range(failures + 1))
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) > 1 - confidence else (lo, mid)
+    return hi
+
+
+def test_upper_bound_known_answers():
+    assert upper_bound(0, 300) == pytest.approx(1 - 0.05 ** (1 / 300), rel=1e-9)
+    assert upper_bound(0, 300) < 0.01 < upper_bound(0, 150)
+    assert upper_bound(1, 10) == pytest.approx(0.3942, abs=1e-4)  # the binomial table's value
+
+
 def test_false_alarm_rate_on_noise_only_pairs(tmp_path):
     alarms = []
     for i in range(NOISE_PAIRS):
@@ -212,4 +232,9 @@ def test_false_alarm_rate_on_noise_only_pairs(tmp_path):
         result = check(run, base)
         if result["status"] != "ok":
             alarms.append((i, result["summary"]))
+    bound = upper_bound(len(alarms), NOISE_PAIRS)
+    print(f"noise-only pairs: {NOISE_PAIRS}, false alarms: {len(alarms)}, "
+          f"95 % upper bound of the rate: {100 * bound:.2f} %")
     assert len(alarms) <= STATED_RATE * NOISE_PAIRS, alarms
+    if NOISE_PAIRS >= 300:  # enough pairs to confirm the stated rate, not only to be consistent with it
+        assert bound <= STATED_RATE + 1e-9, (bound, alarms)

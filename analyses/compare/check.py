@@ -6,13 +6,14 @@
      job_differences: [..], summary: [sentences], outcomes: [{id, rule, subject, kind, outcome, unit,
      baseline, run, change, change_pct, interval, tolerance, samples, message, cause}]}
 
-``outcome`` is pass, fail or skip; ``kind`` relative (noise-aware, :mod:`.stats`), absolute, straggler or
-workload. A relative outcome fails when its interval lies wholly on the worse side of zero and its change
+``outcome`` is pass, fail or skip; ``kind`` relative (noise-aware, :mod:`.stats`), absolute (noise-aware
+against a fixed bound: :func:`absolute`), straggler or workload. A relative outcome fails when its interval lies wholly on the worse side of zero and its change
 is at least the tolerance. When the workload changed (:mod:`.job`), the rules whose numbers depend on it
 (step time, exposed communication, overlap, idle, bubble, kernels) are skipped, not failed: the run does
 other work, it is not slower. A baseline of another job raises :class:`DifferentJobError` unless
 ``allow_different_job``. ``status`` is regression when a rule failed, else workload_changed when the
-workload did, else ok.
+workload did, else ok. ``summary`` is the failures told shortest first, the likely cause leading and the
+per-rank step-time rules of a family on one line (:mod:`.group`).
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from typing import Any
 import numpy as np
 from ddprof.analyses.compare import samples as S
 from ddprof.analyses.compare.explain import attach_causes, straggler_outcomes
+from ddprof.analyses.compare.group import grouped_summary
 from ddprof.analyses.compare.job import job_differences, workload_changes
 from ddprof.analyses.compare.rules import DEFAULTS
-from ddprof.analyses.compare.stats import Shift, hodges_lehmann, quantile_shift
+from ddprof.analyses.compare.stats import Shift, hodges_lehmann, quantile_interval, quantile_shift
 
 from ddprof.errors import BadInputError
 from ddprof.units import fmt_bytes, fmt_us
@@ -103,11 +105,13 @@ def _relative_rules(base: dict[str, Any], run: dict[str, Any], rules: dict[str, 
                                 tolerance_text=f"{st['tolerance_pct']:g} % = {fmt_us(tol_r)}", confidence=c))
     p9 = rules["step_time_p90"]
     if p9["enabled"] and None in bs:
-        q = float(np.quantile(bs[None], 0.9))
-        tol = max(p9["tolerance_pct"] / 100 * q, p9["min_change_us"])
-        out.append(relative("step_time_p90", "all ranks", bs[None], rs.get(None, np.empty(0)),
-                            what="p90 step time", unit="us", worse_if_higher=True, tolerance=tol,
-                            tolerance_text=f"{p9['tolerance_pct']:g} % = {fmt_us(tol)}", confidence=c, quantile=0.9))
+        for key in [None, *sorted(k for k in bs if k is not None)]:
+            q = float(np.quantile(bs[key], 0.9))
+            tol = max(p9["tolerance_pct"] / 100 * q, p9["min_change_us"])
+            out.append(relative("step_time_p90", "all ranks" if key is None else f"rank {key}", bs[key],
+                                rs.get(key, np.empty(0)), what="p90 step time", unit="us", worse_if_higher=True,
+                                tolerance=tol, tolerance_text=f"{p9['tolerance_pct']:g} % = {fmt_us(tol)}",
+                                confidence=c, quantile=0.9))
     for rule, what, worse_high, get in (
             ("exposed_comm", "exposed communication (% of step)", True, S.exposed_pct),
             ("overlap", "communication overlapped with compute", False,
@@ -136,6 +140,14 @@ def _relative_rules(base: dict[str, Any], run: dict[str, Any], rules: dict[str, 
             out.append(relative("busbw", f"{op} {fmt_bytes(nbytes)}", arr, rb2[(op, nbytes)], what="busbw",
                                 unit="GB/s", worse_if_higher=False, tolerance=tol,
                                 tolerance_text=f"{pct:g} % = {tol:.3g} GB/s", confidence=c))
+        rl = S.busbw_links(run)
+        for (op, nbytes, src, dst), arr in S.busbw_links(base).items():
+            if (op, nbytes, src, dst) not in rl:
+                continue
+            tol = pct / 100 * float(np.median(arr))
+            out.append(relative("busbw", f"{op} {fmt_bytes(nbytes)} rank {src}→{dst}", arr,
+                                rl[(op, nbytes, src, dst)], what="busbw", unit="GB/s", worse_if_higher=False,
+                                tolerance=tol, tolerance_text=f"{pct:g} % = {tol:.3g} GB/s", confidence=c))
     kc = rules["kernels"]
     if kc["enabled"] and med:
         rk = S.kernel_steps(run)
@@ -151,39 +163,65 @@ def _relative_rules(base: dict[str, Any], run: dict[str, Any], rules: dict[str, 
     return out
 
 
-def _absolute_value(run: dict[str, Any], rule: dict[str, Any]) -> tuple[float | None, str, str]:
-    """(the run's value, unit, subject) of an absolute rule."""
+def _absolute_sample(run: dict[str, Any], rule: dict[str, Any]) -> tuple[np.ndarray | None, float, str, str, str]:
+    """(the run's values, the quantile compared, unit, subject, what one value is) of an absolute rule."""
     m = rule["metric"]
     if m == "busbw_gbps":
-        arr = S.busbw(run).get((rule["op"], rule["bytes"]))
-        return (float(np.median(arr)) if arr is not None and arr.size else None, "GB/s",
-                f"{rule['op']} {fmt_bytes(rule['bytes'])}")
-    steps = S.step_us(run).get(None)
-    arrays = {"step_time_us": steps, "exposed_comm_pct": S.exposed_pct(run),
-              "overlap_pct": S.per_step(run, "overlap_by_step", "overlap_pct"),
+        return (S.busbw(run).get((rule["op"], rule["bytes"])), 0.5, "GB/s", f"{rule['op']} {fmt_bytes(rule['bytes'])}",
+                "instances")
+    arrays = {"step_time_us": S.step_us(run).get(None), "step_time_p90_us": S.step_us(run).get(None),
+              "exposed_comm_pct": S.exposed_pct(run), "overlap_pct": S.per_step(run, "overlap_by_step", "overlap_pct"),
               "idle_pct": S.per_step(run, "breakdown_by_step", "idle_pct"),
               "bubble_pct": S.per_step(run, "bubbles", "bubble_pct")}
-    if m == "step_time_p90_us":
-        return (float(np.quantile(steps, 0.9)) if steps is not None and steps.size else None, "us", "all ranks")
-    arr = arrays[m]
-    return (float(np.median(arr)) if arr is not None and arr.size else None,
-            "us" if m.endswith("_us") else "%", "all ranks")
+    return (arrays[m], 0.9 if m == "step_time_p90_us" else 0.5, "us" if m.endswith("_us") else "%", "all ranks",
+            "(rank, step) values")
+
+
+def absolute(rule: dict[str, Any], values: np.ndarray | None, q: float, unit: str, subject: str, per: str,
+             confidence: float) -> dict[str, Any]:
+    """One absolute rule, noise-aware: the run's median (p90 for step_time_p90_us) with its order-statistic
+    interval (:func:`~.stats.quantile_interval`) against the bound. It fails when the whole interval is beyond
+    the bound (a violation the noise cannot explain) and passes when the whole interval is within it; when the
+    bound lies inside the interval the noise cannot tell: it passes, or fails with ``strict = true``. Too few
+    values for an interval: judged on the statistic alone, and said so. Example: busbw ≥ 150 GB/s, median
+    104 GB/s with 99 % interval 101 … 107 GB/s -> fail; median 148 GB/s, interval 139 … 156 GB/s -> pass
+    (not beyond the noise)."""
+    bound = " and ".join(f"{'≥' if k == 'min' else '≤'} {_fmt(rule[k], unit)}" for k in ("min", "max") if k in rule)
+    name = rule.get("name") or f"{rule['metric']} {bound}"
+    stat = "p90" if q == 0.9 else "median"
+    out: dict[str, Any] = {"id": f"absolute[{name}]", "rule": "absolute", "subject": subject, "kind": "absolute",
+                           "unit": unit, "baseline": None, "change": None, "change_pct": None, "tolerance": None,
+                           "cause": None}
+    if values is None or not values.size:
+        return {**out, "outcome": "fail", "run": None, "interval": None, "samples": [0, 0],
+                "message": f"{rule['metric']} ({subject}): the run has no such value, required {bound}"}
+    shift = quantile_interval(values, q, confidence)
+    value, iv = shift.estimate, shift.interval
+
+    def within(x: float) -> bool:
+        return ("min" not in rule or x >= rule["min"]) and ("max" not in rule or x <= rule["max"])
+
+    if iv is None:
+        ok = within(value)
+        verdict = (f"{'meets' if ok else 'violates'} the bound, judged on the {stat} alone: too few values for an "
+                   f"interval at {100 * confidence:g} %")
+    elif within(iv[0]) and within(iv[1]):
+        ok, verdict = True, "the whole interval meets the bound"
+    elif ("min" in rule and iv[1] < rule["min"]) or ("max" in rule and iv[0] > rule["max"]):
+        ok, verdict = False, "the whole interval violates the bound: beyond the noise"
+    else:
+        ok = not rule.get("strict", False)
+        verdict = ("the bound lies inside the interval: the noise cannot tell"
+                   + (" (strict: fails unless the whole interval meets it)" if not ok else ", so not a violation"))
+    interval_text = (f"{100 * confidence:g} % interval {_fmt(iv[0], unit)} … {_fmt(iv[1], unit)}, " if iv else "")
+    msg = (f"{rule['metric']} ({subject}): {stat} {_fmt(value, unit)} ({interval_text}{values.size} {per}), "
+           f"required {bound}: {verdict}")
+    return {**out, "outcome": "pass" if ok else "fail", "run": value, "interval": list(iv) if iv else None,
+            "samples": [0, int(values.size)], "message": msg}
 
 
 def _absolute_rules(run: dict[str, Any], rules: dict[str, Any]) -> list[dict[str, Any]]:
-    out = []
-    for rule in rules["absolute"]:
-        value, unit, subject = _absolute_value(run, rule)
-        bound = " and ".join(f"{'≥' if k == 'min' else '≤'} {_fmt(rule[k], unit)}" for k in ("min", "max") if k in rule)
-        name = rule.get("name") or f"{rule['metric']} {bound}"
-        ok = value is not None and ("min" not in rule or value >= rule["min"]) and ("max" not in rule or value <= rule["max"])
-        msg = (f"{rule['metric']} ({subject}) is {_fmt(value, unit)}, required {bound}" if value is not None
-               else f"{rule['metric']} ({subject}): the run has no such value, required {bound}")
-        out.append({"id": f"absolute[{name}]", "rule": "absolute", "subject": subject, "kind": "absolute",
-                    "outcome": "pass" if ok else "fail", "unit": unit, "baseline": None, "run": value, "change": None,
-                    "change_pct": None, "interval": None, "tolerance": None, "samples": None, "message": msg,
-                    "cause": None})
-    return out
+    return [absolute(rule, *_absolute_sample(run, rule), rules["confidence"]) for rule in rules["absolute"]]
 
 
 def describe(report: dict[str, Any], source: str) -> dict[str, Any]:
@@ -218,8 +256,7 @@ def check(run: dict[str, Any], base: dict[str, Any], rules: dict[str, Any] | Non
     attach_causes(outcomes)
     failed = [o for o in outcomes if o["outcome"] == "fail" and o["kind"] != "workload"]
     status = "regression" if failed else "workload_changed" if changes else "ok"
-    summary = [o["message"] + (f"; likely cause: {o['cause']}" if o["cause"] else "")
-               for o in outcomes if o["outcome"] == "fail"]
+    summary = grouped_summary(outcomes)
     if not summary:
         summary = [f"no regression: {sum(o['outcome'] == 'pass' for o in outcomes)} rules pass"]
     return {"status": status, "confidence": rules["confidence"], "run": describe(run, run_source),

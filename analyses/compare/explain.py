@@ -53,7 +53,8 @@ def straggler_outcomes(base: dict[str, Any], run: dict[str, Any]) -> list[dict[s
     return out
 
 
-def _key(o: dict[str, Any]) -> int:
+def evidence_key(o: dict[str, Any]) -> int:
+    """Where an outcome stands in the order of causes (module doc): lower is more telling."""
     tag = "kernels:compute" if o["rule"] == "kernels" and "compute time" in o["message"] else o["rule"]
     return _ORDER.index(tag) if tag in _ORDER else len(_ORDER)
 
@@ -61,7 +62,7 @@ def _key(o: dict[str, Any]) -> int:
 def attach_causes(outcomes: list[dict[str, Any]]) -> None:
     """Fill ``cause`` of each failed step-time outcome from the other failed outcomes (module doc)."""
     evidence = sorted((o for o in outcomes if o["outcome"] == "fail" and o["rule"] in
-                       {"straggler", "busbw", "kernels", "exposed_comm", "idle", "overlap", "bubble"}), key=_key)
+                       {"straggler", "busbw", "kernels", "exposed_comm", "idle", "overlap", "bubble"}), key=evidence_key)
     stragglers = {o["subject"] for o in evidence if o["rule"] == "straggler"}
     for o in outcomes:
         if o["outcome"] != "fail" or o["rule"] not in ("step_time", "step_time_p90"):

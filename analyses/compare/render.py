@@ -1,4 +1,5 @@
-"""A check's result and a diff as text, and a check as JUnit XML (one test case per rule outcome).
+"""A check's result and a diff as text (the failures grouped, likely cause first: :mod:`.group`), and a
+check as JUnit XML (one test case per rule outcome).
 
 JUnit: ``<testsuites><testsuite name="ddprof check" tests= failures= errors="0" skipped= time="0">`` with one
 ``<testcase classname="ddprof.check.RULE" name="SUBJECT" time="0">`` per outcome, a ``<failure message=
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from typing import Any
+
+from ddprof.analyses.compare.group import collapsed
 
 from ddprof.units import fmt_bytes, fmt_us
 
@@ -26,11 +29,13 @@ def check_text(result: dict[str, Any]) -> str:
              "exceeds the tolerance"]
     for d in result["job_differences"]:
         lines.append(f"note: another job, compared anyway: {d}")
-    lines.append("")
-    for o in result["outcomes"]:
-        lines.append(f"{_MARK[o['outcome']]}  {o['message']}")
-        if o["cause"]:
-            lines.append(f"      likely cause: {o['cause']}")
+    if result["status"] != "ok":
+        lines += ["", "what changed, likely cause first:"] + [f"  - {s}" for s in result["summary"]]
+    lines += ["", "rules:"]
+    for outcome, message, cause in collapsed(result["outcomes"]):
+        lines.append(f"{_MARK[outcome]}  {message}")
+        if cause:
+            lines.append(f"      likely cause: {cause}")
     return "\n".join(lines) + "\n"
 
 

@@ -11,7 +11,7 @@ Default tolerances (``DEFAULTS``; every key can be overridden in the TOML file):
     confidence = 0.99
     [step_time]        median step time, whole run (all ranks' steps) and per rank
     tolerance_pct = 5      and at least min_change_us = 20 µs
-    [step_time_p90]    90th percentile of the step time, whole run (bootstrap interval)
+    [step_time_p90]    90th percentile of the step time, whole run and per rank (bootstrap interval)
     tolerance_pct = 10     and at least min_change_us = 20 µs
     [exposed_comm]     exposed communication per step, as % of the step time
     tolerance_pts = 5      percentage points
@@ -21,7 +21,8 @@ Default tolerances (``DEFAULTS``; every key can be overridden in the TOML file):
     tolerance_pts = 5
     [bubble]           pipeline bubble per stage (pipeline runs only)
     tolerance_pts = 5
-    [busbw]            bus bandwidth per collective op and message size, per instance (lower is worse)
+    [busbw]            bus bandwidth per collective op and message size, per instance (lower is worse);
+                       point-to-point ops also per link (src → dst rank)
     tolerance_pct = 10
     [kernels]          time per step of each top kernel (summed over ranks)
     tolerance_pct = 10     and at least min_share_pct = 1 % of the median step time
@@ -43,7 +44,10 @@ Every section takes ``enabled = false``. Absolute rules, any number of them, com
     metric = "exposed_comm_pct"    # or step_time_us, step_time_p90_us, overlap_pct, idle_pct, bubble_pct
     max = 20
 
-An absolute rule reads the run's median over its steps and ranks (over its instances for busbw).
+An absolute rule reads the run's median over its steps and ranks (over its instances for busbw; the p90
+for step_time_p90_us) with its order-statistic interval at ``confidence``: it fails when the whole interval
+is beyond the bound, passes when the whole interval is within it, and when the bound lies inside the
+interval (the noise cannot tell) passes, or fails with ``strict = true``.
 """
 
 from __future__ import annotations
@@ -94,13 +98,15 @@ def parse_bytes(value: object) -> int:
 def _check_absolute(rule: Any, where: str) -> dict[str, Any]:
     if not isinstance(rule, dict):
         raise UsageError(f"{where}: each [[absolute]] entry is a table")
-    unknown = set(rule) - {"metric", "op", "bytes", "min", "max", "name"}
+    unknown = set(rule) - {"metric", "op", "bytes", "min", "max", "name", "strict"}
     if unknown:
         raise UsageError(f"{where}: [[absolute]] has unknown key(s) {sorted(unknown)}")
     if rule.get("metric") not in ABSOLUTE_METRICS:
         raise UsageError(f"{where}: [[absolute]] metric {rule.get('metric')!r} is not one of {list(ABSOLUTE_METRICS)}")
     if "min" not in rule and "max" not in rule:
         raise UsageError(f"{where}: [[absolute]] {rule['metric']} needs min or max")
+    if not isinstance(rule.get("strict", False), bool):
+        raise UsageError(f"{where}: [[absolute]] strict must be true or false, got {rule['strict']!r}")
     out = dict(rule)
     if rule["metric"] == "busbw_gbps":
         if "op" not in rule or "bytes" not in rule:

@@ -8,6 +8,8 @@ Each value is one (rank, step) unless said otherwise:
 * ``overlap_pct`` (``overlap_by_step``), ``idle_pct`` (``breakdown_by_step``);
 * ``bubble_pct`` per pipeline stage (``bubbles`` with the stage of each rank);
 * ``busbw``: one value per collective instance, per (op, message size) (``collectives``);
+* ``busbw_links``: the same for point-to-point transfers per (op, message size, src, dst): the only busbw
+  the report ties to ranks (a collective's busbw is one number for its whole group);
 * ``kernel_steps``: per top kernel (name, kind), its time in each step of the run summed over ranks
   (``kernels_by_step``; 0 in a step where it did not run).
 """
@@ -55,6 +57,15 @@ def busbw(report: dict[str, Any]) -> dict[tuple[str, int], np.ndarray]:
     for c in report["collectives"]:
         if c.get("busbw_gbps") is not None and c.get("bytes") is not None:
             per[(c["op"], c["bytes"])].append(c["busbw_gbps"])
+    return {k: _arr(v) for k, v in sorted(per.items())}
+
+
+def busbw_links(report: dict[str, Any]) -> dict[tuple[str, int, int, int], np.ndarray]:
+    per: dict[tuple[str, int, int, int], list[float]] = defaultdict(list)
+    for c in report["collectives"]:
+        if (c.get("busbw_gbps") is not None and c.get("bytes") is not None and c.get("src") is not None
+                and c.get("dst") is not None):
+            per[(c["op"], c["bytes"], c["src"], c["dst"])].append(c["busbw_gbps"])
     return {k: _arr(v) for k, v in sorted(per.items())}
 
 

@@ -11,6 +11,14 @@ the nine differences are 1..5, Δ = 3; at 80 % confidence z = 1.28, K = ⌊4.5 �
 (``resamples`` resamplings of each sample, seeded: the same inputs give the same interval); no interval with
 fewer than ``MIN_BOOTSTRAP`` values on either side.
 
+**One sample's quantile** (for absolute rules, a run against a fixed bound): the distribution-free interval
+of the q-quantile from order statistics. With n values sorted x_(1) ≤ … ≤ x_(n) and B ~ Binomial(n, q), the
+interval is ``[x_(l), x_(u)]`` with l the largest index where P(B ≤ l − 1) ≤ α/2 and u the smallest where
+P(B ≤ u − 1) ≥ 1 − α/2 (α = 1 − confidence); it covers the true quantile with probability
+P(l ≤ B ≤ u − 1) ≥ confidence. No interval when l < 1 or u > n (too few values). Example: 20 values, the
+median at 95 %: P(B ≤ 5) = 0.021, P(B ≤ 6) = 0.058 -> l = 6; P(B ≤ 13) = 0.942, P(B ≤ 14) = 0.979 ->
+u = 15: the interval is [x_(6), x_(15)].
+
 Samples larger than ``MAX_SAMPLE`` are thinned to that many values (every k-th of the sorted values), so the
 m·n differences stay few.
 """
@@ -82,3 +90,28 @@ def quantile_shift(base: object, run: object, q: float, confidence: float, resam
     tail = (1 - confidence) / 2
     lo, hi = np.quantile(qb - qa, [tail, 1 - tail])
     return Shift(est, float(lo), float(hi))
+
+
+def _binomial_cdf(n: int, q: float) -> np.ndarray:
+    """P(B ≤ k) for k = 0..n, B ~ Binomial(n, q), 0 < q < 1 (log-space terms, so large n stays exact)."""
+    k = np.arange(n + 1)
+    lg = np.array([math.lgamma(i + 1) for i in range(n + 1)])
+    log_pmf = lg[n] - lg - lg[::-1] + k * math.log(q) + (n - k) * math.log1p(-q)
+    return np.cumsum(np.exp(log_pmf))
+
+
+def quantile_interval(values: object, q: float, confidence: float) -> Shift:
+    """The q-quantile of one sample with its order-statistic interval (module doc); ``estimate`` is
+    ``np.quantile(values, q)``. Raises ValueError on an empty sample."""
+    x = _clean(values)
+    if not x.size:
+        raise ValueError("the sample is empty")
+    est = float(np.quantile(x, q))
+    n, alpha = x.size, 1 - confidence
+    cdf = _binomial_cdf(n, q)
+    lows = np.nonzero(cdf[:n] <= alpha / 2)[0]  # cdf[l - 1] ≤ α/2, l = index + 1
+    highs = np.nonzero(cdf[:n] >= 1 - alpha / 2)[0]  # cdf[u - 1] ≥ 1 − α/2, u = index + 1
+    if not lows.size or not highs.size:
+        return Shift(est, None, None)
+    lo, hi = int(lows[-1]) + 1, int(highs[0]) + 1
+    return Shift(est, float(x[lo - 1]), float(x[hi - 1]))
