@@ -61,6 +61,8 @@ def validate_trace(doc: dict[str, Any]) -> Counter[str]:
     * ``s``/``f`` (flow): an ``id``, numeric ``ts``, ``name`` and ``cat``; ``f`` binds to the enclosing slice
       (``bp: e``); each id has exactly one start and one finish with the same name and cat, the start
       not after the finish, and each lies inside a complete event on its own thread;
+    * complete events on one thread nest: none starts inside another and ends after it (times read as
+      integer ns, as Perfetto reads them);
     * every process and thread that holds events is named by a metadata event.
     """
     assert set(doc) <= {"traceEvents", "displayTimeUnit", "otherData", "metadata", "systemTraceEvents"}
@@ -81,7 +83,8 @@ def validate_trace(doc: dict[str, Any]) -> Counter[str]:
             assert isinstance(ev.get("name"), str) and isinstance(ev.get("cat"), str), ev
             assert _number(ev.get("ts")) and _number(ev.get("dur")) and ev["dur"] >= 0, ev
             assert isinstance(ev.get("args", {}), dict), ev
-            slices.setdefault((ev["pid"], ev["tid"]), []).append((ev["ts"], ev["ts"] + ev["dur"]))
+            start, length = round(ev["ts"] * 1000), round(ev["dur"] * 1000)  # to ns, as Perfetto reads them
+            slices.setdefault((ev["pid"], ev["tid"]), []).append((start, start + length))
         elif ph == "M":
             key = METADATA.get(ev.get("name", ""))
             assert key is not None and isinstance(ev.get("args"), dict) and key in ev["args"], ev
@@ -106,7 +109,15 @@ def validate_trace(doc: dict[str, Any]) -> Counter[str]:
         s, f = pair["s"], pair["f"]
         assert (s["name"], s["cat"]) == (f["name"], f["cat"]) and s["ts"] <= f["ts"], pair
         for ev in (s, f):
-            assert any(a <= ev["ts"] <= b for a, b in slices.get((ev["pid"], ev["tid"]), [])), f"unbound {ev}"
+            ts = round(ev["ts"] * 1000)
+            assert any(a <= ts <= b for a, b in slices.get((ev["pid"], ev["tid"]), [])), f"unbound {ev}"
+    for thread, spans in slices.items():  # complete events on one thread nest (Perfetto drops the others)
+        open_ends: list[int] = []
+        for a, b in sorted(spans, key=lambda x: (x[0], -x[1])):
+            while open_ends and open_ends[-1] <= a:
+                open_ends.pop()
+            assert not open_ends or b <= open_ends[-1], f"{thread}: [{a}, {b}) partly overlaps an event ending at {open_ends[-1]}"
+            open_ends.append(b)
     assert {pid for pid, _ in slices} <= named_pids
     assert set(slices) <= named_threads
     return phases
@@ -186,6 +197,21 @@ def test_gloo_sample(tmp_path: Path) -> None:
     assert names == {r: f"rank {r} (vm)" for r in range(4)}
     gloo = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["name"].startswith("gloo:")]
     assert gloo and all(e["cat"] == "comm" and e["args"].get("bytes") for e in gloo)
+
+
+def test_overlapping_events_kept_on_extra_lanes(tmp_path: Path, traces: Path) -> None:
+    """A real ROCm trace (MI300X) whose profiler wrote a few events that partly overlap others on their
+    thread: they go to an ``(overlapping 1)`` lane, so the file nests and still holds every event."""
+    with open_source([traces / "tracelens" / "mi300-rocm-resnet-rank0"], cache=tmp_path / "cache") as src:
+        run = src.run
+        assert run is not None
+        out = tmp_path / "mi300.json.gz"
+        export_perfetto(run, out)
+        doc = load(out)
+        validate_trace(doc)
+        check_complete(doc, run, run.ranks, None)
+    labels = set(_thread_names(doc).values())
+    assert {"thread 542 (overlapping 1)", "stream 0 (overlapping 1)"} <= labels
 
 
 def test_generated_sub_microsecond(tmp_path: Path) -> None:
