@@ -63,8 +63,6 @@ from ddprof.analyses.collectives import arrivals
 from ddprof.analyses.frames.memo import Events, Prepared, collect, prepare
 from ddprof.analyses.frames.sets import rank_spans
 
-from ddprof.rundir import Run
-from ddprof.schema import empty_events
 from ddprof.units import NS_PER_US
 
 #: Fewest collective instances a host must share with the reference to be aligned.
@@ -290,21 +288,3 @@ def align(events: Events, clock: ClockEstimate) -> Prepared:
     return out
 
 
-
-def estimate_run(run: Run) -> ClockEstimate:
-    """:func:`estimate` reading only what it needs from the store: the communication rows (a small part of
-    a run; none when the run names fewer than two hosts) and the ranks' spans from the manifest (from the
-    store where it lacks them). For consumers that do not build the report, such as the Perfetto export."""
-    hosts = run_hosts(run.manifest)
-    compare = len(set(hosts.values())) > 1
-    p = prepare(run.collect_events(where=pl.col("kind") == "comm").lazy() if compare else empty_events().lazy())
-    info = [run.rank_info(r) for r in run.ranks]
-    if info and all(i.get("first_ns") is not None and i.get("last_ns") is not None for i in info):
-        spans = pl.DataFrame({"rank": run.ranks, "first_ns": [i["first_ns"] for i in info],
-                              "last_ns": [i["last_ns"] for i in info]},
-                             schema={"rank": pl.Int32(), "first_ns": pl.Int64(), "last_ns": pl.Int64()})
-    else:
-        spans = collect(run.events().group_by("rank").agg(
-            pl.col("ts_ns").min().alias("first_ns"), (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("last_ns")))
-    p.provide(rank_spans, spans)
-    return estimate(p, hosts)

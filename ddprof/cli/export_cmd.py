@@ -24,7 +24,8 @@ from ddprof.cli.progress import ingest_progress
 def export(sources: tuple[str, ...], out: str, rank_sel: str | None, step_sel: str | None, raw_clocks: bool,
            cache: str | None, ranks: tuple[str, ...]) -> int:
     """Export a run's ranks merged into one Chrome trace / Perfetto JSON file (open it in ui.perfetto.dev)."""
-    from ddprof.analyses.clocks import aligned_ts, estimate_run
+    from ddprof.analyses.clocks import aligned_ts
+    from ddprof.analyses.rank_groups import estimate_clock, rank_groups
     from ddprof.errors import UsageError
     from ddprof.export.perfetto import export_perfetto, parse_selection
     from ddprof.sources import open_source
@@ -37,7 +38,7 @@ def export(sources: tuple[str, ...], out: str, rank_sel: str | None, step_sel: s
         if raw_clocks:
             ts, note = None, "each rank's trace clock, as traced (--raw-clocks)"
         else:
-            clock = estimate_run(src.run)
+            clock = estimate_clock(src.run, rank_groups(src.run) or [[]])  # as the report estimates it
             fix = clock.corrections()
             ts = aligned_ts(fix) if fix else None
             note = (f"{clock.reason}: " + "; ".join(
