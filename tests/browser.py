@@ -60,7 +60,7 @@ def chromium(width: int = 1500, height: int = 1100) -> Iterator[Any]:
         shutil.rmtree(profile, ignore_errors=True)
 
 
-def wait_for(check: Callable[[], Any], timeout: float = 30, what: str = "condition") -> Any:
+def wait_for(check: Callable[[], Any], timeout: float = 90, what: str = "condition") -> Any:
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:
