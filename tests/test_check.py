@@ -238,3 +238,39 @@ def test_false_alarm_rate_on_noise_only_pairs(tmp_path):
     assert len(alarms) <= STATED_RATE * NOISE_PAIRS, alarms
     if NOISE_PAIRS >= 300:  # enough pairs to confirm the stated rate, not only to be consistent with it
         assert bound <= STATED_RATE + 1e-9, (bound, alarms)
+
+
+def test_diff_covers_every_kernel_from_run_dirs_and_says_when_a_saved_report_limits_it(tmp_path, capsys):
+    import polars as pl
+    from ddprof.analyses.compare.all_kernels import every_kernel
+    from ddprof.analyses.compare.load import load_with_kernels
+    from ddprof.analyses.report import read_events
+
+    import ddprof
+
+    sample = SAMPLES / "dlrm-8xV100-nccl"
+    report, kernels = load_with_kernels(sample, cache=tmp_path / "c")
+    run_dir = tmp_path / "c"
+    run = ddprof.open_run(run_dir)
+    rows = read_events(run).events.collect()
+    names = rows.filter(pl.col("stream").is_not_null() & pl.col("kind").is_in(["compute", "comm", "memcpy", "memset"]))
+    assert kernels is not None and len(kernels) == names.select("name", "kind").unique().height > 20
+    assert kernels[:20] == report["kernels"]  # the report's top 20 are the first 20 of every kernel
+    assert sum(k["count"] for k in kernels) == names.height
+    assert main(["diff", str(run_dir), str(run_dir), "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["kernels_scope"] == {"every_kernel": True, "note": f"every kernel of both runs ({len(kernels)} names)"}
+    assert len(d["kernels"]) == len(kernels) and all(k["change_us"] == 0 for k in d["kernels"])
+    saved = tmp_path / "dlrm.json"
+    assert main(["analyze", str(run_dir), "--format", "json", "-o", str(saved)]) == 0
+    assert main(["diff", str(run_dir), str(saved), "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["kernels_scope"]["every_kernel"] is False
+    assert d["kernels_scope"]["note"] == "only the baseline's top 20 kernels: a saved report keeps no more"
+    assert {k["name"] for k in d["kernels"]} == {k["name"] for k in report["kernels"]}
+    assert all(k["run_count"] == k["base_count"] for k in d["kernels"])  # the run side read from its store
+    assert main(["diff", str(run_dir), str(run_dir)]) == 0
+    text = capsys.readouterr().out
+    assert f"every kernel of both runs ({len(kernels)} names)" in text
+    assert f"… {len(kernels) - 20} more kernels, each in `--format json`" in text
+    assert every_kernel(run) == kernels

@@ -251,7 +251,11 @@ def check(run: dict[str, Any], base: dict[str, Any], rules: dict[str, Any] | Non
             o = {**o, "outcome": "skip", "message": f"not compared, the workload changed: {o['message']}"}
         outcomes.append(o)
     if rules["straggler"]["enabled"]:
-        outcomes.extend(straggler_outcomes(base, run))
+        bs_all = S.step_us(base).get(None)
+        st = rules["step_time"]
+        tol = max(st["tolerance_pct"] / 100 * float(np.median(bs_all)), st["min_change_us"]) if bs_all is not None \
+            else st["min_change_us"]
+        outcomes.extend(straggler_outcomes(base, run, tol))
     outcomes.extend(_absolute_rules(run, rules))
     attach_causes(outcomes)
     failed = [o for o in outcomes if o["outcome"] == "fail" and o["kind"] != "workload"]

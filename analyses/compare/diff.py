@@ -1,8 +1,11 @@
 """The side-by-side table behind a check: per kernel and per collective (op, message size), the count, total
 and per-step time in the baseline and the run, sorted by the change of the time per step (largest first).
 
-* kernels (``kernels`` section, top kernels of either report): count, total_us, per_step_us (per rank and
-  step); a kernel in the top of one report only shows null on the other side;
+* kernels: count, total_us, per_step_us (per rank and step). Given every kernel of both sides (read from
+  their stores, :mod:`.all_kernels`), every kernel name; a kernel one side never ran shows null there.
+  When a side is a saved report, which keeps only its top N (``kernels`` section), the table holds that
+  report's top N, each with the other side's exact figures where it has a store; ``kernels_scope`` says
+  which, and when both sides are saved reports a null means "not in that report's top N", not "never ran";
 * collectives (``collectives`` section): per (op, bytes), count, total_us = Σ duration_us of its instances
   (the transfer, without the wait for late ranks), per_step_us = total_us / steps, and the median busbw;
 * step time: the median step time of each.
@@ -55,12 +58,34 @@ def _side_by_side(base: dict[Any, dict[str, Any]], run: dict[Any, dict[str, Any]
     return sorted(rows, key=lambda x: (-abs(x["change_us"] or 0.0), *map(str, (x[k] for k in keys))))
 
 
-def diff(run: dict[str, Any], base: dict[str, Any], *, run_source: str = "run",
-         base_source: str = "baseline") -> dict[str, Any]:
-    """``{run, baseline, step_time: {base_median_us, run_median_us, change_us, change_pct}, kernels: [..],
-    collectives: [..]}`` (module doc)."""
-    def kernels(rep: dict[str, Any]) -> dict[Any, dict[str, Any]]:
-        return {(k["name"], k["kind"]): k for k in rep["kernels"]}
+def _kernel_sides(run: dict[str, Any], base: dict[str, Any], run_all: list[dict[str, Any]] | None,
+                  base_all: list[dict[str, Any]] | None) -> tuple[dict[Any, Any], dict[Any, Any], dict[str, Any]]:
+    """The kernels of each side to put side by side, and the scope said in the diff (module doc)."""
+    def keyed(rows: list[dict[str, Any]]) -> dict[Any, dict[str, Any]]:
+        return {(k["name"], k["kind"]): k for k in rows}
+
+    b = keyed(base_all if base_all is not None else base["kernels"])
+    r = keyed(run_all if run_all is not None else run["kernels"])
+    if run_all is not None and base_all is not None:
+        return r, b, {"every_kernel": True, "note": f"every kernel of both runs ({len(set(r) | set(b))} names)"}
+    saved = [side for side, rows in (("run", run_all), ("baseline", base_all)) if rows is None]
+    top = {side: len((run if side == "run" else base)["kernels"]) for side in saved}
+    keep = set().union(*(keyed((run if side == "run" else base)["kernels"]) for side in saved))
+    r, b = {k: v for k, v in r.items() if k in keep}, {k: v for k, v in b.items() if k in keep}
+    what = " and ".join(f"the {side}'s top {top[side]}" for side in saved)
+    note = (f"only {what} kernels: a saved report keeps no more" + (
+        "; a null side means not in that report's top, not absent" if len(saved) == 2 else ""))
+    return r, b, {"every_kernel": False, "note": note}
+
+
+def diff(run: dict[str, Any], base: dict[str, Any], *, run_source: str = "run", base_source: str = "baseline",
+         run_kernels: list[dict[str, Any]] | None = None,
+         base_kernels: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """``{run, baseline, step_time: {base_median_us, run_median_us, change_us, change_pct}, kernels_scope:
+    {every_kernel, note}, kernels: [..], collectives: [..]}`` (module doc). ``run_kernels`` and
+    ``base_kernels``: every kernel of each side's store (:func:`.all_kernels.every_kernel`), None for a side
+    that is a saved report."""
+    run_k, base_k, scope = _kernel_sides(run, base, run_kernels, base_kernels)
 
     bs = [s["step_us"] for s in base["step_times"]]
     rs = [s["step_us"] for s in run["step_times"]]
@@ -69,7 +94,8 @@ def diff(run: dict[str, Any], base: dict[str, Any], *, run_source: str = "run",
     return {
         "run": describe(run, run_source), "baseline": describe(base, base_source),
         "step_time": {"base_median_us": bm, "run_median_us": rm, "change_us": change, "change_pct": pct},
-        "kernels": _side_by_side(kernels(base), kernels(run), ("count", "total_us", "per_step_us"), ("name", "kind")),
+        "kernels_scope": scope,
+        "kernels": _side_by_side(base_k, run_k, ("count", "total_us", "per_step_us"), ("name", "kind")),
         "collectives": _side_by_side(_collectives(base), _collectives(run),
                                      ("count", "total_us", "per_step_us", "busbw_gbps"), ("op", "bytes")),
     }

@@ -1,7 +1,8 @@
 """Why a run got slower, as far as the analyses can tell: new stragglers, and the likely cause of each
 failed step-time rule.
 
-**Straggler rule**: a rank the run names a straggler (``stragglers.ranks``) that the baseline did not. Its
+**Straggler rule**: a rank the run names a straggler (``stragglers.ranks``) that the baseline did not, or
+one both name whose wait per step grew by more than the step-time rule's tolerance. Its
 wait per step is ``wait_caused_us / waiting_ranks / steps``: the wall-clock time each other rank spent
 waiting for it at collectives, per step. Example: rank 5 caused 36 ms of wait to 3 ranks over 4 steps ->
 3.0 ms per step; 0.1 ms in the baseline -> "rank 5 became a straggler: the others wait 2.9 ms more per
@@ -32,24 +33,31 @@ def wait_per_step(report: dict[str, Any], rank: int) -> float:
     return p["wait_caused_us"] / max(p.get("waiting_ranks") or 1, 1) / steps
 
 
-def straggler_outcomes(base: dict[str, Any], run: dict[str, Any]) -> list[dict[str, Any]]:
-    """One failed outcome per new straggler, else one passing outcome (module doc)."""
+def straggler_outcomes(base: dict[str, Any], run: dict[str, Any], tolerance_us: float = 0.0) -> list[dict[str, Any]]:
+    """One failed outcome per new straggler, and per straggler of both whose wait per step grew by more than
+    ``tolerance_us`` (the step-time rule's tolerance); else one passing outcome (module doc)."""
     before = set(base["stragglers"]["ranks"])
-    new = [r for r in run["stragglers"]["ranks"] if r not in before]
     common = {"rule": "straggler", "kind": "straggler", "unit": "us", "change_pct": None, "interval": None,
               "tolerance": None, "samples": None, "cause": None}
-    if not new:
-        named = run["stragglers"]["ranks"]
-        msg = ("no new straggler" + (f" (rank {', '.join(map(str, named))} already was one)" if named else ""))
-        return [{**common, "id": "straggler[all ranks]", "subject": "all ranks", "outcome": "pass", "baseline": None,
-                 "run": None, "change": None, "message": msg}]
     out = []
-    for r in new:
+    for r in run["stragglers"]["ranks"]:
         b, a = wait_per_step(base, r), wait_per_step(run, r)
+        if r not in before:
+            msg = (f"rank {r} became a straggler: the others wait {fmt_us(a - b)} more per step "
+                   f"({fmt_us(b)} → {fmt_us(a)})")
+        elif a - b > tolerance_us:
+            msg = (f"rank {r}, a straggler already, makes the others wait {fmt_us(a - b)} more per step "
+                   f"({fmt_us(b)} → {fmt_us(a)}; tolerance {fmt_us(tolerance_us)})")
+        else:
+            continue
         out.append({**common, "id": f"straggler[rank {r}]", "subject": f"rank {r}", "outcome": "fail", "baseline": b,
-                    "run": a, "change": a - b,
-                    "message": f"rank {r} became a straggler: the others wait {fmt_us(a - b)} more per step "
-                               f"({fmt_us(b)} → {fmt_us(a)})"})
+                    "run": a, "change": a - b, "tolerance": tolerance_us, "message": msg})
+    if not out:
+        named = run["stragglers"]["ranks"]
+        msg = ("no new straggler" + (f" (rank {', '.join(map(str, named))} already was one, and makes the others "
+                                     "wait no longer than the tolerance more)" if named else ""))
+        return [{**common, "id": "straggler[all ranks]", "subject": "all ranks", "outcome": "pass", "baseline": None,
+                 "run": None, "change": None, "tolerance": tolerance_us, "message": msg}]
     return out
 
 

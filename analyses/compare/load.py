@@ -1,5 +1,8 @@
 """A report to compare, from what the user names: a saved ``ddprof analyze --format json`` report (one small
-file a repository can keep), a run dir, or raw traces (ingested like ``ddprof analyze`` does)."""
+file a repository can keep), a run dir, or raw traces (ingested like ``ddprof analyze`` does).
+
+:func:`load_with_kernels` also reads every kernel from the store (:mod:`.all_kernels`) when there is one:
+a saved report keeps only its top kernels."""
 
 from __future__ import annotations
 
@@ -8,9 +11,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ddprof.analyses.report import analyze
+from ddprof.analyses.compare.all_kernels import every_kernel
+from ddprof.analyses.report import analyze, build_report
 
 from ddprof.errors import BadInputError
+from ddprof.sources import open_source
 
 #: Sections a comparison reads that reports written before them lack.
 NEEDED = ("step_times", "kernels", "kernels_by_step")
@@ -52,3 +57,16 @@ def load_report(path: str | Path, *, cache: str | Path | None = None) -> dict[st
     else:
         report = analyze(p, cache=cache)
     return check_report(report, p)
+
+
+def load_with_kernels(path: str | Path, *, cache: str | Path | None = None) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
+    """(the report of ``path``, every kernel of its store) — None for the kernels when ``path`` is a saved
+    report or a directory of Flight Recorder dumps (no store to read)."""
+    p = Path(path)
+    if not p.exists():
+        raise BadInputError("no such file or directory", path=p)
+    if is_saved_report(p):
+        return load_report(p), None
+    with open_source([p], cache=cache) as src:
+        report = check_report(build_report(src.run, dumps=src.dumps), p)
+        return report, (every_kernel(src.run) if src.run is not None else None)

@@ -79,12 +79,14 @@ def diff_text(d: dict[str, Any], limit: int = 20) -> str:
     st = d["step_time"]
     lines = [f"ddprof diff: {d['run']['source']} (run) vs {d['baseline']['source']} (baseline)",
              f"median step time: {_us(st['base_median_us'])} → {_us(st['run_median_us'])} {_pct(st['change_pct'])}",
-             "", "kernels (per rank and step; sorted by change)",
+             "", f"kernels (per rank and step; sorted by change; {d['kernels_scope']['note']})",
              f"  {'count':>13}  {'per step':>21}  {'change':>16}  name"]
     for k in d["kernels"][:limit]:
         lines.append(f"  {_num(k['base_count']):>6}→{_num(k['run_count']):<6}  "
                      f"{_us(k['base_per_step_us']):>10}→{_us(k['run_per_step_us']):<10}  "
                      f"{_us(k['change_us']):>9} {_pct(k['change_pct']):>6}  {k['name'][:70]} ({k['kind']})")
+    if len(d["kernels"]) > limit:
+        lines.append(f"  … {len(d['kernels']) - limit} more kernels, each in `--format json`")
     lines += ["", "collectives (per step: the transfers' time; sorted by change)",
               f"  {'count':>13}  {'per step':>21}  {'busbw GB/s':>15}  {'change':>16}  op"]
     for c in d["collectives"][:limit]:

@@ -26,7 +26,8 @@ Default tolerances (``DEFAULTS``; every key can be overridden in the TOML file):
     tolerance_pct = 10
     [kernels]          time per step of each top kernel (summed over ranks)
     tolerance_pct = 10     and at least min_share_pct = 1 % of the median step time
-    [straggler]        a rank named a straggler that was not one in the baseline
+    [straggler]        a rank named a straggler that was not one in the baseline, or one that was whose
+                       wait per step grew by more than the [step_time] tolerance
     enabled = true
     [workload]         counts per step that mean a different workload, not a slower one
     collectives_per_step = 0   allowed change in the median count of collectives per step and rank

@@ -1,5 +1,6 @@
 """``ddprof diff RUN BASE [--format text|json] [-o FILE]``: per kernel and collective, count, total and
-per-step time side by side, sorted by change. Exit 0 whatever changed (``ddprof check`` judges)."""
+per-step time side by side, sorted by change; every kernel when both sides have a store (run dirs or
+traces), a saved report's top kernels otherwise. Exit 0 whatever changed (``ddprof check`` judges)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,13 @@ from ddprof.cli.common import emit
 def diff(run: str, base: str, fmt: str, output: str | None, cache: str | None) -> int:
     """Compare two runs side by side: per kernel and collective, count, total and per-step time."""
     from ddprof.analyses.compare.diff import diff as make_diff
-    from ddprof.analyses.compare.load import load_report
+    from ddprof.analyses.compare.load import load_with_kernels
     from ddprof.analyses.compare.render import diff_text
     from ddprof.atomic import json_text
 
-    d = make_diff(load_report(run, cache=cache), load_report(base, cache=cache), run_source=run, base_source=base)
+    run_report, run_kernels = load_with_kernels(run, cache=cache)
+    base_report, base_kernels = load_with_kernels(base, cache=cache)
+    d = make_diff(run_report, base_report, run_source=run, base_source=base, run_kernels=run_kernels,
+                  base_kernels=base_kernels)
     emit(json_text(d) if fmt == "json" else diff_text(d), output)
     return 0
