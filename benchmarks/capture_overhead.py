@@ -19,6 +19,14 @@ also measures the two things ddprof adds to an inactive step, each in isolation 
 be precise: ``Profile.step()`` (in this process) and the Flight Recorder's cost per collective (a
 1-rank gloo all-reduce with the recorder on and off, each in a fresh process). Their sum per step, over
 the unprofiled step time, is the inactive-phase overhead bound.
+
+``ddprof launch`` (no edit to the script) is measured the same two ways: ``tests/plain_train.py`` (which
+never imports ddprof) run with and without ``ddprof launch --active 0`` (the bootstrap installed, the
+on-demand listener on, nothing ever recorded), ``--launch-pairs`` ABBA pairs; and in isolation, the cost
+of one step boundary under the launcher (the optimizer step hook, the step count, ``Profile.step()``
+with the on-demand listener's check, the throttled status file) and of ``Profile.step()`` with
+``on_demand=True``, plus the one-off start-up cost of the bootstrap in every Python process.
+``--launch-only`` skips the ``ddprof.profile`` runs.
 """
 
 from __future__ import annotations
@@ -107,6 +115,100 @@ def flight_recorder_cost(pairs: int = 4) -> float:
     return statistics.median(diffs)
 
 
+PLAIN = Path(__file__).resolve().parents[1] / "tests" / "plain_train.py"
+
+
+def run_plain(out: Path, name: str, args: list[str], launched: bool) -> list[list[float]]:
+    """Step times per rank of ``tests/plain_train.py`` on 2 ranks, under ``ddprof launch --active 0`` or not."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_FR_", "TORCH_NCCL_", "DDPROF_"))}
+    env["OMP_NUM_THREADS"] = "1"
+    times = out / f"{name}-{{rank}}.json"
+    job = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(PLAIN), *args,
+           "--step-times", str(times)]
+    if launched:
+        job = [sys.executable, "-m", "ddprof", "launch", "-o", str(out / name), "--active", "0", "--", *job]
+    proc = subprocess.run(job, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{name}: exit {proc.returncode}\n{proc.stderr[-3000:]}")
+    return [json.loads(Path(str(times).format(rank=r)).read_text()) for r in (0, 1)]
+
+
+def launcher_boundary_cost(calls: int = 20000) -> float:
+    """Seconds per step boundary under ``ddprof launch`` while nothing records (single process)."""
+    import torch
+    from ddprof.collectors.autocapture import Agent
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    with tempfile.TemporaryDirectory() as tmp:
+        agent = Agent({"run_dir": str(Path(tmp) / "run"), "step_on": None,
+                       "profile": {"active": 0, "ingest": False, "flight_recorder": False}})
+        agent._optimizer_stepped(opt, (), {})  # the first step: starts ddprof.profile and the listener
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            agent._optimizer_stepped(opt, (), {})  # what torch's global post hook calls after each opt.step()
+        cost = (time.perf_counter() - t0) / calls
+        agent._at_exit()
+    return cost
+
+
+def on_demand_step_cost(calls: int = 20000) -> float:
+    """Seconds per ``Profile.step()`` of ``ddprof.profile(on_demand=True, active=0)`` (single process)."""
+    import ddprof
+
+    with tempfile.TemporaryDirectory() as tmp, ddprof.profile(Path(tmp) / "run", active=0, on_demand=True,
+                                                              ingest=False, flight_recorder=False) as prof:
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            prof.step()
+        return (time.perf_counter() - t0) / calls
+
+
+def bootstrap_startup_cost(runs: int = 7) -> float:
+    """Median extra seconds of ``python -c pass`` with the bootstrap of ``ddprof launch`` on its path."""
+    from ddprof.collectors.bootstrap import bootstrap_env, write_bootstrap
+
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp) / "run"
+        config = write_bootstrap(run_dir, profile={}, step_on=None)
+        base = {k: v for k, v in os.environ.items() if not k.startswith("DDPROF_")}
+        envs = {False: base, True: base | bootstrap_env(run_dir, config, base)}
+        got: dict[bool, list[float]] = {False: [], True: []}
+        for _ in range(runs):
+            for boot, env in envs.items():
+                t0 = time.perf_counter()
+                subprocess.run([sys.executable, "-c", "pass"], env=env, check=True)
+                got[boot].append(time.perf_counter() - t0)
+    return statistics.median(got[True]) - statistics.median(got[False])
+
+
+def launch_section(a: argparse.Namespace) -> None:
+    job = ["--steps", str(a.steps), "--hidden", str(a.hidden), "--batch", str(a.batch)]
+    pairs = []
+    with tempfile.TemporaryDirectory(prefix="ddprof-overhead-launch-") as tmp:
+        for i in range(a.launch_pairs):
+            order = (False, True) if i % 2 == 0 else (True, False)
+            got = {launched: run_plain(Path(tmp), f"{'launch' if launched else 'plain'}-{i}", job, launched)
+                   for launched in order}
+            pairs.append((got[False], got[True]))
+    steps = list(range(2, a.steps))  # step 0: DDP set-up; step 1: the launcher's capture starts at its end
+
+    def med(runs: list[list[float]]) -> float:
+        return statistics.median(r[s] for r in runs for s in steps)
+
+    ratios = sorted(med(w) / med(b) - 1 for b, w in pairs)
+    base = med([r for b, _ in pairs for r in b])
+    print(f"\nddprof launch --active 0 (bootstrap + on-demand listener, never recording), tests/plain_train.py, "
+          f"2 ranks, hidden {a.hidden}, batch {a.batch}, {a.steps} steps, {a.launch_pairs} pairs of runs")
+    print(f"  step without ddprof {base * 1e3:.2f} ms, with {med([r for _, w in pairs for r in w]) * 1e3:.2f} ms: "
+          f"overhead {statistics.median(ratios) * 100:+.2f}% (pairs {ratios[0] * 100:+.1f}% .. {ratios[-1] * 100:+.1f}%)")
+    boundary, on_demand, startup = launcher_boundary_cost(), on_demand_step_cost(), bootstrap_startup_cost()
+    print(f"  step boundary under the launcher: {boundary * 1e6:.1f} us per step = {boundary / base * 100:.3f}% "
+          f"of the step without ddprof (bound on the inactive overhead)")
+    print(f"  Profile.step() with on_demand=True, nothing recording: {on_demand * 1e6:.1f} us per step = "
+          f"{on_demand / base * 100:.3f}%")
+    print(f"  bootstrap start-up, once per Python process of the job: {startup * 1e3:+.1f} ms")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=80)
@@ -115,10 +217,15 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=4, help="pairs of runs (without, with)")
     p.add_argument("--hidden", type=int, default=1024)
     p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--launch-pairs", type=int, default=2, help="pairs of runs (without, under ddprof launch)")
+    p.add_argument("--launch-only", action="store_true", help="measure only ddprof launch")
     p.add_argument("--collective-cost", type=int, default=None, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.collective_cost is not None:
         print(collective_cost(a.collective_cost))
+        return 0
+    if a.launch_only:
+        launch_section(a)
         return 0
     warmup = 2
     job = ["--steps", str(a.steps), "--hidden", str(a.hidden), "--batch", str(a.batch), "--bucket-cap-mb", "25",
@@ -155,6 +262,7 @@ def main() -> int:
     print(f"Profile.step() while inactive: {step_cost * 1e6:.1f} us per step")
     print(f"Flight Recorder: {fr_cost * 1e6:+.2f} us per collective, {buckets} collective(s) per step")
     print(f"inactive-phase overhead bound: {per_step * 1e6:.1f} us per step = {per_step / inactive * 100:.3f}%")
+    launch_section(a)
     return 0
 
 

@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import atexit
 import functools
-import importlib.abc
-import importlib.machinery
 import json
 import logging
 import os
@@ -56,8 +54,9 @@ _RANK_ENV = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
 _agent: Agent | None = None
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs ``callback(module)`` right after the named module is first executed (an import hook)."""
+class _AfterImport:
+    """Runs ``callback(module)`` right after the named module is first executed (an import hook: a meta
+    path finder that finds nothing itself and wraps the loader the others find)."""
 
     def __init__(self) -> None:
         self.callbacks: dict[str, list[Callable[[ModuleType], None]]] = {}
@@ -84,7 +83,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return None
 
 
-class _ThenCall(importlib.abc.Loader):
+class _ThenCall:
     def __init__(self, loader: Any, callbacks: list[Callable[[ModuleType], None]]):
         self._loader, self._callbacks = loader, callbacks
 

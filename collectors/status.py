@@ -4,11 +4,14 @@ Written by every process of a job under ``ddprof launch`` and by ``ddprof.profil
 start, when capture starts, when a window begins or is written, at exit, and in between at most every
 ``min_interval_s`` (2 s) at a step boundary. ``ddprof trigger`` reads it (which processes run where,
 their step, the windows they began) and ``ddprof analyze`` explains from it a run dir without a trace
-(:mod:`ddprof.capture_status`). Writes are atomic; a write that fails is logged once and capture goes on.
+(:mod:`ddprof.capture_status`). Writes are atomic (a temporary sibling named as :mod:`ddprof.atomic`
+names its own, then a rename; written here with the standard library alone because every process of a
+launched job loads this module at start-up); a write that fails is logged once and capture goes on.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -18,7 +21,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ddprof.atomic import write_json_atomic
 from ddprof.capture_status import STATUS_DIR
 
 log = logging.getLogger("ddprof.collectors")
@@ -66,7 +68,9 @@ class ProcessStatus:
             snapshot = {k: list(v) if isinstance(v, list) else v for k, v in self.data.items()}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(self.path, snapshot)
+            tmp = self.path.with_name(f".{self.path.name}.tmp-{socket.gethostname()}-{os.getpid()}-status")
+            tmp.write_text(json.dumps(snapshot, default=str), encoding="utf-8")
+            os.replace(tmp, self.path)
         except Exception as exc:  # an unwritable run dir or a full disk: say so once, never stop training
             self._broken = True
             log.error("ddprof: cannot write the status file %s: %s (capture status is no longer recorded; "

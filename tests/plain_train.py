@@ -9,11 +9,14 @@ every iteration (SGD first). ``--optimizers 0``: no optimizer; each iteration is
 plain_steps:train_step`` counts the steps). ``--slow-rank R`` sleeps ``--slow-ms`` before each forward on
 rank R; ``--step-ms`` sleeps on every rank. ``--stop-file F``: a long-running job (up to ``--steps``) that
 ends once ``F`` exists, every rank at the same iteration (the ranks all-reduce a stop flag each step).
+``--step-times F`` (``{rank}`` becomes the rank) writes each iteration's duration in seconds as JSON, for
+``benchmarks/capture_overhead.py``; ``--hidden`` sets the width of the hidden layers (256).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 
@@ -35,11 +38,14 @@ def optimizers(model: nn.Module, count: int) -> list[torch.optim.Optimizer]:
 def train(rank: int, world: int, args: argparse.Namespace) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(0)
+    h = args.hidden
     model = nn.parallel.DistributedDataParallel(
-        nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10)))
+        nn.Sequential(nn.Linear(128, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU(), nn.Linear(h, 10)))
     opts = optimizers(model, args.optimizers)
-    data = torch.randn(32, 128, generator=torch.Generator().manual_seed(rank))
+    data = torch.randn(args.batch, 128, generator=torch.Generator().manual_seed(rank))
+    step_s = []
     for _ in range(args.steps):
+        t0 = time.perf_counter()
         if args.stop_file:
             stop = torch.tensor([float(os.path.exists(args.stop_file))])
             dist.all_reduce(stop, dist.ReduceOp.MAX)
@@ -50,12 +56,16 @@ def train(rank: int, world: int, args: argparse.Namespace) -> None:
             time.sleep(args.slow_ms / 1000)
         if not opts:
             plain_steps.train_step(model, data)
-            continue
-        model(data).square().mean().backward()
-        for opt in opts:
-            opt.step()
-        for opt in opts:
-            opt.zero_grad(set_to_none=True)
+        else:
+            model(data).square().mean().backward()
+            for opt in opts:
+                opt.step()
+            for opt in opts:
+                opt.zero_grad(set_to_none=True)
+        step_s.append(time.perf_counter() - t0)
+    if args.step_times:
+        with open(args.step_times.format(rank=rank), "w") as out:
+            json.dump(step_s, out)
     dist.barrier()  # gloo aborts a rank whose peers tear down while it still writes
     dist.destroy_process_group()
 
@@ -72,6 +82,9 @@ def main() -> None:
     p.add_argument("--slow-ms", type=float, default=60.0)
     p.add_argument("--step-ms", type=float, default=0.0)
     p.add_argument("--stop-file", default=None)
+    p.add_argument("--step-times", default=None)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--batch", type=int, default=32)
     p.add_argument("--spawn", type=int, default=0, help="start this many ranks with torch.multiprocessing.spawn")
     args = p.parse_args()
     if args.spawn:
