@@ -4,6 +4,7 @@ as they are."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 from collections.abc import Callable
@@ -201,3 +202,51 @@ def test_real_traces_untouched(sample: str, tmp_path: Path) -> None:
         report = build_report(src.run)
     assert report["clocks"] == {**est.section()}
     assert not any(w.startswith("clocks:") for w in report["run"]["warnings"])
+
+
+def _real_on_two_hosts(src: Path, dst: Path, second: set[int], shift_us: float) -> Run:
+    """Copies of a real run's traces (the originals untouched) whose ranks in ``second`` sit on host
+    ``b`` with their clock ``shift_us`` ahead (every ``ts`` moved), the others on host ``a``, each named by
+    a collector meta file; ingested into ``dst/run``."""
+    traces = dst / "traces"
+    traces.mkdir(parents=True)
+    for path in sorted(src.rglob("*.pt.trace.json.gz")):
+        trace = json.loads(gzip.decompress(path.read_bytes()))
+        rank = trace["distributedInfo"]["rank"]
+        if rank in second:
+            for ev in trace["traceEvents"]:
+                if "ts" in ev:
+                    ev["ts"] += shift_us
+        (traces / path.name).write_bytes(gzip.compress(json.dumps(trace).encode()))
+        meta = {"format": "ddprof-collector-meta", "version": 1, "rank": rank, "host": "b" if rank in second else "a"}
+        (traces / f"rank-{rank:05d}.meta.json").write_text(json.dumps(meta))
+    return ddprof.ingest([traces], dst / "run")
+
+
+def test_real_nccl_offset_recovered(tmp_path: Path) -> None:
+    """The DLRM traces (8 V100s, NCCL: 5 all-to-alls and 3 all-reduces) with ranks 4-7 put on a second
+    host whose clock runs 300 µs ahead: the offset is recovered within its bound (a few µs: the
+    all-to-alls' transfers are 7-10 µs), applied, and the cross-rank sections come out as on the traces'
+    own clocks. Unshifted, the offset found is inside its bound and nothing moves."""
+    src = ROOT / "sample_traces" / "dlrm-8xV100-nccl"
+    second = {4, 5, 6, 7}
+    shifted = build_report(_real_on_two_hosts(src, tmp_path / "shifted", second, 300.0))
+    plain = build_report(_real_on_two_hosts(src, tmp_path / "plain", second, 0.0))
+    [b] = shifted["clocks"]["hosts"]
+    assert b["applied"] and b["instances"] == 8 and b["bound_ns"] < 20 * US
+    assert abs(b["offset_ns"] - 300 * US) <= b["bound_ns"]
+    [p] = plain["clocks"]["hosts"]
+    assert not p["applied"] and abs(p["offset_ns"]) <= p["bound_ns"] and "within its bound" in p["reason"]
+    assert shifted["stragglers"]["ranks"] == plain["stragglers"]["ranks"] == [7]
+    for got, want in zip(shifted["collectives"], plain["collectives"]):
+        assert (got["op"], got["last_rank"]) == (want["op"], want["last_rank"])
+        assert got["arrival_skew_us"] == pytest.approx(want["arrival_skew_us"], abs=b["bound_ns"] / US)
+
+
+def test_real_gloo_too_few_collectives(tmp_path: Path) -> None:
+    """The captured gloo run holds 4 all-reduces per rank: with two of its ranks moved to a second host,
+    too few to estimate an offset; refused, and said."""
+    run = _real_on_two_hosts(ROOT / "sample_traces" / "gloo-ddp-4rank-slow-rank" / "raw", tmp_path, {2, 3}, 3000.0)
+    clocks = build_report(run)["clocks"]
+    [b] = clocks["hosts"]
+    assert not clocks["applied"] and b["instances"] == 4 and b["reason"].startswith("only 4 collective(s)")
