@@ -3,10 +3,22 @@ renders it, and maps its status to the exit code."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
-from ddprof.cli.common import comm_kernel_option, emit, exit_for_status, parse_rank_map, rank_option
+from ddprof.cli.common import (
+    comm_kernel_option,
+    emit,
+    executor_option,
+    exit_for_status,
+    parse_rank_map,
+    rank_option,
+)
 from ddprof.cli.progress import ingest_progress
+
+if TYPE_CHECKING:
+    from ddprof.executors import Executor
 
 
 @click.command()
@@ -18,17 +30,22 @@ from ddprof.cli.progress import ingest_progress
                    "temporary directory when SRC is read-only).")
 @rank_option
 @comm_kernel_option
+@executor_option
 def analyze(sources: tuple[str, ...], fmt: str, output: str | None, cache: str | None,
-            ranks: tuple[str, ...], comm_kernels: tuple[str, ...] = ()) -> int:
+            ranks: tuple[str, ...], comm_kernels: tuple[str, ...] = (), executor: str = "local",
+            address: str | None = None) -> int:
     """Analyse a run: raw traces, a run dir, or a directory of NCCL Flight Recorder dumps."""
+    from ddprof.executors import get_executor
+
+    runner = get_executor(executor, address)
     if fmt == "html":
-        return _html(sources, output, cache, ranks)
+        return _html(sources, output, cache, ranks, runner)
     from ddprof.analyses.report import analyze as build_report
     from ddprof.config import comm_kernel_rules
 
     report = build_report(*sources, cache=cache, rank_map=parse_rank_map(ranks),
                           comm_kernels=comm_kernel_rules(comm_kernels),
-                          progress=ingest_progress(fmt == "text" and output is None))
+                          progress=ingest_progress(fmt == "text" and output is None), executor=runner)
     if fmt == "json":
         from ddprof.atomic import json_text
 
@@ -40,7 +57,8 @@ def analyze(sources: tuple[str, ...], fmt: str, output: str | None, cache: str |
     return exit_for_status(report)
 
 
-def _html(sources: tuple[str, ...], output: str | None, cache: str | None, ranks: tuple[str, ...]) -> int:
+def _html(sources: tuple[str, ...], output: str | None, cache: str | None, ranks: tuple[str, ...],
+          runner: Executor | None = None) -> int:
     """One self-contained HTML file (the ``dash`` extra's plotly draws it): the report and the run's timeline."""
     from ddprof.dashboards.extra import require
 
@@ -50,6 +68,6 @@ def _html(sources: tuple[str, ...], output: str | None, cache: str | None, ranks
     from ddprof.sources import open_source
 
     with open_source(sources, cache=cache, rank_map=parse_rank_map(ranks), progress=ingest_progress(False)) as src:
-        report = build_report(src.run, dumps=src.dumps)
+        report = build_report(src.run, dumps=src.dumps, executor=runner)
         emit(render_html(report, src.run, title="ddprof report: " + " ".join(sources)), output)
     return exit_for_status(report)

@@ -41,6 +41,15 @@ def comm_kernel_option(f: F) -> F:
                              "(ddprof.toml, or [tool.ddprof] in pyproject.toml) and the built-in families.")(f)
 
 
+def executor_option(f: F) -> F:
+    """``--executor local|ray`` and ``--address``: where the per-rank work runs (:mod:`ddprof.executors`)."""
+    f = click.option("--address", metavar="ADDRESS", default=None,
+                     help="Ray cluster to join (ray://HEAD:10001, HEAD:6379 or auto); default: start Ray here.")(f)
+    return click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+                        help="Where the per-rank work runs: here, or as Ray tasks (the ray extra) on machines "
+                             "that mount the run dir at the same path.")(f)
+
+
 def partial_failure(failed: Sequence[Mapping[str, Any]], rest: str) -> PartialRunError:
     """The error (exit 3) for inputs that failed (``{path, rank, error}``, the error naming the file),
     naming each; ``rest`` says what became of the others."""

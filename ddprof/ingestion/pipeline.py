@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from ddprof.atomic import output_error, remove_stale_tmp, write_json_atomic
 from ddprof.collective_ops import RuleError, kernel_rules
 from ddprof.errors import BadInputError, InternalError, OutputError, UsageError
+from ddprof.executors import Executor
 from ddprof.ingestion.discover import discover
 from ddprof.ingestion.job import FileResult, ingest_file
 from ddprof.ingestion.manifest import build_manifest
@@ -70,7 +71,8 @@ class _NoProgress:
 def ingest(sources: str | Path | Iterable[str | Path], out_dir: str | Path, *,
            rank_map: dict[str, int] | None = None, jobs: int | None = None,
            progress: IngestProgress | bool | None = None, force: bool = False,
-           extra_manifest: dict[str, Any] | None = None, comm_kernels: Sequence[str] = ()) -> Run:
+           extra_manifest: dict[str, Any] | None = None, comm_kernels: Sequence[str] = (),
+           executor: Executor | None = None) -> Run:
     """Ingest traces into ``out_dir`` and return the opened :class:`Run`.
 
     Bad files do not stop the others: each failure is recorded in the manifest (file, rank, cause) and
@@ -85,6 +87,10 @@ def ingest(sources: str | Path | Iterable[str | Path], out_dir: str | Path, *,
     ``progress``: an :class:`IngestProgress` to report to. The core writes nothing to the terminal, so
     ``None``, ``False`` and ``True`` (accepted from callers written before the reporter existed) all
     mean no report.
+
+    ``executor``: where each trace is parsed (:mod:`ddprof.executors`); default (None or ``local``): a
+    process pool here. On Ray each trace is a task that writes its Parquet part into ``out_dir`` itself,
+    so ``out_dir`` and the traces must be on storage every node mounts at the same path.
     """
     srcs = [Path(s) for s in ([sources] if isinstance(sources, (str, Path)) else sources)]
     out = Path(out_dir)
@@ -98,7 +104,7 @@ def ingest(sources: str | Path | Iterable[str | Path], out_dir: str | Path, *,
     reporter = _NoProgress() if progress is None or isinstance(progress, bool) else progress
     kept = {str(part) for info in previous_manifest.get("per_rank", {}).values() if isinstance(info, dict)
             for part in info.get("parts", [])}
-    fresh = _run_jobs(todo, out, rank_map, jobs, reporter, kept, rules)
+    fresh = _run_jobs(todo, out, rank_map, jobs, reporter, kept, rules, executor)
     for res in fresh:
         results[str(Path(res.path).resolve())] = res
     manifest = _assemble(results, srcs, rank_map)
@@ -206,7 +212,8 @@ def _previous_sources(m: dict[str, Any], rules: tuple[str, ...] = ()) -> dict[st
 
 
 def _run_jobs(todo: list[Path], out: Path, rank_map: dict[str, int] | None, jobs: int | None,
-              progress: IngestProgress, kept: set[str], rules: tuple[str, ...] = ()) -> list[FileResult]:
+              progress: IngestProgress, kept: set[str], rules: tuple[str, ...] = (),
+              executor: Executor | None = None) -> list[FileResult]:
     """Parse the traces. On an :class:`OutputError` (a full disk) the parts this run wrote that the
     previous manifest does not hold (``kept``) are removed before it is raised."""
     if not todo:
@@ -217,7 +224,12 @@ def _run_jobs(todo: list[Path], out: Path, rank_map: dict[str, int] | None, jobs
     results: list[FileResult] = []
     progress.start(len(todo), total_bytes)
     try:
-        if workers <= 1 or total_bytes < PARALLEL_MIN_BYTES:
+        if executor is not None and executor.name != "local":
+            calls = [(str(f.resolve()), str(out.resolve()), rank_map, rules) for f in todo]
+            for i, res in executor.each(ingest_file, calls):
+                results.append(res)
+                progress.advance(todo[i], sizes[todo[i]])
+        elif workers <= 1 or total_bytes < PARALLEL_MIN_BYTES:
             for f in todo:
                 results.append(ingest_file(str(f), str(out), rank_map, rules))
                 progress.advance(f, sizes[f])
