@@ -59,8 +59,8 @@ def validate_trace(doc: dict[str, Any]) -> Counter[str]:
       ``args`` an object;
     * ``M`` (metadata): a known name, ``args`` holding its value (a string name, an integer sort index);
     * ``s``/``f`` (flow): an ``id``, numeric ``ts``, ``name`` and ``cat``; ``f`` binds to the enclosing slice
-      (``bp: e``); each id has exactly one start and one finish with the same name and cat, the start
-      not after the finish, and each lies inside a complete event on its own thread;
+      (``bp: e``); each id has exactly one start and one finish with the same name and cat, and each lies
+      inside a complete event on its own thread (the slice it binds to);
     * complete events on one thread nest: none starts inside another and ends after it (times read as
       integer ns, as Perfetto reads them);
     * every process and thread that holds events is named by a metadata event.
@@ -107,7 +107,7 @@ def validate_trace(doc: dict[str, Any]) -> Counter[str]:
     for fid, pair in flows.items():
         assert set(pair) == {"s", "f"}, f"flow {fid} is not a matched pair: {pair}"
         s, f = pair["s"], pair["f"]
-        assert (s["name"], s["cat"]) == (f["name"], f["cat"]) and s["ts"] <= f["ts"], pair
+        assert (s["name"], s["cat"]) == (f["name"], f["cat"]), pair
         for ev in (s, f):
             ts = round(ev["ts"] * 1000)
             assert any(a <= ts <= b for a, b in slices.get((ev["pid"], ev["tid"]), [])), f"unbound {ev}"
@@ -123,22 +123,27 @@ def validate_trace(doc: dict[str, Any]) -> Counter[str]:
     return phases
 
 
-def check_complete(doc: dict[str, Any], run: Run, ranks: list[int], steps: list[int] | None) -> None:
-    """The export's complete events are exactly the store's rows of those ranks and steps: per rank the
-    same count, names (as a multiset) and total duration; no other process."""
+def check_complete(doc: dict[str, Any], run: Run, ranks: list[int], steps: list[int] | None,
+                   shift_ns: dict[int, int] | None = None) -> None:
+    """The export's complete events are exactly the store's rows of those ranks and steps, and no other
+    process: per rank the same multiset of (name, start, duration, step, kind and collective metadata),
+    the start read back as ``origin_ns + round(ts · 1000)`` plus ``shift_ns[rank]`` (the clock offset the
+    export took off)."""
+    origin = int(doc["otherData"]["origin_ns"])
+    keys = {"step": "step", "op": "coll_op", "process group": "pg", "group size": "group_size", "bytes": "bytes",
+            "peer": "peer", "seq": "seq", "correlation": "correlation"}
     xs = [e for e in doc["traceEvents"] if e["ph"] == "X"]
     assert {e["pid"] for e in xs} <= set(ranks)
     for r in ranks:
         lf = run.events([r])
         if steps is not None:
             lf = lf.filter(pl.col("step").is_in(steps))
-        store = lf.select("name", "dur_ns").collect()
-        mine = [e for e in xs if e["pid"] == r]
-        assert len(mine) == store.height
-        assert Counter(e["name"] for e in mine) == Counter(store["name"].to_list())
-        assert sum(round(e["dur"] * 1000) for e in mine) == store["dur_ns"].sum()
-        if steps is not None:
-            assert {e["args"].get("step") for e in mine} <= set(steps)
+        store = lf.select("name", "ts_ns", "dur_ns", pl.col("kind").cast(pl.String), *keys.values()).collect()
+        shift = (shift_ns or {}).get(r, 0)
+        mine = Counter((e["name"], origin + round(e["ts"] * 1000) + shift, round(e["dur"] * 1000), e["cat"],
+                        *(e["args"].get(k) for k in keys)) for e in xs if e["pid"] == r)
+        assert mine == Counter(store.iter_rows()), f"rank {r}"
+        assert sum(mine.values()) == store.height > 0
 
 
 def test_dlrm_all_ranks(tmp_path: Path) -> None:
@@ -161,7 +166,10 @@ def test_dlrm_all_ranks(tmp_path: Path) -> None:
     assert {"stream 7", "stream 84"} <= threads and any(t.startswith("thread ") for t in threads)
     comm = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "comm" and "op" in e["args"]]
     assert {e["args"]["op"] for e in comm} >= {"all_reduce", "all_to_all"}
-    assert all("bytes" in e["args"] or "op" in e["args"] for e in comm)
+    assert all(e["args"]["bytes"] > 0 for e in comm)
+    lanes = _thread_names(doc)
+    arrows = [e for e in doc["traceEvents"] if e["ph"] in ("s", "f")]
+    assert all(lanes[(e["pid"], e["tid"])].startswith("thread " if e["ph"] == "s" else "stream ") for e in arrows)
     origin = int(doc["otherData"]["origin_ns"])
     first = min(e["ts"] for e in doc["traceEvents"] if e["ph"] == "X")
     assert first == 0 and origin % 1000 == 0  # the DLRM traces are in whole µs
@@ -262,7 +270,8 @@ def test_hosts_aligned_on_one_clock(tmp_path: Path) -> None:
     assert r["otherData"]["clock"] == "each rank's trace clock, as traced (--raw-clocks)"
     names = {e["pid"]: e["args"]["name"] for e in a["traceEvents"] if e.get("name") == "process_name"}
     assert names[0] == "rank 0 (node-a)" and names[7] == "rank 7 (node-b)"
-    check_complete(a, run, run.ranks, None)
+    check_complete(a, run, run.ranks, None, {r: 5_000 * US for r in range(4, 8)})
+    check_complete(r, run, run.ranks, None)
 
 
 def _thread_names(doc: dict[str, Any]) -> dict[tuple[int, int], str]:

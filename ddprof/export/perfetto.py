@@ -251,7 +251,8 @@ def _complete_events(w: _Writer, rank: int, df: pl.DataFrame, origin: int) -> No
 def _flows(w: _Writer, rank: int, df: pl.DataFrame, origin: int, next_id: int) -> int:
     """An arrow from each runtime call to each GPU event of its correlation id; returns the next id."""
     calls = (df.filter((pl.col("kind") == "runtime") & pl.col("correlation").is_not_null())
-             .group_by("correlation").agg(pl.col("ts_ns").min().alias("call_ts"), pl.col("lane").first().alias("call_lane")))
+             .group_by("correlation").agg(pl.col("ts_ns").min().alias("call_ts"),
+                                          pl.col("lane").sort_by("ts_ns").first().alias("call_lane")))
     gpu = df.filter(pl.col("stream").is_not_null() & pl.col("correlation").is_not_null()).select(
         "correlation", "ts_ns", "lane")
     pairs = calls.join(gpu, on="correlation").sort("call_ts", "ts_ns")
