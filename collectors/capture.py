@@ -338,6 +338,8 @@ def profile(run_dir: str | Path | None = None, **options: Any) -> Profile:
     ``with_modules=False``; ``cuda=None`` (CUDA activities when a GPU is visible); ``flight_recorder=True``,
     dumped at exit, on ``dump_signal=SIGUSR1`` and after ``stall_timeout_s=600`` without a step;
     ``ingest=True`` (rank 0 ingests at exit, in a background process, or before returning with
-    ``wait_ingest=True``), waiting at most ``ingest_timeout_s=120`` for the other ranks' files.
+    ``wait_ingest=True``), waiting at most ``ingest_timeout_s=120`` for the other ranks' files;
+    ``on_demand=False``: with True, also record the windows ``ddprof trigger`` asks for while the job runs
+    (:mod:`ddprof.collectors.ondemand`), and ``active=0`` records nothing else.
     """
     return Profile(run_dir, **options)
