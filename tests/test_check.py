@@ -199,7 +199,7 @@ def test_real_runs_check_clean_against_themselves(sample, tmp_path):
 
 
 #: Pairs of runs that differ only by noise, checked with the default rules. CI runs a few; the README's
-#: rate comes from DDPROF_CHECK_NOISE_PAIRS=300.
+#: rate comes from DDPROF_CHECK_NOISE_PAIRS=320.
 NOISE_PAIRS = int(os.environ.get("DDPROF_CHECK_NOISE_PAIRS", "12"))
 #: The false-alarm rate the README states for the default rules.
 STATED_RATE = 0.01
