@@ -31,10 +31,12 @@ ddprof's background ingest. Nothing here may break the job: every failure is log
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import json
 import logging
 import os
+import signal
 import sys
 import threading
 import time
@@ -237,14 +239,38 @@ class Agent:
         profile.__enter__()
         self.profile = profile
         atexit.register(self._at_exit)  # after torch's own handlers were registered: runs before them
+        self._exit_on_sigterm()
         if profile.failures:
             self.status.update(errors=[f"{f['stage']}: {f['error']}" for f in profile.failures], force=True)
 
     # -- exit ----------------------------------------------------------------------------------------------
+    def _exit_on_sigterm(self) -> None:
+        """A launcher stops the other ranks with SIGTERM when one fails (torchrun does, then SIGKILL 30 s
+        later). By default that kills the process on the spot and loses the window being recorded; while
+        capturing, SIGTERM (when the job left it at its default) exits through ``SystemExit(143)`` instead,
+        so the trace recorded so far and the meta file are written."""
+        try:
+            if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+                return
+
+            def terminate(signum: int, frame: Any) -> None:
+                if self.profile is None:  # already writing at exit: finish that (SIGKILL comes later anyway)
+                    return
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM kills at once
+                self.error = self.error or SystemExit("terminated by SIGTERM")
+                raise SystemExit(128 + signum)
+
+            signal.signal(signal.SIGTERM, terminate)
+        except (ValueError, OSError) as exc:  # not the main thread
+            log.info("ddprof: SIGTERM left alone (%s)", exc)
+
     def _at_exit(self) -> None:
         profile, self.profile, self._off = self.profile, None, True
         if profile is None:
             return
+        with contextlib.suppress(ValueError, OSError):  # a SIGTERM now must not cut the export short
+            if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
             err = self.error
             profile.__exit__(type(err) if err else None, err, None)

@@ -119,3 +119,26 @@ def test_a_job_killed_mid_capture_is_explained(tmp_path):
         line = next(ln for ln in err.splitlines() if ln.strip().startswith(f"rank {rank} (host"))
         assert "was recording steps 2-201" in line
         assert "no exit recorded" in line and "the process ended while recording, before the window was written" in line
+
+
+def test_a_rank_killed_mid_capture_leaves_the_others_window_and_analyze_names_it(tmp_path):
+    run_dir = tmp_path / "run"
+    launcher = start_launch(run_dir, ["--active", "200", "--ingest-timeout", "5"],
+                            torchrun(2, "--steps", "2000", "--step-ms", "10", *SLOW), tmp_path / "launch.log")
+    try:
+        got = wait_for("both ranks recording", lambda: (lambda s: s if len([v for v in s.values()
+                                                                            if v.get("recording")]) == 2 else None)(
+            statuses(run_dir)))
+        os.kill(got[1]["pid"], signal.SIGKILL)  # rank 1 dies; torchrun stops rank 0 with SIGTERM
+        assert launcher.wait(timeout=120) != 0
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+    run = wait_ingested(run_dir)
+    collector = run.manifest["collector"]
+    assert (run.ranks, collector["ranks_failed"], collector["ranks_incomplete"]) == ([0], [0], [1])
+    assert run.steps[0] == 2 and len(run.steps) >= 2  # rank 0 wrote the part of the window it recorded
+    report = ddprof.analyze(run_dir)
+    assert report["verdicts"][0].startswith("1 of 2 ranks traced; missing 1"), report["verdicts"]
+    assert statuses(run_dir)[0]["exit"]["how"].startswith("raised ")  # gloo's error, or the SIGTERM
+    assert statuses(run_dir)[1]["exit"] is None
