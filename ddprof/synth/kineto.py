@@ -24,6 +24,8 @@ from ddprof.synth.spec import Spec
 PID = 4242
 GPU_PID = 0
 NCCL_VERSION = "2.21.5"
+#: First correlation id (HTA stores kernel-launch links in the correlation column's type: small ids overflow it).
+CORRELATION_BASE = 1_000_000
 COMPUTE = {"fwd": [("aten::mm", "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32_warpgroupsize1x1x1"),
                    ("aten::add", "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>"),
                    ("aten::native_layer_norm", "void at::native::vectorized_layer_norm_kernel<float, float>"),
@@ -59,7 +61,7 @@ def _meta(c: Comm, rank: int) -> str:
 def events(spec: Spec, line: Timeline) -> Iterator[str]:
     """The rank's trace events, one JSON object per string."""
     off = spec.offset_ns(line.rank)
-    ext = corr = 0
+    ext, corr = 0, CORRELATION_BASE  # ids of a trace taken after warm-up steps: CUPTI's count is far along
     for step, start, end in line.steps:
         ext += 1
         yield (f'{{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#{step}", "pid": {PID}, "tid": {PID}, '
