@@ -62,6 +62,7 @@ import polars as pl
 from ddprof.analyses.collectives import arrivals
 from ddprof.analyses.frames.memo import Events, Prepared, collect, prepare
 from ddprof.analyses.frames.sets import rank_spans
+from ddprof.analyses.frames.windows import trace_windows
 
 from ddprof.units import NS_PER_US
 
@@ -272,19 +273,26 @@ def aligned_ts(corrections: Mapping[int, HostClock]) -> pl.Expr:
     return expr.alias("ts_ns")
 
 
+def _moved(frame: pl.DataFrame, expr: pl.Expr, *columns: str) -> pl.DataFrame:
+    """``frame`` (with a ``rank`` column) with each time column in ``columns`` put through ``expr``."""
+    return frame.with_columns(
+        frame.select("rank", pl.col(c).alias("ts_ns")).with_columns(expr)["ts_ns"].alias(c) for c in columns)
+
+
 def align(events: Events, clock: ClockEstimate) -> Prepared:
     """The events with the applied offsets taken off (a new :class:`Prepared`), or ``events`` prepared as
-    they are when nothing was applied. The rank spans move with their ranks."""
+    they are when nothing was applied. The rank spans move with their ranks, and so do the profiling
+    windows where they were provided (a run's manifest holds them on the traces' clocks)."""
     p = prepare(events)
     fix = clock.corrections()
     if not fix:
         return p
     expr = aligned_ts(fix)
     out = Prepared(p.events.with_columns(expr))
-    spans = rank_spans(p)
-    first = spans.select("rank", pl.col("first_ns").alias("ts_ns")).with_columns(expr)["ts_ns"]
-    last = spans.select("rank", pl.col("last_ns").alias("ts_ns")).with_columns(expr)["ts_ns"]
-    out.provide(rank_spans, spans.with_columns(first.alias("first_ns"), last.alias("last_ns")))
+    out.provide(rank_spans, _moved(rank_spans(p), expr, "first_ns", "last_ns"))
+    windows = p.known(trace_windows)
+    if windows is not None:
+        out.provide(trace_windows, _moved(windows, expr, "t_start", "t_end"))
     return out
 
 

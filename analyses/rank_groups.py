@@ -184,7 +184,7 @@ def group_frames(run_dir: str | Path, ranks: list[int], clock: ClockEstimate,
     run = open_run(run_dir)
     traced = read_ranks(run, ranks)
     extra = per_group(traced) if per_group is not None else None
-    aligned = with_windows(align(traced, clock), run, ranks)
+    aligned = align(with_windows(traced, run, ranks), clock)  # the manifest's windows move with the clocks
     return GroupResult(per_rank_frames(aligned), window_counts(aligned), extra)
 
 

@@ -250,3 +250,23 @@ def test_real_gloo_too_few_collectives(tmp_path: Path) -> None:
     clocks = build_report(run)["clocks"]
     [b] = clocks["hosts"]
     assert not clocks["applied"] and b["instances"] == 4 and b["reason"].startswith("only 4 collective(s)")
+
+
+def test_align_moves_spans_and_windows() -> None:
+    """Aligning moves a corrected rank's events, its span and its profiling windows (as a run's manifest
+    provides them, on the traced clock) by the host's offset, and leaves the reference host's alone."""
+    from ddprof.analyses.clocks import ClockEstimate, HostClock
+    from ddprof.analyses.frames.memo import prepare
+    from ddprof.analyses.frames.sets import rank_spans
+    from ddprof.analyses.frames.windows import trace_windows, windows_frame
+
+    events = DataParallel(ranks=2, steps=2).events().lazy()
+    p = prepare(events)
+    p.provide(trace_windows, windows_frame({0: [[0, 10], [50, 60]], 1: [[5_000, 5_010], [5_050, 5_060]]}))
+    b = HostClock("b", [1], 5_000, 0.0, 0, 100, 12, True, "")
+    out = align(p, ClockEstimate("a", "", [b]))
+    assert out.known(trace_windows)["t_start"].to_list() == [0, 50, 0, 50]
+    before, after = rank_spans(p).sort("rank"), rank_spans(out).sort("rank")
+    assert after["first_ns"].to_list() == [before["first_ns"][0], before["first_ns"][1] - 5_000]
+    moved = out.events.filter(pl.col("rank") == 1).select("ts_ns").collect()["ts_ns"]
+    assert (moved - events.filter(pl.col("rank") == 1).select("ts_ns").collect()["ts_ns"]).unique().to_list() == [-5_000]

@@ -72,6 +72,11 @@ class Prepared:
                 self._memo[key] = frame.compute(self, *args)
         return self._memo[key]
 
+    def known(self, frame: Derived[T], *args: Hashable) -> T | None:
+        """``frame(self, *args)`` when computed or provided already, else None (nothing is computed)."""
+        with self._lock:
+            return self._memo.get((frame, args))
+
     def provide(self, frame: Derived[T], value: T, *args: Hashable) -> None:
         """Make ``value`` the result of ``frame(self, *args)``: a frame known without computing it (the
         rank spans a run's manifest holds). It must be exactly what ``frame`` would compute."""
