@@ -48,7 +48,7 @@ from ddprof.analyses.stragglers import stragglers
 from ddprof.errors import UsageError
 from ddprof.executors import Executor, run_each
 from ddprof.memory import collector_paused
-from ddprof.rundir import Run, open_run
+from ddprof.rundir import MANIFEST, Run, open_run
 from ddprof.schema import EVENT_SCHEMA, STEP_PREFIX
 
 #: Events (the manifest's count per rank) read at once, at most, unless a group would hold fewer than
@@ -177,11 +177,24 @@ class GroupResult:
     extra: Any = None
 
 
+_OPENED: dict[tuple[str, int], Run] = {}
+
+
+def _open(run_dir: str | Path) -> Run:
+    """The run at ``run_dir``, opened once per process while its manifest is unchanged: every group of a
+    thousand ranks would otherwise read the whole manifest again."""
+    key = (str(run_dir), (Path(run_dir) / MANIFEST).stat().st_mtime_ns)
+    if key not in _OPENED:
+        _OPENED.clear()
+        _OPENED[key] = open_run(run_dir)
+    return _OPENED[key]
+
+
 def group_frames(run_dir: str | Path, ranks: list[int], clock: ClockEstimate,
                  per_group: Callable[[Prepared], Any] | None = None) -> GroupResult:
     """Open the run, read ``ranks``' events, take the clock corrections off and compute their frames;
     ``per_group(events as traced)`` beside them."""
-    run = open_run(run_dir)
+    run = _open(run_dir)
     traced = read_ranks(run, ranks)
     extra = per_group(traced) if per_group is not None else None
     aligned = align(with_windows(traced, run, ranks), clock)  # the manifest's windows move with the clocks
@@ -245,7 +258,7 @@ def cross_rank_sections(frames: dict[str, pl.DataFrame], world_size: int | None)
 
 def _comm_summary(run_dir: str | Path, ranks: list[int]) -> dict[str, pl.DataFrame]:
     """The collective rows and trace spans of ``ranks``, as traced: what the clock estimate compares."""
-    p = read_ranks(open_run(run_dir), ranks)
+    p = read_ranks(_open(run_dir), ranks)
     return {"comm_rows": comm_rows(p), "rank_spans": rank_spans(p)}
 
 
