@@ -290,3 +290,11 @@ def test_bad_selection(tmp_path: Path) -> None:
         with pytest.raises(UsageError):
             parse_selection(bad, "ranks")
     assert main(["export", str(run.path), "--perfetto", str(tmp_path / "x.json"), "--ranks", "0-x"]) == 2
+
+
+def test_dumps_alone_refused(tmp_path: Path, traces: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Flight Recorder dumps hold no timeline: a usage error (exit 2) that says so, and no file."""
+    out = tmp_path / "x.json"
+    assert main(["export", str(traces / "flight-recorder" / "megatron-16rank-gpu_error_1st"),
+                 "--perfetto", str(out)]) == 2
+    assert "Flight Recorder dumps hold no timeline" in capsys.readouterr().err and not out.exists()
