@@ -95,7 +95,7 @@ def register(app: dash.Dash, state: DashboardState) -> None:
             last = c.get("last_rank")
             focus = {"window": [start - pad, start + length + pad], "rank": last}
             return focus, no_update, instance_figure(state.report, key)
-        if key in data.ranks_events:
+        if key in data.lanes:
             return {"window": None, "rank": key}, key, no_update
         return no_update, no_update, no_update
 

@@ -1,125 +1,201 @@
-"""What a timeline draws, loaded once from the run dir's Parquet store into NumPy arrays per rank.
+"""What a timeline draws: a persisted occupancy grid for the wide views, the Parquet store for the narrow ones.
 
-Drawn rows: on a rank with GPU kernels, every row on a GPU stream (one lane per stream); on a CPU rank,
-the CPU ops and communication rows (one lane per thread). Within a lane only the outermost events are
-kept (an event starting before the running maximum of the earlier ends is nested and dropped), so a lane's
-events are disjoint and its busy time per bin never exceeds the bin.
-
-Steps are marked where each rank's drawn events of that step begin and end (the ``step`` column, which
-GPU rows inherit from their launch).
+Lanes. On a rank with GPU kernels each GPU stream is a lane, then each CPU thread (CPU ops, runtime calls,
+CPU-side communication); on a CPU rank the threads alone. A rank's own row draws its *row lanes*: the
+streams of a GPU rank, the threads of a CPU rank; expanded, the rank shows every lane. Within a lane only
+the outermost events are drawn (an event starting before the running maximum of the earlier ends is
+nested and dropped), so a lane's events are disjoint and its busy time per bin never exceeds the bin.
 
 Each drawn event is coloured by one of :data:`CLASSES`: compute (GPU compute kernels, CPU ops), comm,
-memcpy (memcpy, memset), other (sync and the rest). Times are ns since the run's first event (``t0_ns``,
-the smallest ``first_ns`` of the manifest). ``pos`` is the event's row number in its rank's parts, so the details of a few events are read
-back with one sliced scan instead of being held in memory.
+memcpy (memcpy, memset), other (sync, runtime calls). Times are ns since the run's first event
+(``t0_ns``, the smallest ``first_ns`` of the manifest). Steps are marked where each rank's row-lane
+events of that step begin and end.
 
-Occupancy, per rank and class, is precomputed on a fine grid of ``fine_bins`` equal bins over the run
-(``busy[r, c, b]`` = ns of bin b covered by class c on rank r, lanes summed). An event [s, e) adds
-``min(e, edge_{b+1}) − max(s, edge_b)`` to every bin b it touches: its first and last bins get their
-partial lengths, the bins between get the full width (a difference array). Example: width 10, event
+The grid (:func:`load`): ``grid[r, c, b]`` for the ``fine_bins`` equal bins over the run: for c < 4 the ns
+of bin b covered by class c on rank r's row lanes (lanes summed), for c = 4 how many of those events
+start in bin b (the level of detail's estimate of what a window holds, without reading it). An event
+[s, e) adds ``min(e, edge_{b+1}) − max(s, edge_b)`` to every bin b it touches: its first and last bins get
+their partial lengths, the bins between the full width (a difference array). Example: width 10, event
 [5, 27) -> bins 0, 1, 2 get 5, 10, 7.
+
+The grid is built once, one rank at a time (memory: one rank's events and the grid, memory-mapped), and
+kept beside the store: ``RUN/dashboard/`` (a temporary directory when the run dir is read-only). Its
+key hashes this module's source, the manifest's ingest fingerprint, and every Parquet part's name, size
+and modification time: a changed store or a changed grid builds a new one. Files are written atomically
+and ``grid.json`` last, so a reader sees a whole grid or none.
+
+Narrow windows read events from Parquet (:meth:`TimelineData.window`): only the parts of the ranks asked
+for, only rows with ``ts_ns`` in ``[t0 − long_ns, t1)`` (row-group statistics skip the rest). An
+outermost event longer than ``long_ns`` = max(1 ms, span / 4,096) may start before that and still cover
+the window: those few (at most 4,096 a lane) are kept with the grid and merged in.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 
+from ddprof.atomic import write_atomic
 from ddprof.rundir import Run
 
 CLASSES = ("compute", "comm", "memcpy", "other")
 _CLASS_OF = {"compute": 0, "cpu_op": 0, "comm": 1, "memcpy": 2, "memset": 2}
-#: Fine bins of the occupancy grid: as many as fit in this many cells (ranks x classes x bins), at most 65,536.
-FINE_CELLS = 24_000_000
+#: The count channel of the grid: events starting per bin (module doc).
+STARTS = len(CLASSES)
+CPU_KINDS = ("cpu_op", "runtime", "comm")
+DETAIL_COLUMNS = ["name", "step", "coll_op", "bytes", "pg", "peer"]
+#: Fine bins of the grid: as many as fit in this many cells (ranks x channels x bins), at most 65,536.
+FINE_CELLS = 30_000_000
 MAX_FINE_BINS = 65_536
+GRID_DIR = "dashboard"
+_SOURCE_HASH = hashlib.sha1(Path(__file__).read_bytes()).hexdigest()[:16]
 
 
 @dataclass
 class RankEvents:
-    """One rank's drawn events, sorted by start (ns since ``t0``); lanes index ``lane_names``."""
+    """One rank's drawn events in a window, sorted by start (ns since ``t0``); ``lane`` indexes the rank's
+    lanes; ``details`` (possibly empty) holds :data:`DETAIL_COLUMNS` row for row."""
 
     start: np.ndarray
     end: np.ndarray
     cls: np.ndarray
     lane: np.ndarray
-    pos: np.ndarray
-    lane_names: list[str]
-    max_dur: int
+    details: pl.DataFrame
 
-    def window(self, t0: int, t1: int) -> np.ndarray:
-        """Indices of the events that overlap [t0, t1): started before t1 and ending after t0."""
-        lo = int(np.searchsorted(self.start, t0 - self.max_dur, side="left"))
-        hi = int(np.searchsorted(self.start, t1, side="left"))
-        idx = np.arange(lo, hi)
-        return idx[self.end[lo:hi] > t0]
+    def select(self, mask: np.ndarray) -> RankEvents:
+        idx = np.flatnonzero(mask)
+        return RankEvents(self.start[idx], self.end[idx], self.cls[idx], self.lane[idx],
+                          self.details[idx.tolist()] if self.details.height else self.details)
 
 
 @dataclass
 class TimelineData:
-    """Every rank's drawn events, the step windows and the fine occupancy grid (module doc)."""
+    """The grid and what the views need besides it (module doc); narrow windows come from :meth:`window`."""
 
     run: Run
     ranks: list[int]
     t0_ns: int
     span_ns: int
-    ranks_events: dict[int, RankEvents]
-    steps: pl.DataFrame  # rank, step, start, end (ns since t0)
     fine_bins: int
-    busy: np.ndarray = field(repr=False)  # (ranks, classes, fine_bins) float32 ns
+    grid: np.ndarray = field(repr=False)  # (ranks, channels, fine_bins) float32, memory-mapped
+    lanes: dict[int, list[str]]
+    row_lanes: dict[int, int]  # the rank's row draws lanes [0, n)
+    steps: pl.DataFrame  # rank, step, start, end (ns since t0)
+    long_ns: int
+    long: pl.DataFrame  # rank, start, end, lane, cls and the details of the long outermost events
+    failed: dict[int, tuple[str, str]] = field(default_factory=dict)  # row key -> (label, error): failed inputs
+    built: bool = False  # this load built the grid (a cold start)
+    path: Path | None = None
 
     @property
     def bin_ns(self) -> float:
         return self.span_ns / self.fine_bins
 
-    def details(self, rank: int, pos: np.ndarray) -> pl.DataFrame:
-        """The stored rows at ``pos`` (see module doc) of one rank, in the order of ``pos``."""
-        if pos.size == 0:
-            return pl.DataFrame()
-        lo, hi = int(pos.min()), int(pos.max())
-        cols = ["name", "step", "coll_op", "bytes", "pg", "peer"]
-        rows = self.run.events([rank]).select(cols).slice(lo, hi - lo + 1).collect()
-        return rows[(pos - lo).tolist()]
+    @property
+    def busy(self) -> np.ndarray:
+        return self.grid[:, :STARTS]
+
+    def index(self, rank: int) -> int:
+        return self.ranks.index(rank)
+
+    def starts_in(self, lo: float, hi: float) -> np.ndarray:
+        """Per rank, the row-lane events starting in the grid cells that ``[lo, hi)`` touches (≥ the truth)."""
+        a = max(0, int(lo // self.bin_ns))
+        b = min(self.fine_bins, int(np.ceil(hi / self.bin_ns)) + 1)
+        return self.grid[:, STARTS, a:b].sum(axis=1, dtype=np.float64)
+
+    def window(self, ranks: list[int], lo: int, hi: int, *, details: bool = True) -> dict[int, RankEvents]:
+        """Every lane's outermost events of ``ranks`` overlapping ``[lo, hi)`` ns since t0, read from Parquet."""
+        gpu = [r for r in ranks if self.row_lanes[r] and self.lanes[r][0].startswith("stream")]
+        cols = ["rank", "ts_ns", "dur_ns", "stream", "tid", "kind", *(DETAIL_COLUMNS if details else [])]
+        t = pl.col("ts_ns")
+        df = self.run.collect_events(cols, ranks, _drawn(gpu) & (t >= self.t0_ns + lo - self.long_ns)
+                                     & (t < self.t0_ns + hi))
+        out: dict[int, RankEvents] = {}
+        parts = df.partition_by("rank", as_dict=True) if df.height else {}
+        for r in ranks:
+            part = parts.get((r,), df.clear())
+            ev = _prepare(part, self.lanes[r], self.t0_ns, details)
+            extra = self.long.filter((pl.col("rank") == r) & (pl.col("start") < hi) & (pl.col("end") > lo))
+            if extra.height:
+                ev = _merge(ev, extra, details)
+            keep = _outermost(ev.start, ev.end, ev.lane)
+            ev = ev.select(keep)
+            out[r] = ev.select(ev.end > lo)
+        return out
 
 
-def _lanes(df: pl.DataFrame) -> tuple[np.ndarray, list[str]]:
-    is_gpu = df.get_column("stream").is_not_null()
-    key = pl.when(is_gpu).then(pl.col("stream")).otherwise(pl.col("tid"))
-    keys = df.select(key.alias("k"), is_gpu.alias("g")).unique(maintain_order=False).sort("g", "k", descending=[True, False])
-    names = [f"stream {k}" if g else f"thread {k}" for k, g in keys.iter_rows()]
-    lut = keys.with_row_index("lane").with_columns(pl.col("lane").cast(pl.Int16))
-    lane = df.select(key.alias("k"), is_gpu.alias("g")).join(lut, on=["k", "g"], how="left",
-                                                              maintain_order="left").get_column("lane")
-    return lane.to_numpy(), names
+def _drawn(gpu_ranks: list[int]) -> pl.Expr:
+    """Rows that are some lane's: GPU rows of GPU ranks, and CPU ops, runtime calls, CPU-side communication."""
+    return (pl.col("stream").is_not_null() & pl.col("rank").is_in(gpu_ranks)) | (
+        pl.col("stream").is_null() & pl.col("kind").is_in(list(CPU_KINDS)))
+
+
+def _lane_names(df: pl.DataFrame) -> list[str]:
+    streams = df.get_column("stream").drop_nulls().unique().sort().to_list()
+    tids = df.filter(pl.col("stream").is_null()).get_column("tid").drop_nulls().unique().sort().to_list()
+    return [f"stream {s}" for s in streams] + [f"thread {t}" for t in tids]
+
+
+def _lane_of(df: pl.DataFrame, names: list[str]) -> np.ndarray:
+    """Each row's lane index in ``names`` (``stream N`` first, then ``thread N``, each sorted; else -1)."""
+    streams = np.array([int(n.split()[1]) for n in names if n.startswith("stream")], dtype=np.int64)
+    tids = np.array([int(n.split()[1]) for n in names if n.startswith("thread")], dtype=np.int64)
+    stream = df.get_column("stream")
+    on_gpu = stream.is_not_null().to_numpy()
+    sv = stream.fill_null(0).to_numpy().astype(np.int64)
+    tv = df.get_column("tid").fill_null(-1).to_numpy().astype(np.int64)
+    si = np.clip(np.searchsorted(streams, sv), 0, max(0, streams.size - 1))
+    ti = np.clip(np.searchsorted(tids, tv), 0, max(0, tids.size - 1))
+    s_ok = (streams[si] == sv) if streams.size else np.zeros(sv.size, bool)
+    t_ok = (tids[ti] == tv) if tids.size else np.zeros(tv.size, bool)
+    lane = np.where(on_gpu, np.where(s_ok, si, -1), np.where(t_ok, streams.size + ti, -1))
+    return lane.astype(np.int16)
+
+
+def _prepare(df: pl.DataFrame, names: list[str], t0: int, details: bool) -> RankEvents:
+    """Rows of one rank as arrays sorted by (lane, start): the order :func:`_outermost` needs."""
+    lane = _lane_of(df, names)
+    start = df.get_column("ts_ns").to_numpy().astype(np.int64) - t0
+    end = start + df.get_column("dur_ns").to_numpy().astype(np.int64)
+    cls = df.get_column("kind").cast(pl.String).replace_strict(_CLASS_OF, default=3, return_dtype=pl.Int8).to_numpy()
+    order = np.lexsort((-end, start, lane))  # an outer event first when two start together
+    det = df.select(DETAIL_COLUMNS)[order.tolist()] if details and df.height else pl.DataFrame()
+    return RankEvents(start[order], end[order], cls[order], lane[order], det)
+
+
+def _merge(ev: RankEvents, extra: pl.DataFrame, details: bool) -> RankEvents:
+    start = np.concatenate([extra.get_column("start").to_numpy(), ev.start])
+    end = np.concatenate([extra.get_column("end").to_numpy(), ev.end])
+    lane = np.concatenate([extra.get_column("lane").to_numpy().astype(np.int16), ev.lane])
+    cls = np.concatenate([extra.get_column("cls").to_numpy().astype(np.int8), ev.cls])
+    order = np.lexsort((-end, start, lane))
+    det = pl.DataFrame()
+    if details:
+        det = pl.concat([extra.select(DETAIL_COLUMNS), ev.details], how="vertical_relaxed") if ev.details.height \
+            else extra.select(DETAIL_COLUMNS)
+        det = det[order.tolist()]
+    return RankEvents(start[order], end[order], cls[order], lane[order], det)
 
 
 def _outermost(start: np.ndarray, end: np.ndarray, lane: np.ndarray) -> np.ndarray:
-    """Mask of the events not nested in an earlier event of their lane (input sorted by lane, start)."""
+    """Mask of the events not nested in an earlier event of their lane (input sorted by lane, start); rows
+    with no lane (-1) are dropped."""
     if start.size == 0:
         return np.zeros(0, dtype=bool)
-    offset = lane.astype(np.int64) * (int(end.max()) + 1)  # lanes apart: one running max over all
-    reach = np.maximum.accumulate(end + offset)
+    base = int(min(start.min(), 0))
+    offset = (lane.astype(np.int64) + 1) * (int(end.max()) - base + 1)  # lanes apart: one running max over all
+    reach = np.maximum.accumulate(end - base + offset)
     prev = np.concatenate([[np.iinfo(np.int64).min], reach[:-1]])
-    return (start + offset) >= prev
-
-
-def _rank_events(df: pl.DataFrame) -> RankEvents:
-    lane, names = _lanes(df)
-    start = df.get_column("ts").to_numpy()
-    end = start + df.get_column("dur_ns").to_numpy()
-    order = np.lexsort((start, lane))
-    start, end, lane = start[order], end[order], lane[order]
-    keep = _outermost(start, end, lane)
-    idx = order[keep]
-    by_start = np.argsort(start[keep], kind="stable")
-    idx = idx[by_start]
-    cls = df.get_column("cls").to_numpy()
-    s, e = start[keep][by_start], end[keep][by_start]
-    return RankEvents(start=s, end=e, cls=cls[idx].astype(np.int8), lane=lane[keep][by_start],
-                      pos=df.get_column("pos").to_numpy()[idx], lane_names=names,
-                      max_dur=int((e - s).max()) if s.size else 0)
+    return ((start - base + offset) >= prev) & (lane >= 0)
 
 
 def occupancy(start: np.ndarray, end: np.ndarray, group: np.ndarray, groups: int, t0: float, width: float,
@@ -147,52 +223,150 @@ def occupancy(start: np.ndarray, end: np.ndarray, group: np.ndarray, groups: int
 
 def _fine_bins(ranks: int) -> int:
     n = 1024
-    while n * 2 <= MAX_FINE_BINS and ranks * len(CLASSES) * n * 2 <= FINE_CELLS:
+    while n * 2 <= MAX_FINE_BINS and ranks * (STARTS + 1) * n * 2 <= FINE_CELLS:
         n *= 2
     return n
 
 
-def load(run: Run) -> TimelineData:
-    """Read the drawn rows of every rank (module doc) and build the fine occupancy grid."""
+def _is_gpu(run: Run, rank: int) -> bool:
+    info = run.rank_info(rank)
+    return bool(info.get("kernels", 1) > 0 or info.get("gpu"))
+
+
+def _failed(run: Run) -> dict[int, tuple[str, str]]:
+    """Inputs that failed to ingest, as rows: rank -> (label, error). An input whose rank is unknown (it
+    could not be read) gets a negative key and its file's name as the label."""
+    out: dict[int, tuple[str, str]] = {}
+    unknown = 0
+    for key, rec in sorted(run.failed.items()):
+        rank, error = rec.get("rank"), str(rec.get("error") or "failed to ingest")
+        if isinstance(rank, int) and rank not in run.ranks:
+            out[rank] = (f"rank {rank} (failed)", error)
+        elif rank is None:
+            unknown += 1
+            out[-unknown] = (f"{Path(str(rec.get('path') or key)).name[:28]} (failed)", error)
+    return out
+
+
+def grid_key(run: Run) -> str:
+    """What the grid depends on (module doc), hashed."""
+    parts = []
+    for r in run.ranks:
+        for p in run.rank_info(r).get("parts", []):
+            st = (run.path / p).stat()
+            parts.append([r, p, st.st_size, st.st_mtime_ns])
+    blob = json.dumps([_SOURCE_HASH, run.manifest.get("ingest_fingerprint"), parts, sorted((k, list(v)) for k, v in _failed(run).items())])
+    return hashlib.sha1(blob.encode()).hexdigest()[:20]
+
+
+def grid_dir(run: Run) -> Path:
+    """``RUN/dashboard``, or a per-user temporary directory for a read-only run dir."""
+    d = run.path / GRID_DIR
+    probe = d if d.exists() else run.path
+    if os.access(probe, os.W_OK) and probe.stat().st_mode & 0o200:
+        return d
+    tag = hashlib.sha1(str(run.path.resolve()).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"ddprof-dashboard-{os.getuid()}" / tag
+
+
+def _span(run: Run) -> tuple[int, int]:
+    """(t0, span) ns from the manifest's first_ns/last_ns, or one aggregate scan when it lacks them."""
+    infos = [run.rank_info(r) for r in run.ranks]
+    firsts, lasts = [i.get("first_ns") for i in infos], [i.get("last_ns") for i in infos]
+    if all(f is not None for f in firsts) and all(v is not None for v in lasts):
+        t0, t1 = min(firsts), max(lasts)  # type: ignore[type-var]
+    else:
+        agg = run.collect_events(None, None, None).select(pl.col("ts_ns").min().alias("a"),
+                                                          (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("b"))
+        t0, t1 = int(agg.item(0, "a") or 0), int(agg.item(0, "b") or 1)
+    return int(t0 or 0), max(1, int(t1 or 1) - int(t0 or 0))
+
+
+def _build(run: Run, d: Path, key: str) -> dict[str, Any]:
+    """One pass over the store, a rank at a time, writing the grid (module doc); returns grid.json's content."""
     ranks = run.ranks
-    gpu_ranks = [r for r in ranks if run.rank_info(r).get("kernels", 1) > 0 or run.rank_info(r).get("gpu")]
-    firsts = [run.rank_info(r).get("first_ns") for r in ranks]
-    counts = [run.rank_info(r).get("events") for r in ranks]
-    if any(c is None for c in counts):
-        counts = [int(run.events([r]).select(pl.len()).collect().item()) for r in ranks]
-    first_row = pl.DataFrame({"rank": ranks, "first_row": np.cumsum([0, *counts[:-1]])},
-                             schema={"rank": pl.Int32, "first_row": pl.Int64})
-    lf = run.events().with_row_index("pos")
-    drawn = (pl.col("stream").is_not_null() & pl.col("rank").is_in(gpu_ranks)) | (
-        ~pl.col("rank").is_in(gpu_ranks) & pl.col("stream").is_null() & pl.col("kind").is_in(["cpu_op", "comm"]))
-    kind_cls = pl.col("kind").cast(pl.String).replace_strict(_CLASS_OF, default=3, return_dtype=pl.Int8)
-    df = lf.filter(drawn).select("pos", "rank", "ts_ns", "dur_ns", "stream", "tid", "step",
-                                 kind_cls.alias("cls")).collect()
-    steps = (df.drop_nulls("step").group_by("rank", "step")
-             .agg(pl.col("ts_ns").min().alias("start"), (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("end")))
-    known = [f for f in firsts if f is not None]
-    t0 = min(known) if known and len(known) == len(ranks) else int(df.get_column("ts_ns").min() or 0)
-    df = df.join(first_row, on="rank", how="left").with_columns(
-        (pl.col("ts_ns") - t0).alias("ts"), (pl.col("pos").cast(pl.Int64) - pl.col("first_row")).alias("pos"))
-    steps = steps.with_columns(pl.col("start") - t0, pl.col("end") - t0).sort("rank", "step")
-    per: dict[int, RankEvents] = {}
-    for (r,), part in df.partition_by("rank", as_dict=True, maintain_order=False).items():
-        per[int(r)] = _rank_events(part)  # type: ignore[call-overload]
-    empty = np.zeros(0, dtype=np.int64)
-    for r in ranks:
-        per.setdefault(r, RankEvents(empty, empty, empty.astype(np.int8), empty.astype(np.int16), empty, [], 0))
-    span = max([int(e.end.max()) for e in per.values() if e.end.size] + [int(steps.get_column("end").max() or 1)
-                                                                         if steps.height else 1])
+    t0, span = _span(run)
     fine = _fine_bins(len(ranks))
-    busy = np.zeros((len(ranks), len(CLASSES), fine), dtype=np.float32)
-    for i, r in enumerate(ranks):
-        ev = per[r]
-        busy[i] = occupancy(ev.start, ev.end, ev.cls, len(CLASSES), 0.0, span / fine, fine)
-    return TimelineData(run=run, ranks=ranks, t0_ns=t0, span_ns=span, ranks_events=per, steps=steps,
-                        fine_bins=fine, busy=busy)
+    width = span / fine
+    long_ns = max(1_000_000, span // 4096)
+    lanes: dict[str, list[str]] = {}
+    row_lanes: dict[str, int] = {}
+    steps: list[pl.DataFrame] = []
+    longs: list[pl.DataFrame] = []
+    cols = ["ts_ns", "dur_ns", "stream", "tid", "kind", *DETAIL_COLUMNS]
+
+    def fill(tmp: Path) -> None:
+        grid = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(len(ranks), STARTS + 1, fine))
+        for i, r in enumerate(ranks):
+            gpu = _is_gpu(run, r)
+            df = run.collect_events(cols, [r], _drawn([r] if gpu else []))
+            names = _lane_names(df)
+            nrow = sum(n.startswith("stream") for n in names) if gpu else len(names)
+            lanes[str(r)], row_lanes[str(r)] = names, nrow
+            ev = _prepare(df, names, t0, True)
+            del df
+            ev = ev.select(_outermost(ev.start, ev.end, ev.lane))
+            row = ev.lane < nrow
+            s, e, c = ev.start[row], ev.end[row], ev.cls[row]
+            grid[i, :STARTS] = occupancy(s, e, c, len(CLASSES), 0.0, width, fine)
+            grid[i, STARTS] = np.bincount(np.clip((s / width).astype(np.int64), 0, fine - 1), minlength=fine)
+            det = ev.details
+            on_row = det.with_columns(start=pl.Series(ev.start), end=pl.Series(ev.end)).filter(pl.Series(row))
+            steps.append(on_row.drop_nulls("step").group_by("step").agg(pl.col("start").min(), pl.col("end").max())
+                         .with_columns(pl.lit(r, dtype=pl.Int32).alias("rank")))
+            big = np.flatnonzero(ev.end - ev.start > long_ns)
+            if big.size:
+                longs.append(det[big.tolist()].with_columns(
+                    rank=pl.lit(r, dtype=pl.Int32), start=pl.Series(ev.start[big]), end=pl.Series(ev.end[big]),
+                    lane=pl.Series(ev.lane[big].astype(np.int16)), cls=pl.Series(ev.cls[big])))
+        grid.flush()
+        del grid
+
+    write_atomic(d / f"grid-{key}.npy", fill)
+    step_df = (pl.concat(steps, how="vertical_relaxed") if steps else
+               pl.DataFrame(schema={"step": pl.Int32, "start": pl.Int64, "end": pl.Int64, "rank": pl.Int32}))
+    step_df = step_df.select("rank", "step", "start", "end").sort("rank", "step")
+    long_df = pl.concat(longs, how="vertical_relaxed") if longs else pl.DataFrame(
+        schema={**{c: run.events([]).collect_schema()[c] for c in DETAIL_COLUMNS}, "rank": pl.Int32,
+                "start": pl.Int64, "end": pl.Int64, "lane": pl.Int16, "cls": pl.Int8})
+    write_atomic(d / f"steps-{key}.parquet", lambda p: step_df.write_parquet(p))
+    write_atomic(d / f"long-{key}.parquet", lambda p: long_df.write_parquet(p))
+    meta = {"key": key, "ranks": ranks, "t0_ns": t0, "span_ns": span, "fine_bins": fine, "long_ns": long_ns,
+            "lanes": lanes, "row_lanes": row_lanes}
+    write_atomic(d / "grid.json", lambda p: p.write_text(json.dumps(meta)))
+    for old in d.glob("*-*.*"):  # the files of earlier keys
+        if key not in old.name and old.name.split("-")[0] in ("grid", "steps", "long") and not old.name.startswith("."):
+            old.unlink(missing_ok=True)
+    return meta
+
+
+def _read_meta(d: Path, key: str) -> dict[str, Any] | None:
+    try:
+        meta = json.loads((d / "grid.json").read_text())
+    except (OSError, ValueError):
+        return None
+    files = [d / f"{n}-{key}.{x}" for n, x in (("grid", "npy"), ("steps", "parquet"), ("long", "parquet"))]
+    return meta if meta.get("key") == key and all(f.is_file() for f in files) else None
+
+
+def load(run: Run) -> TimelineData:
+    """The run's grid, read (memory-mapped) where one of the store's key exists, else built first."""
+    key = grid_key(run)
+    d = grid_dir(run)
+    meta = _read_meta(d, key)
+    built = meta is None
+    if meta is None:
+        meta = _build(run, d, key)
+    grid = np.load(d / f"grid-{key}.npy", mmap_mode="r")
+    return TimelineData(
+        run=run, ranks=list(meta["ranks"]), t0_ns=int(meta["t0_ns"]), span_ns=int(meta["span_ns"]),
+        fine_bins=int(meta["fine_bins"]), grid=grid, lanes={int(k): v for k, v in meta["lanes"].items()},
+        row_lanes={int(k): int(v) for k, v in meta["row_lanes"].items()},
+        steps=pl.read_parquet(d / f"steps-{key}.parquet"), long_ns=int(meta["long_ns"]),
+        long=pl.read_parquet(d / f"long-{key}.parquet"), failed=_failed(run), built=built, path=d)
 
 
 def summary(data: TimelineData) -> dict[str, Any]:
-    """Counts for a log line: ranks, drawn events, fine bins."""
-    return {"ranks": len(data.ranks), "events": sum(e.start.size for e in data.ranks_events.values()),
-            "fine_bins": data.fine_bins}
+    """Counts for a log line: ranks, drawn events on the rank rows, fine bins, whether the grid was built now."""
+    return {"ranks": len(data.ranks), "events": int(data.grid[:, STARTS].sum(dtype=np.float64)),
+            "fine_bins": data.fine_bins, "built": data.built}

@@ -4,7 +4,8 @@ Bins mode draws one image: a pixel per row and bin whose colour mixes the class 
 the bin, the rest (idle) light grey. Shares are busy ns / bin ns per class, scaled down together when the
 lanes of a rank add up to more than the bin. Example: a bin 50 % compute, 20 % comm -> 0.5·blue + 0.2·red
 + 0.3·grey. Events mode draws each event as a bar, one trace per class, with its name, duration, step and
-collective metadata on hover. Steps are dashed lines labelled at the top; the focused rank is boxed.
+collective metadata on hover. Steps are dashed lines labelled at the top; the focused rank is boxed. A
+rank that failed to ingest is a hatched red row, its label red, its error on hover.
 ``layout.meta`` carries the view's mode and shape counts (the browser tests read them).
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import struct
+import textwrap
 import zlib
 from typing import Any
 
@@ -98,9 +100,28 @@ def _event_traces(v: View) -> list[Any]:
     return traces
 
 
+FAILED = (198, 40, 40)
+
+
+def _failed_traces(v: View) -> list[Any]:
+    rows = [(i, r) for i, r in enumerate(v.rows) if r.failed is not None]
+    if not rows:
+        return []
+    return [go.Bar(orientation="h", y=[i for i, _ in rows], base=[v.t0 / MS] * len(rows),
+                   x=[(v.t1 - v.t0) / MS] * len(rows), width=0.8, name="failed rank",
+                   marker={"color": "rgba(198,40,40,0.18)", "line": {"width": 1, "color": rgb_css(FAILED)},
+                           "pattern": {"shape": "/", "fgcolor": rgb_css(FAILED), "size": 8}},
+                   hovertext=[f"{r.label}: failed to ingest<br>{_wrap(r.failed or '')}" for _, r in rows],
+                   hoverinfo="text", showlegend=True)]
+
+
+def _wrap(text: str, width: int = 100) -> str:
+    return "<br>".join(textwrap.wrap(text[:600], width, break_long_words=True))
+
+
 def timeline_figure(v: View, *, focus: int | None = None, title: str | None = None) -> go.Figure:
     """The view as a figure (module doc). ``focus``: a rank to box."""
-    fig = go.Figure(_bins_traces(v) if v.mode == "bins" else _event_traces(v))
+    fig = go.Figure([*(_bins_traces(v) if v.mode == "bins" else _event_traces(v)), *_failed_traces(v)])
     if v.mode == "bins":  # a legend for the image's colours
         for name, colour in [*COLOURS.items(), ("idle", IDLE)]:
             fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
@@ -129,7 +150,10 @@ def timeline_figure(v: View, *, focus: int | None = None, title: str | None = No
         meta={"ddprof": to_json(v)}, dragmode="zoom")
     fig.update_xaxes(title="time since the run's first event (ms)", range=[v.t0 / MS, v.t1 / MS], showgrid=False,
                      zeroline=False)
-    fig.update_yaxes(tickvals=ticks, ticktext=[v.rows[i].label for i in ticks], range=[n - 0.5, -0.5],
+    ticks = sorted({*ticks, *(i for i, r in enumerate(v.rows) if r.failed is not None)})
+    labels = [v.rows[i].label if v.rows[i].failed is None else f"<span style='color:{rgb_css(FAILED)}'>"
+              f"{v.rows[i].label}</span>" for i in ticks]
+    fig.update_yaxes(tickvals=ticks, ticktext=labels, range=[n - 0.5, -0.5],
                      showgrid=False, zeroline=False, fixedrange=True,
                      scaleanchor=False)  # an image would otherwise force square pixels
     return fig

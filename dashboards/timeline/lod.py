@@ -3,15 +3,19 @@
 :func:`view` answers a window ``[t0, t1)`` (ns since the run's first event) for every rank, one row each,
 and one more row per lane (stream or thread) of the ``expand``-ed rank, right below it:
 
-* ``events`` mode when the window holds few enough events (at most :data:`ROW_CAP` on every row and
-  :data:`TOTAL_CAP` in all) and the run has at most :data:`DETAIL_RANKS` ranks: the real events, each with its row, start, end and colour class; their names
-  and collective metadata are read back from the store for the hover (:meth:`TimelineData.details`).
+* ``events`` mode when the grid's start counts say the window may hold few enough events (at most
+  :data:`ROW_CAP` on every row and :data:`TOTAL_CAP` in all), the run has at most :data:`DETAIL_RANKS`
+  ranks, and the events read from the store for that window confirm it: the real events, each with its
+  row, start, end, colour class and its name and collective metadata for the hover.
 * ``bins`` mode otherwise: for every row, busy ns per colour class in ``bins`` equal bins over the window.
-  A window that spans at least ``bins`` cells of the precomputed fine grid is answered by summing ``k``
-  adjacent fine cells (``k = ⌊cells in window / bins⌋``), with no event touched; a narrower one from the
-  events in the window (:func:`~.data.occupancy`). Example: fine cells of 1 µs, a window of 10 ms and
-  1,000 bins -> k = 10, each bin the sum of 10 fine cells.
+  A window that spans at least ``bins`` grid cells is answered by summing ``k`` adjacent cells
+  (``k = ⌊cells in window / bins⌋``), with no event read; a narrower one from its events read from the
+  store (:func:`~.data.occupancy`) when the run has at most :data:`DETAIL_RANKS` ranks and the grid
+  counts at most :data:`READ_CAP` events there, else at the grid's own resolution (one bin a cell:
+  reading a thousand ranks' parts takes seconds). Example: cells of 1 µs, a window of 10 ms and 1,000 bins ->
+  k = 10, each bin the sum of 10 cells. The expanded rank's lanes are always binned from its events.
 
+A rank that failed to ingest keeps its row, with nothing drawn and its error on the row.
 Either way no row gets more than ``max(bins, ROW_CAP)`` shapes: the budget the browser never exceeds.
 """
 
@@ -22,20 +26,24 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-from ddprof.dashboards.timeline.data import CLASSES, TimelineData, occupancy
+from ddprof.dashboards.timeline.data import CLASSES, RankEvents, TimelineData, occupancy
 
 ROW_CAP = 2_000
 TOTAL_CAP = 12_000
-#: Events mode reads the hover details with one sliced scan per rank: at most this many ranks.
+#: Events mode reads the hover details from the store for every rank: at most this many ranks.
 DETAIL_RANKS = 64
 DEFAULT_BINS = 1_000
+#: A window narrower than ``bins`` grid cells is binned from its events when the grid says it holds at
+#: most this many (row-lane events over all ranks); above, at the grid's own resolution.
+READ_CAP = 3_000_000
 
 
 @dataclass(frozen=True)
 class Row:
     rank: int
-    lane: int | None  # None: the whole rank (all lanes)
+    lane: int | None  # None: the whole rank (its row lanes)
     label: str
+    failed: str | None = None  # the error of a rank that failed to ingest (a row with nothing drawn)
 
 
 @dataclass
@@ -52,6 +60,7 @@ class View:
     busy: np.ndarray | None = None
     events: dict[str, Any] | None = None
     steps: list[tuple[int, int]] | None = None  # (step, start ns) within the window
+    source: str = "grid"  # what answered: the persisted grid, or events read from the store
 
     @property
     def shapes_per_row(self) -> int:
@@ -69,11 +78,16 @@ class View:
 
 
 def rows_of(data: TimelineData, expand: int | None) -> list[Row]:
+    """A row per rank (failed ranks included, in rank order), the expanded rank's lanes right below it."""
     rows: list[Row] = []
-    for r in data.ranks:
+    for r in sorted({*data.ranks, *data.failed}, key=lambda k: (k < 0, abs(k))):  # unknown ranks last
+        if r in data.failed:
+            label, error = data.failed[r]
+            rows.append(Row(r, None, label, failed=error))
+            continue
         rows.append(Row(r, None, f"rank {r}"))
         if r == expand:
-            rows.extend(Row(r, i, f"↳ {name}") for i, name in enumerate(data.ranks_events[r].lane_names))
+            rows.extend(Row(r, i, f"↳ {name}") for i, name in enumerate(data.lanes[r]))
     return rows
 
 
@@ -86,26 +100,12 @@ def _clamp(data: TimelineData, t0: float | None, t1: float | None) -> tuple[int,
     return lo, max(hi, lo + 1)
 
 
-def _lower_bounds(data: TimelineData, rows: list[Row], t0: int, t1: int) -> list[int]:
-    """Events starting inside the window, per row: a lower bound of the events to draw, in O(log n)."""
-    out = []
-    for row in rows:
-        ev = data.ranks_events[row.rank]
-        n = int(np.searchsorted(ev.start, t1) - np.searchsorted(ev.start, t0))
-        out.append(n if row.lane is None else 0)
-    return out
-
-
-def _picks(data: TimelineData, rows: list[Row], t0: int, t1: int) -> list[np.ndarray]:
-    picks: list[np.ndarray] = []
-    cache: dict[int, np.ndarray] = {}
-    for row in rows:
-        ev = data.ranks_events[row.rank]
-        if row.rank not in cache:
-            cache[row.rank] = ev.window(t0, t1)
-        idx = cache[row.rank]
-        picks.append(idx if row.lane is None else idx[ev.lane[idx] == row.lane])
-    return picks
+def _pick(data: TimelineData, row: Row, ev: RankEvents | None) -> np.ndarray:
+    if ev is None or row.failed is not None:
+        return np.zeros(0, dtype=np.int64)
+    if row.lane is None:
+        return np.flatnonzero(ev.lane < data.row_lanes[row.rank])
+    return np.flatnonzero(ev.lane == row.lane)
 
 
 def _steps(data: TimelineData, t0: int, t1: int) -> list[tuple[int, int]]:
@@ -120,71 +120,85 @@ def view(data: TimelineData, t0: float | None = None, t1: float | None = None, *
          bins: int = DEFAULT_BINS, with_details: bool = True) -> View:
     """The window's rows in events or bins mode (module doc). ``t0``/``t1`` None: the whole run."""
     lo, hi = _clamp(data, t0, t1)
-    rows = rows_of(data, expand if expand in data.ranks_events else None)
+    rows = rows_of(data, expand if expand in data.lanes else None)
     steps = _steps(data, lo, hi)
-    wide = (hi - lo) / data.bin_ns >= bins  # the fine grid alone answers
-    low = _lower_bounds(data, rows, lo, hi)
-    if max(low, default=0) <= ROW_CAP and sum(low) <= TOTAL_CAP and len(data.ranks) <= DETAIL_RANKS:
-        picks = _picks(data, rows, lo, hi)
+    est = data.starts_in(lo, hi)
+    read: dict[int, RankEvents] | None = None
+    if len(data.ranks) <= DETAIL_RANKS and est.max(initial=0) <= ROW_CAP and est.sum() <= TOTAL_CAP:
+        read = data.window(data.ranks, lo, hi, details=with_details)
+        picks = [_pick(data, row, read.get(row.rank)) for row in rows]
         counts = [int(p.size) for p in picks]
         if max(counts, default=0) <= ROW_CAP and sum(counts) <= TOTAL_CAP:
-            return View("events", lo, hi, rows, events=_events(data, rows, picks, with_details), steps=steps)
-    busy, bin_t0, width = _bins(data, rows, lo, hi, bins, wide)
-    return View("bins", lo, hi, rows, bin_ns=width, bin_t0=bin_t0, busy=busy, steps=steps)
+            return View("events", lo, hi, rows, events=_events(rows, picks, read, with_details), steps=steps,
+                        source="store")
+    cells = (hi - lo) / data.bin_ns
+    if cells >= bins:
+        busy, bin_t0, width = _grid_bins(data, rows, lo, hi, bins)
+        source = "grid"
+    elif len(data.ranks) <= DETAIL_RANKS and est.sum() <= READ_CAP:
+        if read is None:
+            read = data.window(data.ranks, lo, hi, details=False)
+        width, bin_t0 = (hi - lo) / bins, float(lo)
+        busy = _event_bins(data, rows, read, bin_t0, width, bins)
+        source = "store"
+    else:  # too many events to read in a callback: the grid's own cells, one bin each
+        busy, bin_t0, width = _grid_bins(data, rows, lo, hi, max(1, int(np.ceil(cells))))
+        source = "grid"
+    lanes = [r for r in rows if r.lane is not None]
+    if lanes:
+        rank = lanes[0].rank
+        got = read if read is not None and rank in read else data.window([rank], int(bin_t0),
+                                                                          int(bin_t0 + width * busy.shape[2]) + 1,
+                                                                          details=False)
+        busy = _event_bins(data, rows, got, bin_t0, width, busy.shape[2], busy, lanes_only=True)
+    return View("bins", lo, hi, rows, bin_ns=width, bin_t0=bin_t0, busy=busy, steps=steps, source=source)
 
 
-def _bins(data: TimelineData, rows: list[Row], lo: int, hi: int, bins: int,
-          wide: bool) -> tuple[np.ndarray, float, float]:
+def _grid_bins(data: TimelineData, rows: list[Row], lo: int, hi: int, bins: int) -> tuple[np.ndarray, float, float]:
+    """Sums of ``k`` adjacent grid cells per bin for the rank rows (module doc)."""
     ncls = len(CLASSES)
     out = np.zeros((len(rows), ncls, bins), dtype=np.float32)
-    index = {r: i for i, r in enumerate(data.ranks)}
-    if wide:
-        fw = data.bin_ns
-        k = max(1, int((hi - lo) / fw) // bins)
-        first = int(lo // fw)
-        n = min(bins, (data.fine_bins - first + k - 1) // k)
-        for i, row in enumerate(rows):
-            if row.lane is None:
-                cells = data.busy[index[row.rank], :, first:first + n * k]
-                pad = n * k - cells.shape[1]
-                if pad:
-                    cells = np.pad(cells, ((0, 0), (0, pad)))
-                out[i, :, :n] = cells.reshape(ncls, n, k).sum(axis=2)
-        width = fw * k
-        return _lanes_into(data, rows, out, first * fw, width, bins), first * fw, width
-    width = (hi - lo) / bins
+    fw = data.bin_ns
+    k = max(1, int((hi - lo) / fw) // bins)
+    first = int(lo // fw)
+    n = max(0, min(bins, (data.fine_bins - first + k - 1) // k))
     for i, row in enumerate(rows):
-        if row.lane is None:
-            ev = data.ranks_events[row.rank]
-            idx = ev.window(lo, hi)
-            out[i] = occupancy(ev.start[idx], ev.end[idx], ev.cls[idx], ncls, lo, width, bins)
-    return _lanes_into(data, rows, out, lo, width, bins), float(lo), width
+        if row.lane is None and row.failed is None and n:
+            cells = np.asarray(data.grid[data.index(row.rank), :ncls, first:first + n * k])
+            pad = n * k - cells.shape[1]
+            if pad:
+                cells = np.pad(cells, ((0, 0), (0, pad)))
+            out[i, :, :n] = cells.reshape(ncls, n, k).sum(axis=2)
+    return out, first * fw, fw * k
 
 
-def _lanes_into(data: TimelineData, rows: list[Row], out: np.ndarray, t0: float, width: float,
-                bins: int) -> np.ndarray:
-    """Fill the lane rows of an expanded rank from its events (one rank: cheap at any zoom)."""
+def _event_bins(data: TimelineData, rows: list[Row], read: dict[int, RankEvents], t0: float, width: float, bins: int,
+                out: np.ndarray | None = None, lanes_only: bool = False) -> np.ndarray:
+    """Occupancy of each row from its events (rank rows: their row lanes; lane rows: that lane)."""
     ncls = len(CLASSES)
+    if out is None:
+        out = np.zeros((len(rows), ncls, bins), dtype=np.float32)
     for i, row in enumerate(rows):
-        if row.lane is not None:
-            ev = data.ranks_events[row.rank]
-            idx = ev.window(int(t0), int(t0 + width * bins) + 1)
-            idx = idx[ev.lane[idx] == row.lane]
-            out[i] = occupancy(ev.start[idx], ev.end[idx], ev.cls[idx], ncls, t0, width, bins)
+        if (lanes_only and row.lane is None) or row.rank not in read:
+            continue
+        ev = read[row.rank]
+        idx = _pick(data, row, ev)
+        out[i] = occupancy(ev.start[idx], ev.end[idx], ev.cls[idx], ncls, t0, width, bins)
     return out
 
 
-def _events(data: TimelineData, rows: list[Row], picks: list[np.ndarray], with_details: bool) -> dict[str, Any]:
+def _events(rows: list[Row], picks: list[np.ndarray], read: dict[int, RankEvents], with_details: bool) -> dict[str, Any]:
     parts: dict[str, list[Any]] = {"row": [], "start": [], "end": [], "cls": [], "detail": []}
     for i, (row, idx) in enumerate(zip(rows, picks)):
-        ev = data.ranks_events[row.rank]
+        if not idx.size:
+            continue
+        ev = read[row.rank]
         parts["row"].append(np.full(idx.size, i, dtype=np.int64))
         parts["start"].append(ev.start[idx])
         parts["end"].append(ev.end[idx])
         parts["cls"].append(ev.cls[idx])
-        if with_details:
-            details = data.details(row.rank, ev.pos[idx])
-            parts["detail"].extend(details.to_dicts() if details.height else [])
+        if with_details and ev.details.height:
+            parts["detail"].extend(ev.details[idx.tolist()].to_dicts())
     out: dict[str, Any] = {k: (np.concatenate(v) if v else np.zeros(0, dtype=np.int64))
                            for k, v in parts.items() if k != "detail"}
     out["detail"] = parts["detail"]
@@ -194,4 +208,5 @@ def _events(data: TimelineData, rows: list[Row], picks: list[np.ndarray], with_d
 def to_json(v: View) -> dict[str, Any]:
     """A JSON-ready summary of a view (what a callback sends, less the drawing): mode, window, rows, counts."""
     return {"mode": v.mode, "t0_ns": v.t0, "t1_ns": v.t1, "rows": [r.label.strip() for r in v.rows],
-            "shapes": v.shapes, "shapes_per_row": v.shapes_per_row}
+            "shapes": v.shapes, "shapes_per_row": v.shapes_per_row, "source": v.source,
+            "failed": [r.label for r in v.rows if r.failed is not None]}
