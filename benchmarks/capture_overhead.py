@@ -206,7 +206,8 @@ def launch_section(a: argparse.Namespace) -> None:
           f"of the step without ddprof (bound on the inactive overhead)")
     print(f"  Profile.step() with on_demand=True, nothing recording: {on_demand * 1e6:.1f} us per step = "
           f"{on_demand / base * 100:.3f}%")
-    print(f"  bootstrap start-up, once per Python process of the job: {startup * 1e3:+.1f} ms")
+    print(f"  bootstrap start-up, once per Python process of the job: {startup * 1e3:+.1f} ms (python -c pass: an "
+          "upper bound; a rank importing torch loads most of the same standard modules anyway)")
 
 
 def main() -> int:

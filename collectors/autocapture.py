@@ -78,7 +78,8 @@ class _AfterImport:
                 continue
             spec = finder.find_spec(fullname, path, target)
             if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                spec.loader = _ThenCall(spec.loader, callbacks)
+                wrapped: Any = _ThenCall(spec.loader, callbacks)  # a loader by its methods
+                spec.loader = wrapped
                 return spec
             if spec is not None:
                 return spec

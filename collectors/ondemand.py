@@ -153,7 +153,7 @@ class OnDemand:
             return
         first = max(start, next_step)
         window = Window(trigger_id, first, start + steps - 1, start)
-        entry = {"id": trigger_id, "requested_start": start, "start_step": first, "end_step": window.end,
+        entry: dict[str, Any] = {"id": trigger_id, "requested_start": start, "start_step": first, "end_step": window.end,
                  "seen_at_step": next_step, "seen_wall": time.time(), "late_by": first - start,
                  "began_wall": None, "written": None}
         if window.end < first:
