@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 from ddprof.analyses.health import AFFECTS, HEADLINE, ORDER, health
 from ddprof.analyses.report import build_report
@@ -194,8 +195,6 @@ def test_clock_offset_from_the_clocks_section():
 
 
 def clean_events():
-    import polars as pl
-
     return SC.events().with_columns(pl.col("ts_ns") + 500).lazy()
 
 
@@ -209,6 +208,13 @@ def test_real_traces_findings(ingested):
     dlrm = build_report(ingested("dlrm-8xV100-nccl"))
     assert sorted(found(dlrm, "rounded_timestamps")) == list(range(8))
     assert {row["finding"] for row in dlrm["health"]} == {"rounded_timestamps"}
-    a100 = build_report(ingested("hta/a100-16rank-rank0"))
+    a100_run = ingested("hta/a100-16rank-rank0")
+    a100 = build_report(a100_run)
     assert found(a100, "graph_kernels")[0]["count"] == 345
+    # attributed to their launch: each takes the step of the cudaGraphLaunch that ran it
+    ev = a100_run.collect_events(["kind", "name", "stream", "step", "correlation"])
+    graphs = ev.filter((pl.col("kind") == "runtime") & (pl.col("name") == "cudaGraphLaunch"))
+    ran = ev.filter(pl.col("stream").is_not_null()).join(graphs.select("correlation", launch_step="step"),
+                                                          on="correlation")
+    assert ran.height == 345 and ran.filter(pl.col("step") != pl.col("launch_step")).height == 0
     assert found(a100, "missing_ranks")[None]["ranks"] == list(range(1, 16))
