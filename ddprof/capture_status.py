@@ -73,6 +73,9 @@ def describe(status: dict[str, Any], now: float | None = None) -> str:
 def _why(status: dict[str, Any], steps: int, ended: bool) -> str:
     if status.get("errors"):
         return "capture failed: " + "; ".join(str(e) for e in status["errors"][-3:])
+    if steps == 0 and status.get("rank") is None:
+        return ("no step was counted in this process, which named no rank: expected of a parent that only "
+                "starts the ranks (mp.spawn); otherwise name the step function with ddprof launch --step-on")
     if steps == 0:
         return (f"no step was counted ({status.get('step_source', 'the step source')} never ran); "
                 "name the step function with ddprof launch --step-on MODULE:FUNCTION")

@@ -123,3 +123,23 @@ def test_an_unwritable_run_dir_turns_capture_off_and_training_goes_on(tmp_path, 
     assert torch.allclose(param.detach(), torch.full((2,), 0.5))  # five SGD steps of 0.1, as without ddprof
     assert "cannot write the status file" in caplog.text
     assert "capture is off for rank 0" in caplog.text
+
+
+def test_a_run_dir_without_trace_is_explained_from_the_status_files(tmp_path):
+    from ddprof.capture_status import STATUS_DIR, explain_no_trace
+
+    assert explain_no_trace(tmp_path) is None  # no status file: nothing to say beyond "no trace files"
+    folder = tmp_path / STATUS_DIR
+    folder.mkdir(parents=True)
+    base = {"host": "h", "step_source": "optimizer.step", "exit": {"how": "exited normally"}, "first_recorded_step": 2}
+    (folder / "h-2.json").write_text(json.dumps(base | {"rank": 1, "pid": 2, "steps_seen": 2}))
+    (folder / "h-1.json").write_text(json.dumps(base | {"rank": 0, "pid": 1, "steps_seen": 0}))
+    (folder / "h-9.json").write_text("{not json")  # a torn or foreign file is skipped
+    lines = explain_no_trace(tmp_path).splitlines()
+    assert lines == [
+        f"no trace file in {tmp_path}: 2 process(es) of the capture reported, none wrote a trace",
+        "  rank 0 (host h, pid 1): 0 steps seen (step source: optimizer.step); ended: exited normally: no step was "
+        "counted (optimizer.step never ran); name the step function with ddprof launch --step-on MODULE:FUNCTION",
+        "  rank 1 (host h, pid 2): 2 steps seen (step source: optimizer.step); ended: exited normally: the job "
+        "ended before step 2, the first the schedule records; lower --wait/--warmup",
+    ]
