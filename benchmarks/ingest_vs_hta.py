@@ -8,6 +8,9 @@ For each trace set, in a fresh subprocess each (so imports and peak memory are n
 * warm:     what ``ddprof analyze RUN_DIR --format json`` runs on a run dir ingested beforehand by another
             process: open it, build the full report (every analysis: overlap, breakdown, idle, bubbles,
             collectives, stragglers, bandwidth), write the JSON
+* reuse:    ``ddprof ingest SRC -o RUN_DIR`` again on the run dir the same traces were ingested into by
+            another process: nothing is parsed, so this is what the cache's check costs (each trace's
+            stat and the digest of its first and last 64 KiB; ``ddprof.ingestion.pipeline``)
 * hta+ / cold+ / warm+: the same as hta / cold / warm, in a process that has already parsed (HTA),
             ingested or analysed (ddprof) one small trace (rank 0 of the bundled DLRM sample, 0.1 MB).
             This removes what a process pays once, whatever the trace: each library's runtime start-up
@@ -84,8 +87,9 @@ from ddprof.cli import main as cli
 import ddprof.cli.analyze_cmd, ddprof.analyses.report  # imported by the command
 """, 'assert cli(["analyze", OUT_, "--format", "json", "-o", OUT_ + ".json"]) in (0, 1)  # 1: a problem found'),
 }
+TOOLS["reuse"] = TOOLS["cold"]
 #: "tool+": the same, after the same call on the small trace in that process.
-CASES = ["hta", "cold", "hta+", "cold+", "warm", "warm+"]
+CASES = ["hta", "cold", "hta+", "cold+", "warm", "warm+", "reuse"]
 
 
 def case_code(case: str) -> str:
@@ -104,7 +108,7 @@ def measure(case: str, src: Path, jobs: int) -> tuple[float, float]:
     code = PRELUDE + f"SRC, OUT, JOBS, SMALL = {str(src)!r}, {str(out / 'run')!r}, {jobs}, {str(small)!r}\n" + \
         case_code(case) + "print(json.dumps({'t': t, 'mem': peak_mb() - m0}))\n"
     try:
-        if case.startswith("warm"):  # the cached run dirs, made by another process
+        if case.startswith(("warm", "reuse")):  # the cached run dirs, made by another process
             for trace, run in ((src, "run"), (small, "run-small"))[:2 if case.endswith("+") else 1]:
                 subprocess.run([sys.executable, "-m", "ddprof", "ingest", "-q", str(trace), "-o", str(out / run),
                                 "-j", str(jobs)], capture_output=True, text=True, check=True, cwd=REPO)
@@ -211,6 +215,8 @@ def _run(sets: list[tuple[str, Path]], args: argparse.Namespace) -> None:
             rounds = sorted(h[0] / c[0] for h, c in zip(runs[base], runs[case]))
             ratio = "" if case.startswith("hta") else \
                 f"{base_t / t:7.1f}x faster ({rounds[0]:.1f}-{rounds[-1]:.1f} by round), memory {m / base_m:5.2f}x of HTA's"
+            if case == "reuse":
+                ratio = f"the cache's check: {1000 * t:.1f} ms, {100 * t / results['cold'][0]:.1f}% of cold's time"
             print(f"{label:28} {case:6} {t:8.3f} {m:8.1f}   {ratio}")
         js = largest_json_mb(src)
         print(f"{'':28} largest rank's JSON: {js:.1f} MB; ingest peak = {results['cold'][1] / js:.2f}x of it "

@@ -12,7 +12,12 @@ b'[{"a": [null, null]}]'
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import msgspec
+
+T = TypeVar("T")
 
 #: Containers nested deeper than this (the run's list is level 1, an event level 2) become ``null``.
 MAX_DEPTH = 64
@@ -40,13 +45,28 @@ def flatten_deep(text: bytes, limit: int = MAX_DEPTH) -> bytes:
                 out += (text[last:cut], b"null")
                 last, cut = m.end(), -1
             depth -= 1
-    out.append(text[last:])
+    if cut >= 0:  # the text ends inside a cut container: it stays unclosed, hence invalid
+        out += (text[last:cut], b"null")
+    else:
+        out.append(text[last:])
     return b"".join(out)
 
 
 def decode_shallow(decoder: Any, text: bytes | bytearray | memoryview) -> Any:
-    """``decoder.decode(text)``; past the recursion limit, the same text cut to :data:`MAX_DEPTH` levels."""
+    """``decoder.decode(text)``; past the recursion limit, the same text cut to :data:`MAX_DEPTH` levels.
+    Raises :class:`msgspec.DecodeError` (never RecursionError) for text that cannot be decoded."""
     try:
         return decoder.decode(text)
     except RecursionError:
-        return decoder.decode(flatten_deep(bytes(text)))
+        return retry_shallow(lambda cut: decoder.decode(cut), text)
+
+
+def retry_shallow(decode: Callable[[bytes], T], text: bytes | bytearray | memoryview) -> T:
+    """``decode`` of ``text`` cut to :data:`MAX_DEPTH` levels, after a decode of the whole hit the
+    recursion limit. Still too deep (text too damaged for its brackets to be counted): a
+    :class:`msgspec.DecodeError`, as for any text that does not parse."""
+    try:
+        return decode(flatten_deep(bytes(text)))
+    except RecursionError:
+        raise msgspec.DecodeError(f"JSON nested more than {MAX_DEPTH} levels deep where its brackets "
+                                  "cannot be matched") from None

@@ -99,7 +99,7 @@ def ingest_file(path_str: str, out_dir: str, rank_map: dict[str, int] | None) ->
 def _ingest(path: Path, out_dir: Path, rank_map: dict[str, int] | None, res: FileResult) -> None:
     dec = decode(path)
     res.sha1 = dec.sha1
-    info = dec.distributed_info or {}
+    info = dec.distributed_info = _checked_info(dec.distributed_info, res.warnings)
     res.rank, warns = trace_rank(path, info, rank_map)
     res.warnings.extend(warns)
     res.world_size, why = checked_world_size(info.get("world_size"))
@@ -139,6 +139,24 @@ def _write_parquet(df: pl.DataFrame, target: Path | io.BytesIO) -> int:
     """Write a part; return its size in bytes (into memory: the space a part needs, asked on a full disk)."""
     df.write_parquet(target, compression="zstd", statistics=True, row_group_size=ROW_GROUP)
     return target.tell() if isinstance(target, io.BytesIO) else target.stat().st_size
+
+
+def _checked_info(info: dict[str, Any] | None, warnings: list[str]) -> dict[str, Any]:
+    """``distributedInfo`` with the values ingestion reads in the shapes it reads them: a ``pg_config``
+    that is not a list is ignored (with a warning naming its type), as are its entries that are not
+    objects. The header is the producer's claim; a wrong shape must not break the events."""
+    info = dict(info or {})
+    groups = info.get("pg_config")
+    if groups is not None and not isinstance(groups, list):
+        warnings.append(f"distributedInfo.pg_config ignored: a {type(groups).__name__}, not a list")
+        info["pg_config"] = []
+    elif groups:
+        kept = [g for g in groups if isinstance(g, dict)]
+        if len(kept) < len(groups):
+            warnings.append(f"distributedInfo.pg_config: {len(groups) - len(kept)} entries that are not "
+                            "objects ignored")
+        info["pg_config"] = kept
+    return info
 
 
 def _drop_duplicates(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:

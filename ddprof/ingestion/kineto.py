@@ -22,7 +22,7 @@ import msgspec
 import polars as pl
 
 from ddprof.errors import BadInputError
-from ddprof.ingestion.depth import decode_shallow, flatten_deep
+from ddprof.ingestion.depth import decode_shallow, retry_shallow
 from ddprof.ingestion.events import Columns
 from ddprof.ingestion.source import Source
 from ddprof.ingestion.stream import MAX_HEAD, InvalidJSON, NotStreamable, split
@@ -86,7 +86,11 @@ def _consume(text: memoryview, cols: Columns) -> None:
         _decode_run(text, cols)
     except RecursionError:
         cols.dropped = dropped
-        _decode_run(memoryview(flatten_deep(bytes(text))), cols)
+        try:
+            retry_shallow(lambda cut: _decode_run(memoryview(cut), cols), text)
+        except msgspec.DecodeError:
+            cols.dropped = dropped
+            raise
 
 
 def _decode_run(text: memoryview, cols: Columns) -> None:

@@ -1,0 +1,279 @@
+"""Property: whatever a Flight Recorder dump holds, ``ddprof analyze`` ends with 0, 1, 2 or 3 (1: a hang
+found), never a traceback, never 70, in bounded time, and loading it imports and runs nothing.
+
+Cases are crafted from the real dumps in ``../shared/traces/flight-recorder`` and the bundled capture:
+their objects changed (values of every type, keys dropped, entries duplicated or nested, shared
+sub-objects whose paths multiply) and pickled again with protocols 2 to 5 or written as JSON; pickles
+written opcode by opcode that ask for globals, persistent ids, extension codes or instance building;
+damaged bytes and truncation. A quarter of ``DDPROF_FUZZ_EXAMPLES`` cases (see test_fuzz_traces).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.abc
+import json
+import os
+import pickle
+import shutil
+import struct
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_fuzz_traces import EXAMPLES, Contract
+
+from ddprof.flightrec.unpickle import read_dump_object
+
+REPO = Path(__file__).resolve().parents[1]
+FR = REPO.parent / "shared" / "traces" / "flight-recorder"
+GLOO = REPO / "sample_traces" / "gloo-ddp-4rank-slow-rank"
+CANARY = "ddprof_fuzz_canary"
+
+
+class _ImportWatch(importlib.abc.MetaPathFinder):
+    """Records any attempt to import the canary module a crafted pickle names."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> None:
+        if name.startswith(CANARY):
+            self.asked.append(name)
+        return None
+
+
+@pytest.fixture(scope="module")
+def real_dumps() -> list[tuple[str, Any]]:
+    """(file name, object) of four ranks of one real dump set, and of the bundled capture's dumps."""
+    if not FR.is_dir():
+        pytest.fail(f"real Flight Recorder dumps not found at {FR}")
+    picked = [FR / "megatron-16rank-lock_gil_1st" / f"_dump_{r}" for r in (0, 1, 12, 13)]
+    out = [(p.name, read_dump_object(p)) for p in picked]
+    out += [(p.name, read_dump_object(p)) for p in sorted(GLOO.glob("raw/*/fr_trace_rank_*"))]
+    return out
+
+
+plain = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(), st.text(max_size=8),
+              st.binary(max_size=8),
+              st.sampled_from([0, -1, 2**63, 10**30, float("nan"), float("inf"), "", "scheduled", "completed",
+                               "started", "nccl:all_reduce", "nccl:send 0->1", "gloo:all_reduce", "BFloat16"])),
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.tuples(inner, inner),
+                            st.dictionaries(st.text(max_size=6), inner, max_size=4)),
+    max_leaves=12,
+)
+KEYS = ["version", "pg_config", "nccl_version", "pg_status", "entries", "record_id", "pg_id", "process_group",
+        "collective_seq_id", "p2p_seq_id", "op_id", "profiling_name", "time_created_ns", "input_sizes",
+        "input_dtypes", "output_sizes", "output_dtypes", "state", "time_discovered_started_ns",
+        "time_discovered_completed_ns", "retired", "timeout_ms", "is_p2p", "frames", "rank", "ranks", "desc"]
+
+
+def _paths(obj: Any, prefix: tuple = (), depth: int = 0) -> list[tuple]:
+    """Every path to a value inside a dump (bounded: a dump is a few levels deep)."""
+    out = [prefix]
+    if depth > 5:
+        return out
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else []
+    for k, v in list(items)[:40]:
+        out += _paths(v, (*prefix, k), depth + 1)
+    return out
+
+
+def _set(obj: Any, path: tuple, value: Any) -> Any:
+    if not path:
+        return value
+    parent = obj
+    for k in path[:-1]:
+        parent = parent[k]
+    parent[path[-1]] = value
+    return obj
+
+
+def _multiplied(levels: int) -> list:
+    """A list whose paths number 2**levels, from ``levels`` objects shared through the pickle memo."""
+    x: list = []
+    for _ in range(levels):
+        x = [x, x]
+    return x
+
+
+def _nested(levels: int) -> list:
+    x: list = []
+    for _ in range(levels):
+        x = [x]
+    return x
+
+
+def _opcode_pickle(kind: str) -> bytes:
+    """A pickle that asks for what no dump needs (it must be refused before anything runs)."""
+    mod, name = f"{CANARY}_mod".encode(), b"boom"
+    proto = b"\x80\x04"
+    if kind == "global":
+        return proto + b"c" + mod + b"\n" + name + b"\n)R."
+    if kind == "stack_global":
+        return proto + b"\x8c" + bytes([len(mod)]) + mod + b"\x8c\x04boom\x93)R."
+    if kind == "os_system":
+        return pickle.dumps(_Evil(), protocol=4)
+    if kind == "inst":
+        return proto + b"(i" + mod + b"\n" + name + b"\n."
+    if kind == "obj":
+        return proto + b"(c" + mod + b"\n" + name + b"\no."
+    if kind == "ext":
+        return proto + b"\x82\x01."
+    if kind == "persid":
+        return proto + b"P42\n."
+    if kind == "binpersid":
+        return proto + b"\x8c\x0242Q."
+    if kind == "newobj":
+        return proto + b"c" + mod + b"\n" + name + b"\n)\x81."
+    if kind == "frame-lie":
+        return proto + b"\x95" + struct.pack("<Q", 2**62) + b"N."
+    if kind == "long-lie":
+        return proto + b"\x8b" + struct.pack("<i", 2**31 - 1) + b"\x00" * 4 + b"."
+    if kind == "memo-miss":
+        return proto + b"h\x07."
+    raise AssertionError(kind)
+
+
+def _pickled(obj: Any, protocol: int) -> bytes:
+    try:
+        return pickle.dumps(obj, protocol=protocol)
+    except RecursionError:  # the pickler recurses; a deeper dump is written opcode by opcode (_deep_pickle)
+        return pickle.dumps(None, protocol=protocol)
+
+
+def _deep_pickle(levels: int) -> bytes:
+    """``{"entries": [[[...]]]}`` nested ``levels`` deep, written opcode by opcode: EMPTY_DICT, the key,
+    ``levels`` EMPTY_LISTs, each APPENDed to the one before, SETITEM."""
+    key = b"entries"
+    return (b"\x80\x02}X" + struct.pack("<I", len(key)) + key + b"]" * levels + b"a" * (levels - 1) + b"s.")
+
+
+class _Evil:
+    def __reduce__(self):
+        return (os.system, (f"touch /tmp/{CANARY}-ran",))
+
+
+OPCODE_KINDS = ["global", "stack_global", "os_system", "inst", "obj", "ext", "persid", "binpersid", "newobj",
+                "frame-lie", "long-lie", "memo-miss"]
+
+
+@st.composite
+def dump_files(draw: st.DrawFn, real: list[tuple[str, Any]]) -> dict[str, bytes]:
+    """A directory's worth of dumps: the real ones, some changed, re-encoded or replaced by crafted pickles."""
+    files: dict[str, bytes] = {}
+    chosen = draw(st.lists(st.sampled_from(range(len(real))), min_size=1, max_size=4, unique=True))
+    for idx in chosen:
+        name, obj = real[idx]
+        obj = copy.deepcopy(obj)
+        for _ in range(draw(st.integers(0, 4))):
+            paths = _paths(obj)
+            path = draw(st.sampled_from(paths))
+            how = draw(st.sampled_from(["value", "value", "drop", "key", "dup", "multiply", "nest"]))
+            try:
+                if how == "value":
+                    obj = _set(obj, path, draw(plain))
+                elif how == "drop" and path:
+                    parent = obj
+                    for k in path[:-1]:
+                        parent = parent[k]
+                    del parent[path[-1]]
+                elif how == "key" and isinstance(obj, dict):
+                    obj[draw(st.sampled_from(KEYS))] = draw(plain)
+                elif how == "dup" and isinstance(obj, dict) and isinstance(obj.get("entries"), list):
+                    obj["entries"] = obj["entries"] * draw(st.integers(2, 50))
+                elif how == "multiply":
+                    obj = _set(obj, path, _multiplied(draw(st.integers(10, 64))))
+                elif how == "nest":
+                    obj = _set(obj, path, _nested(draw(st.sampled_from([50, 400]))))
+            except (KeyError, IndexError, TypeError):
+                continue
+        enc = draw(st.sampled_from(["p2", "p3", "p4", "p5", "json", "opcodes", "damaged", "deep"]))
+        if enc == "json":
+            try:
+                data = json.dumps(obj).encode()
+            except (TypeError, ValueError, RecursionError):  # bytes, or a shared list nested too deep
+                data = _pickled(obj, 4)
+        elif enc == "opcodes":
+            data = _opcode_pickle(draw(st.sampled_from(OPCODE_KINDS)))
+        elif enc == "deep":
+            data = _deep_pickle(draw(st.sampled_from([1_000, 100_000])))
+        else:
+            data = _pickled(obj, int(enc[1]) if enc != "damaged" else 4)
+            if enc == "damaged":
+                at = draw(st.integers(0, len(data)))
+                cut = draw(st.booleans())
+                data = data[:at] if cut else data[:at] + draw(st.binary(min_size=1, max_size=6)) + data[at + 1:]
+        files[name] = data
+    return files
+
+
+@pytest.fixture(scope="module")
+def contract(tmp_path_factory):
+    c = Contract(tmp_path_factory.mktemp("fuzz-dumps"))
+    yield c
+    print(f"\nfuzzed dumps: {sum(c.codes.values())} cases, exit codes {dict(sorted(c.codes.items()))}")
+
+
+def test_crafted_dumps_keep_the_exit_code_contract_and_run_nothing(real_dumps, contract):
+    watch = _ImportWatch()
+    sys.meta_path.insert(0, watch)
+    ran = Path(f"/tmp/{CANARY}-ran")
+    ran.unlink(missing_ok=True)
+    try:
+        @settings(max_examples=max(EXAMPLES // 4, 10), deadline=None, database=None,
+                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+        @given(files=dump_files(real_dumps), beside_traces=st.integers(0, 4))
+        def run(files: dict[str, bytes], beside_traces: int) -> None:
+            d = contract.case_dir()
+            try:
+                if beside_traces == 0:  # a captured run: traces with dumps in raw/rank-N/fr_trace_rank_N
+                    shutil.copytree(GLOO, d / "capture")
+                    for i, data in enumerate(files.values()):
+                        (d / "capture" / "raw" / f"rank-{i:05d}" / f"fr_trace_rank_{i}").write_bytes(data)
+                    target = d / "capture"
+                else:
+                    target = d / "dumps"
+                    target.mkdir()
+                    for name, data in files.items():
+                        (target / name).write_bytes(data)
+                contract.check(["analyze", str(target), "--format", "json", "--cache", str(d / "cache")],
+                               allowed=frozenset({0, 1, 2, 3}))
+            finally:
+                shutil.rmtree(d, ignore_errors=True)
+
+        run()
+    finally:
+        sys.meta_path.remove(watch)
+    assert watch.asked == [] and not any(m.startswith(CANARY) for m in sys.modules)
+    assert not ran.exists()
+
+
+@pytest.mark.parametrize("kind", OPCODE_KINDS)
+def test_every_crafted_opcode_is_refused_naming_the_file(tmp_path, kind):
+    d = tmp_path / "dumps"
+    d.mkdir()
+    (d / "nccl_trace_rank_0").write_bytes(_opcode_pickle(kind))
+    c = Contract(tmp_path)
+    assert c.check(["analyze", str(d)]) == 2
+    assert not Path(f"/tmp/{CANARY}-ran").exists()
+
+
+def test_shared_subobjects_do_not_multiply_the_work(tmp_path, real_dumps):
+    """2**60 paths through 60 shared lists, as a dump's entries and as an entry's sizes: refused or read,
+    never walked path by path."""
+    d = tmp_path / "dumps"
+    d.mkdir()
+    name, obj = real_dumps[0]
+    a = copy.deepcopy(obj)
+    a["entries"][0]["input_sizes"] = _multiplied(60)
+    b = copy.deepcopy(obj)
+    b["entries"] = _multiplied(60)
+    (d / "nccl_trace_rank_0").write_bytes(pickle.dumps(a, protocol=4))
+    (d / "nccl_trace_rank_1").write_bytes(pickle.dumps(b, protocol=4))
+    c = Contract(tmp_path)
+    c.check(["analyze", str(d), "--format", "json"], allowed=frozenset({0, 1, 2, 3}))
