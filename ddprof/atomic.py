@@ -163,7 +163,11 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:  # someone else's live process
         return True
-    return True
+    try:  # a zombie (killed, not yet reaped: common in containers whose init reaps nothing) writes nothing
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:
