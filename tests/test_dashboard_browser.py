@@ -64,16 +64,44 @@ def zoom(driver: Any, lo_ms: float, hi_ms: float) -> dict[str, Any]:
                     what="the zoomed timeline")
 
 
-def click_rank(driver: Any, rank_index: int) -> dict[str, Any]:
-    """Click the rank's bar in the per-rank time panel; the timeline expands that rank into lanes."""
-    bars = wait_for(lambda: driver.find_elements("css selector", "#breakdown .barlayer .trace:first-child .point path"),
-                    what="the per-rank bars")
+def click_until(driver: Any, selector: str, index: int, done: Any, what: str) -> Any:
+    """Click the ``index``-th element matching ``selector`` until ``done()`` holds: the element is found
+    afresh each time (a panel redrawn under load replaces it), and the click is repeated only when the
+    page has not answered within a few seconds. Waits on the page, never a fixed time alone."""
     from selenium.webdriver.common.action_chains import ActionChains
 
-    driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", bars[rank_index])
-    ActionChains(driver).move_to_element(bars[rank_index]).click().perform()
-    return wait_for(lambda: (m := graph_meta(driver)) and len(m["rows"]) > len(set(m["rows"]) & {
-        r for r in m["rows"] if r.startswith("rank ")}) and m, what="the focused rank's lanes")
+    def attempt() -> Any:
+        el = wait_for(lambda: (found := driver.find_elements("css selector", selector)) and len(found) > index
+                      and found[index], what=f"{selector} in the page")
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", el)
+        ActionChains(driver).move_to_element(el).click().perform()
+        return wait_for(done, timeout=15, what=what)
+
+    return wait_for(lambda: attempt(), timeout=120, what=what)
+
+
+def click_rank(driver: Any, rank_index: int) -> dict[str, Any]:
+    """Click the rank's bar in the per-rank time panel; the timeline expands that rank into lanes."""
+    return click_until(driver, "#breakdown .barlayer .trace:first-child .point path", rank_index,
+                       lambda: (m := graph_meta(driver)) and any(r.startswith("↳") for r in m["rows"]) and m,
+                       "the focused rank's lanes")
+
+
+def click_collective(driver: Any, state: DashboardState) -> None:
+    """Click the first instance in the collective (skew) panel: the timeline's window moves onto it."""
+    assert state.report is not None and state.data is not None
+    before = graph_meta(driver)
+    point = driver.execute_script(
+        "const g = document.querySelector('#skew .js-plotly-plot');"
+        "return g.data[0].customdata[0][0];")
+    inst = state.report["collectives"][int(point)]
+    start = inst["start_us"] * 1e3 - state.data.t0_ns
+    end = start + (max(inst.get("arrival_us") or [0]) + (inst.get("duration_us") or 0)) * 1e3
+    meta = click_until(driver, "#skew .scatterlayer .trace:first-child .points path", 0,
+                       lambda: (m := graph_meta(driver)) and m != before and m["t0_ns"] <= start and m, "the focus")
+    assert meta["t0_ns"] <= start and end <= meta["t1_ns"] + 1e3, (meta, start, end)
+    assert (before or {}).get("t1_ns", 0) - (before or {}).get("t0_ns", 0) > meta["t1_ns"] - meta["t0_ns"]
+    assert "last rank" in driver.find_element("css selector", "#instance .gtitle").text
 
 
 def check_timeline(driver: Any, ranks: list[int], name: str, zoom_ms: tuple[float, float]) -> None:
@@ -101,6 +129,14 @@ def test_dlrm_sample(driver: Any, tmp_path: Path) -> None:
         assert meta is not None and meta["mode"] == "events"  # 2,244 drawn events: real events at once
         assert "rank 7" in driver.find_element("id", "verdicts").text
         check_timeline(driver, list(range(8)), "dlrm", (5.0, 6.0))
+        click_collective(driver, state)
+        screenshot(driver, "dlrm-collective")
+        assert state.report is not None and state.report["health"]  # rounded timestamps on every rank
+        rows = wait_for(lambda: driver.find_elements("css selector", "#health-table tbody tr"), what="health")
+        assert len(rows) == len(state.report["health"])
+        assert "rounded_timestamps" in rows[0].text
+        driver.execute_script("document.getElementById('health-title').scrollIntoView();")
+        screenshot(driver, "dlrm-health")
 
 
 def test_gloo_slow_rank(driver: Any, tmp_path: Path) -> None:

@@ -57,7 +57,10 @@ def extra_tables(state: DashboardState) -> list[Any]:
     out: list[Any] = []
     health = report.get("health") or []
     if health:
-        out += [html.H3("Health: what the traces cannot tell"), table(health, "health-table")]
+        rows = [{"finding": h.get("finding"), "rank": "run" if h.get("rank") is None else h.get("rank"),
+                 "count": h.get("count"), "example": str(h.get("example") or "")[:80], "affects": h.get("affects"),
+                 "headline": "yes" if h.get("headline") else ""} for h in health]
+        out += [html.H3("Health: what the traces cannot tell", id="health-title"), table(rows, "health-table")]
     hang = report.get("hang") or {}
     if hang.get("collectives"):
         out += [html.H3(f"Hang: suspect ranks {', '.join(map(str, hang.get('suspect_ranks') or [])) or 'none'}",

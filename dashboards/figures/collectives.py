@@ -19,9 +19,10 @@ def skew_figure(report: dict[str, Any]) -> go.Figure:
         return empty("Collectives", "no collective instances in this run")
     fig = go.Figure()
     ops = sorted({r["op"] for r in rows})
+    kind = go.Scatter if len(rows) <= 3000 else go.Scattergl  # SVG points while few: clickable, no WebGL needed
     for k, op in enumerate(ops):
         sel = [i for i, r in enumerate(rows) if r["op"] == op]
-        fig.add_trace(go.Scattergl(
+        fig.add_trace(kind(
             x=sel, y=[(rows[i].get("arrival_skew_us") or 0) / 1e3 for i in sel], mode="markers", name=op,
             marker={"color": OP_COLOURS[k % len(OP_COLOURS)], "size": 7}, customdata=[[i] for i in sel],
             hovertext=[f"{op} #{rows[i].get('index')} pg {rows[i].get('pg')}<br>{rows[i].get('bytes') or 0:,} B"
