@@ -44,7 +44,7 @@ BAD = {
     "corrupt.json.gz": lambda: gzip.compress(json.dumps(kineto(1, ok_events())).encode())[:40],
     "empty.json": lambda: b"",
     "no-events.json": lambda: json.dumps({"distributedInfo": {"rank": 1, "world_size": 2}}).encode(),
-    "list-top.json": lambda: b"[1, 2, 3]",
+    "string-top.json": lambda: b'"traceEvents"',  # a top-level list is Chrome's bare event array, read as one
 }
 EXPECT = {
     "truncated.json": "not valid JSON",
@@ -52,7 +52,7 @@ EXPECT = {
     "corrupt.json.gz": "corrupt or truncated gzip",
     "empty.json": "file is empty",
     "no-events.json": "no 'traceEvents'",
-    "list-top.json": "expected an object",
+    "string-top.json": "expected an object",
 }
 
 
