@@ -16,11 +16,13 @@ Contract sections are filled with their contract keys (plus extra keys); ``break
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 from ddprof.analyses.clocks import NOT_ESTIMATED
+from ddprof.analyses.comm_kernels import comm_kernels, rules_of
 from ddprof.analyses.frames.memo import Events, Prepared, prepare
 from ddprof.analyses.hang.diagnose import backend_of, diagnose
 from ddprof.analyses.health import ORDER as HEALTH_ORDER
@@ -46,6 +48,7 @@ EMPTY_SECTIONS: dict[str, Any] = {
     "collectives": [],
     "bandwidth": [],
     "hang": {"collectives": []},
+    "comm_kernels": [],
     "step_times": [],
     "kernels": [],
     "kernels_by_step": [],
@@ -129,6 +132,8 @@ def build_report(run: Run | None, *, dumps: DumpSet | None = None, executor: Exe
         report["run"]["warnings"].extend(clock.warnings())
         report["run"]["warnings"].extend(sections.pop("collective_warnings"))
         report.update(sections)
+        report["comm_kernels"] = comm_kernels(run.events().select("rank", "name", "kind", "stream", "coll_op"),
+                                              rules_of(run.manifest))
         if dumps is not None:  # a dump that cannot be read is a failed input, like a trace that cannot
             failed = _dump_failures(dumps)
             report["run"]["failed"].extend(failed)
@@ -145,10 +150,12 @@ def build_report(run: Run | None, *, dumps: DumpSet | None = None, executor: Exe
 
 
 def analyze(*sources: str | Path, cache: str | Path | None = None, rank_map: dict[str, int] | None = None,
-            progress: IngestProgress | None = None, executor: Executor | None = None) -> dict[str, Any]:
+            progress: IngestProgress | None = None, comm_kernels: Sequence[str] | None = None,
+            executor: Executor | None = None) -> dict[str, Any]:
     """The report of what the user names: raw traces (ingested into ``cache``, by default beside them),
     a run dir, or a directory of Flight Recorder dumps; exactly what ``ddprof analyze SOURCES --format json``
-    prints. ``rank_map`` gives the rank of traces that do not say (``{"trace.json": 3}``); ``executor``
-    where the per-rank work runs (:mod:`ddprof.executors`; default: here)."""
-    with open_source(sources, cache=cache, rank_map=rank_map, progress=progress) as src:
+    prints. ``rank_map`` gives the rank of traces that do not say (``{"trace.json": 3}``); ``comm_kernels``
+    the rules naming communication kernels (:func:`ddprof.sources.open_source`); ``executor`` where the
+    per-rank work runs (:mod:`ddprof.executors`; default: here)."""
+    with open_source(sources, cache=cache, rank_map=rank_map, progress=progress, comm_kernels=comm_kernels) as src:
         return build_report(src.run, dumps=src.dumps, executor=executor)

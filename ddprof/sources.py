@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddprof.errors import BadInputError
+from ddprof.errors import BadInputError, UsageError
 from ddprof.flightrec.load import (
     DumpSet,
     find_dump_files,
@@ -63,8 +63,13 @@ def default_cache(src: Path) -> Path | None:
 
 @contextmanager
 def open_source(sources: Sequence[str | Path], *, cache: str | Path | None = None,
-                rank_map: dict[str, int] | None = None, progress: IngestProgress | None = None) -> Iterator[Source]:
+                rank_map: dict[str, int] | None = None, progress: IngestProgress | None = None,
+                comm_kernels: Sequence[str] | None = None) -> Iterator[Source]:
     """Open what the user named (module doc). ``progress`` is handed to :func:`ddprof.ingestion.ingest`.
+
+    ``comm_kernels``: the rules naming communication kernels (``REGEX[=op]``), None for none given.
+    Raw traces are ingested with them (a cache made with other rules is rebuilt); a run dir made with
+    other rules than those given is a UsageError (re-ingest it with ``ddprof ingest --comm-kernel``).
 
     Raises BadInputError for a directory of dumps none of which is readable, and whatever ingest raises
     when no trace could be read.
@@ -79,23 +84,30 @@ def open_source(sources: Sequence[str | Path], *, cache: str | Path | None = Non
             raise BadInputError(f"no readable Flight Recorder dump in this directory ({detail})", path=paths[0])
         yield Source(run=None, dumps=dump_set)
         return
-    with _open_run(paths, cache, rank_map, progress) as run:
+    with _open_run(paths, cache, rank_map, progress, comm_kernels) as run:
         yield Source(run=run, dumps=captured_dumps(run.path, paths))
 
 
 @contextmanager
 def _open_run(paths: list[Path], cache: str | Path | None, rank_map: dict[str, int] | None,
-              progress: IngestProgress | None) -> Iterator[Run]:
+              progress: IngestProgress | None, comm_kernels: Sequence[str] | None = None) -> Iterator[Run]:
     if len(paths) == 1 and is_run_dir(paths[0]):
-        yield open_run(paths[0])
+        run = open_run(paths[0])
+        made_with = run.manifest.get("comm_kernel_rules", [])
+        if comm_kernels is not None and list(comm_kernels) != made_with:
+            raise UsageError(f"{paths[0]}: this run dir was ingested with the communication kernel rules "
+                             f"{made_with or 'of no user'}, not {list(comm_kernels) or 'none'}; ingest the traces "
+                             "again with the rules wanted (ddprof ingest --comm-kernel ...)")
+        yield run
         return
+    rules = tuple(comm_kernels or ())
     target = Path(cache) if cache else (default_cache(paths[0]) if len(paths) == 1 else None)
     if target is not None:
-        yield ingest(paths, target, rank_map=rank_map, progress=progress)
+        yield ingest(paths, target, rank_map=rank_map, progress=progress, comm_kernels=rules)
         return
     tmp = Path(tempfile.mkdtemp(prefix="ddprof-"))
     try:
-        yield ingest(paths, tmp, rank_map=rank_map, progress=progress)
+        yield ingest(paths, tmp, rank_map=rank_map, progress=progress, comm_kernels=rules)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -15,6 +15,7 @@ from typing import Any
 import polars as pl
 
 from ddprof.atomic import write_atomic
+from ddprof.collective_ops import kernel_rules
 from ddprof.errors import BadInputError, DdprofError, OutputError
 from ddprof.ingestion.build import build_events
 from ddprof.ingestion.kineto import decode
@@ -72,16 +73,18 @@ class FileResult:
         return asdict(self)
 
 
-def ingest_file(path_str: str, out_dir: str, rank_map: dict[str, int] | None) -> FileResult:
+def ingest_file(path_str: str, out_dir: str, rank_map: dict[str, int] | None,
+                comm_kernels: tuple[str, ...] = ()) -> FileResult:
     """Never raises for bad input: the failure is recorded in the result, with file and rank. Raises
-    :class:`~ddprof.errors.OutputError` when the run dir cannot be written (no rank could be)."""
+    :class:`~ddprof.errors.OutputError` when the run dir cannot be written (no rank could be).
+    ``comm_kernels``: the user's ``REGEX[=op]`` rules for communication kernels (already checked)."""
     path = Path(path_str)
     st = path.stat()
     res = FileResult(path=path_str, size=st.st_size, mtime_ns=st.st_mtime_ns, rank_map=rank_map or None,
                      dev=st.st_dev, ino=st.st_ino, ctime_ns=st.st_ctime_ns)
     try:
         res.quick = quick_digest(path, st.st_size)
-        _ingest(path, Path(out_dir), rank_map, res)
+        _ingest(path, Path(out_dir), rank_map, res, comm_kernels)
     except OutputError:
         raise
     except DdprofError as exc:
@@ -96,7 +99,8 @@ def ingest_file(path_str: str, out_dir: str, rank_map: dict[str, int] | None) ->
     return res
 
 
-def _ingest(path: Path, out_dir: Path, rank_map: dict[str, int] | None, res: FileResult) -> None:
+def _ingest(path: Path, out_dir: Path, rank_map: dict[str, int] | None, res: FileResult,
+            comm_kernels: tuple[str, ...] = ()) -> None:
     dec = decode(path)
     res.sha1 = dec.sha1
     info = dec.distributed_info = _checked_info(dec.distributed_info, res.warnings)
@@ -119,7 +123,7 @@ def _ingest(path: Path, out_dir: Path, rank_map: dict[str, int] | None, res: Fil
     for why, n in dec.dropped.items():
         res.warnings.append(f"dropped {n} of {dec.raw_complete} complete events: {why}")
 
-    df, warns = build_events(dec, res.rank)
+    df, warns = build_events(dec, res.rank, kernel_rules(comm_kernels))
     res.warnings.extend(warns)
     df, dup = _drop_duplicates(df)
     if dup:
