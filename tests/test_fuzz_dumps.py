@@ -170,6 +170,7 @@ def dump_files(draw: st.DrawFn, real: list[tuple[str, Any]]) -> dict[str, bytes]
     for idx in chosen:
         name, obj = real[idx]
         obj = copy.deepcopy(obj)
+        shared = False  # a DAG of shared lists: pickled (memo), never spelled out as JSON (2**levels nodes)
         for _ in range(draw(st.integers(0, 4))):
             paths = _paths(obj)
             path = draw(st.sampled_from(paths))
@@ -187,19 +188,21 @@ def dump_files(draw: st.DrawFn, real: list[tuple[str, Any]]) -> dict[str, bytes]
                 elif how == "dup" and isinstance(obj, dict) and isinstance(obj.get("entries"), list):
                     obj["entries"] = obj["entries"] * draw(st.integers(2, 50))
                 elif how == "multiply":
-                    obj = _set(obj, path, _multiplied(draw(st.integers(10, 64))))
+                    obj, shared = _set(obj, path, _multiplied(draw(st.integers(10, 64)))), True
                 elif how == "nest":
                     obj = _set(obj, path, _nested(draw(st.sampled_from([50, 400]))))
             except (KeyError, IndexError, TypeError):
                 continue
         enc = draw(st.sampled_from(["p2", "p3", "p4", "p5", "json", "opcodes", "damaged", "deep"]))
-        if enc == "json":
+        if enc == "json" and not shared:
             try:
                 data = json.dumps(obj).encode()
             except (TypeError, ValueError, RecursionError):  # bytes, or a shared list nested too deep
                 data = _pickled(obj, 4)
         elif enc == "opcodes":
             data = _opcode_pickle(draw(st.sampled_from(OPCODE_KINDS)))
+        elif enc == "json":
+            data = _pickled(obj, 4)
         elif enc == "deep":
             data = _deep_pickle(draw(st.sampled_from([1_000, 100_000])))
         else:

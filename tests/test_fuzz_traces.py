@@ -261,6 +261,10 @@ def test_mutated_real_traces_keep_the_exit_code_contract(seeds, contract):
                  b'"dur": 1}]}'),
     ("huge-ints", b'{"traceEvents": [{"ph": "X", "name": "a", "cat": "kernel", "pid": 99999999999999999999999, '
                   b'"tid": -99999999999999999999999, "ts": 1, "dur": 1, "args": {"stream": 18446744073709551616}}]}'),
+    ("rank-huge", b'{"distributedInfo": {"rank": 62504883586784160}, "traceEvents": '
+                  b'[{"ph": "X", "name": "a", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": 1, "dur": 1}]}'),
+    ("rank-negative", b'{"distributedInfo": {"rank": -3}, "traceEvents": '
+                      b'[{"ph": "X", "name": "a", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": 1, "dur": 1}]}'),
     ("nul-bytes", b"\x00" * 4096),
     ("utf16", '{"traceEvents": []}'.encode("utf-16")),
     ("number-only", b"1e999999"),

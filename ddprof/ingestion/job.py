@@ -20,7 +20,7 @@ from ddprof.errors import BadInputError, DdprofError, OutputError
 from ddprof.ingestion.build import build_events
 from ddprof.ingestion.kineto import decode
 from ddprof.ingestion.source import quick_digest
-from ddprof.ingestion.world import checked_world_size
+from ddprof.ingestion.world import MAX_WORLD_SIZE, checked_world_size
 from ddprof.ranks import trace_rank
 from ddprof.rundir import rank_dir
 from ddprof.schema import STEP_PREFIX, step_number, validate
@@ -105,6 +105,9 @@ def _ingest(path: Path, out_dir: Path, rank_map: dict[str, int] | None, res: Fil
     res.sha1 = dec.sha1
     info = dec.distributed_info = _checked_info(dec.distributed_info, res.warnings)
     res.rank, warns = trace_rank(path, info, rank_map)
+    if not 0 <= res.rank < MAX_WORLD_SIZE:
+        bad, res.rank = res.rank, None
+        raise BadInputError(f"rank {bad} is not a plausible rank (0 to {MAX_WORLD_SIZE - 1})", path=path)
     res.warnings.extend(warns)
     res.world_size, why = checked_world_size(info.get("world_size"))
     if why:
