@@ -219,3 +219,19 @@ def test_a_bad_rule_exits_2_naming_it(tmp_path, monkeypatch, capsys):
     (tmp_path / "ddprof.toml").write_text("comm_kernels = 'not a list'\n")
     assert main(["analyze", str(traces)]) == 2
     assert "must be a list" in capsys.readouterr().err
+
+
+def test_a_run_dir_ingested_with_rules_is_read_as_it_stands(tmp_path, monkeypatch):
+    """Rules shape the store once, at ingest: analyse, html, dashboard and export of that run dir without
+    naming the rules again use it as classified; only rules named that differ are refused."""
+    traces = _write(_renamed("void my_fused_exchange<8>(float*)"), tmp_path / "traces")
+    monkeypatch.chdir(tmp_path)  # no project file here
+    rule = "my_fused_exchange=all_to_all"
+    assert main(["ingest", str(traces), "-o", str(tmp_path / "run"), "-q", "--comm-kernel", rule]) == 0
+    out = tmp_path / "report.json"
+    assert main(["analyze", str(tmp_path / "run"), "--format", "json", "-o", str(out)]) == 0
+    report = json.loads(out.read_text())
+    _overlap_is_right(report)
+    assert report["comm_kernels"][0]["rule"] == rule
+    assert main(["export", str(tmp_path / "run"), "--perfetto", str(tmp_path / "t.json")]) == 0
+    assert main(["analyze", str(tmp_path / "run"), "--comm-kernel", "other=none"]) == 2

@@ -14,6 +14,7 @@ from ddprof.cli.common import (
     exit_for_status,
     parse_rank_map,
     rank_option,
+    rules_in_force,
 )
 from ddprof.cli.progress import ingest_progress
 
@@ -39,12 +40,11 @@ def analyze(sources: tuple[str, ...], fmt: str, output: str | None, cache: str |
 
     runner = get_executor(executor, address)
     if fmt == "html":
-        return _html(sources, output, cache, ranks, runner)
+        return _html(sources, output, cache, ranks, rules_in_force(comm_kernels), runner)
     from ddprof.analyses.report import analyze as build_report
-    from ddprof.config import comm_kernel_rules
 
     report = build_report(*sources, cache=cache, rank_map=parse_rank_map(ranks),
-                          comm_kernels=comm_kernel_rules(comm_kernels),
+                          comm_kernels=rules_in_force(comm_kernels),
                           progress=ingest_progress(fmt == "text" and output is None), executor=runner)
     if fmt == "json":
         from ddprof.atomic import json_text
@@ -58,7 +58,7 @@ def analyze(sources: tuple[str, ...], fmt: str, output: str | None, cache: str |
 
 
 def _html(sources: tuple[str, ...], output: str | None, cache: str | None, ranks: tuple[str, ...],
-          runner: Executor | None = None) -> int:
+          comm_kernels: tuple[str, ...] | None, runner: Executor | None = None) -> int:
     """One self-contained HTML file (the ``dash`` extra's plotly draws it): the report and the run's timeline."""
     from ddprof.dashboards.extra import require
 
@@ -67,7 +67,8 @@ def _html(sources: tuple[str, ...], output: str | None, cache: str | None, ranks
     from ddprof.dashboards.html_report import render_html
     from ddprof.sources import open_source
 
-    with open_source(sources, cache=cache, rank_map=parse_rank_map(ranks), progress=ingest_progress(False)) as src:
+    with open_source(sources, cache=cache, rank_map=parse_rank_map(ranks), progress=ingest_progress(False),
+                     comm_kernels=comm_kernels) as src:
         report = build_report(src.run, dumps=src.dumps, executor=runner)
         emit(render_html(report, src.run, title="ddprof report: " + " ".join(sources)), output)
     return exit_for_status(report)

@@ -41,6 +41,15 @@ def comm_kernel_option(f: F) -> F:
                              "(ddprof.toml, or [tool.ddprof] in pyproject.toml) and the built-in families.")(f)
 
 
+def rules_in_force(cli: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The communication kernel rules for :func:`ddprof.sources.open_source`: the command line's and the
+    project file's (each checked), or None when neither gives one, so a run dir ingested with rules is
+    analysed as it stands instead of being refused for rules nobody asked to change."""
+    from ddprof.config import comm_kernel_rules
+
+    return comm_kernel_rules(cli) or None
+
+
 def executor_option(f: F) -> F:
     """``--executor local|ray`` and ``--address``: where the per-rank work runs (:mod:`ddprof.executors`)."""
     f = click.option("--address", metavar="ADDRESS", default=None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from ddprof.cli.common import parse_rank_map, rank_option
+from ddprof.cli.common import comm_kernel_option, parse_rank_map, rank_option, rules_in_force
 
 
 @click.command()
@@ -16,8 +16,9 @@ from ddprof.cli.common import parse_rank_map, rank_option
 @click.option("--open", "open_browser", is_flag=True, help="Open the page in the default browser.")
 @click.option("--cache", type=click.Path(file_okay=False), help="Where to keep the ingested store of raw traces.")
 @rank_option
+@comm_kernel_option
 def dashboard(sources: tuple[str, ...], host: str, port: int, open_browser: bool, cache: str | None,
-              ranks: tuple[str, ...]) -> int:
+              ranks: tuple[str, ...], comm_kernels: tuple[str, ...] = ()) -> int:
     """Serve an interactive dashboard of a run: per-rank timelines and the report's panels."""
     from ddprof.dashboards.extra import require
 
@@ -27,7 +28,8 @@ def dashboard(sources: tuple[str, ...], host: str, port: int, open_browser: bool
     from ddprof.dashboards.app.state import DashboardState
     from ddprof.sources import open_source
 
-    with open_source(sources, cache=cache, rank_map=parse_rank_map(ranks), progress=ingest_progress(True)) as src:
+    with open_source(sources, cache=cache, rank_map=parse_rank_map(ranks), progress=ingest_progress(True),
+                     comm_kernels=rules_in_force(comm_kernels)) as src:
         title = " ".join(sources)
         state = DashboardState.open(src.run, src.dumps, title)
         warning = exposure_warning(host)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from ddprof.cli.common import parse_rank_map, rank_option
+from ddprof.cli.common import comm_kernel_option, parse_rank_map, rank_option, rules_in_force
 from ddprof.cli.progress import ingest_progress
 
 
@@ -21,8 +21,9 @@ from ddprof.cli.progress import ingest_progress
               help="Where to keep the ingested store of raw traces (default: SRC/.ddprof-cache, or a "
                    "temporary directory when SRC is read-only).")
 @rank_option
+@comm_kernel_option
 def export(sources: tuple[str, ...], out: str, rank_sel: str | None, step_sel: str | None, raw_clocks: bool,
-           cache: str | None, ranks: tuple[str, ...]) -> int:
+           cache: str | None, ranks: tuple[str, ...], comm_kernels: tuple[str, ...] = ()) -> int:
     """Export a run's ranks merged into one Chrome trace / Perfetto JSON file (open it in ui.perfetto.dev)."""
     from ddprof.analyses.clocks import aligned_ts
     from ddprof.analyses.rank_groups import estimate_clock, rank_groups
@@ -32,7 +33,8 @@ def export(sources: tuple[str, ...], out: str, rank_sel: str | None, step_sel: s
 
     chosen = parse_selection(rank_sel, "ranks") if rank_sel else None
     steps = parse_selection(step_sel, "steps") if step_sel else None
-    with open_source(sources, cache=cache, rank_map=parse_rank_map(ranks), progress=ingest_progress(True)) as src:
+    with open_source(sources, cache=cache, rank_map=parse_rank_map(ranks), progress=ingest_progress(True),
+                     comm_kernels=rules_in_force(comm_kernels)) as src:
         if src.run is None:
             raise UsageError("nothing to export: Flight Recorder dumps hold no timeline; name traces or a run dir")
         if raw_clocks:
