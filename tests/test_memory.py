@@ -95,13 +95,13 @@ def test_collector_paused_restores_the_previous_state():
 
 def test_the_analyses_run_with_the_collector_paused(monkeypatch):
     import polars as pl  # here: the tests above need a process where Polars is not loaded yet
-    from ddprof.analyses import report
+    from ddprof.analyses import rank_groups, report
 
     from ddprof.schema import EVENT_SCHEMA
 
     seen = []
-    real = report._idle_sections
-    monkeypatch.setattr(report, "_idle_sections", lambda p: seen.append(gc.isenabled()) or real(p))
+    real = rank_groups._idle
+    monkeypatch.setattr(rank_groups, "_idle", lambda p: seen.append(gc.isenabled()) or real(p))
     sections = report.analyse(pl.LazyFrame(schema=EVENT_SCHEMA))
     assert seen == [False] and gc.isenabled()
     assert sections["idle"] == [] and list(sections) == list(report.SECTION_ORDER)
