@@ -157,5 +157,6 @@ def analyze(*sources: str | Path, cache: str | Path | None = None, rank_map: dic
     prints. ``rank_map`` gives the rank of traces that do not say (``{"trace.json": 3}``); ``comm_kernels``
     the rules naming communication kernels (:func:`ddprof.sources.open_source`); ``executor`` where the
     per-rank work runs (:mod:`ddprof.executors`; default: here)."""
-    with open_source(sources, cache=cache, rank_map=rank_map, progress=progress, comm_kernels=comm_kernels) as src:
+    with open_source(sources, cache=cache, rank_map=rank_map, progress=progress, comm_kernels=comm_kernels,
+                     executor=executor) as src:
         return build_report(src.run, dumps=src.dumps, executor=executor)

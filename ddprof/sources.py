@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddprof.errors import BadInputError, UsageError
+from ddprof.executors import Executor
 from ddprof.flightrec.load import (
     DumpSet,
     find_dump_files,
@@ -64,12 +65,13 @@ def default_cache(src: Path) -> Path | None:
 @contextmanager
 def open_source(sources: Sequence[str | Path], *, cache: str | Path | None = None,
                 rank_map: dict[str, int] | None = None, progress: IngestProgress | None = None,
-                comm_kernels: Sequence[str] | None = None) -> Iterator[Source]:
+                comm_kernels: Sequence[str] | None = None, executor: Executor | None = None) -> Iterator[Source]:
     """Open what the user named (module doc). ``progress`` is handed to :func:`ddprof.ingestion.ingest`.
 
     ``comm_kernels``: the rules naming communication kernels (``REGEX[=op]``), None for none given.
     Raw traces are ingested with them (a cache made with other rules is rebuilt); a run dir made with
     other rules than those given is a UsageError (re-ingest it with ``ddprof ingest --comm-kernel``).
+    ``executor``: where raw traces are parsed (:mod:`ddprof.executors`; default: a local process pool).
 
     Raises BadInputError for a directory of dumps none of which is readable, and whatever ingest raises
     when no trace could be read.
@@ -84,13 +86,14 @@ def open_source(sources: Sequence[str | Path], *, cache: str | Path | None = Non
             raise BadInputError(f"no readable Flight Recorder dump in this directory ({detail})", path=paths[0])
         yield Source(run=None, dumps=dump_set)
         return
-    with _open_run(paths, cache, rank_map, progress, comm_kernels) as run:
+    with _open_run(paths, cache, rank_map, progress, comm_kernels, executor) as run:
         yield Source(run=run, dumps=captured_dumps(run.path, paths))
 
 
 @contextmanager
 def _open_run(paths: list[Path], cache: str | Path | None, rank_map: dict[str, int] | None,
-              progress: IngestProgress | None, comm_kernels: Sequence[str] | None = None) -> Iterator[Run]:
+              progress: IngestProgress | None, comm_kernels: Sequence[str] | None = None,
+              executor: Executor | None = None) -> Iterator[Run]:
     if len(paths) == 1 and is_run_dir(paths[0]):
         run = open_run(paths[0])
         made_with = run.manifest.get("comm_kernel_rules", [])
@@ -103,11 +106,11 @@ def _open_run(paths: list[Path], cache: str | Path | None, rank_map: dict[str, i
     rules = tuple(comm_kernels or ())
     target = Path(cache) if cache else (default_cache(paths[0]) if len(paths) == 1 else None)
     if target is not None:
-        yield ingest(paths, target, rank_map=rank_map, progress=progress, comm_kernels=rules)
+        yield ingest(paths, target, rank_map=rank_map, progress=progress, comm_kernels=rules, executor=executor)
         return
     tmp = Path(tempfile.mkdtemp(prefix="ddprof-"))
     try:
-        yield ingest(paths, tmp, rank_map=rank_map, progress=progress, comm_kernels=rules)
+        yield ingest(paths, tmp, rank_map=rank_map, progress=progress, comm_kernels=rules, executor=executor)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -72,6 +72,10 @@ def test_cli_executor_ray(tmp_path: Path, ray_cluster: Any, capsys: pytest.Captu
     on_ray = capsys.readouterr().out
     assert main(["analyze", str(tmp_path / "run"), "--format", "json"]) == 0
     assert capsys.readouterr().out == on_ray and '"ranks": [\n      3\n    ]' in on_ray
+    # raw traces named to analyze are parsed on the executor too, into the cache, with the same report
+    assert main(["analyze", str(tmp_path / "s" / "traces"), "--cache", str(tmp_path / "c"), "--format", "json",
+                 "--executor", "ray"]) == 0
+    assert capsys.readouterr().out == on_ray
 
 
 def test_executor_choice_is_checked() -> None:

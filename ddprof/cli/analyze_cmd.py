@@ -68,7 +68,7 @@ def _html(sources: tuple[str, ...], output: str | None, cache: str | None, ranks
     from ddprof.sources import open_source
 
     with open_source(sources, cache=cache, rank_map=parse_rank_map(ranks), progress=ingest_progress(False),
-                     comm_kernels=comm_kernels) as src:
+                     comm_kernels=comm_kernels, executor=runner) as src:
         report = build_report(src.run, dumps=src.dumps, executor=runner)
         emit(render_html(report, src.run, title="ddprof report: " + " ".join(sources)), output)
     return exit_for_status(report)
