@@ -34,7 +34,7 @@ from ddprof.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_TRACES = REPO.parent / "shared" / "traces"
-EXAMPLES = int(os.environ.get("DDPROF_FUZZ_EXAMPLES", "600"))
+EXAMPLES = int(os.environ.get("DDPROF_FUZZ_EXAMPLES", "300"))
 #: Limits of one case: a trace of a few hundred events must never take longer, whatever it holds.
 CASE_SECONDS = 20
 PEAK_RSS_BYTES = 4 << 30
