@@ -280,3 +280,23 @@ def test_shared_subobjects_do_not_multiply_the_work(tmp_path, real_dumps):
     (d / "nccl_trace_rank_1").write_bytes(pickle.dumps(b, protocol=4))
     c = Contract(tmp_path)
     c.check(["analyze", str(d), "--format", "json"], allowed=frozenset({0, 1, 2, 3}))
+
+
+@pytest.mark.parametrize("field", ["profiling_name", "state", "process_group", "input_sizes", "input_dtypes"])
+def test_a_shared_list_where_a_field_belongs_is_never_spelled_out(tmp_path, real_dumps, field):
+    """One of 64 lists shared through the pickle memo (2**64 items spelled out) as an entry's text or
+    sizes: the dump is refused naming the field, or read without the sizes, in well under a second's work
+    per dump; never turned into text or written into the report."""
+    d = tmp_path / "dumps"
+    d.mkdir()
+    obj = copy.deepcopy(real_dumps[0][1])
+    for e in obj["entries"]:
+        e[field] = _multiplied(64)
+    (d / "nccl_trace_rank_0").write_bytes(pickle.dumps(obj, protocol=4))
+    c = Contract(tmp_path)
+    code = c.check(["analyze", str(d), "--format", "json", "-o", str(tmp_path / "r.json")],
+                   allowed=frozenset({0, 1, 2, 3}))
+    if field in ("input_sizes", "input_dtypes"):
+        assert code != 2 and len((tmp_path / "r.json").read_text()) < 1_000_000
+    else:
+        assert code == 2

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ddprof.errors import BadInputError
+from ddprof.fields import brief, text_field
 from ddprof.flightrec.records import FRDump, FREntry, PGStatus, parse_entry, parse_ranks, parse_status
 from ddprof.ranks import dump_rank, rank_from_dump_name
 
@@ -76,6 +77,14 @@ def map_status_to_names(
     return {name: status_by_id[pid] for name, pid in mapping.items()}, warnings
 
 
+def _nccl_version(value: Any) -> str | None:
+    """The dump's ``nccl_version`` as text ("2.21.5"), or None when absent or not a string or number."""
+    try:
+        return text_field(value, "nccl_version") if value else None
+    except ValueError:
+        return None
+
+
 def parse_dump(obj: Any, path: str | Path) -> FRDump:
     """Validate a loaded dump object and normalise it into an :class:`FRDump`. Raises BadInputError."""
     name_rank = rank_from_dump_name(path)
@@ -87,9 +96,12 @@ def parse_dump(obj: Any, path: str | Path) -> FRDump:
         raise bad(f"not a Flight Recorder dump: top level is a {type(obj).__name__}, expected a dict")
     missing = [k for k in ("version", "pg_config") if k not in obj]
     if missing:
-        found = ", ".join(map(str, list(obj)[:8]))
+        found = ", ".join(map(brief, list(obj)[:8]))
         raise bad(f"not a Flight Recorder dump: no {', '.join(missing)} key (found {found})")
-    version = str(obj["version"])
+    try:
+        version = text_field(obj["version"], "version")
+    except ValueError as exc:
+        raise bad(f"malformed Flight Recorder dump: {exc}") from exc
     if version.split(".")[0] != SUPPORTED_MAJOR:
         raise bad(
             f"Flight Recorder format version {version} is not supported "
@@ -99,8 +111,9 @@ def parse_dump(obj: Any, path: str | Path) -> FRDump:
         pg_config = obj["pg_config"]
         if not isinstance(pg_config, Mapping):
             raise ValueError("pg_config must be a dict")
-        pg_ranks = {str(k): parse_ranks(v.get("ranks", [])) for k, v in pg_config.items()}
-        pg_desc = {str(k): str(v.get("desc", "")) for k, v in pg_config.items()}
+        pg_ranks = {text_field(k, "a pg_config key"): parse_ranks(v.get("ranks", [])) for k, v in pg_config.items()}
+        pg_desc = {text_field(k, "a pg_config key"): text_field(v.get("desc", ""), f"pg_config[{brief(k)}].desc")
+                   for k, v in pg_config.items()}
         raw_entries = obj.get("entries", [])
         if not isinstance(raw_entries, (list, tuple)):
             raise ValueError("entries must be a list")
@@ -126,5 +139,5 @@ def parse_dump(obj: Any, path: str | Path) -> FRDump:
         pg_status=pg_status,
         entries=entries,
         warnings=tuple(warnings + status_warnings),
-        nccl_version=str(obj["nccl_version"]) if obj.get("nccl_version") else None,
+        nccl_version=_nccl_version(obj.get("nccl_version")),
     )

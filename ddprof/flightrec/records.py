@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ddprof.fields import int_field
+from ddprof.fields import brief, int_field, text_field
 
 __all__ = ["FREntry", "PGStatus", "FRDump", "parse_entry", "parse_status", "parse_ranks"]
 
@@ -77,8 +77,37 @@ def parse_ranks(value: Any) -> tuple[int, ...]:
     if not isinstance(value, (list, tuple)) or not all(
         isinstance(r, int) and not isinstance(r, bool) for r in value
     ):
-        raise ValueError(f"ranks must be a list of integers, got {value!r}")
+        raise ValueError(f"ranks must be a list of integers, got {brief(value)}")
     return tuple(value)
+
+
+#: Bounds on an entry's tensor list: a collective of more tensors or dimensions than this is no real one.
+MAX_TENSORS, MAX_DIMS = 4096, 64
+
+
+def parse_sizes(value: Any) -> list[list[int]]:
+    """An entry's ``input_sizes``/``output_sizes``: one list of integer dimensions per tensor,
+    ``[[4096, 5120]]``. What is not of that shape, or past :data:`MAX_TENSORS`/:data:`MAX_DIMS`, is
+    unknown (``[]``): these fields only describe the stuck collective, and a crafted list must not reach the
+    report (lists shared inside a pickle would spell out as 2**depth items)."""
+    if not isinstance(value, (list, tuple)) or len(value) > MAX_TENSORS:
+        return []
+    out = []
+    for dims in value:
+        if not isinstance(dims, (list, tuple)) or len(dims) > MAX_DIMS:
+            return []
+        ints = [d for d in dims if isinstance(d, int) and not isinstance(d, bool)]
+        if len(ints) != len(dims):
+            return []
+        out.append(ints)
+    return out
+
+
+def parse_dtypes(value: Any) -> list[str]:
+    """An entry's ``input_dtypes``: one name per tensor (``["BFloat16"]``); anything else is unknown (``[]``)."""
+    if not isinstance(value, (list, tuple)) or len(value) > MAX_TENSORS or not all(isinstance(v, str) for v in value):
+        return []
+    return [v[:64] for v in value]
 
 
 def parse_entry(raw: Any, index: int) -> FREntry:
@@ -91,29 +120,29 @@ def parse_entry(raw: Any, index: int) -> FREntry:
     try:
         pg = raw["process_group"]
         if not isinstance(pg, (list, tuple)) or len(pg) < 1:
-            raise ValueError(f"entry {index}: process_group must be [name, desc], got {pg!r}")
-        op = str(raw["profiling_name"])
+            raise ValueError(f"entry {index}: process_group must be [name, desc], got {brief(pg)}")
+        op = text_field(raw["profiling_name"], f"entry {index}: profiling_name")
         is_p2p = raw.get("is_p2p")
         if is_p2p is None:
             is_p2p = bool(re.match(r"nccl:(send|recv)\b", op))
         pg_id = raw.get("pg_id")
         return FREntry(
             record_id=int_field(raw.get("record_id", index), "record_id"),
-            pg_name=str(pg[0]),
-            pg_desc=str(pg[1]) if len(pg) > 1 else "",
+            pg_name=text_field(pg[0], f"entry {index}: process group name"),
+            pg_desc=text_field(pg[1], f"entry {index}: process group description") if len(pg) > 1 else "",
             pg_id=None if pg_id is None else int_field(pg_id, "pg_id"),
             collective_seq_id=int_field(raw["collective_seq_id"], "collective_seq_id"),
             p2p_seq_id=int_field(raw.get("p2p_seq_id", 0), "p2p_seq_id"),
             is_p2p=bool(is_p2p),
             op=op,
-            state=str(raw["state"]),
+            state=text_field(raw["state"], f"entry {index}: state"),
             time_created_ns=raw.get("time_created_ns"),
-            input_sizes=list(raw.get("input_sizes") or []),
-            input_dtypes=list(raw.get("input_dtypes") or []),
-            output_sizes=list(raw.get("output_sizes") or []),
+            input_sizes=parse_sizes(raw.get("input_sizes")),
+            input_dtypes=parse_dtypes(raw.get("input_dtypes")),
+            output_sizes=parse_sizes(raw.get("output_sizes")),
         )
     except KeyError as exc:
-        raise ValueError(f"entry {index} lacks the field {exc.args[0]!r}") from exc
+        raise ValueError(f"entry {index} lacks the field {brief(exc.args[0])}") from exc
 
 
 def parse_status(raw: Any) -> dict[str, PGStatus]:
@@ -125,9 +154,9 @@ def parse_status(raw: Any) -> dict[str, PGStatus]:
     out = {}
     for key, st in raw.items():
         if not isinstance(st, Mapping):
-            raise ValueError(f"pg_status[{key!r}] must be a dict")
+            raise ValueError(f"pg_status[{brief(key)}] must be a dict")
         started = st.get("last_started_collective")
-        out[str(key)] = PGStatus(
+        out[text_field(key, "a pg_status key")] = PGStatus(
             last_enqueued=int_field(st["last_enqueued_collective"], "last_enqueued_collective"),
             last_completed=int_field(st["last_completed_collective"], "last_completed_collective"),
             last_started=None if started is None else int_field(started, "last_started_collective"),
