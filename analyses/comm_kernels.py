@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 import polars as pl
+from ddprof.analyses.frames.memo import Prepared, collect, derived
 
 from ddprof.collective_ops import CommRule, RuleError, kernel_rules, match_kernel
 from ddprof.errors import BadInputError
@@ -23,16 +24,22 @@ from ddprof.errors import BadInputError
 METADATA = "collective metadata"
 
 
-def comm_kernels(events: pl.LazyFrame, rules: tuple[CommRule, ...]) -> list[dict[str, Any]]:
-    """Rows ``{rule, source, pattern, op, name, count, ranks}`` (module doc). ``events`` has ``rank,
-    name, kind, stream, coll_op``; ``rules`` are the rules ingest used, in order."""
-    found = (events.filter((pl.col("kind") == "comm") & pl.col("stream").is_not_null())
-             .group_by("name", "coll_op")
-             .agg(count=pl.len(), ranks=pl.col("rank").n_unique())
-             .collect())
+@derived
+def comm_kernel_counts(p: Prepared) -> pl.DataFrame:
+    """Per (name, coll_op) of the communication kernels (rows of kind comm on a GPU stream): ``count`` and
+    ``ranks`` (the ranks that ran it). Both add up over disjoint sets of ranks, so a run analysed a group
+    of ranks at a time sums its groups' counts."""
+    return collect(p.events.filter((pl.col("kind") == "comm") & pl.col("stream").is_not_null())
+                   .group_by("name", "coll_op")
+                   .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("rank").n_unique().cast(pl.Int64).alias("ranks")))
+
+
+def comm_kernels(found: pl.DataFrame, rules: tuple[CommRule, ...]) -> list[dict[str, Any]]:
+    """Rows ``{rule, source, pattern, op, name, count, ranks}`` (module doc), from the run's
+    :func:`comm_kernel_counts`; ``rules`` are the rules ingest used, in order."""
     order = {r.name: i for i, r in enumerate(rules)}
     rows: list[dict[str, Any]] = []
-    for name, op, count, ranks in found.iter_rows():
+    for name, op, count, ranks in found.select("name", "coll_op", "count", "ranks").iter_rows():
         m = match_kernel(name, rules)
         rule = m[0] if m is not None else None
         rows.append({"rule": rule.name if rule else METADATA, "source": rule.source if rule else "metadata",
@@ -41,7 +48,8 @@ def comm_kernels(events: pl.LazyFrame, rules: tuple[CommRule, ...]) -> list[dict
     seen = {r["rule"] for r in rows}
     rows += [{"rule": r.name, "source": r.source, "pattern": r.pattern, "op": r.op, "name": None, "count": 0,
               "ranks": 0} for r in rules if r.source == "user" and r.name not in seen]
-    return sorted(rows, key=lambda r: (order.get(r["rule"], len(order)), -r["count"], r["name"] or ""))
+    return sorted(rows, key=lambda r: (order.get(r["rule"], len(order)), -r["count"], r["name"] or "",
+                                          r["op"] or ""))
 
 
 def rules_of(manifest: dict[str, Any]) -> tuple[CommRule, ...]:

@@ -30,6 +30,7 @@ from ddprof.analyses.breakdown import breakdown_by_step, temporal_breakdown
 from ddprof.analyses.bubbles import bubbles, pipeline_stages
 from ddprof.analyses.clocks import ClockEstimate, align, estimate, run_hosts
 from ddprof.analyses.collectives import bandwidth, collective_warnings, collectives, comm_rows
+from ddprof.analyses.comm_kernels import comm_kernel_counts
 from ddprof.analyses.frames.memo import Prepared, prepare
 from ddprof.analyses.frames.sets import rank_spans, steps
 from ddprof.analyses.frames.windows import trace_windows, window_counts, windows_frame
@@ -148,7 +149,7 @@ def _steps(p: Prepared) -> dict[str, Any]:
 
 def _idle(p: Prepared) -> dict[str, Any]:
     return {"idle": idle_breakdown(p), "idle_by_step": idle_by_step(p), "kernel_totals": kernel_totals(p),
-            "kernel_step_totals": kernel_step_totals(p)}
+            "kernel_step_totals": kernel_step_totals(p), "comm_kernel_counts": comm_kernel_counts(p)}
 
 
 def _summaries(p: Prepared) -> dict[str, Any]:
@@ -216,6 +217,8 @@ def merge(results: list[dict[str, pl.DataFrame]]) -> dict[str, pl.DataFrame]:
             out[name] = add_totals(parts, ["name", "kind"])
         elif name == "kernel_step_totals":
             out[name] = add_totals(parts, ["name", "kind", "step"])
+        elif name == "comm_kernel_counts":
+            out[name] = add_totals(parts, ["name", "coll_op"])
         elif name == "comm_rows":  # one table in time order, as one event table gives it (a stable sort)
             out[name] = concat(parts).sort("ts_ns", maintain_order=True)
         else:
@@ -279,12 +282,14 @@ def estimate_clock(run: Run, groups: list[list[int]], executor: Executor | None 
 
 @dataclass(frozen=True)
 class RunAnalysis:
-    """A run's analysis: the clock estimate, every section, and each rank's profiling window count."""
+    """A run's analysis: the clock estimate, every section, each rank's profiling window count, what
+    ``per_group`` found, and the communication kernels' counts (:func:`comm_kernel_counts`)."""
 
     clock: ClockEstimate
     sections: dict[str, Any]
     windows: dict[int, int]
     extra: list[Any]
+    comm_kernel_counts: pl.DataFrame
 
 
 def analyse_run(run: Run, *, executor: Executor | None = None, budget: int | None = None,
@@ -298,5 +303,6 @@ def analyse_run(run: Run, *, executor: Executor | None = None, budget: int | Non
     clock = estimate_clock(run, groups, executor)
     results = run_each(executor, group_frames, [(str(run.path), g, clock, per_group) for g in groups])
     windows = {r: n for res in results for r, n in res.windows.items()}
-    return RunAnalysis(clock, cross_rank_sections(merge([res.frames for res in results]), run.world_size), windows,
-                       [res.extra for res in results])
+    frames = merge([res.frames for res in results])
+    return RunAnalysis(clock, cross_rank_sections(frames, run.world_size), windows, [res.extra for res in results],
+                       frames["comm_kernel_counts"])

@@ -132,8 +132,7 @@ def build_report(run: Run | None, *, dumps: DumpSet | None = None, executor: Exe
         report["run"]["warnings"].extend(clock.warnings())
         report["run"]["warnings"].extend(sections.pop("collective_warnings"))
         report.update(sections)
-        report["comm_kernels"] = comm_kernels(run.events().select("rank", "name", "kind", "stream", "coll_op"),
-                                              rules_of(run.manifest))
+        report["comm_kernels"] = comm_kernels(analysis.comm_kernel_counts, rules_of(run.manifest))
         if dumps is not None:  # a dump that cannot be read is a failed input, like a trace that cannot
             failed = _dump_failures(dumps)
             report["run"]["failed"].extend(failed)
