@@ -32,6 +32,15 @@ class Opt:  # the optimizer hook only needs an object it can hold weakly
     pass
 
 
+@pytest.fixture(autouse=True)
+def fresh_process_claims(monkeypatch):
+    """Each test's agents run as in a fresh process: no ``ddprof.profile`` entered before. A process keeps
+    its claims for life (one capture per process), and earlier tests in this pytest process made some."""
+    from ddprof.collectors import layout
+
+    monkeypatch.setattr(layout, "_claims", {})
+
+
 def test_one_optimizer_ends_a_step_at_each_of_its_steps(tmp_path):
     agent, a = Counting(tmp_path), Opt()
     for _ in range(4):
