@@ -79,11 +79,11 @@ def _why(status: dict[str, Any], steps: int, ended: bool) -> str:
     if steps == 0:
         return (f"no step was counted ({status.get('step_source', 'the step source')} never ran); "
                 "name the step function with ddprof launch --step-on MODULE:FUNCTION")
+    if status.get("recording") and not ended:  # the first recorded step had begun: the schedule was reached
+        return "the process ended while recording, before the window was written"
     first = status.get("first_recorded_step")
     if first is not None and steps <= int(first):
         return f"the job ended before step {first}, the first the schedule records; lower --wait/--warmup"
-    if status.get("recording") and not ended:
-        return "the process ended while recording, before the window was written"
     return ""
 
 
