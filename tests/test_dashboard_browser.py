@@ -7,6 +7,7 @@ known slow rank, and a real Flight Recorder hang."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -56,12 +57,20 @@ def load_page(driver: Any, url: str, timeline: bool = True) -> dict[str, Any] | 
 
 
 def zoom(driver: Any, lo_ms: float, hi_ms: float) -> dict[str, Any]:
-    """Zoom the timeline as a drag would (plotly relayout), wait for the server's answer for that window."""
-    driver.execute_script("const g = document.querySelector('#timeline .js-plotly-plot');"
-                          "Plotly.relayout(g, {'xaxis.range[0]': arguments[0], 'xaxis.range[1]': arguments[1]});",
-                          lo_ms, hi_ms)
-    return wait_for(lambda: (m := graph_meta(driver)) and abs(m["t0_ns"] - lo_ms * 1e6) < 2e3 and m,
-                    what="the zoomed timeline")
+    """Zoom the timeline as a drag would (plotly relayout), wait for the server's answer for that window.
+    The zoom is made again when no answer came within a few seconds: the timeline drawn afresh meanwhile
+    (the report's panels arriving under load) loses a zoom made on the figure it replaced."""
+    deadline = time.monotonic() + 90
+    while True:
+        driver.execute_script("const g = document.querySelector('#timeline .js-plotly-plot');"
+                              "Plotly.relayout(g, {'xaxis.range[0]': arguments[0], 'xaxis.range[1]': arguments[1]});",
+                              lo_ms, hi_ms)
+        try:
+            return wait_for(lambda: (m := graph_meta(driver)) and abs(m["t0_ns"] - lo_ms * 1e6) < 2e3 and m,
+                            timeout=10, what="the zoomed timeline")
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
 
 
 def click_until(driver: Any, selector: str, index: int, done: Any, what: str) -> Any:
