@@ -11,18 +11,24 @@ memcpy (memcpy, memset), other (sync, runtime calls). Times are ns since the run
 (``t0_ns``, the smallest ``first_ns`` of the manifest). Steps are marked where each rank's row-lane
 events of that step begin and end.
 
-The grid (:func:`load`): ``grid[r, c, b]`` for the ``fine_bins`` equal bins over the run: for c < 4 the ns
-of bin b covered by class c on rank r's row lanes (lanes summed), for c = 4 how many of those events
-start in bin b (the level of detail's estimate of what a window holds, without reading it). An event
-[s, e) adds ``min(e, edge_{b+1}) − max(s, edge_b)`` to every bin b it touches: its first and last bins get
-their partial lengths, the bins between the full width (a difference array). Example: width 10, event
-[5, 27) -> bins 0, 1, 2 get 5, 10, 7.
+The grid (:func:`load`): ``grid[r, c, b]`` for ``fine_bins`` cells of ``cell_ns`` (a power of two) ns,
+aligned on multiples of ``cell_ns`` since the epoch, cell 0 starting ``origin_ns`` (<= 0) from t0: for c < 4
+the ns of cell b covered by class c on rank r's row lanes (lanes summed), for c = 4 how many of those
+events start in cell b (the level of detail's estimate of what a window holds, without reading it). An
+event [s, e) adds ``min(e, edge_{b+1}) − max(s, edge_b)`` to every cell b it touches: its first and last
+cells get their partial lengths, the cells between the full width. Example: width 10, event [5, 27) ->
+cells 0, 1, 2 get 5, 10, 7. ``cell_ns`` is the smallest power of two giving the run at most
+``FINE_CELLS / (ranks × 5)`` cells (1,024 to 65,536).
 
-The grid is built once, one rank at a time (memory: one rank's events and the grid, memory-mapped), and
-kept beside the store: ``RUN/dashboard/`` (a temporary directory when the run dir is read-only). Its
-key hashes this module's source, the manifest's ingest fingerprint, and every Parquet part's name, size
-and modification time: a changed store or a changed grid builds a new one. Files are written atomically
-and ``grid.json`` last, so a reader sees a whole grid or none.
+The grid is assembled from each rank's timeline summary (:mod:`ddprof.timeline_summary`), one rank at a
+time (memory: one rank's summary and the grid, memory-mapped): aligned power-of-two cells nest, so a
+summary's finer cells sum exactly into the grid's. Ingest writes the summary beside each Parquet part;
+a rank without a valid one (a store ingested before summaries, a rank of several parts) is summarised
+from its events read from the store, by the same function: the grid is the same either way, only slower
+to build. The grid is kept beside the store: ``RUN/dashboard/`` (a temporary directory when the run dir is
+read-only). Its key hashes this module's source and the summary's, the manifest's ingest fingerprint, and
+every Parquet part's name, size and modification time: a changed store or a changed grid builds a new
+one. Files are written atomically and ``grid.json`` last, so a reader sees a whole grid or none.
 
 Narrow windows read events from Parquet (:meth:`TimelineData.window`): only the parts of the ranks asked
 for, only rows with ``ts_ns`` in ``[t0 − long_ns, t1)`` (row-group statistics skip the rest). An
@@ -43,20 +49,21 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from ddprof import timeline_summary as ts
 from ddprof.atomic import write_atomic
 from ddprof.rundir import Run
+from ddprof.timeline_summary import CLASSES, CPU_KINDS, DETAIL_COLUMNS, Summary, occupancy, outermost
 
-CLASSES = ("compute", "comm", "memcpy", "other")
+__all__ = ["CLASSES", "CPU_KINDS", "DETAIL_COLUMNS", "occupancy", "load", "TimelineData", "RankEvents"]
+
 _CLASS_OF = {"compute": 0, "cpu_op": 0, "comm": 1, "memcpy": 2, "memset": 2}
 #: The count channel of the grid: events starting per bin (module doc).
 STARTS = len(CLASSES)
-CPU_KINDS = ("cpu_op", "runtime", "comm")
-DETAIL_COLUMNS = ["name", "step", "coll_op", "bytes", "pg", "peer"]
-#: Fine bins of the grid: as many as fit in this many cells (ranks x channels x bins), at most 65,536.
+#: Fine bins of the grid: at most as many as fit in this many cells (ranks x channels x bins), at most 65,536.
 FINE_CELLS = 30_000_000
-MAX_FINE_BINS = 65_536
+MAX_FINE_BINS = ts.FINE
 GRID_DIR = "dashboard"
-_SOURCE_HASH = hashlib.sha1(Path(__file__).read_bytes()).hexdigest()[:16]
+_SOURCE_HASH = hashlib.sha1(Path(__file__).read_bytes() + ts.SOURCE_HASH.encode()).hexdigest()[:16]
 
 
 @dataclass
@@ -86,6 +93,8 @@ class TimelineData:
     span_ns: int
     fine_bins: int
     grid: np.ndarray = field(repr=False)  # (ranks, channels, fine_bins) float32, memory-mapped
+    origin_ns: int  # where the grid's cell 0 begins, ns since t0 (<= 0: cells are aligned, module doc)
+    cell_ns: int  # the grid's cell width, a power of two
     lanes: dict[int, list[str]]
     row_lanes: dict[int, int]  # the rank's row draws lanes [0, n)
     steps: pl.DataFrame  # rank, step, start, end (ns since t0)
@@ -93,11 +102,16 @@ class TimelineData:
     long: pl.DataFrame  # rank, start, end, lane, cls and the details of the long outermost events
     failed: dict[int, tuple[str, str]] = field(default_factory=dict)  # row key -> (label, error): failed inputs
     built: bool = False  # this load built the grid (a cold start)
+    from_store: list[int] = field(default_factory=list)  # ranks the grid summarised from the store, not ingest
     path: Path | None = None
 
     @property
     def bin_ns(self) -> float:
-        return self.span_ns / self.fine_bins
+        return float(self.cell_ns)
+
+    def cell_of(self, t: float) -> int:
+        """The grid cell holding ``t`` ns since t0 (may lie outside the grid)."""
+        return int((t - self.origin_ns) // self.cell_ns)
 
     @property
     def busy(self) -> np.ndarray:
@@ -108,8 +122,8 @@ class TimelineData:
 
     def starts_in(self, lo: float, hi: float) -> np.ndarray:
         """Per rank, the row-lane events starting in the grid cells that ``[lo, hi)`` touches (≥ the truth)."""
-        a = max(0, int(lo // self.bin_ns))
-        b = min(self.fine_bins, int(np.ceil(hi / self.bin_ns)) + 1)
+        a = max(0, self.cell_of(lo))
+        b = min(self.fine_bins, self.cell_of(hi) + 2)
         return self.grid[:, STARTS, a:b].sum(axis=1, dtype=np.float64)
 
     def window(self, ranks: list[int], lo: int, hi: int, *, details: bool = True) -> dict[int, RankEvents]:
@@ -186,46 +200,12 @@ def _merge(ev: RankEvents, extra: pl.DataFrame, details: bool) -> RankEvents:
     return RankEvents(start[order], end[order], cls[order], lane[order], det)
 
 
-def _outermost(start: np.ndarray, end: np.ndarray, lane: np.ndarray) -> np.ndarray:
-    """Mask of the events not nested in an earlier event of their lane (input sorted by lane, start); rows
-    with no lane (-1) are dropped."""
-    if start.size == 0:
-        return np.zeros(0, dtype=bool)
-    base = int(min(start.min(), 0))
-    offset = (lane.astype(np.int64) + 1) * (int(end.max()) - base + 1)  # lanes apart: one running max over all
-    reach = np.maximum.accumulate(end - base + offset)
-    prev = np.concatenate([[np.iinfo(np.int64).min], reach[:-1]])
-    return ((start - base + offset) >= prev) & (lane >= 0)
-
-
-def occupancy(start: np.ndarray, end: np.ndarray, group: np.ndarray, groups: int, t0: float, width: float,
-              bins: int) -> np.ndarray:
-    """Busy ns per (group, bin) of ``bins`` bins of ``width`` ns from ``t0`` (module doc; clipped to the grid)."""
-    out = np.zeros(groups * bins + 1, dtype=np.float64)
-    if start.size == 0:
-        return out[:-1].reshape(groups, bins)
-    s = np.clip((start - t0) / width, 0, bins)
-    e = np.clip((end - t0) / width, 0, bins)
-    keep = e > s
-    s, e, g = s[keep], e[keep], group[keep].astype(np.int64) * bins
-    b0 = np.minimum(np.floor(s).astype(np.int64), bins - 1)
-    b1 = np.minimum(np.floor(e).astype(np.int64), bins - 1)
-    same = b0 == b1
-    n = groups * bins + 1
-    out += np.bincount(g[same] + b0[same], weights=(e - s)[same], minlength=n)
-    d = ~same
-    out += np.bincount(g[d] + b0[d], weights=(b0[d] + 1 - s[d]), minlength=n)
-    out += np.bincount(g[d] + b1[d], weights=(e[d] - b1[d]), minlength=n)
-    full = np.bincount(g[d] + b0[d] + 1, minlength=n) - np.bincount(g[d] + b1[d], minlength=n)
-    out += np.cumsum(full)  # 1 per bin strictly between b0 and b1 (never crosses a group: b1 <= bins-1)
-    return (out[:-1] * width).reshape(groups, bins)
+_outermost = outermost
 
 
 def _fine_bins(ranks: int) -> int:
-    n = 1024
-    while n * 2 <= MAX_FINE_BINS and ranks * (STARTS + 1) * n * 2 <= FINE_CELLS:
-        n *= 2
-    return n
+    """The most cells a rank's row may get: the grid's budget shared by the ranks, 1,024 to 65,536."""
+    return max(1024, min(MAX_FINE_BINS, FINE_CELLS // (max(1, ranks) * (STARTS + 1))))
 
 
 def _is_gpu(run: Run, rank: int) -> bool:
@@ -282,49 +262,56 @@ def _span(run: Run) -> tuple[int, int]:
     return int(t0 or 0), max(1, int(t1 or 1) - int(t0 or 0))
 
 
+def _rank_summary(run: Run, rank: int, to_k: int, from_store: list[int]) -> Summary:
+    """The rank's summary written at ingest (its single part's), else made now from the store (module doc;
+    the rank is then added to ``from_store``)."""
+    parts = run.rank_info(rank).get("parts", [])
+    if len(parts) == 1:
+        got = ts.read_summary(run.path / parts[0], to_k)
+        if got is not None:
+            return got
+    from_store.append(rank)
+    return ts.summarise(run.collect_events(ts.COLUMNS, [rank], ts.drawn()))
+
+
 def _build(run: Run, d: Path, key: str) -> dict[str, Any]:
-    """One pass over the store, a rank at a time, writing the grid (module doc); returns grid.json's content."""
+    """The grid assembled from the ranks' summaries, a rank at a time (module doc); returns grid.json's content."""
     ranks = run.ranks
     t0, span = _span(run)
-    fine = _fine_bins(len(ranks))
-    width = span / fine
+    k = ts.level_for(t0, t0 + span, _fine_bins(len(ranks)))
+    first, fine = ts.cells_at(t0, t0 + span, k)
     long_ns = max(1_000_000, span // 4096)
     lanes: dict[str, list[str]] = {}
     row_lanes: dict[str, int] = {}
     steps: list[pl.DataFrame] = []
     longs: list[pl.DataFrame] = []
-    cols = ["ts_ns", "dur_ns", "stream", "tid", "kind", *DETAIL_COLUMNS]
+    from_store: list[int] = []
 
     def fill(tmp: Path) -> None:
         grid = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(len(ranks), STARTS + 1, fine))
         for i, r in enumerate(ranks):
+            s = _rank_summary(run, r, k, from_store)
             gpu = _is_gpu(run, r)
-            df = run.collect_events(cols, [r], _drawn([r] if gpu else []))
-            names = _lane_names(df)
-            nrow = sum(n.startswith("stream") for n in names) if gpu else len(names)
-            lanes[str(r)], row_lanes[str(r)] = names, nrow
-            ev = _prepare(df, names, t0, True)
-            del df
-            ev = ev.select(_outermost(ev.start, ev.end, ev.lane))
-            row = ev.lane < nrow
-            s, e, c = ev.start[row], ev.end[row], ev.cls[row]
-            grid[i, :STARTS] = occupancy(s, e, c, len(CLASSES), 0.0, width, fine)
-            grid[i, STARTS] = np.bincount(np.clip((s / width).astype(np.int64), 0, fine - 1), minlength=fine)
-            det = ev.details
-            on_row = det.with_columns(start=pl.Series(ev.start), end=pl.Series(ev.end)).filter(pl.Series(row))
-            steps.append(on_row.drop_nulls("step").group_by("step").agg(pl.col("start").min(), pl.col("end").max())
-                         .with_columns(pl.lit(r, dtype=pl.Int32).alias("rank")))
-            big = np.flatnonzero(ev.end - ev.start > long_ns)
-            if big.size:
-                longs.append(det[big.tolist()].with_columns(
-                    rank=pl.lit(r, dtype=pl.Int32), start=pl.Series(ev.start[big]), end=pl.Series(ev.end[big]),
-                    lane=pl.Series(ev.lane[big].astype(np.int16)), cls=pl.Series(ev.cls[big])))
+            g = 0 if gpu else 1  # the row draws the streams of a GPU rank, the threads of a CPU rank
+            names = ([f"stream {x}" for x in s.streams] if gpu else []) + [f"thread {x}" for x in s.tids]
+            lanes[str(r)], row_lanes[str(r)] = names, len(s.streams) if gpu else len(s.tids)
+            cells, at, level = s.level(k)
+            grid[i] = ts.rebin(cells[g * ts.CHANNELS:(g + 1) * ts.CHANNELS], at, level, k, first, fine)
+            steps.append(s.steps.filter(pl.col("group") == g).select(
+                pl.lit(r, dtype=pl.Int32).alias("rank"), pl.col("step").cast(pl.Int32),
+                (pl.col("start") - t0).alias("start"), (pl.col("end") - t0).alias("end")))
+            big = s.long.filter(((pl.col("end") - pl.col("start")) > long_ns) & ((pl.col("group") == 1) | gpu))
+            if big.height:
+                longs.append(big.select(*DETAIL_COLUMNS).with_columns(
+                    rank=pl.lit(r, dtype=pl.Int32), start=big.get_column("start") - t0,
+                    end=big.get_column("end") - t0, lane=pl.Series(_lane_of(big, names)),
+                    cls=big.get_column("cls").cast(pl.Int8)))
         grid.flush()
         del grid
 
     write_atomic(d / f"grid-{key}.npy", fill)
     step_df = (pl.concat(steps, how="vertical_relaxed") if steps else
-               pl.DataFrame(schema={"step": pl.Int32, "start": pl.Int64, "end": pl.Int64, "rank": pl.Int32}))
+               pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int32, "start": pl.Int64, "end": pl.Int64}))
     step_df = step_df.select("rank", "step", "start", "end").sort("rank", "step")
     long_df = pl.concat(longs, how="vertical_relaxed") if longs else pl.DataFrame(
         schema={**{c: run.events([]).collect_schema()[c] for c in DETAIL_COLUMNS}, "rank": pl.Int32,
@@ -332,7 +319,8 @@ def _build(run: Run, d: Path, key: str) -> dict[str, Any]:
     write_atomic(d / f"steps-{key}.parquet", lambda p: step_df.write_parquet(p))
     write_atomic(d / f"long-{key}.parquet", lambda p: long_df.write_parquet(p))
     meta = {"key": key, "ranks": ranks, "t0_ns": t0, "span_ns": span, "fine_bins": fine, "long_ns": long_ns,
-            "lanes": lanes, "row_lanes": row_lanes}
+            "lanes": lanes, "row_lanes": row_lanes, "origin_ns": (first << k) - t0, "cell_ns": 1 << k,
+            "summarised_from_store": from_store}
     write_atomic(d / "grid.json", lambda p: p.write_text(json.dumps(meta)))
     for old in d.glob("*-*.*"):  # the files of earlier keys
         if key not in old.name and old.name.split("-")[0] in ("grid", "steps", "long") and not old.name.startswith("."):
@@ -360,13 +348,15 @@ def load(run: Run) -> TimelineData:
     grid = np.load(d / f"grid-{key}.npy", mmap_mode="r")
     return TimelineData(
         run=run, ranks=list(meta["ranks"]), t0_ns=int(meta["t0_ns"]), span_ns=int(meta["span_ns"]),
-        fine_bins=int(meta["fine_bins"]), grid=grid, lanes={int(k): v for k, v in meta["lanes"].items()},
+        fine_bins=int(meta["fine_bins"]), grid=grid, origin_ns=int(meta["origin_ns"]),
+        cell_ns=int(meta["cell_ns"]), lanes={int(k): v for k, v in meta["lanes"].items()},
         row_lanes={int(k): int(v) for k, v in meta["row_lanes"].items()},
         steps=pl.read_parquet(d / f"steps-{key}.parquet"), long_ns=int(meta["long_ns"]),
-        long=pl.read_parquet(d / f"long-{key}.parquet"), failed=_failed(run), built=built, path=d)
+        long=pl.read_parquet(d / f"long-{key}.parquet"), failed=_failed(run), built=built, path=d,
+        from_store=list(meta.get("summarised_from_store", [])))
 
 
 def summary(data: TimelineData) -> dict[str, Any]:
     """Counts for a log line: ranks, drawn events on the rank rows, fine bins, whether the grid was built now."""
     return {"ranks": len(data.ranks), "events": int(data.grid[:, STARTS].sum(dtype=np.float64)),
-            "fine_bins": data.fine_bins, "built": data.built}
+            "fine_bins": data.fine_bins, "built": data.built, "summarised_from_store": len(data.from_store)}

@@ -9,11 +9,12 @@ and one more row per lane (stream or thread) of the ``expand``-ed rank, right be
   row, start, end, colour class and its name and collective metadata for the hover.
 * ``bins`` mode otherwise: for every row, busy ns per colour class in ``bins`` equal bins over the window.
   A window that spans at least ``bins`` grid cells is answered by summing ``k`` adjacent cells
-  (``k = ⌊cells in window / bins⌋``), with no event read; a narrower one from its events read from the
+  (``k = ⌈cells in window / bins⌉``, at most ``bins`` bins from the edge of the window's first cell, so
+  that every cell it touches is drawn), with no event read; a narrower one from its events read from the
   store (:func:`~.data.occupancy`) when the run has at most :data:`DETAIL_RANKS` ranks and the grid
   counts at most :data:`READ_CAP` events there, else at the grid's own resolution (one bin a cell:
-  reading a thousand ranks' parts takes seconds). Example: cells of 1 µs, a window of 10 ms and 1,000 bins ->
-  k = 10, each bin the sum of 10 cells. The expanded rank's lanes are always binned from its events.
+  reading a thousand ranks' parts takes seconds). Example: cells of 1,024 ns, a window of 10 ms (9,766
+  cells) and 1,000 bins -> k = 10, 977 bins each the sum of 10 cells. The expanded rank's lanes are always binned from its events.
 
 A rank that failed to ingest keeps its row, with nothing drawn and its error on the row.
 Either way no row gets more than ``max(bins, ROW_CAP)`` shapes: the budget the browser never exceeds.
@@ -142,7 +143,7 @@ def view(data: TimelineData, t0: float | None = None, t1: float | None = None, *
         busy = _event_bins(data, rows, read, bin_t0, width, bins)
         source = "store"
     else:  # too many events to read in a callback: the grid's own cells, one bin each
-        busy, bin_t0, width = _grid_bins(data, rows, lo, hi, max(1, int(np.ceil(cells))))
+        busy, bin_t0, width = _grid_bins(data, rows, lo, hi, bins)
         source = "grid"
     lanes = [r for r in rows if r.lane is not None]
     if lanes:
@@ -155,21 +156,24 @@ def view(data: TimelineData, t0: float | None = None, t1: float | None = None, *
 
 
 def _grid_bins(data: TimelineData, rows: list[Row], lo: int, hi: int, bins: int) -> tuple[np.ndarray, float, float]:
-    """Sums of ``k`` adjacent grid cells per bin for the rank rows (module doc)."""
+    """Sums of ``k = ⌈cells / bins⌉`` adjacent grid cells per bin for the rank rows, over every cell
+    ``[lo, hi)`` touches (module doc): at most ``bins`` bins."""
     ncls = len(CLASSES)
-    out = np.zeros((len(rows), ncls, bins), dtype=np.float32)
-    fw = data.bin_ns
-    k = max(1, int((hi - lo) / fw) // bins)
-    first = int(lo // fw)
-    n = max(0, min(bins, (data.fine_bins - first + k - 1) // k))
-    for i, row in enumerate(rows):
-        if row.lane is None and row.failed is None and n:
-            cells = np.asarray(data.grid[data.index(row.rank), :ncls, first:first + n * k])
-            pad = n * k - cells.shape[1]
-            if pad:
-                cells = np.pad(cells, ((0, 0), (0, pad)))
-            out[i, :, :n] = cells.reshape(ncls, n, k).sum(axis=2)
-    return out, first * fw, fw * k
+    c0 = max(0, data.cell_of(lo))
+    c1 = min(data.fine_bins, max(c0 + 1, -int(-(hi - data.origin_ns) // data.cell_ns)))
+    cells = c1 - c0
+    k = max(1, -(-cells // bins))
+    n = -(-cells // k)
+    out = np.zeros((len(rows), ncls, n), dtype=np.float32)
+    drawn = [(i, data.index(row.rank)) for i, row in enumerate(rows) if row.lane is None and row.failed is None]
+    if drawn:
+        block = np.asarray(data.grid[:, :ncls, c0:c1], dtype=np.float32)
+        if n * k > cells:
+            block = np.pad(block, ((0, 0), (0, 0), (0, n * k - cells)))
+        summed = block.reshape(block.shape[0], ncls, n, k).sum(axis=3)
+        at, idx = zip(*drawn)
+        out[list(at)] = summed[list(idx)]
+    return out, data.origin_ns + c0 * data.cell_ns, float(data.cell_ns * k)
 
 
 def _event_bins(data: TimelineData, rows: list[Row], read: dict[int, RankEvents], t0: float, width: float, bins: int,

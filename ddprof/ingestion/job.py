@@ -24,6 +24,7 @@ from ddprof.ingestion.world import MAX_WORLD_SIZE, checked_world_size
 from ddprof.ranks import trace_rank
 from ddprof.rundir import rank_dir
 from ddprof.schema import STEP_PREFIX, step_number, validate
+from ddprof.timeline_summary import write_summary
 from ddprof.windows import gap_threshold_ns, split_windows
 
 #: Rows per Parquet row group. The writer holds a row group's encoded columns at once: on the 54 MB
@@ -140,6 +141,7 @@ def _ingest(path: Path, out_dir: Path, rank_map: dict[str, int] | None, res: Fil
     part = rank_dir(out_dir, res.rank) / f"part-{res.sha1[:16]}.parquet"
     write_atomic(part, lambda p: _write_parquet(df, p), needed=lambda: _write_parquet(df, io.BytesIO()))
     res.part = str(part.relative_to(out_dir))
+    write_summary(df, part)  # the dashboard's timeline summary, while the events are in memory
 
 
 def _write_parquet(df: pl.DataFrame, target: Path | io.BytesIO) -> int:

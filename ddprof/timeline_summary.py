@@ -1,0 +1,251 @@
+"""A timeline summary of one rank's events, written at ingest beside its Parquet part: what the dashboard's
+occupancy grid (:mod:`ddprof.dashboards.timeline.data`) is assembled from without reading the events again.
+
+Ingest has each trace's events in memory when it writes the part; summarising them there costs a sort and
+a few array passes, against a second read of every event (names included) when the dashboard first opens.
+A run dir ingested before summaries existed, a rank made of several parts, or a summary that no longer
+matches its part (size, modification time, this module's source) is summarised from the store instead,
+by the same function: both ways give the same arrays.
+
+What is drawn. A *lane* is a GPU stream (rows with ``stream`` set) or a CPU thread (rows with ``stream``
+null, of a kind in :data:`CPU_KINDS`, ``tid`` set). Within a lane only the outermost events count: one
+starting before the running maximum of the earlier ends is nested and dropped. Each event is coloured
+by one of :data:`CLASSES`. The summary keeps the two lane groups apart (``stream``, ``thread``), because
+which of them a rank's row draws (its streams on a GPU rank, its threads on a CPU rank) is decided by
+the whole rank, not by one part.
+
+Cells. Time is cut into cells of ``2**k`` ns aligned on multiples of ``2**k`` since the epoch, ``k`` the
+smallest giving at most :data:`FINE` cells over the drawn events; for each group, 4 channels of busy ns
+per class and 1 of events starting in the cell (``cells[g * 5 + c, i]``). Aligned powers of two nest:
+any coarser cell of ``2**K`` ns is the exact sum of ``2**(K - k)`` of these, so one rank's summary serves a
+grid of any rank count (:func:`rebin`). A copy summed 16 to 1 (``k + 4``) spares reading the fine one
+when the grid is coarse (many ranks). Example: events in [1,000, 70,000) ns -> k = 0 would need 69,000
+cells, k = 1 gives 34,500 cells of 2 ns from cell 500.
+
+Also kept: each lane's name, the first start and last end of every step per group, and the outermost
+events longer than :data:`LONG_MIN_NS` with their details (the grid's "long" events are longer than
+max(1 ms, span / 4,096), a subset).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from ddprof.atomic import write_atomic
+from ddprof.errors import OutputError
+
+CLASSES = ("compute", "comm", "memcpy", "other")
+_CLASS_OF = {"compute": 0, "cpu_op": 0, "comm": 1, "memcpy": 2, "memset": 2}
+CPU_KINDS = ("cpu_op", "runtime", "comm")
+DETAIL_COLUMNS = ["name", "step", "coll_op", "bytes", "pg", "peer"]
+COLUMNS = ["ts_ns", "dur_ns", "stream", "tid", "kind", *DETAIL_COLUMNS]
+GROUPS = ("stream", "thread")
+#: Channels per group: busy ns of each class, then the count of events starting in the cell.
+CHANNELS = len(CLASSES) + 1
+FINE = 65_536
+COARSE_SHIFT = 4
+LONG_MIN_NS = 1_000_000
+SUFFIX = ".timeline.npz"
+FORMAT = 1
+SOURCE_HASH = hashlib.sha1(Path(__file__).read_bytes()).hexdigest()[:16]
+
+
+@dataclass
+class Summary:
+    """One rank's (or part's) summary (module doc). Times are ns since the epoch."""
+
+    k: int  # cells are 2**k ns
+    first_cell: int  # absolute index of cells[:, 0] (its start is first_cell * 2**k ns)
+    cells: np.ndarray  # (2 * CHANNELS, n) float32
+    coarse_first: int  # the same at 2**(k + COARSE_SHIFT) ns
+    coarse: np.ndarray
+    streams: list[int]
+    tids: list[int]
+    steps: pl.DataFrame  # group (0 stream, 1 thread), step, start, end
+    long: pl.DataFrame  # group, start, end, stream, tid, cls and DETAIL_COLUMNS
+
+    def level(self, k: int) -> tuple[np.ndarray, int, int]:
+        """The cells to rebin to ``2**k`` ns: the coarse copy when it is fine enough, else the fine one."""
+        if self.k + COARSE_SHIFT <= k:
+            return self.coarse, self.coarse_first, self.k + COARSE_SHIFT
+        return self.cells, self.first_cell, self.k
+
+
+def drawn() -> pl.Expr:
+    """Rows of some lane: GPU rows, and CPU ops, runtime calls and CPU-side communication off the GPU."""
+    return pl.col("stream").is_not_null() | (pl.col("stream").is_null() & pl.col("kind").is_in(list(CPU_KINDS))
+                                             & pl.col("tid").is_not_null())
+
+
+def outermost(start: np.ndarray, end: np.ndarray, lane: np.ndarray) -> np.ndarray:
+    """Mask of the events not nested in an earlier event of their lane (input sorted by lane, start); rows
+    with no lane (-1) are dropped."""
+    if start.size == 0:
+        return np.zeros(0, dtype=bool)
+    base = int(start.min())  # times from the earliest: absolute ns times lanes would overflow int64
+    offset = (lane.astype(np.int64) + 1) * (int(end.max()) - base + 1)  # lanes apart: one running max over all
+    reach = np.maximum.accumulate(end - base + offset)
+    prev = np.concatenate([[np.iinfo(np.int64).min], reach[:-1]])
+    return ((start - base + offset) >= prev) & (lane >= 0)
+
+
+def occupancy(start: np.ndarray, end: np.ndarray, group: np.ndarray, groups: int, t0: float, width: float,
+              bins: int) -> np.ndarray:
+    """Busy ns per (group, bin) of ``bins`` bins of ``width`` ns from ``t0``, clipped to them. An event
+    [s, e) adds ``min(e, edge_{b+1}) − max(s, edge_b)`` to every bin b it touches: its first and last bins
+    their partial lengths, the bins between the full width. Example: width 10, [5, 27) -> 5, 10, 7."""
+    out = np.zeros(groups * bins + 1, dtype=np.float64)
+    if start.size == 0:
+        return out[:-1].reshape(groups, bins)
+    s = np.clip((start - t0) / width, 0, bins)
+    e = np.clip((end - t0) / width, 0, bins)
+    keep = e > s
+    s, e, g = s[keep], e[keep], group[keep].astype(np.int64) * bins
+    b0 = np.minimum(np.floor(s).astype(np.int64), bins - 1)
+    b1 = np.minimum(np.floor(e).astype(np.int64), bins - 1)
+    same = b0 == b1
+    n = groups * bins + 1
+    out += np.bincount(g[same] + b0[same], weights=(e - s)[same], minlength=n)
+    d = ~same
+    out += np.bincount(g[d] + b0[d], weights=(b0[d] + 1 - s[d]), minlength=n)
+    out += np.bincount(g[d] + b1[d], weights=(e[d] - b1[d]), minlength=n)
+    full = np.bincount(g[d] + b0[d] + 1, minlength=n) - np.bincount(g[d] + b1[d], minlength=n)
+    out += np.cumsum(full)  # 1 per bin strictly between b0 and b1 (never crosses a group: b1 <= bins-1)
+    return (out[:-1] * width).reshape(groups, bins)
+
+
+def cells_at(lo: int, hi: int, k: int) -> tuple[int, int]:
+    """(first cell, cell count) of the cells of ``2**k`` ns covering ``[lo, hi)`` ns (at least one)."""
+    first = lo >> k
+    return first, max(1, -((-max(hi, lo + 1)) >> k) - first)
+
+
+def level_for(lo: int, hi: int, cells: int) -> int:
+    """The smallest ``k`` whose cells cover ``[lo, hi)`` in at most ``cells`` of them."""
+    k = max(0, (max(1, hi - lo) // max(1, cells)).bit_length() - 1)
+    while cells_at(lo, hi, k)[1] > cells:
+        k += 1
+    return k
+
+
+def rebin(cells: np.ndarray, first: int, k: int, to_k: int, to_first: int, n: int) -> np.ndarray:
+    """Cells of ``2**k`` ns from absolute cell ``first`` summed into ``n`` cells of ``2**to_k`` ns from
+    ``to_first`` (``to_k >= k``; what falls outside is dropped)."""
+    out = np.zeros((cells.shape[0], n), dtype=np.float64)
+    if not cells.shape[1]:
+        return out
+    f = 1 << (to_k - k)
+    lead = first - ((first >> (to_k - k)) << (to_k - k))  # fine cells before `first` in its coarse cell
+    m = -(-(lead + cells.shape[1]) // f)
+    padded = np.zeros((cells.shape[0], m * f), dtype=np.float64)
+    padded[:, lead:lead + cells.shape[1]] = cells
+    summed = padded.reshape(cells.shape[0], m, f).sum(axis=2)
+    at = (first >> (to_k - k)) - to_first
+    a, b = max(0, at), min(n, at + m)
+    if b > a:
+        out[:, a:b] = summed[:, a - at:b - at]
+    return out
+
+
+def summarise(df: pl.DataFrame) -> Summary:
+    """The summary of one rank's events (any columns beyond :data:`COLUMNS` ignored; module doc)."""
+    df = df.select(COLUMNS).filter(drawn())
+    on_gpu = df.get_column("stream").is_not_null().to_numpy()
+    streams = df.get_column("stream").drop_nulls().unique().sort().to_list()
+    tids = df.filter(pl.col("stream").is_null()).get_column("tid").drop_nulls().unique().sort().to_list()
+    sv = df.get_column("stream").fill_null(0).to_numpy().astype(np.int64)
+    tv = df.get_column("tid").fill_null(0).to_numpy().astype(np.int64)
+    s_arr, t_arr = np.array(streams, dtype=np.int64), np.array(tids, dtype=np.int64)
+    lane = np.where(on_gpu, np.searchsorted(s_arr, sv), len(streams) + np.searchsorted(t_arr, tv))
+    start = df.get_column("ts_ns").to_numpy().astype(np.int64)
+    end = start + df.get_column("dur_ns").to_numpy().astype(np.int64)
+    cls = df.get_column("kind").cast(pl.String).replace_strict(_CLASS_OF, default=3, return_dtype=pl.Int8).to_numpy()
+    order = np.lexsort((-end, start, lane))  # an outer event first when two start together
+    start, end, cls, lane = start[order], end[order], cls[order], lane[order]
+    keep = outermost(start, end, lane)
+    idx = order[keep]
+    start, end, cls, lane = start[keep], end[keep], cls[keep], lane[keep]
+    group = (lane >= len(streams)).astype(np.int64)
+    lo, hi = (int(start.min()), int(end.max())) if start.size else (0, 1)
+    k = level_for(lo, hi, FINE)
+    first, n = cells_at(lo, hi, k)
+    rel = (start - (first << k)).astype(np.float64)
+    rel_end = (end - (first << k)).astype(np.float64)
+    busy = occupancy(rel, rel_end, group * len(CLASSES) + cls, len(GROUPS) * len(CLASSES), 0.0, float(1 << k), n)
+    cells = np.zeros((len(GROUPS) * CHANNELS, n), dtype=np.float32)
+    for g in range(len(GROUPS)):
+        cells[g * CHANNELS:g * CHANNELS + len(CLASSES)] = busy[g * len(CLASSES):(g + 1) * len(CLASSES)]
+        on = group == g
+        cells[g * CHANNELS + len(CLASSES)] = np.bincount((start[on] >> k) - first, minlength=n)[:n]
+    c_first, c_n = cells_at(lo, hi, k + COARSE_SHIFT)
+    coarse = rebin(cells, first, k, k + COARSE_SHIFT, c_first, c_n).astype(np.float32)
+    kept = pl.DataFrame({"group": pl.Series(group, dtype=pl.Int8), "step": df.get_column("step").gather(idx),
+                         "start": pl.Series(start, dtype=pl.Int64), "end": pl.Series(end, dtype=pl.Int64)})
+    steps = (kept.drop_nulls("step").group_by("group", "step").agg(pl.col("start").min(), pl.col("end").max())
+             .sort("group", "step"))
+    big = np.flatnonzero(end - start > LONG_MIN_NS)
+    long = df[idx[big]].with_columns(
+        group=pl.Series(group[big], dtype=pl.Int8), start=pl.Series(start[big], dtype=pl.Int64),
+        end=pl.Series(end[big], dtype=pl.Int64), cls=pl.Series(cls[big], dtype=pl.Int8),
+    ).select("group", "start", "end", "stream", "tid", "cls", *DETAIL_COLUMNS)
+    return Summary(k, first, cells, c_first, coarse, streams, tids, steps, long)
+
+
+def summary_path(part: Path) -> Path:
+    """``.../part-X.parquet`` -> ``.../part-X.timeline.npz``."""
+    return part.with_name(part.name.removesuffix(".parquet") + SUFFIX)
+
+
+def _frame_bytes(df: pl.DataFrame) -> np.ndarray:
+    buf = io.BytesIO()
+    df.write_ipc(buf)
+    return np.frombuffer(buf.getvalue(), dtype=np.uint8)
+
+
+def write_summary(df: pl.DataFrame, part: Path) -> None:
+    """Summarise a part's events (just written to ``part``) beside it; a failure to write leaves none (the
+    dashboard then summarises the part from the store)."""
+    s = summarise(df)
+    st = part.stat()
+    meta = {"format": FORMAT, "source": SOURCE_HASH, "part_size": st.st_size, "part_mtime_ns": st.st_mtime_ns,
+            "k": s.k, "first_cell": s.first_cell, "coarse_first": s.coarse_first, "streams": s.streams,
+            "tids": s.tids}
+
+    def write(p: Path) -> None:
+        with open(p, "wb") as fh:
+            np.savez_compressed(fh, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), cells=s.cells,
+                                coarse=s.coarse, steps=_frame_bytes(s.steps), long=_frame_bytes(s.long))
+
+    target = summary_path(part)
+    try:
+        write_atomic(target, write)
+    except OutputError:
+        target.unlink(missing_ok=True)
+
+
+def read_summary(part: Path, to_k: int | None = None) -> Summary | None:
+    """The summary written beside ``part`` if it is this code's and the part is still the one it summarised;
+    else None. ``to_k``: the cells will be rebinned to ``2**to_k`` ns; the fine ones are left unread (an
+    empty array) when the coarse ones will do."""
+    try:
+        with np.load(summary_path(part)) as z:
+            meta = json.loads(z["meta"].tobytes())
+            st = part.stat()
+            if (meta.get("format"), meta.get("source"), meta.get("part_size"), meta.get("part_mtime_ns")) != (
+                    FORMAT, SOURCE_HASH, st.st_size, st.st_mtime_ns):
+                return None
+            k = int(meta["k"])
+            coarse_will_do = to_k is not None and k + COARSE_SHIFT <= to_k
+            cells = np.zeros((len(GROUPS) * CHANNELS, 0), dtype=np.float32) if coarse_will_do else z["cells"]
+            return Summary(k, int(meta["first_cell"]), cells, int(meta["coarse_first"]), z["coarse"],
+                           [int(x) for x in meta["streams"]], [int(x) for x in meta["tids"]],
+                           pl.read_ipc(io.BytesIO(z["steps"].tobytes())), pl.read_ipc(io.BytesIO(z["long"].tobytes())))
+    except (OSError, ValueError, KeyError, pl.exceptions.PolarsError):
+        return None
