@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal, TypedDict
 
 from ddprof.collectors import finish, flight_recorder, layout
-from ddprof.collectors.ondemand import OnDemand
+from ddprof.collectors.ondemand import Moved, OnDemand
 from ddprof.collectors.rankfiles import RankFiles, initialised_dist
 from ddprof.collectors.rankinfo import RankInfo, detect_rank
 from ddprof.collectors.status import ProcessStatus
@@ -93,6 +93,7 @@ class Profile(contextlib.ContextDecorator):
         self._prof: Any = None
         self._watch: DumpWatch | None = None
         self._dist_info_pending = False
+        self._discard = False  # the trace being stopped is dropped, not written
         self._last_step = time.monotonic()
         self._entered = False
 
@@ -138,7 +139,7 @@ class Profile(contextlib.ContextDecorator):
         try:
             if self._status is None:
                 self._status, self._own_status = ProcessStatus(files.run_dir, step_source="prof.step()"), True
-            self._ondemand = OnDemand(files.run_dir, self._status)
+            self._ondemand = OnDemand(files.run_dir, self._status, step=self._first_step)
             listening = self._ondemand.install_signal()
             self._status.update(rank=files.info.rank, world_size=files.info.world_size, listening=listening,
                                 first_recorded_step=self._first_recorded(), force=True)
@@ -172,14 +173,17 @@ class Profile(contextlib.ContextDecorator):
                          or (records(step + 1) and static != A.RECORD_AND_SAVE and
                              (window is None or window.end > step)))
             return A.RECORD_AND_SAVE if static_saves or not continues else A.RECORD
-        if static == A.WARMUP or od.starts_at(step + 1):
-            return A.WARMUP
-        return A.NONE
+        return A.WARMUP if static == A.WARMUP else A.NONE  # a window starts without warm-up (ondemand doc)
 
     def _trace_ready(self, prof: Any) -> None:
         """``on_trace_ready``: write the window that ended at the step just finished, named for what asked."""
         assert self._files is not None
         od, last = self._ondemand, self._ending_step
+        if self._discard:  # the steps recorded before a window's start moved (ondemand doc): not a window
+            self._discard = False
+            if self._status is not None:
+                self._status.update(recording=None, force=True)
+            return
         window = None
         if od is not None:
             window = max((w for w in od.windows if w.start <= last), key=lambda w: w.end, default=None)
@@ -258,13 +262,32 @@ class Profile(contextlib.ContextDecorator):
                 self._preset_distributed_info(prof)
             self._ending_step = prof.step_num
             if self._ondemand is not None:
-                self._ondemand.boundary(prof.step_num + 1)
+                moved = self._ondemand.boundary(prof.step_num + 1)
+                if moved:
+                    self._drop_moved(prof, moved)
             prof.step()
             self._note_step(prof)
         except Exception as exc:
             assert self._files is not None
             self._files.fail("profiler step", exc)
             self._prof = None
+
+    def _drop_moved(self, prof: Any, moved: list[Moved]) -> None:
+        """A window's start moved while it was being recorded (ondemand doc): when nothing else asked for the
+        steps recorded so far, stop the trace without writing it; the profiler starts anew at the new start."""
+        from torch.profiler import ProfilerAction as A
+
+        if prof.current_action not in (A.RECORD, A.RECORD_AND_SAVE):
+            return
+        od = self._ondemand
+        assert od is not None
+        for m in moved:
+            for s in range(m.old_start, prof.step_num + 1):
+                static = self._static(s) if self._static is not None else A.NONE
+                if static in (A.RECORD, A.RECORD_AND_SAVE) or od.covering(s) is not None:
+                    return  # recorded for another reason too: the trace goes on
+        prof.current_action = A.RECORD_AND_SAVE  # stop_trace and on_trace_ready at this step(), then restart
+        self._discard = True
 
     def _note_step(self, prof: Any) -> None:
         """After the profiler began step ``prof.step_num``: the status file's step, and the window begun."""

@@ -1,36 +1,48 @@
 """Record a window of steps on request while the job runs: the ranks' side of ``ddprof trigger``.
 
 The request. ``ddprof trigger RUN --steps N`` creates ``RUN/.ddprof/triggers/trigger-NNN.json``
-(``{"id", "steps", "wall", "signalled_all"}``) and sends ``SIGUSR2`` to every process of the capture on its
-host that listens (its status file says so). A rank looks for new trigger files at a step boundary: at
-once when it got the signal, else when ``poll_s`` (0.5 s) has passed since it last looked, so ranks on
-other hosts that share the run dir's filesystem see it too, a little later. The signal handler only sets a
-flag; nothing happens outside a step boundary.
+(``{"id", "steps", "wall", "signalled_all", "ranks"}``) and sends ``SIGUSR2`` to every process of the
+capture on its host that listens (its status file says so). The signal handler only notes the step in
+progress and sets a flag; a rank looks for new trigger files at its next step boundary, at once when it got
+the signal, else when ``poll_s`` (0.5 s) has passed since it last looked, so ranks on other hosts that
+share the run dir's filesystem see it too, a little later.
 
 The start step, the same on every rank. The first rank to see trigger ``k``, at the boundary where it
-begins step ``s``, proposes ``S = s + 1`` (plus ``ceil(poll_s / step time)`` when some ranks were not
+begins step ``s``, proposes ``S = s`` (plus ``ceil(poll_s / step time)`` when some ranks were not
 signalled and will only see the file when they poll), through the store of torch.distributed:
 ``compare_set("ddprof/trigger/k", "", S)`` is atomic, the first proposal wins and every rank reads the
-same ``S``. That is one store round trip per trigger and rank, and no collective: the training's
-collectives are untouched. A single process without a process group takes ``S = s + 1`` itself.
-``S`` must lie after the step any rank is in when it learns it: in a job whose ranks move in lockstep
-(DDP, tensor parallel: a collective every step) a rank is at most one step ahead of another, so
-``s + 1`` is safe. A rank that still learns ``S`` late records what remains of the window and its status
-says ``late_by``.
+same ``S``. No warm-up step: torch.profiler prepares and starts the trace at the boundary into ``S``.
+There is no collective: the training's collectives are untouched.
 
-The bound. Trigger during step ``p``: the first rank to see it is at the boundary into ``p + 1`` at the
-latest, so the window starts at step ``p + 2`` at most (step ``p + 1`` is its warm-up) — with the
-example below, triggered during step 11, the window is steps 13-15 and is in the trace file
-``rank-00000.trigger-001.pt.trace.json.gz``.
+When every rank was signalled, the start is also confirmed, because a rank may already have passed the
+boundary into ``S`` when the trigger came (in a job whose ranks move in lockstep, a rank is at most one
+step ahead of another, between the last collective of a step and the next step's first). Such a rank
+learns ``S`` at the boundary into ``S + 1``; it raises the start to that step (``compare_set`` again, the
+start only ever grows). Every rank adds one to ``ddprof/trigger/k/acks`` once it knows its start; the last
+sets ``ddprof/trigger/k/done``. At the boundary after the first step of its window a rank waits for
+``done`` (every rank learnt the start by then: a rank one step ahead reaches its next boundary without
+waiting for the others; waiting is bounded by ``confirm_s``, 10 s) and reads the final start; a rank that
+began recording at ``S`` for this window alone drops that step (the profiler restarts) and records from the
+new start. That is three store round trips per trigger and rank.
 
-The window. Steps ``S .. S+N-1`` are recorded, ``S-1`` is the warm-up when the rank knew in time; the
-trace is written as ``raw/rank-R/rank-R.trigger-NNN.pt.trace.json.gz``, one file per trigger, beside the
-scheduled cycles' ``rank-R.cycle-NNN`` files. Triggers whose windows overlap are recorded as one and
-written under the last one's name.
+The bound. Trigger during step ``p``: the window starts at step ``p + 1`` — the first step that begins
+after the trigger — when the ranks were all in step ``p``. When a rank was one step ahead (already in step
+``p + 1``) the window starts at ``p + 2``, the step after the one the job's furthest rank was in: a step
+that already began on some rank cannot be recorded from its start there, and every rank records the same
+steps. Triggered during step 11 with ``--steps 3``, the window is steps 12-14, in the trace file
+``rank-00000.trigger-001.pt.trace.json.gz``. A single process without a process group takes ``S = s``
+itself. Ranks found by polling learn late; a rank that learns ``S`` after it began records what remains of
+the window and its status says ``late_by``.
+
+The window. Steps ``S .. S+N-1`` are recorded and written as
+``raw/rank-R/rank-R.trigger-NNN.pt.trace.json.gz``, one file per trigger, beside the scheduled cycles'
+``rank-R.cycle-NNN`` files. Triggers whose windows overlap are recorded as one and written under the last
+one's name.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import math
@@ -66,22 +78,35 @@ class Window:
     requested_start: int
     began_wall: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    confirmed: bool = True  # False while the start may still move (module doc)
 
     @property
     def label(self) -> str:
         return f"trigger-{self.id:03d}"
 
 
+@dataclass
+class Moved:
+    """A window whose start moved at this boundary (module doc): it had begun at ``old_start``."""
+
+    window: Window
+    old_start: int
+
+
 class OnDemand:
     """The listener of one process: call :meth:`boundary` at every step boundary, before the profiler's step."""
 
-    def __init__(self, run_dir: Path, status: ProcessStatus, *, poll_s: float = 0.5):
+    def __init__(self, run_dir: Path, status: ProcessStatus, *, poll_s: float = 0.5, confirm_s: float = 10.0,
+                 step: int = 0):
         self.run_dir = run_dir
         self.status = status
         self.poll_s = poll_s
+        self.confirm_s = confirm_s
         self.windows: list[Window] = []
+        self.step_in_progress = step
         self._seen: set[int] = set()
         self._flag = False
+        self._signalled_in: int | None = None
         self._last_poll = float("-inf")  # the first boundary looks: a trigger may be waiting already
         self._last_boundary: float | None = None
         self._step_s: float | None = None
@@ -97,7 +122,7 @@ class OnDemand:
                 return False
 
             def handler(signum: int, frame: Any) -> None:
-                self._flag = True
+                self.signalled()
 
             signal.signal(TRIGGER_SIGNAL, handler)
             self._handler = handler
@@ -107,20 +132,29 @@ class OnDemand:
                      exc)
             return False
 
+    def signalled(self) -> None:
+        """What the signal handler does: note the step in progress, look at the next boundary."""
+        if not self._flag:
+            self._signalled_in = self.step_in_progress
+        self._flag = True
+
     def listening(self) -> bool:
         """True while our handler is still the one installed (the trigger command signals only then)."""
         return self._handler is not None and signal.getsignal(TRIGGER_SIGNAL) is self._handler
 
     # -- at a step boundary ----------------------------------------------------------------------------------
-    def boundary(self, next_step: int) -> None:
-        """The job is about to begin ``next_step``: pick up new triggers (cheap when there are none)."""
+    def boundary(self, next_step: int) -> list[Moved]:
+        """The job is about to begin ``next_step``: pick up new triggers (cheap when there are none), confirm
+        the start of windows that began; return the windows whose start moved (module doc)."""
+        self.step_in_progress = next_step  # before the flag is read: a signal from now on is seen here or next
         now = time.monotonic()
         if self._last_boundary is not None:
             self._step_s = now - self._last_boundary
         self._last_boundary = now
+        moved = self._confirm(next_step) if self.windows else []
         if not self._flag and now - self._last_poll < self.poll_s:
-            return
-        self._flag = False
+            return moved
+        signalled_in, self._flag, self._signalled_in = self._signalled_in if self._flag else None, False, None
         self._last_poll = now
         listening = self.listening()
         if listening != self.status.data.get("listening"):
@@ -128,7 +162,7 @@ class OnDemand:
         try:
             names = sorted(p.name for p in trigger_dir(self.run_dir).glob("trigger-*.json"))
         except OSError:
-            return
+            return moved
         for name in names:
             try:
                 trigger_id = int(name[len("trigger-"):-len(".json")])
@@ -137,25 +171,35 @@ class OnDemand:
             if trigger_id in self._seen:
                 continue
             self._seen.add(trigger_id)
-            self._accept(trigger_id, next_step)
+            self._accept(trigger_id, next_step, signalled_in)
+        return moved
 
-    def _accept(self, trigger_id: int, next_step: int) -> None:
+    def _accept(self, trigger_id: int, next_step: int, signalled_in: int | None) -> None:
+        confirm = False
         try:
             request = json.loads(trigger_path(self.run_dir, trigger_id).read_text(encoding="utf-8"))
             steps = int(request["steps"])
-            margin = 1
+            margin = 0
             if not request.get("signalled_all", False) and self._step_s:
                 margin += math.ceil(self.poll_s / max(self._step_s, 1e-6))
-            start = self._agree(trigger_id, next_step + margin)
+            store = self._store()
+            expected = len(request.get("ranks") or [])
+            confirm = bool(request.get("signalled_all", False)) and store is not None and expected > 1
+            start = self._agree(store, trigger_id, next_step + margin)
+            if confirm:
+                if start < next_step:  # this rank had passed the boundary into the start: the start moves here
+                    start = self._raise(store, trigger_id, next_step)
+                if int(store.add(self._key(trigger_id, "acks"), 1)) >= expected:
+                    store.set(self._key(trigger_id, "done"), "1")
         except Exception as exc:
             log.error("ddprof: trigger %d in %s ignored: %s: %s", trigger_id, self.run_dir, type(exc).__name__, exc)
             self.status.append("errors", f"trigger {trigger_id}: {type(exc).__name__}: {exc}")
             return
         first = max(start, next_step)
-        window = Window(trigger_id, first, start + steps - 1, start)
+        window = Window(trigger_id, first, start + steps - 1, start, confirmed=not confirm)
         entry: dict[str, Any] = {"id": trigger_id, "requested_start": start, "start_step": first, "end_step": window.end,
-                 "seen_at_step": next_step, "seen_wall": time.time(), "late_by": first - start,
-                 "began_wall": None, "written": None}
+                 "seen_at_step": next_step, "signalled_in_step": signalled_in, "seen_wall": time.time(),
+                 "late_by": first - start, "confirmed": window.confirmed, "began_wall": None, "written": None}
         if window.end < first:
             entry["why"] = f"this rank learnt of the window at step {next_step}, after it ended"
             log.warning("ddprof: trigger %d: window %d-%d already over at step %d", trigger_id, start, window.end,
@@ -166,21 +210,70 @@ class OnDemand:
         self.status.append("windows", entry)
         log.info("ddprof: trigger %d: recording steps %d-%d", trigger_id, first, window.end)
 
-    def _agree(self, trigger_id: int, proposal: int) -> int:
-        """The start step every rank uses: the first proposal stored (module doc)."""
+    @staticmethod
+    def _key(trigger_id: int, what: str = "") -> str:
+        return f"{STORE_PREFIX}{trigger_id}" + (f"/{what}" if what else "")
+
+    def _store(self) -> Any:
+        """The store of the default process group; None for a single process or no process group."""
         dist = initialised_dist()
         if dist is None or dist.get_world_size() == 1:
+            return None
+        return dist.distributed_c10d._get_default_store()
+
+    def _agree(self, store: Any, trigger_id: int, proposal: int) -> int:
+        """The start step every rank uses: the first proposal stored (module doc)."""
+        if store is None:
             return proposal
-        store = dist.distributed_c10d._get_default_store()
-        got = store.compare_set(f"{STORE_PREFIX}{trigger_id}", "", str(proposal))
+        got = store.compare_set(self._key(trigger_id), "", str(proposal))
         return int(got.decode() if isinstance(got, bytes) else got)
+
+    def _raise(self, store: Any, trigger_id: int, want: int) -> int:
+        """Raise the stored start to at least ``want``; the start it holds then."""
+        current = int(store.get(self._key(trigger_id)))
+        while current < want:
+            got = store.compare_set(self._key(trigger_id), str(current), str(want))
+            current = int(got.decode() if isinstance(got, bytes) else got)
+        return current
+
+    def _confirm(self, next_step: int) -> list[Moved]:
+        """At the boundary after a window's first step: wait until every rank knows the start, read it."""
+        moved, confirmed = [], False
+        for w in self.windows:
+            if w.confirmed or next_step <= w.start:
+                continue
+            w.confirmed = confirmed = True
+            w.extra["confirmed"] = True
+            try:
+                store = self._store()
+                if store is None:
+                    continue
+                try:
+                    store.wait([self._key(w.id, "done")], datetime.timedelta(seconds=self.confirm_s))
+                except Exception as exc:  # a rank that never answered: keep the start as it is
+                    w.extra["confirmed"] = False
+                    log.warning("ddprof: trigger %d: not every rank confirmed the start within %g s (%s)", w.id,
+                                self.confirm_s, exc)
+                final = int(store.get(self._key(w.id)))
+            except Exception as exc:
+                log.error("ddprof: trigger %d: start not confirmed: %s: %s", w.id, type(exc).__name__, exc)
+                self.status.append("errors", f"trigger {w.id}: {type(exc).__name__}: {exc}")
+                continue
+            if final > w.start:
+                moved.append(Moved(w, w.start))
+                w.end += final - w.requested_start
+                w.start = w.requested_start = final
+                w.began_wall = None
+                w.extra.update(start_step=final, requested_start=final, end_step=w.end, began_wall=None,
+                               moved_from=moved[-1].old_start)
+                log.info("ddprof: trigger %d: a rank was a step ahead; recording steps %d-%d", w.id, w.start, w.end)
+        if confirmed:
+            self.status.write(force=True)
+        return moved
 
     # -- what the profiler does at a step -----------------------------------------------------------------
     def covering(self, step: int) -> Window | None:
         return next((w for w in self.windows if w.start <= step <= w.end), None)
-
-    def starts_at(self, step: int) -> bool:
-        return any(w.start == step for w in self.windows)
 
     def began(self, step: int) -> None:
         """Step ``step`` begins being recorded: note the wall time of each window starting there."""

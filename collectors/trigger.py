@@ -2,12 +2,11 @@
 
 The requester's side of :mod:`ddprof.collectors.ondemand` (the protocol is described there): write the
 trigger file, send ``SIGUSR2`` to each capturing process of this host that listens, then wait (at most
-``wait_s``) until every capturing rank has begun the window, and report the steps, the ranks and the
-latency from the trigger to the first recorded step::
+``wait_s``) until every capturing rank has begun the window and confirmed its start, and report the
+steps, the ranks and the latency from the trigger to the first recorded step::
 
-    trigger 1: ranks 0-1 record steps 64-65 (trace rank-R.trigger-001); they saw the trigger at the start
-    of step 63; the first recorded step began 0.14 s after the trigger (at most the step in progress + 2:
-    the window starts after one warm-up step)
+    trigger 1: ranks 0-1 record steps 64-65 (trace rank-R.trigger-001); the trigger came during step 63;
+    the first recorded step, 64, began 0.03 s after it (bound: the step after the one in progress)
 
 A capturing process is one whose status file names its rank and records no exit; one on another host
 counts while its status was updated in the last ``stale_s`` (60 s).
@@ -49,6 +48,19 @@ class TriggerResult:
         began = [w["began_wall"] for w in self.windows.values() if w.get("began_wall")]
         return max(began) - self.wall if began else None
 
+    def step_in_progress(self) -> int | None:
+        """The step the job was in when the trigger came: the furthest signalled rank's (None: none signalled)."""
+        steps = [w["signalled_in_step"] for w in self.windows.values() if w.get("signalled_in_step") is not None]
+        return max(steps) if steps else None
+
+    @property
+    def within_bound(self) -> bool | None:
+        """Whether the window starts at most one step after the step in progress (None: nobody signalled)."""
+        p = self.step_in_progress()
+        if p is None or not self.windows:
+            return None
+        return max(w["start_step"] for w in self.windows.values()) <= p + 1
+
     def describe(self) -> str:
         if not self.windows:
             return (f"trigger {self.id}: no rank began the window yet (ranks {self.ranks}); it is recorded when "
@@ -57,12 +69,19 @@ class TriggerResult:
         ranks = sorted(self.windows)
         span = f"{ranks[0]}-{ranks[-1]}" if ranks == list(range(ranks[0], ranks[-1] + 1)) else str(ranks)
         text = (f"trigger {self.id}: ranks {span} record steps {w0['start_step']}-{w0['end_step']} "
-                f"(trace rank-R.trigger-{self.id:03d}); they saw the trigger at the start of step "
-                f"{min(w['seen_at_step'] for w in self.windows.values())}")
+                f"(trace rank-R.trigger-{self.id:03d})")
+        progress = self.step_in_progress()
+        if progress is not None:
+            text += f"; the trigger came during step {progress}"
+        else:
+            text += (f"; the ranks found the trigger by polling, at the start of step "
+                     f"{min(w['seen_at_step'] for w in self.windows.values())}")
         latency = self.latency_s()
         if latency is not None:
-            text += (f"; the first recorded step began {latency:.2f} s after the trigger (at most the step in "
-                     "progress + 2: the window starts after one warm-up step)")
+            text += f"; the first recorded step, {w0['start_step']}, began {latency:.2f} s after it"
+            if progress is not None:
+                text += (" (bound: the step after the one in progress)" if self.within_bound else
+                         f" ({w0['start_step'] - progress} steps after the step in progress: over the bound)")
         late = {r: w["late_by"] for r, w in self.windows.items() if w.get("late_by")}
         if late:
             text += f"; late ranks (steps missed at the start): {late}"
@@ -125,7 +144,9 @@ def trigger(run_dir: str | Path, steps: int = 3, *, send_signal: bool = True, wa
     host = socket.gethostname()
     to_signal = [s for s in live if send_signal and s.get("host") == host and s.get("listening")]
     wall = time.time()
-    body = {"steps": steps, "wall": wall, "signalled_all": len(to_signal) == len(live), "by": f"{host}:{os.getpid()}"}
+    ranks = sorted({int(s["rank"]) for s in live})
+    body = {"steps": steps, "wall": wall, "signalled_all": len(to_signal) == len(live), "ranks": ranks,
+            "by": f"{host}:{os.getpid()}"}
     trigger_id = _claim_id(run_dir, body)
     signalled = []
     for status in to_signal:
@@ -134,7 +155,6 @@ def trigger(run_dir: str | Path, steps: int = 3, *, send_signal: bool = True, wa
             signalled.append(int(status["rank"]))
         except OSError:
             pass
-    ranks = sorted({int(s["rank"]) for s in live})
     result = TriggerResult(trigger_id, steps, wall, ranks, sorted(signalled))
     deadline = time.monotonic() + wait_s
     while True:
@@ -150,6 +170,7 @@ def _begun(run_dir: Path, trigger_id: int) -> dict[int, dict[str, Any]]:
     out = {}
     for status in read_statuses(run_dir):
         for window in status.get("windows") or []:
-            if window.get("id") == trigger_id and (window.get("began_wall") or window.get("why")):
+            if window.get("id") == trigger_id and ((window.get("began_wall") and window.get("confirmed", True))
+                                                   or window.get("why")):
                 out[int(status["rank"])] = window
     return out

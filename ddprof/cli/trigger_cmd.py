@@ -21,8 +21,8 @@ def trigger(run_dir: str, steps: int, timeout: float, no_signal: bool) -> int:
     """Ask a running capture (ddprof launch, or ddprof.profile(on_demand=True)) to record the next steps.
 
     Writes RUN_DIR/.ddprof/triggers/trigger-NNN.json and sends SIGUSR2 to the capturing processes of this
-    host; every rank records the same N steps, from the step after the one it begins next, into
-    raw/rank-R/rank-R.trigger-NNN.pt.trace.json.gz.
+    host; every rank records the same N steps, from the step after the one in progress, into
+    raw/rank-R/rank-R.trigger-NNN.pt.trace.json.gz, and the command prints that step and the latency.
     """
     result = trigger_window(run_dir, steps, send_signal=not no_signal, wait_s=timeout)
     click.echo(result.describe())
