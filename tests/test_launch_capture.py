@@ -126,9 +126,11 @@ def test_a_rank_killed_mid_capture_leaves_the_others_window_and_analyze_names_it
     launcher = start_launch(run_dir, ["--active", "200", "--ingest-timeout", "5"],
                             torchrun(2, "--steps", "2000", "--step-ms", "10", *SLOW), tmp_path / "launch.log")
     try:
-        got = wait_for("both ranks recording", lambda: (lambda s: s if len([v for v in s.values()
-                                                                            if v.get("recording")]) == 2 else None)(
-            statuses(run_dir)))
+        # kill only once both ranks are a few steps into the window, so rank 0 has recorded some of it to write
+        def recording_a_while(s):
+            into = [v for v in s.values() if v.get("recording") and v["step"] >= v["recording"]["start_step"] + 3]
+            return s if len(into) == 2 else None
+        got = wait_for("both ranks a few steps into the window", lambda: recording_a_while(statuses(run_dir)))
         os.kill(got[1]["pid"], signal.SIGKILL)  # rank 1 dies; torchrun stops rank 0 with SIGTERM
         assert launcher.wait(timeout=120) != 0
     finally:
