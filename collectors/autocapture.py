@@ -7,7 +7,14 @@ nor Polars, and only arranges, through an import hook, that
 * when ``torch.optim.optimizer`` is imported, a global optimizer step hook is registered
   (``torch.optim.optimizer.register_optimizer_step_post_hook``), or
 * with ``--step-on MODULE:FUNCTION``, when ``MODULE`` is imported, ``FUNCTION`` (a dotted name such as
-  ``Trainer.train_step`` also works) is wrapped; each return from it ends a step.
+  ``Trainer.train_step`` also works) is wrapped; each return from it ends a step, or
+* with ``--step-on-loader MODULE:NAME``, when ``MODULE`` is imported, one step is counted per item drawn
+  from a loader: ``NAME`` is a class (``torch.utils.data:DataLoader``, or your subclass: every instance
+  counts) or an object the module defines (``mydata:train_loader``: that loader alone). The class's
+  ``__iter__`` is wrapped; the iterator it returns is handed back in a thin wrapper (attributes and
+  ``len()`` pass through) that ends a step at each ``next()`` after the first, before the next batch is
+  fetched (loading a batch belongs to the step that uses it), and at the end of the loader (the last
+  batch's step), so ``for batch in loader`` counts one step per batch, with gradient accumulation too.
 
 Capture starts at the end of the first step: ``ddprof.profile`` is entered then (the rank is known by
 then, even in ``mp.spawn`` children that name it only to ``init_process_group``), numbering steps as the
@@ -106,6 +113,37 @@ class _ThenCall:
         return getattr(self._loader, name)
 
 
+class _CountedIterator:
+    """A loader's iterator whose ``next()`` ends a step, except the first (module doc)."""
+
+    __slots__ = ("_it", "_agent", "_started", "_ended")
+
+    def __init__(self, it: Any, agent: Agent):
+        self._it, self._agent, self._started, self._ended = it, agent, False, False
+
+    def __iter__(self) -> _CountedIterator:
+        return self
+
+    def __next__(self) -> Any:
+        if self._ended:  # asked again after the end: no step in between
+            return next(self._it)
+        if self._started:
+            self._agent.boundary()  # never raises
+        else:
+            self._started = True
+        try:
+            return next(self._it)
+        except StopIteration:
+            self._ended = True
+            raise
+
+    def __len__(self) -> int:
+        return len(self._it)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._it, name)
+
+
 def _is_launcher_agent(argv: list[str]) -> bool:
     """torchrun's agent process (it starts the ranks; it is none of them)."""
     if len(argv) > 1 and Path(argv[1]).name in ("torchrun", "torchrun.exe"):
@@ -144,6 +182,7 @@ class Agent:
         self.run_dir = Path(config["run_dir"])
         self.options: dict[str, Any] = dict(config.get("profile", {}))
         self.step_on: str | None = config.get("step_on")
+        self.step_on_loader: str | None = config.get("step_on_loader")
         self.steps = 0
         self.profile: Any = None
         self.error: BaseException | None = None
@@ -152,7 +191,8 @@ class Agent:
         self._lock = threading.Lock()
         self._optimizers: weakref.WeakSet[Any] = weakref.WeakSet()
         self._last_optimizer: weakref.ref[Any] | None = None
-        self.status = ProcessStatus(self.run_dir, step_source=self.step_on or "optimizer.step")
+        source = self.step_on or (f"loader {self.step_on_loader}" if self.step_on_loader else "optimizer.step")
+        self.status = ProcessStatus(self.run_dir, step_source=source)
         self._hooks = _AfterImport()
 
     # -- start-up ------------------------------------------------------------------------------------------
@@ -174,6 +214,9 @@ class Agent:
         if self.step_on:
             module, _, qualname = self.step_on.partition(":")
             self._hooks.add(module, functools.partial(self._wrap_step_function, qualname))
+        elif self.step_on_loader:
+            module, _, qualname = self.step_on_loader.partition(":")
+            self._hooks.add(module, functools.partial(self._wrap_loader, qualname))
         else:
             self._hooks.add("torch.optim.optimizer", self._register_optimizer_hook)
 
@@ -196,6 +239,30 @@ class Agent:
                 agent.boundary()
 
         setattr(owner, name, step_function)
+
+    def _wrap_loader(self, qualname: str, module: ModuleType) -> None:
+        """``--step-on-loader``: count the items drawn from the loader class or object ``qualname`` names."""
+        try:
+            target: Any = module
+            for part in qualname.split("."):
+                target = getattr(target, part)
+            cls, only = (target, None) if isinstance(target, type) else (type(target), weakref.ref(target))
+            original = getattr(cls, "__iter__", None)
+            if original is None:
+                raise TypeError(f"{module.__name__}:{qualname} is not iterable (its class has no __iter__)")
+        except Exception as exc:
+            self.status.append("errors", f"--step-on-loader {module.__name__}:{qualname}: {type(exc).__name__}: {exc}")
+            raise
+        agent = self
+
+        @functools.wraps(original)
+        def __iter__(loader: Any, *args: Any, **kwargs: Any) -> Any:
+            it = original(loader, *args, **kwargs)
+            if only is not None and only() is not loader:
+                return it
+            return _CountedIterator(it, agent)
+
+        cls.__iter__ = __iter__
 
     # -- steps ---------------------------------------------------------------------------------------------
     def _optimizer_stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:

@@ -66,13 +66,15 @@ def bootstrap_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / BOOTSTRAP_DIR
 
 
-def write_bootstrap(run_dir: Path, *, profile: dict[str, Any], step_on: str | None) -> Path:
+def write_bootstrap(run_dir: Path, *, profile: dict[str, Any], step_on: str | None,
+                    step_on_loader: str | None = None) -> Path:
     """Write the bootstrap's two files; return its config path."""
     folder = bootstrap_dir(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
     write_text_atomic(folder / "sitecustomize.py", SITECUSTOMIZE)
     config = folder / "config.json"
-    write_json_atomic(config, {"run_dir": str(run_dir), "profile": profile, "step_on": step_on})
+    write_json_atomic(config, {"run_dir": str(run_dir), "profile": profile, "step_on": step_on,
+                               "step_on_loader": step_on_loader})
     return config
 
 

@@ -3,8 +3,9 @@
 The launcher
 
 * puts the bootstrap on the job's ``PYTHONPATH`` (:mod:`ddprof.collectors.bootstrap`): every rank
-  captures without ``ddprof.profile`` in the script, counting steps by optimizer step or by
-  ``--step-on MODULE:FUNCTION`` (:mod:`ddprof.collectors.autocapture`), recording the schedule's window
+  captures without ``ddprof.profile`` in the script, counting steps by optimizer step, by
+  ``--step-on MODULE:FUNCTION`` or by ``--step-on-loader MODULE:NAME`` (the items drawn from a DataLoader;
+  :mod:`ddprof.collectors.autocapture`), recording the schedule's window
   and any window ``ddprof trigger RUN_DIR`` asks for while it runs (:mod:`ddprof.collectors.ondemand`);
 * sets, for the whole job, what must exist before the process groups do: the Flight Recorder buffer
   (``TORCH_FR_BUFFER_SIZE``), NCCL's dump on timeout, the dump file prefix (``RUN_DIR/raw/
@@ -45,7 +46,8 @@ def launch_env(run_dir: Path, environ: Mapping[str, str], *, fr_buffer: int) -> 
 
 def launch(run_dir: str | Path, command: list[str], *, fr_buffer: int = DEFAULT_BUFFER,
            environ: Mapping[str, str] | None = None, capture: bool = True, profile: dict[str, Any] | None = None,
-           step_on: str | None = None, say: Callable[[str], None] | None = None) -> int:
+           step_on: str | None = None, step_on_loader: str | None = None,
+           say: Callable[[str], None] | None = None) -> int:
     """Run ``command`` with :func:`launch_env` (and, with ``capture``, the bootstrap); return its exit status.
 
     ``profile``: options of ``ddprof.profile`` for every rank (``wait``, ``warmup``, ``active``, ``repeat``,
@@ -55,11 +57,19 @@ def launch(run_dir: str | Path, command: list[str], *, fr_buffer: int = DEFAULT_
     run_dir = Path(run_dir).absolute()
     if not command:
         raise UsageError("nothing to run: ddprof launch -o RUN_DIR -- torchrun --nproc-per-node N train.py")
+    if step_on is not None and step_on_loader is not None:
+        raise UsageError("--step-on and --step-on-loader: choose one step source")
     if step_on is not None:
         module, _, function = step_on.partition(":")
         if not module or not function or module == "__main__":
             raise UsageError(f"--step-on {step_on!r}: expected MODULE:FUNCTION of a module the script imports "
                              "(e.g. mytrain.steps:train_step); the script run as __main__ cannot be hooked")
+    if step_on_loader is not None:
+        module, _, name = step_on_loader.partition(":")
+        if not module or not name or module == "__main__":
+            raise UsageError(f"--step-on-loader {step_on_loader!r}: expected MODULE:NAME, a loader class (e.g. "
+                             "torch.utils.data:DataLoader) or a loader a module the script imports defines (e.g. "
+                             "mytrain.data:train_loader); the script run as __main__ cannot be hooked")
     used = sorted(layout.raw_dir(run_dir).glob("rank-*/rank-*.meta.json"))
     if (run_dir / MANIFEST).exists() or used:
         raise UsageError(f"{run_dir} already holds a capture ({(run_dir / MANIFEST) if not used else used[0]}); "
@@ -68,7 +78,7 @@ def launch(run_dir: str | Path, command: list[str], *, fr_buffer: int = DEFAULT_
     base = os.environ if environ is None else environ
     env = launch_env(run_dir, base, fr_buffer=fr_buffer)
     if capture:
-        config = write_bootstrap(run_dir, profile=dict(profile or {}), step_on=step_on)
+        config = write_bootstrap(run_dir, profile=dict(profile or {}), step_on=step_on, step_on_loader=step_on_loader)
         env.update(bootstrap_env(run_dir, config, base))
     try:
         rc = subprocess.call(command, env=env)

@@ -78,7 +78,8 @@ def _why(status: dict[str, Any], steps: int, ended: bool) -> str:
                 "starts the ranks (mp.spawn); otherwise name the step function with ddprof launch --step-on")
     if steps == 0:
         return (f"no step was counted ({status.get('step_source', 'the step source')} never ran); "
-                "name the step function with ddprof launch --step-on MODULE:FUNCTION")
+                "name the step function with ddprof launch --step-on MODULE:FUNCTION (or the loader with "
+                "--step-on-loader MODULE:NAME)")
     if status.get("recording") and not ended:  # the first recorded step had begun: the schedule was reached
         return "the process ended while recording, before the window was written"
     first = status.get("first_recorded_step")

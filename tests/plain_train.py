@@ -9,6 +9,8 @@ every iteration (SGD first). ``--optimizers 0``: no optimizer; each iteration is
 plain_steps:train_step`` counts the steps). ``--slow-rank R`` sleeps ``--slow-ms`` before each forward on
 rank R; ``--step-ms`` sleeps on every rank. ``--stop-file F``: a long-running job (up to ``--steps``) that
 ends once ``F`` exists, every rank at the same iteration (the ranks all-reduce a stop flag each step).
+``--loader``: the batches come from a ``torch.utils.data.DataLoader`` (one epoch of ``--steps`` batches) instead
+of one tensor reused; ``--accumulate K`` steps the optimizers every K batches (gradient accumulation).
 ``--step-times F`` (``{rank}`` becomes the rank) writes each iteration's duration in seconds as JSON, for
 ``benchmarks/capture_overhead.py``; ``--hidden`` sets the width of the hidden layers (256).
 """
@@ -43,9 +45,15 @@ def train(rank: int, world: int, args: argparse.Namespace) -> None:
         nn.Sequential(nn.Linear(128, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU(), nn.Linear(h, 10)))
     opts = optimizers(model, args.optimizers)
     data = torch.randn(args.batch, 128, generator=torch.Generator().manual_seed(rank))
+    if args.loader:
+        samples = torch.randn(args.steps * args.batch, 128, generator=torch.Generator().manual_seed(rank))
+        loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(samples), batch_size=args.batch)
+        batches = (batch for (batch,) in loader)
+    else:
+        batches = (data for _ in range(args.steps))
     step_s = []
-    for _ in range(args.steps):
-        t0 = time.perf_counter()
+    t0 = time.perf_counter()
+    for i, data in enumerate(batches):
         if args.stop_file:
             stop = torch.tensor([float(os.path.exists(args.stop_file))])
             dist.all_reduce(stop, dist.ReduceOp.MAX)
@@ -58,11 +66,13 @@ def train(rank: int, world: int, args: argparse.Namespace) -> None:
             plain_steps.train_step(model, data)
         else:
             model(data).square().mean().backward()
-            for opt in opts:
-                opt.step()
-            for opt in opts:
-                opt.zero_grad(set_to_none=True)
+            if (i + 1) % args.accumulate == 0:
+                for opt in opts:
+                    opt.step()
+                for opt in opts:
+                    opt.zero_grad(set_to_none=True)
         step_s.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
     if args.step_times:
         with open(args.step_times.format(rank=rank), "w") as out:
             json.dump(step_s, out)
@@ -85,6 +95,8 @@ def main() -> None:
     p.add_argument("--step-times", default=None)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--loader", action="store_true", help="batches from a torch.utils.data.DataLoader")
+    p.add_argument("--accumulate", type=int, default=1, help="optimizer step every this many batches")
     p.add_argument("--spawn", type=int, default=0, help="start this many ranks with torch.multiprocessing.spawn")
     args = p.parse_args()
     if args.spawn:

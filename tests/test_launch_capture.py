@@ -92,6 +92,21 @@ def test_a_job_without_optimizer_is_counted_with_step_on_and_explained_without(t
     assert "--step-on MODULE:FUNCTION" in err
 
 
+def test_steps_counted_per_batch_of_a_dataloader_with_gradient_accumulation(tmp_path):
+    """``--step-on-loader``: one step per batch the DataLoader yields, where the optimizer steps every 2 batches."""
+    run_dir = tmp_path / "run"
+    run_launch(run_dir, ["--step-on-loader", "torch.utils.data:DataLoader", "--active", "2"],
+               torchrun(2, "--steps", "6", "--loader", "--accumulate", "2", *SLOW))
+    run = wait_ingested(run_dir)
+    assert (run.ranks, run.steps) == ([0, 1], [2, 3])
+    for status in statuses(run_dir).values():  # 6 batches, not 3 optimizer steps
+        assert (status["steps_seen"], status["step_source"]) == (6, "loader torch.utils.data:DataLoader")
+    opt_steps = (run.events().filter(pl.col("name").str.starts_with("Optimizer.step#")).collect()
+                 .group_by("rank").agg(pl.col("step").unique().sort()).sort("rank"))
+    assert opt_steps["step"].to_list() == [[3], [3]]  # batch 3 is the second of a pair: the optimizer steps there
+    assert_names_slow_rank(run_dir)
+
+
 def test_mp_spawn_children_are_captured(tmp_path):
     run_dir = tmp_path / "run"
     job = [sys.executable, str(PLAIN), "--spawn", "2", "--steps", "6", *SLOW]

@@ -1,5 +1,5 @@
 """The parts of ``ddprof launch``'s capture one at a time: the step rule with several optimizers, the
-``--step-on`` hook, the bootstrap's chaining to a site's own ``sitecustomize``, and failures that must not
+``--step-on`` and ``--step-on-loader`` hooks, the bootstrap's chaining to a site's own ``sitecustomize``, and failures that must not
 stop the job."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from ddprof.errors import UsageError
 class Counting(autocapture.Agent):
     """An agent whose step boundaries are only counted (no profiler)."""
 
-    def __init__(self, run_dir, step_on=None):
-        super().__init__({"run_dir": str(run_dir), "profile": {}, "step_on": step_on})
+    def __init__(self, run_dir, step_on=None, step_on_loader=None):
+        super().__init__({"run_dir": str(run_dir), "profile": {}, "step_on": step_on, "step_on_loader": step_on_loader})
         self.boundaries = 0
 
     def boundary(self) -> None:
@@ -85,6 +85,81 @@ def test_step_on_must_name_an_importable_function(tmp_path):
     for bad in ("train_step", "__main__:train_step", "mod:"):
         with pytest.raises(UsageError, match="--step-on"):
             launch(tmp_path / "run", [sys.executable, "-c", "pass"], step_on=bad)
+    for bad in ("DataLoader", "__main__:loader", ":DataLoader"):
+        with pytest.raises(UsageError, match="--step-on-loader"):
+            launch(tmp_path / "run", [sys.executable, "-c", "pass"], step_on_loader=bad)
+    with pytest.raises(UsageError, match="choose one step source"):
+        launch(tmp_path / "run", [sys.executable, "-c", "pass"], step_on="m:f", step_on_loader="m:L")
+
+
+LOADERS = '''
+class Loader:
+    """A loader as a script's module defines it: an iterable whose iterator has attributes of its own."""
+    def __init__(self, items):
+        self.items = items
+    def __iter__(self):
+        return LoaderIter(self.items)
+
+class LoaderIter:
+    def __init__(self, items):
+        self._items, self.fetched = iter(items), 0
+    def __iter__(self):
+        return self
+    def __next__(self):
+        item = next(self._items)
+        self.fetched += 1
+        return item
+    def __len__(self):
+        return 3
+
+train = Loader([1, 2, 3])
+val = Loader([4, 5])
+'''
+
+
+@pytest.mark.parametrize(("name", "counted"), [("myloaders:train", {"train"}), ("myloaders:Loader", {"train", "val"})])
+def test_step_on_loader_counts_one_step_per_batch_of_the_loader_named(tmp_path, monkeypatch, name, counted):
+    (tmp_path / "myloaders.py").write_text(LOADERS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    agent = Counting(tmp_path / "run", step_on_loader=name)
+    assert agent.status.data["step_source"] == f"loader {name}"
+    agent.arm(eager_status=False)
+    try:
+        import myloaders
+
+        for loader, size in ((myloaders.train, 3), (myloaders.val, 2)):
+            before = agent.boundaries
+            it = iter(loader)
+            assert (len(it), it.fetched) == (3, 0)  # the loader's iterator shows through
+            ends = []
+            for item in it:  # the step of each batch ends at the next fetch, the last one at the loader's end
+                ends.append(agent.boundaries - before)
+                assert item in loader.items
+            assert ends == ([0, 1, 2][:size] if loader in {getattr(myloaders, n) for n in counted} else [0] * size)
+            assert agent.boundaries - before == (size if ends[-1] else 0)
+            assert next(it, None) is None and agent.boundaries - before == (size if ends[-1] else 0)
+        assert [x for x in myloaders.train] == [1, 2, 3]  # a second epoch counts again, from its second batch
+        assert agent.boundaries == 3 * 2 + (2 if "val" in counted else 0)
+    finally:
+        sys.meta_path.remove(agent._hooks)
+        sys.modules.pop("myloaders", None)
+
+
+def test_step_on_loader_naming_nothing_is_logged_and_the_job_goes_on(tmp_path, monkeypatch, caplog):
+    (tmp_path / "myloaders.py").write_text(LOADERS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    agent = Counting(tmp_path / "run", step_on_loader="myloaders:trian")
+    agent.arm(eager_status=False)
+    try:
+        import myloaders
+
+        assert list(myloaders.train) == [1, 2, 3] and agent.boundaries == 0
+    finally:
+        sys.meta_path.remove(agent._hooks)
+        sys.modules.pop("myloaders", None)
+    assert "capture hook on myloaders failed: AttributeError" in caplog.text and "(training continues)" in caplog.text
+    (error,) = agent.status.data["errors"]
+    assert error.startswith("--step-on-loader myloaders:trian: AttributeError") and "no attribute 'trian'" in error
 
 
 def test_the_bootstrap_runs_the_sites_own_sitecustomize_and_writes_only_in_the_run_dir(tmp_path):
@@ -148,7 +223,8 @@ def test_a_run_dir_without_trace_is_explained_from_the_status_files(tmp_path):
     assert lines == [
         f"no trace file in {tmp_path}: 2 process(es) of the capture reported, none wrote a trace",
         "  rank 0 (host h, pid 1): 0 steps seen (step source: optimizer.step); ended: exited normally: no step was "
-        "counted (optimizer.step never ran); name the step function with ddprof launch --step-on MODULE:FUNCTION",
+        "counted (optimizer.step never ran); name the step function with ddprof launch --step-on MODULE:FUNCTION "
+        "(or the loader with --step-on-loader MODULE:NAME)",
         "  rank 1 (host h, pid 2): 2 steps seen (step source: optimizer.step); ended: exited normally: the job "
         "ended before step 2, the first the schedule records; lower --wait/--warmup",
     ]

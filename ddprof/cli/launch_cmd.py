@@ -14,6 +14,9 @@ from ddprof.collectors.launch import launch as launch_job
               help="Run dir for the capture (must not hold one already).")
 @click.option("--step-on", default=None, metavar="MODULE:FUNCTION",
               help="Count a step at each return from this function (default: one step per optimizer step).")
+@click.option("--step-on-loader", default=None, metavar="MODULE:NAME",
+              help="Count a step per batch drawn from this loader: a class (torch.utils.data:DataLoader, every "
+                   "instance) or a loader object a module defines (mytrain.data:train_loader).")
 @click.option("--wait", type=click.IntRange(min=0), default=1, show_default=True, help="Steps skipped per cycle.")
 @click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True,
               help="Steps warming the profiler up per cycle.")
@@ -32,7 +35,7 @@ from ddprof.collectors.launch import launch as launch_job
 @click.option("--no-capture", is_flag=True,
               help="Only set the environment (for a script that calls ddprof.profile itself).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def launch(run_dir: str, step_on: str | None, wait: int, warmup: int, active: int, repeat: int,
+def launch(run_dir: str, step_on: str | None, step_on_loader: str | None, wait: int, warmup: int, active: int, repeat: int,
            record_shapes: bool, profile_memory: bool, with_stack: bool, fr_buffer: int, ingest_timeout: float,
            no_capture: bool, command: tuple[str, ...]) -> int:
     """Run COMMAND (e.g. torchrun ... train.py) with ddprof's capture settings on every rank.
@@ -49,4 +52,4 @@ def launch(run_dir: str, step_on: str | None, wait: int, warmup: int, active: in
                "profile_memory": profile_memory, "with_stack": with_stack, "ingest_timeout_s": ingest_timeout,
                "flight_recorder": fr_buffer > 0}
     return launch_job(run_dir, list(command), fr_buffer=fr_buffer, capture=not no_capture, profile=profile,
-                      step_on=step_on, say=lambda line: click.echo(line, err=True))
+                      step_on=step_on, step_on_loader=step_on_loader, say=lambda line: click.echo(line, err=True))
