@@ -3,13 +3,17 @@
     python benchmarks/dashboard.py [--ranks-wide 1024] [--events-wide 2000] [--ranks-deep 64]
                                    [--events-deep 1000000] [--keep DIR]
 
-Two runs are written straight into the Parquet store (the ingest path is measured by its own benchmark):
-1,024 ranks × 2,000 GPU events and 64 ranks × 1,000,000 GPU events (64 M). Each rank has a compute
-stream and a communication stream over 10 steps; every 50th kernel is an all-reduce on the other stream.
+Two runs are written straight into the Parquet store (the ingest path is measured by its own benchmark),
+each rank's part with the timeline summary ingest writes beside it (:mod:`ddprof.timeline_summary`; the
+time this adds is printed): 1,024 ranks × 2,000 GPU events and 64 ranks × 1,000,000 GPU events (64 M).
+Each rank has a compute stream and a communication stream over 10 steps; every 50th kernel is an
+all-reduce on the other stream.
 
-* first view, cold: open the run, build the occupancy grid (one pass over the store, a rank at a time,
-  written beside it), answer the whole run and serialise the figure to the JSON the browser receives
-  (:func:`plotly.io.to_json`); warm: the same with the grid already there (every later start);
+* first view, cold (as after a fresh ingest): open the run, assemble the occupancy grid from the ranks'
+  summaries (written beside the store), answer the whole run and serialise the figure to the JSON the
+  browser receives (:func:`plotly.io.to_json`); warm: the same with the grid already there (every later
+  start). ``--lazy`` also times a cold first view of a store without summaries (one ingested by an older
+  version: every rank's events read back from the store);
 * zoom: one callback's work for windows of 10 %, 1 % and 0.01 % of the run, and the 0.01 % window with a
   rank expanded into its lanes, the answer serialised; the slowest is quoted.
 
@@ -35,15 +39,18 @@ from ddprof.dashboards.timeline.lod import view
 
 from ddprof.rundir import open_run, rank_dir
 from ddprof.schema import SCHEMA_VERSION, conform
+from ddprof.timeline_summary import SUFFIX, write_summary
 
 NAMES = ["gemm_fwd_kernel", "elementwise_kernel", "gemm_bwd_kernel", "layer_norm_kernel", "softmax_kernel"]
 COMM = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
 BASE = 1_700_000_000_000_000_000
 
 
-def write_run(out: Path, ranks: int, events: int, seed: int = 0) -> Path:
-    """A run dir of ``ranks`` ranks with ``events`` GPU kernels each (module doc)."""
+def write_run(out: Path, ranks: int, events: int, seed: int = 0) -> tuple[float, float]:
+    """A run dir of ``ranks`` ranks with ``events`` GPU kernels each (module doc); returns the seconds spent
+    writing the parts and writing their summaries."""
     rng = np.random.default_rng(seed)
+    spent = [0.0, 0.0]
     per_rank = {}
     steps = 10
     for r in range(ranks):
@@ -62,7 +69,12 @@ def write_run(out: Path, ranks: int, events: int, seed: int = 0) -> Path:
             bytes=pl.when("comm").then(pl.lit(1 << 22, dtype=pl.Int64))))
         part = rank_dir(out, r) / "part-0.parquet"
         part.parent.mkdir(parents=True, exist_ok=True)
+        t = time.perf_counter()
         df.write_parquet(part, compression="zstd", statistics=True, row_group_size=32768)
+        t1 = time.perf_counter()
+        write_summary(df, part)  # as ingest does once a part is written
+        spent[0] += t1 - t
+        spent[1] += time.perf_counter() - t1
         per_rank[str(r)] = {"parts": [str(part.relative_to(out))], "events": events, "kernels": events,
                             "comm_kernels": int(is_comm.sum()), "steps": list(range(steps)), "gpu": True,
                             "first_ns": int(start[0]), "last_ns": int((start + dur).max()), "warnings": []}
@@ -70,7 +82,7 @@ def write_run(out: Path, ranks: int, events: int, seed: int = 0) -> Path:
                 "ranks": list(range(ranks)), "backend": "nccl", "device": "gpu", "hosts": {}, "per_rank": per_rank,
                 "sources": {}, "warnings": []}
     (out / "manifest.json").write_text(json.dumps(manifest))
-    return out
+    return spent[0], spent[1]
 
 
 def first_view(path: Path) -> tuple[float, float, int, str, object]:
@@ -83,13 +95,29 @@ def first_view(path: Path) -> tuple[float, float, int, str, object]:
     return time.perf_counter() - t, loaded, len(payload), v.mode, data
 
 
-def measure(path: Path) -> dict[str, float]:
+def measure(path: Path, lazy: bool = False) -> dict[str, float]:
+    out: dict[str, float] = {}
+    if lazy:  # a store without summaries: set them aside, time the cold view, put them back
+        aside = path / "summaries-aside"
+        aside.mkdir(exist_ok=True)
+        moved = [(p, aside / f"{i}{SUFFIX}") for i, p in enumerate(sorted(path.glob(f"events/*/*{SUFFIX}")))]
+        for a, b in moved:
+            a.rename(b)
+        try:
+            shutil.rmtree(path / GRID_DIR, ignore_errors=True)
+            out["lazy_s"], out["lazy_load_s"], _, _, data = first_view(path)
+            assert isinstance(data, TimelineData) and len(data.from_store) == len(data.ranks)
+        finally:
+            for a, b in moved:
+                b.rename(a)
+            aside.rmdir()
     shutil.rmtree(path / GRID_DIR, ignore_errors=True)  # cold: no grid yet
-    cold, cold_load, _, _, _ = first_view(path)
+    cold, cold_load, _, _, data = first_view(path)
+    assert isinstance(data, TimelineData) and data.built and not data.from_store
     first, loaded, size, mode, data = first_view(path)
     assert isinstance(data, TimelineData) and not data.built
-    out = {"cold_s": cold, "cold_load_s": cold_load, "load_s": loaded, "first_view_s": first,
-           "first_view_kb": size / 1e3, "mode": mode}
+    out.update({"cold_s": cold, "cold_load_s": cold_load, "load_s": loaded, "first_view_s": first,
+                "first_view_kb": size / 1e3, "mode": mode})  # type: ignore[dict-item]
     zooms = []
     for frac, expand in ((0.1, None), (0.01, None), (0.0001, None), (0.0001, data.ranks[1])):
         lo = data.span_ns * 0.45
@@ -110,6 +138,7 @@ def main() -> None:
     ap.add_argument("--ranks-deep", type=int, default=64)
     ap.add_argument("--events-deep", type=int, default=1_000_000)
     ap.add_argument("--keep", type=Path, help="write the runs here and keep them")
+    ap.add_argument("--lazy", action="store_true", help="also time a cold first view without the summaries")
     args = ap.parse_args()
     root = args.keep or Path(tempfile.mkdtemp(prefix="ddprof-bench-dash-"))
     try:
@@ -117,10 +146,16 @@ def main() -> None:
             path = root / f"run-{ranks}x{events}"
             t = time.perf_counter()
             if not (path / "manifest.json").exists():
-                write_run(path, ranks, events)
-            print(f"{ranks} ranks x {events:,} events: store written in {time.perf_counter() - t:.1f} s")
-            m = measure(path)
-            print(f"  first view cold {m['cold_s']:.2f} s (grid built in {m['cold_load_s']:.2f} s), warm "
+                parts, summaries = write_run(path, ranks, events)
+                print(f"{ranks} ranks x {events:,} events: store written in {time.perf_counter() - t:.1f} s "
+                      f"(Parquet parts {parts:.1f} s, their timeline summaries {summaries:.1f} s)")
+            else:
+                print(f"{ranks} ranks x {events:,} events: store kept from an earlier run")
+            m = measure(path, args.lazy)
+            if args.lazy:
+                print(f"  first view cold without summaries {m['lazy_s']:.2f} s (grid built from the store in "
+                      f"{m['lazy_load_s']:.2f} s)")
+            print(f"  first view cold {m['cold_s']:.2f} s (grid assembled in {m['cold_load_s']:.2f} s), warm "
                   f"{m['first_view_s']:.2f} s (load {m['load_s']:.2f} s; {m['mode']}, {m['first_view_kb']:.0f} kB)"
                   f"   zoom ≤ {m['zoom_s']:.3f} s   [targets 3 s, 1 s]")
             for z in m["zooms"]:  # type: ignore[union-attr]

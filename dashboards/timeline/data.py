@@ -18,7 +18,8 @@ events start in cell b (the level of detail's estimate of what a window holds, w
 event [s, e) adds ``min(e, edge_{b+1}) − max(s, edge_b)`` to every cell b it touches: its first and last
 cells get their partial lengths, the cells between the full width. Example: width 10, event [5, 27) ->
 cells 0, 1, 2 get 5, 10, 7. ``cell_ns`` is the smallest power of two giving the run at most
-``FINE_CELLS / (ranks × 5)`` cells (1,024 to 65,536).
+``FINE_CELLS / (ranks × 5)`` cells (1,024 to 65,536), and no more than the summary of the rank with fewest
+events has: a rank's summary is exact at any coarser power of two (below), never at a finer one.
 
 The grid is assembled from each rank's timeline summary (:mod:`ddprof.timeline_summary`), one rank at a
 time (memory: one rank's summary and the grid, memory-mapped): aligned power-of-two cells nest, so a
@@ -203,9 +204,15 @@ def _merge(ev: RankEvents, extra: pl.DataFrame, details: bool) -> RankEvents:
 _outermost = outermost
 
 
-def _fine_bins(ranks: int) -> int:
-    """The most cells a rank's row may get: the grid's budget shared by the ranks, 1,024 to 65,536."""
-    return max(1024, min(MAX_FINE_BINS, FINE_CELLS // (max(1, ranks) * (STARTS + 1))))
+def _fine_bins(run: Run) -> int:
+    """The most cells a rank's row may get: the grid's budget shared by the ranks, 1,024 to 65,536, and no
+    more than the summary of the rank with fewest events has (:func:`ddprof.timeline_summary.cells_for`,
+    at least 4,096), so that every rank's summary written at ingest serves."""
+    budget = max(1024, min(MAX_FINE_BINS, FINE_CELLS // (max(1, len(run.ranks)) * (STARTS + 1))))
+    events = [run.rank_info(r).get("events") for r in run.ranks]
+    if events and all(isinstance(n, int) for n in events):
+        budget = min(budget, ts.cells_for(min(events)))  # type: ignore[type-var]
+    return budget
 
 
 def _is_gpu(run: Run, rank: int) -> bool:
@@ -268,22 +275,24 @@ def _rank_summary(run: Run, rank: int, to_k: int, from_store: list[int]) -> Summ
     parts = run.rank_info(rank).get("parts", [])
     if len(parts) == 1:
         got = ts.read_summary(run.path / parts[0], to_k)
-        if got is not None:
+        if got is not None and got.k <= to_k:  # else coarser than the grid: few events on few ranks
             return got
     from_store.append(rank)
-    return ts.summarise(run.collect_events(ts.COLUMNS, [rank], ts.drawn()))
+    df = run.collect_events(ts.COLUMNS, [rank], ts.drawn())
+    got = ts.summarise(df, events=int(run.rank_info(rank).get("events") or df.height))
+    return got if got.k <= to_k else ts.summarise(df, ts.FINE)  # FINE cells are never coarser than the grid
 
 
 def _build(run: Run, d: Path, key: str) -> dict[str, Any]:
     """The grid assembled from the ranks' summaries, a rank at a time (module doc); returns grid.json's content."""
     ranks = run.ranks
     t0, span = _span(run)
-    k = ts.level_for(t0, t0 + span, _fine_bins(len(ranks)))
+    k = ts.level_for(t0, t0 + span, _fine_bins(run))
     first, fine = ts.cells_at(t0, t0 + span, k)
     long_ns = max(1_000_000, span // 4096)
     lanes: dict[str, list[str]] = {}
     row_lanes: dict[str, int] = {}
-    steps: list[pl.DataFrame] = []
+    steps: dict[str, list[np.ndarray]] = {"rank": [], "step": [], "start": [], "end": []}
     longs: list[pl.DataFrame] = []
     from_store: list[int] = []
 
@@ -297,10 +306,13 @@ def _build(run: Run, d: Path, key: str) -> dict[str, Any]:
             lanes[str(r)], row_lanes[str(r)] = names, len(s.streams) if gpu else len(s.tids)
             cells, at, level = s.level(k)
             grid[i] = ts.rebin(cells[g * ts.CHANNELS:(g + 1) * ts.CHANNELS], at, level, k, first, fine)
-            steps.append(s.steps.filter(pl.col("group") == g).select(
-                pl.lit(r, dtype=pl.Int32).alias("rank"), pl.col("step").cast(pl.Int32),
-                (pl.col("start") - t0).alias("start"), (pl.col("end") - t0).alias("end")))
-            big = s.long.filter(((pl.col("end") - pl.col("start")) > long_ns) & ((pl.col("group") == 1) | gpu))
+            on_row = s.steps.get_column("group").to_numpy() == g
+            steps["rank"].append(np.full(int(on_row.sum()), r, dtype=np.int32))
+            steps["step"].append(s.steps.get_column("step").to_numpy()[on_row].astype(np.int32))
+            steps["start"].append(s.steps.get_column("start").to_numpy()[on_row] - t0)
+            steps["end"].append(s.steps.get_column("end").to_numpy()[on_row] - t0)
+            big = s.long.filter(((pl.col("end") - pl.col("start")) > long_ns) & ((pl.col("group") == 1) | gpu)) \
+                if s.long.height else s.long
             if big.height:
                 longs.append(big.select(*DETAIL_COLUMNS).with_columns(
                     rank=pl.lit(r, dtype=pl.Int32), start=big.get_column("start") - t0,
@@ -310,9 +322,8 @@ def _build(run: Run, d: Path, key: str) -> dict[str, Any]:
         del grid
 
     write_atomic(d / f"grid-{key}.npy", fill)
-    step_df = (pl.concat(steps, how="vertical_relaxed") if steps else
-               pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int32, "start": pl.Int64, "end": pl.Int64}))
-    step_df = step_df.select("rank", "step", "start", "end").sort("rank", "step")
+    step_df = pl.DataFrame({c: pl.Series(np.concatenate(v) if v else [], dtype=dt) for (c, v), dt in
+                            zip(steps.items(), (pl.Int32, pl.Int32, pl.Int64, pl.Int64))}).sort("rank", "step")
     long_df = pl.concat(longs, how="vertical_relaxed") if longs else pl.DataFrame(
         schema={**{c: run.events([]).collect_schema()[c] for c in DETAIL_COLUMNS}, "rank": pl.Int32,
                 "start": pl.Int64, "end": pl.Int64, "lane": pl.Int16, "cls": pl.Int8})
