@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from ddprof.dashboards.timeline.data import CLASSES, GRID_DIR, STARTS, load
+from ddprof.dashboards.timeline.lod import view
 
 import ddprof
 from ddprof import timeline_summary as ts
-from ddprof.dashboards.timeline.data import CLASSES, GRID_DIR, STARTS, load
-from ddprof.dashboards.timeline.lod import view
 from ddprof.synth import Spec, generate
 
 SPEC = Spec(ranks=4, steps=2, kernels=40, slow={2: 1.5})
