@@ -63,9 +63,9 @@ def test_whole_run_bins_keep_every_busy_ns(dlrm):
         narrow = view(data, 5e6, 5.02e6, bins=100)  # < 100 grid cells: binned from the events read
     finally:
         lod.TOTAL_CAP = old
-    assert b.mode == "bins" and b.source == "grid" and b.busy is not None and b.busy.shape == (8, 4, 100)
-    assert float(b.busy.sum(dtype=np.float64)) == pytest.approx(drawn, rel=1e-4)
-    assert b.shapes_per_row == 100
+    assert b.mode == "bins" and b.source == "grid" and b.busy is not None and b.busy.shape[:2] == (8, 4)
+    assert float(b.busy.sum(dtype=np.float64)) == pytest.approx(drawn, rel=1e-4)  # every cell of the run
+    assert 50 < b.shapes_per_row <= 100  # k whole cells a bin: at most the bins asked for
     assert narrow.mode == "bins" and narrow.source == "store"
     assert (5.02e6 - 5e6) / data.bin_ns < 100
     events = view(data, 5e6, 5.02e6)
