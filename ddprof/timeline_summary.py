@@ -53,10 +53,10 @@ CHANNELS = len(CLASSES) + 1
 FINE = 65_536
 #: Cells a part's summary gets at least, and per drawn event (up to :data:`FINE`).
 MIN_CELLS = 4_096
-CELLS_PER_EVENT = 2
+CELLS_PER_EVENT = 4
 COARSE_SHIFT = 3
 LONG_MIN_NS = 1_000_000
-SUFFIX = ".timeline.npz"
+SUFFIX = ".timeline"
 FORMAT = 1
 SOURCE_HASH = hashlib.sha1(Path(__file__).read_bytes()).hexdigest()[:16]
 
@@ -72,7 +72,7 @@ class Summary:
     coarse: np.ndarray
     streams: list[int]
     tids: list[int]
-    steps: pl.DataFrame  # group (0 stream, 1 thread), step, start, end
+    steps: dict[str, np.ndarray]  # group (0 stream, 1 thread), step, start, end: one entry per (group, step)
     long: pl.DataFrame  # group, start, end, stream, tid, cls and DETAIL_COLUMNS
 
     def level(self, k: int) -> tuple[np.ndarray, int, int]:
@@ -158,11 +158,6 @@ def rebin(cells: np.ndarray, first: int, k: int, to_k: int, to_first: int, n: in
     return out
 
 
-_NO_LONG = pl.DataFrame(schema={"group": pl.Int8, "start": pl.Int64, "end": pl.Int64, "stream": pl.Int64,
-                               "tid": pl.Int64, "cls": pl.Int8, "name": pl.String, "step": pl.Int32,
-                               "coll_op": pl.String, "bytes": pl.Int64, "pg": pl.String, "peer": pl.Int32})
-
-
 _NO_STEP = -(1 << 40)
 
 
@@ -186,7 +181,7 @@ def _by_lane_start(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.n
     return order
 
 
-def _steps(group: np.ndarray, step: np.ndarray, start: np.ndarray, end: np.ndarray) -> pl.DataFrame:
+def _steps(group: np.ndarray, step: np.ndarray, start: np.ndarray, end: np.ndarray) -> dict[str, np.ndarray]:
     """(group, step) -> first start, last end, sorted; events of no step (``_NO_STEP``) left out."""
     has = step != _NO_STEP
     key = group[has] * (1 << 42) + step[has]
@@ -195,9 +190,8 @@ def _steps(group: np.ndarray, step: np.ndarray, start: np.ndarray, end: np.ndarr
     uniq, at = np.unique(key, return_index=True)
     lo = np.minimum.reduceat(start[has][order], at) if at.size else np.zeros(0, dtype=np.int64)
     hi = np.maximum.reduceat(end[has][order], at) if at.size else np.zeros(0, dtype=np.int64)
-    return pl.DataFrame({"group": pl.Series(uniq >> 42, dtype=pl.Int8),
-                         "step": pl.Series(uniq - ((uniq >> 42) << 42), dtype=pl.Int32),
-                         "start": pl.Series(lo, dtype=pl.Int64), "end": pl.Series(hi, dtype=pl.Int64)})
+    return {"group": (uniq >> 42).astype(np.int8), "step": (uniq - ((uniq >> 42) << 42)).astype(np.int32),
+            "start": lo.astype(np.int64), "end": hi.astype(np.int64)}
 
 
 def cells_for(events: int) -> int:
@@ -265,28 +259,34 @@ def summarise(df: pl.DataFrame, cells: int | None = None, events: int | None = N
 
 
 def summary_path(part: Path) -> Path:
-    """``.../part-X.parquet`` -> ``.../part-X.timeline.npz``."""
+    """``.../part-X.parquet`` -> ``.../part-X.timeline``."""
     return part.with_name(part.name.removesuffix(".parquet") + SUFFIX)
 
 
-def _frame_bytes(df: pl.DataFrame) -> np.ndarray:
+def _frame_bytes(df: pl.DataFrame) -> bytes:
     buf = io.BytesIO()
     df.write_ipc(buf)
-    return np.frombuffer(buf.getvalue(), dtype=np.uint8)
+    return buf.getvalue()
 
 
-def _packed(cells: np.ndarray) -> tuple[list[int], np.ndarray]:
+def _packed(cells: np.ndarray) -> tuple[list[int], bytes]:
     """The channels holding anything, and their cells compressed (zlib level 1: fast both ways)."""
     used = [int(c) for c in np.flatnonzero(cells.any(axis=1))]
-    blob = zlib.compress(np.ascontiguousarray(cells[used], dtype=np.float32).tobytes(), 1)
-    return used, np.frombuffer(blob, dtype=np.uint8)
+    return used, zlib.compress(np.ascontiguousarray(cells[used], dtype=np.float32).tobytes(), 1)
 
 
-def _unpacked(used: list[int], blob: np.ndarray, n: int) -> np.ndarray:
+def _unpacked(used: list[int], blob: bytes, n: int) -> np.ndarray:
     out = np.zeros((len(GROUPS) * CHANNELS, n), dtype=np.float32)
     if used:
-        out[used] = np.frombuffer(zlib.decompress(blob.tobytes()), dtype=np.float32).reshape(len(used), n)
+        out[used] = np.frombuffer(zlib.decompress(blob), dtype=np.float32).reshape(len(used), n)
     return out
+
+
+#: The file: MAGIC, the header's length (4 bytes, little-endian), the header (JSON: the summary's numbers
+#: and where each blob lies after it), then the blobs: the steps' arrays, the coarse cells, the long
+#: events (Arrow IPC), the fine cells last (left unread when the coarse ones will do).
+MAGIC = b"DDPROFTL"
+_STEP_TYPES = {"group": np.int8, "step": np.int32, "start": np.int64, "end": np.int64}
 
 
 def write_summary(df: pl.DataFrame, part: Path) -> None:
@@ -296,19 +296,21 @@ def write_summary(df: pl.DataFrame, part: Path) -> None:
     st = part.stat()
     fine_used, fine = _packed(s.cells)
     coarse_used, coarse = _packed(s.coarse)
-    steps = {c: s.steps.get_column(c).to_numpy() for c in ("group", "step", "start", "end")}
+    blobs = {**{f"steps_{c}": np.ascontiguousarray(s.steps[c], dtype=t).tobytes() for c, t in _STEP_TYPES.items()},
+             "coarse": coarse, "long": _frame_bytes(s.long) if s.long.height else b"", "fine": fine}
+    at, spans = 0, {}
+    for name, blob in blobs.items():
+        spans[name] = [at, len(blob)]
+        at += len(blob)
     meta = {"format": FORMAT, "source": SOURCE_HASH, "part_size": st.st_size, "part_mtime_ns": st.st_mtime_ns,
             "k": s.k, "first_cell": s.first_cell, "cells": s.cells.shape[1], "fine_used": fine_used,
             "coarse_first": s.coarse_first, "coarse_cells": s.coarse.shape[1], "coarse_used": coarse_used,
-            "streams": s.streams, "tids": s.tids, "long": s.long.height}
-    arrays = {"meta": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), "fine": fine, "coarse": coarse,
-              **{f"steps_{c}": v for c, v in steps.items()}}
-    if s.long.height:
-        arrays["long"] = _frame_bytes(s.long)
+            "streams": s.streams, "tids": s.tids, "steps": len(s.steps["step"]), "blobs": spans}
+    head = json.dumps(meta).encode()
 
     def write(p: Path) -> None:
         with open(p, "wb") as fh:
-            np.savez(fh, **arrays)  # the cells are compressed already; the rest is small
+            fh.write(MAGIC + len(head).to_bytes(4, "little") + head + b"".join(blobs.values()))
 
     target = summary_path(part)
     try:
@@ -317,26 +319,44 @@ def write_summary(df: pl.DataFrame, part: Path) -> None:
         target.unlink(missing_ok=True)
 
 
+_NO_LONG = pl.DataFrame(schema={"group": pl.Int8, "start": pl.Int64, "end": pl.Int64, "stream": pl.Int64,
+                               "tid": pl.Int64, "cls": pl.Int8, "name": pl.String, "step": pl.Int32,
+                               "coll_op": pl.String, "bytes": pl.Int64, "pg": pl.String, "peer": pl.Int32})
+
+
 def read_summary(part: Path, to_k: int | None = None) -> Summary | None:
     """The summary written beside ``part`` if it is this code's and the part is still the one it summarised;
     else None. ``to_k``: the cells will be rebinned to ``2**to_k`` ns; the fine ones are left unread (no
-    cells) when the coarse ones will do. ``long`` is empty (no columns) when the part has no long event."""
+    cells) when the coarse ones will do."""
     try:
-        with np.load(summary_path(part)) as z:
-            meta = json.loads(z["meta"].tobytes())
+        with open(summary_path(part), "rb") as fh:
+            lead = fh.read(len(MAGIC) + 4)
+            if lead[:len(MAGIC)] != MAGIC:
+                return None
+            meta = json.loads(fh.read(int.from_bytes(lead[len(MAGIC):], "little")))
             st = part.stat()
             if (meta.get("format"), meta.get("source"), meta.get("part_size"), meta.get("part_mtime_ns")) != (
                     FORMAT, SOURCE_HASH, st.st_size, st.st_mtime_ns):
                 return None
             k = int(meta["k"])
-            if to_k is not None and k + COARSE_SHIFT <= to_k:
-                cells = np.zeros((len(GROUPS) * CHANNELS, 0), dtype=np.float32)
-            else:
-                cells = _unpacked(meta["fine_used"], z["fine"], int(meta["cells"]))
-            coarse = _unpacked(meta["coarse_used"], z["coarse"], int(meta["coarse_cells"]))
-            steps = pl.DataFrame({c: z[f"steps_{c}"] for c in ("group", "step", "start", "end")})
-            long = pl.read_ipc(io.BytesIO(z["long"].tobytes())) if meta.get("long") else _NO_LONG
+            coarse_will_do = to_k is not None and k + COARSE_SHIFT <= to_k
+            spans = meta["blobs"]
+            body = fh.read(spans["fine"][0] if coarse_will_do else -1)
+
+            def blob(name: str) -> bytes:
+                a, n = spans[name]
+                if a + n > len(body):
+                    raise ValueError("a summary cut short")
+                return body[a:a + n]
+
+            steps = {c: np.frombuffer(blob(f"steps_{c}"), dtype=t) for c, t in _STEP_TYPES.items()}
+            if any(v.size != meta["steps"] for v in steps.values()):
+                raise ValueError("a summary cut short")
+            cells = np.zeros((len(GROUPS) * CHANNELS, 0), dtype=np.float32) if coarse_will_do else \
+                _unpacked(meta["fine_used"], blob("fine"), int(meta["cells"]))
+            coarse = _unpacked(meta["coarse_used"], blob("coarse"), int(meta["coarse_cells"]))
+            long = pl.read_ipc(io.BytesIO(blob("long"))) if spans["long"][1] else _NO_LONG
             return Summary(k, int(meta["first_cell"]), cells, int(meta["coarse_first"]), coarse,
                            [int(x) for x in meta["streams"]], [int(x) for x in meta["tids"]], steps, long)
-    except (OSError, ValueError, KeyError, zlib.error, pl.exceptions.PolarsError):
+    except (OSError, ValueError, KeyError, TypeError, zlib.error, pl.exceptions.PolarsError):
         return None

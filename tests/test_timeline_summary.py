@@ -114,7 +114,7 @@ def test_summary_of_nested_events_and_lanes():
     busy = s.cells.astype(np.float64).sum(axis=1).reshape(len(ts.GROUPS), ts.CHANNELS)
     assert busy[0].tolist() == [100, 50, 0, 0, 2]  # streams: a (b nested), c; two starts
     assert busy[1].tolist() == [40, 0, 0, 0, 1]  # thread 1: d (e nested)
-    assert s.steps.to_dicts() == [{"group": 0, "step": 0, "start": 0, "end": 100}]
+    assert {c: v.tolist() for c, v in s.steps.items()} == {"group": [0], "step": [0], "start": [0], "end": [100]}
 
 
 def test_packed_sort_equals_the_three_key_lexsort():

@@ -306,11 +306,11 @@ def _build(run: Run, d: Path, key: str) -> dict[str, Any]:
             lanes[str(r)], row_lanes[str(r)] = names, len(s.streams) if gpu else len(s.tids)
             cells, at, level = s.level(k)
             grid[i] = ts.rebin(cells[g * ts.CHANNELS:(g + 1) * ts.CHANNELS], at, level, k, first, fine)
-            on_row = s.steps.get_column("group").to_numpy() == g
+            on_row = s.steps["group"] == g
             steps["rank"].append(np.full(int(on_row.sum()), r, dtype=np.int32))
-            steps["step"].append(s.steps.get_column("step").to_numpy()[on_row].astype(np.int32))
-            steps["start"].append(s.steps.get_column("start").to_numpy()[on_row] - t0)
-            steps["end"].append(s.steps.get_column("end").to_numpy()[on_row] - t0)
+            steps["step"].append(s.steps["step"][on_row].astype(np.int32))
+            steps["start"].append(s.steps["start"][on_row] - t0)
+            steps["end"].append(s.steps["end"][on_row] - t0)
             big = s.long.filter(((pl.col("end") - pl.col("start")) > long_ns) & ((pl.col("group") == 1) | gpu)) \
                 if s.long.height else s.long
             if big.height:

@@ -3,7 +3,8 @@
 Bins mode draws one image: a pixel per row and bin whose colour mixes the class colours by their share of
 the bin, the rest (idle) light grey. Shares are busy ns / bin ns per class, scaled down together when the
 lanes of a rank add up to more than the bin. Example: a bin 50 % compute, 20 % comm -> 0.5·blue + 0.2·red
-+ 0.3·grey. Events mode draws each event as a bar, one trace per class, with its name, duration, step and
++ 0.3·grey. Up to :data:`PNG_ABOVE` pixels each one says its row, time and class shares on hover; a larger
+image travels as a PNG, with its row and time on hover. Events mode draws each event as a bar, one trace per class, with its name, duration, step and
 collective metadata on hover. Steps are dashed lines labelled at the top; the focused rank is boxed. A
 rank that failed to ingest is a hatched red row, its label red, its error on hover.
 ``layout.meta`` carries the view's mode and shape counts (the browser tests read them).
@@ -29,8 +30,10 @@ def rgb_css(c: tuple[int, int, int]) -> str:
 
 COLOURS = {"compute": (76, 120, 168), "comm": (228, 87, 86), "memcpy": (84, 162, 75), "other": (178, 121, 162)}
 IDLE = (238, 238, 238)
-#: Above this many pixels the image travels as a PNG (a few bytes a pixel) instead of a JSON array.
-PNG_ABOVE = 60_000
+#: Above this many pixels the image travels as a PNG (a few bytes a pixel) instead of a JSON array with a
+#: hover text per pixel: ~10 µs and ~150 bytes a pixel, so 57,000 pixels (1,024 ranks × 56 cells) took
+#: 0.6 s and 8 MB; 20,000 keep a callback near 0.2 s.
+PNG_ABOVE = 20_000
 MS = 1e6
 
 
