@@ -125,3 +125,13 @@ def test_packed_sort_equals_the_three_key_lexsort():
         end = start + rng.integers(0, 30, n)
         got, want = ts._by_lane_start(lane, start, end), np.lexsort((-end, start, lane))
         assert np.array_equal(np.c_[lane, start, end][got], np.c_[lane, start, end][want])
+
+
+def test_a_part_dropped_by_a_later_ingest_takes_its_summary_along(tmp_path):
+    generate(Spec(ranks=2, steps=1, kernels=24), tmp_path)
+    traces = sorted((tmp_path / "traces").glob("*.trace.json"))
+    ddprof.ingest(traces, tmp_path / "run", jobs=1)
+    assert len(_summaries(tmp_path / "run")) == 2
+    ddprof.ingest(traces[:1], tmp_path / "run", jobs=1)  # the second trace is no longer part of the run
+    left = [p.name for p in (tmp_path / "run" / "events").rglob("*") if p.is_file()]
+    assert len(left) == 2 and sum(n.endswith(ts.SUFFIX) for n in left) == 1

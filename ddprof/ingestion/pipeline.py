@@ -37,6 +37,7 @@ from ddprof.ingestion.source import file_sha1, quick_digest
 from ddprof.ingestion.store_version import store_fingerprint
 from ddprof.memory import for_child_processes
 from ddprof.rundir import MANIFEST, RUN_FORMAT, Run, open_run
+from ddprof.timeline_summary import summary_path
 
 #: Below this much input, worker start-up costs more than it saves.
 PARALLEL_MIN_BYTES = 8 << 20
@@ -263,6 +264,7 @@ def _remove_parts(out: Path, results: list[FileResult], kept: set[str]) -> None:
     for r in results:
         if r.part and r.part not in kept:
             (out / r.part).unlink(missing_ok=True)
+            summary_path(out / r.part).unlink(missing_ok=True)
 
 
 def _remove_stale_parts(out: Path, manifest: dict[str, Any]) -> None:
@@ -273,6 +275,7 @@ def _remove_stale_parts(out: Path, manifest: dict[str, Any]) -> None:
     for part in events.glob("rank=*/*.parquet"):
         if str(part.relative_to(out)) not in keep:
             part.unlink(missing_ok=True)
+            summary_path(part).unlink(missing_ok=True)
     for d in events.glob("rank=*"):
         if d.is_dir() and not any(d.iterdir()):
             d.rmdir()
