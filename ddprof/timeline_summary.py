@@ -15,12 +15,13 @@ which of them a rank's row draws (its streams on a GPU rank, its threads on a CP
 the whole rank, not by one part.
 
 Cells. Time is cut into cells of ``2**k`` ns aligned on multiples of ``2**k`` since the epoch, ``k`` the
-smallest giving at most :data:`FINE` cells over the drawn events; for each group, 4 channels of busy ns
-per class and 1 of events starting in the cell (``cells[g * 5 + c, i]``). Aligned powers of two nest:
-any coarser cell of ``2**K`` ns is the exact sum of ``2**(K - k)`` of these, so one rank's summary serves a
-grid of any rank count (:func:`rebin`). A copy summed 16 to 1 (``k + 4``) spares reading the fine one
-when the grid is coarse (many ranks). Example: events in [1,000, 70,000) ns -> k = 0 would need 69,000
-cells, k = 1 gives 34,500 cells of 2 ns from cell 500.
+smallest giving at most :func:`cells_for` cells over the drawn events (2 a event of the part, 8,192 to
+65,536); for each group, 4 channels of busy ns per class and 1 of events starting in the cell
+(``cells[g * 5 + c, i]``). Aligned powers of two nest: any coarser cell of ``2**K`` ns is the exact sum of
+``2**(K - k)`` of these, so one rank's summary serves a grid of any rank count as long as it is no finer
+(:func:`rebin`). A copy summed 8 to 1 (``k + 3``) spares reading the fine one when the grid is coarse
+(many ranks). Example: events in [1,000, 70,000) ns in at most 65,536 cells -> k = 0 would need 69,000,
+k = 1 gives 34,500 cells of 2 ns from cell 500. Only the channels some event is on are stored.
 
 Also kept: each lane's name, the first start and last end of every step per group, and the outermost
 events longer than :data:`LONG_MIN_NS` with their details (the grid's "long" events are longer than
@@ -52,8 +53,8 @@ GROUPS = ("stream", "thread")
 CHANNELS = len(CLASSES) + 1
 FINE = 65_536
 #: Cells a part's summary gets at least, and per drawn event (up to :data:`FINE`).
-MIN_CELLS = 4_096
-CELLS_PER_EVENT = 4
+MIN_CELLS = 8_192
+CELLS_PER_EVENT = 2
 COARSE_SHIFT = 3
 LONG_MIN_NS = 1_000_000
 SUFFIX = ".timeline"

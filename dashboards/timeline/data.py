@@ -207,7 +207,7 @@ _outermost = outermost
 def _fine_bins(run: Run) -> int:
     """The most cells a rank's row may get: the grid's budget shared by the ranks, 1,024 to 65,536, and no
     more than the summary of the rank with fewest events has (:func:`ddprof.timeline_summary.cells_for`,
-    at least 4,096), so that every rank's summary written at ingest serves."""
+    at least 8,192), so that every rank's summary written at ingest serves."""
     budget = max(1024, min(MAX_FINE_BINS, FINE_CELLS // (max(1, len(run.ranks)) * (STARTS + 1))))
     events = [run.rank_info(r).get("events") for r in run.ranks]
     if events and all(isinstance(n, int) for n in events):
