@@ -14,7 +14,8 @@ sum of the RSS of the process and its children, sampled every 50 ms):
   address-space limit (``--hta-mem-gb``) and a timeout (``--hta-timeout``); where it fails, the table says
   why (out of memory, timed out) and larger sizes are not tried.
 
-µs/event = wall time / events. The traces of a size are deleted once it is measured (``--keep`` keeps
+µs/event = wall time / events; "× linear" = a size's time over the linear extrapolation from the smallest
+size's µs/event (the target: no size above 1.3). The traces of a size are deleted once it is measured (``--keep`` keeps
 them). Prints a Markdown table (also written to ``--out``).
 """
 
@@ -141,10 +142,11 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="ddprof-sweep-", dir=args.work))
     ddprof_cmd = [sys.executable, "-m", "ddprof"]
     rows = []
+    base: tuple[float, float] | None = None  # the smallest size's µs/event (ingest, analyze)
     hta_stopped: str | None = None
     header = ("| ranks | events | ingest s | ingest µs/event | ingest peak GB | analyze s | analyze µs/event | "
-              "analyze peak GB | HTA parse+3 s | HTA µs/event | HTA peak GB |")
-    print(f"host: {os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB; work dir {work}", flush=True)
+              "analyze peak GB | ingest × linear | analyze × linear | HTA parse+3 s | HTA µs/event | HTA peak GB |")
+    print(f"host: {os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB; load {os.getloadavg()[0]:.1f}; work dir {work}", flush=True)
     try:
         for n in [int(x) for x in args.ranks.split(",")]:
             size_dir = work / f"r{n}"
@@ -178,9 +180,12 @@ def main() -> int:
                 else:
                     hta_stopped = f"— ({n} ranks: {hta_failure(h, args.hta_mem_gb, args.hta_timeout)})"
                     hta_cell = hta_stopped
-            row = (f"| {n:,} | {events / 1e6:.2f} M | {ing.wall_s:.1f} | {ing.wall_s / events * 1e6:.2f} | "
-                   f"{ing.peak_bytes / 2**30:.2f} | {ana.wall_s:.1f} | {ana.wall_s / events * 1e6:.2f} | "
-                   f"{ana.peak_bytes / 2**30:.2f} | {hta_cell} | {hta_rate} | {hta_peak} |")
+            rate = (ing.wall_s / events, ana.wall_s / events)
+            base = base or rate
+            row = (f"| {n:,} | {events / 1e6:.2f} M | {ing.wall_s:.1f} | {rate[0] * 1e6:.2f} | "
+                   f"{ing.peak_bytes / 2**30:.2f} | {ana.wall_s:.1f} | {rate[1] * 1e6:.2f} | "
+                   f"{ana.peak_bytes / 2**30:.2f} | {rate[0] / base[0]:.2f} | {rate[1] / base[1]:.2f} | "
+                   f"{hta_cell} | {hta_rate} | {hta_peak} |")
             rows.append(row)
             print(row, flush=True)
             if not args.keep:
@@ -189,9 +194,10 @@ def main() -> int:
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    table = "\n".join([header, "|" + "---|" * 11, *rows])
+    table = "\n".join([header, "|" + "---|" * 13, *rows])
     note = (f"\n\n{os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB; ~{args.events:,} events per "
-            f"rank; peak = RSS of the process tree; HTA bounded to {args.hta_mem_gb:.0f} GB and {args.hta_timeout:.0f} s.")
+            f"rank; peak = RSS of the process tree; × linear = time over the linear extrapolation from the "
+            f"smallest size (target ≤ 1.3); load {os.getloadavg()[0]:.1f} at the end; HTA bounded to {args.hta_mem_gb:.0f} GB and {args.hta_timeout:.0f} s.")
     print("\n" + table + note)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(table + note + "\n")
