@@ -24,8 +24,10 @@ the unprofiled step time, is the inactive-phase overhead bound.
 never imports ddprof) run with and without ``ddprof launch --active 0`` (the bootstrap installed, the
 on-demand listener on, nothing ever recorded), ``--launch-pairs`` ABBA pairs; and in isolation, the cost
 of one step boundary under the launcher (the optimizer step hook, the step count, ``Profile.step()``
-with the on-demand listener's check, the throttled status file) and of ``Profile.step()`` with
-``on_demand=True``, plus the one-off start-up cost of the bootstrap in every Python process.
+with the on-demand listener's check, the throttled status file), the same boundary counted per batch of
+a DataLoader (``--step-on-loader``: the iterator's wrapper, over a plain iterator), and of
+``Profile.step()`` with ``on_demand=True``, plus the one-off start-up cost of the bootstrap in every
+Python process.
 ``--launch-only`` skips the ``ddprof.profile`` runs.
 """
 
@@ -151,6 +153,31 @@ def launcher_boundary_cost(calls: int = 20000) -> float:
     return cost
 
 
+def loader_boundary_cost(calls: int = 20000) -> float:
+    """Seconds per batch under ``ddprof launch --step-on-loader`` while nothing records (single process): a
+    ``next()`` through the counting wrapper, less a plain ``next()`` of the same iterator."""
+    import itertools
+
+    import torch  # noqa: F401  (the profiler the first boundary starts needs it)
+    from ddprof.collectors.autocapture import Agent, _CountedIterator
+
+    with tempfile.TemporaryDirectory() as tmp:
+        agent = Agent({"run_dir": str(Path(tmp) / "run"), "step_on": None, "step_on_loader": "m:L",
+                       "profile": {"active": 0, "ingest": False, "flight_recorder": False}})
+        counted = _CountedIterator(itertools.repeat(None), agent)
+        next(counted), next(counted)  # the second next() ends step 0: starts ddprof.profile and the listener
+        plain = itertools.repeat(None)
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            next(plain)
+        t1 = time.perf_counter()
+        for _ in range(calls):
+            next(counted)
+        cost = (time.perf_counter() - t1 - (t1 - t0)) / calls
+        agent._at_exit()
+    return cost
+
+
 def on_demand_step_cost(calls: int = 20000) -> float:
     """Seconds per ``Profile.step()`` of ``ddprof.profile(on_demand=True, active=0)`` (single process)."""
     import ddprof
@@ -181,6 +208,17 @@ def bootstrap_startup_cost(runs: int = 7) -> float:
     return statistics.median(got[True]) - statistics.median(got[False])
 
 
+COSTS = {"launcher": launcher_boundary_cost, "loader": loader_boundary_cost, "on-demand": on_demand_step_cost}
+
+
+def isolated(name: str) -> float:
+    """``COSTS[name]()`` measured in a fresh Python process."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_FR_", "TORCH_NCCL_", "DDPROF_"))}
+    out = subprocess.run([sys.executable, __file__, "--cost", name], env=env, check=True, capture_output=True,
+                         text=True).stdout
+    return float(out.strip().splitlines()[-1])
+
+
 def launch_section(a: argparse.Namespace) -> None:
     job = ["--steps", str(a.steps), "--hidden", str(a.hidden), "--batch", str(a.batch)]
     pairs = []
@@ -201,9 +239,14 @@ def launch_section(a: argparse.Namespace) -> None:
           f"2 ranks, hidden {a.hidden}, batch {a.batch}, {a.steps} steps, {a.launch_pairs} pairs of runs")
     print(f"  step without ddprof {base * 1e3:.2f} ms, with {med([r for _, w in pairs for r in w]) * 1e3:.2f} ms: "
           f"overhead {statistics.median(ratios) * 100:+.2f}% (pairs {ratios[0] * 100:+.1f}% .. {ratios[-1] * 100:+.1f}%)")
-    boundary, on_demand, startup = launcher_boundary_cost(), on_demand_step_cost(), bootstrap_startup_cost()
+    # each in a fresh process: a process captures once, and the launcher's agent stands aside (its boundary then
+    # costs nothing) in a process where ddprof.profile ran before, as the measurements above did
+    boundary, loader, on_demand = (isolated(name) for name in ("launcher", "loader", "on-demand"))
+    startup = bootstrap_startup_cost()
     print(f"  step boundary under the launcher: {boundary * 1e6:.1f} us per step = {boundary / base * 100:.3f}% "
           f"of the step without ddprof (bound on the inactive overhead)")
+    print(f"  step boundary per DataLoader batch (--step-on-loader): {loader * 1e6:.1f} us per batch = "
+          f"{loader / base * 100:.3f}%")
     print(f"  Profile.step() with on_demand=True, nothing recording: {on_demand * 1e6:.1f} us per step = "
           f"{on_demand / base * 100:.3f}%")
     print(f"  bootstrap start-up, once per Python process of the job: {startup * 1e3:+.1f} ms (python -c pass: an "
@@ -221,7 +264,11 @@ def main() -> int:
     p.add_argument("--launch-pairs", type=int, default=2, help="pairs of runs (without, under ddprof launch)")
     p.add_argument("--launch-only", action="store_true", help="measure only ddprof launch")
     p.add_argument("--collective-cost", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--cost", choices=sorted(COSTS), default=None, help=argparse.SUPPRESS)
     a = p.parse_args()
+    if a.cost is not None:
+        print(COSTS[a.cost]())
+        return 0
     if a.collective_cost is not None:
         print(collective_cost(a.collective_cost))
         return 0
