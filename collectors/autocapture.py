@@ -141,6 +141,8 @@ class _CountedIterator:
         return len(self._it)
 
     def __getattr__(self, name: str) -> Any:
+        if name in _CountedIterator.__slots__:  # not set yet (a copy made without __init__)
+            raise AttributeError(name)
         return getattr(self._it, name)
 
 
