@@ -242,21 +242,21 @@ def summarise(df: pl.DataFrame, cells: int | None = None, events: int | None = N
     remap = np.zeros(len(GROUPS) * CHANNELS, dtype=np.int64)
     remap[used] = np.arange(used.size)
     dense = remap[channel]
-    cells = np.zeros((len(GROUPS) * CHANNELS, n), dtype=np.float32)
-    cells[used] = occupancy(rel, rel_end, dense, used.size, 0.0, float(1 << k), n)
+    fine = np.zeros((len(GROUPS) * CHANNELS, n), dtype=np.float32)
+    fine[used] = occupancy(rel, rel_end, dense, used.size, 0.0, float(1 << k), n)
     for g in range(len(GROUPS)):
         on = group == g
         if on.any():
-            cells[g * CHANNELS + len(CLASSES)] = np.bincount((start[on] >> k) - first, minlength=n)[:n]
+            fine[g * CHANNELS + len(CLASSES)] = np.bincount((start[on] >> k) - first, minlength=n)[:n]
     c_first, c_n = cells_at(lo, hi, k + COARSE_SHIFT)
-    coarse = rebin(cells, first, k, k + COARSE_SHIFT, c_first, c_n).astype(np.float32)
+    coarse = rebin(fine, first, k, k + COARSE_SHIFT, c_first, c_n).astype(np.float32)
     steps = _steps(group, df.get_column("_step").to_numpy()[idx], start, end)
     big = np.flatnonzero(end - start > LONG_MIN_NS)
     long = _NO_LONG if not big.size else df[idx[big]].select(COLUMNS).with_columns(
         group=pl.Series(group[big], dtype=pl.Int8), start=pl.Series(start[big], dtype=pl.Int64),
         end=pl.Series(end[big], dtype=pl.Int64), cls=pl.Series(cls[big], dtype=pl.Int8),
     ).select("group", "start", "end", "stream", "tid", "cls", *DETAIL_COLUMNS)
-    return Summary(k, first, cells, c_first, coarse, streams, tids, steps, long)
+    return Summary(k, first, fine, c_first, coarse, streams, tids, steps, long)
 
 
 def summary_path(part: Path) -> Path:

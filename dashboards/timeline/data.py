@@ -210,8 +210,9 @@ def _fine_bins(run: Run) -> int:
     at least 8,192), so that every rank's summary written at ingest serves."""
     budget = max(1024, min(MAX_FINE_BINS, FINE_CELLS // (max(1, len(run.ranks)) * (STARTS + 1))))
     events = [run.rank_info(r).get("events") for r in run.ranks]
-    if events and all(isinstance(n, int) for n in events):
-        budget = min(budget, ts.cells_for(min(events)))  # type: ignore[type-var]
+    counts = [n for n in events if isinstance(n, int)]
+    if counts and len(counts) == len(events):
+        budget = min(budget, ts.cells_for(min(counts)))
     return budget
 
 
