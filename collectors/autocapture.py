@@ -248,7 +248,8 @@ class Agent:
             target: Any = module
             for part in qualname.split("."):
                 target = getattr(target, part)
-            cls, only = (target, None) if isinstance(target, type) else (type(target), weakref.ref(target))
+            cls: Any = target if isinstance(target, type) else type(target)  # its __iter__ is replaced below
+            only = None if isinstance(target, type) else weakref.ref(target)
             original = getattr(cls, "__iter__", None)
             if original is None:
                 raise TypeError(f"{module.__name__}:{qualname} is not iterable (its class has no __iter__)")
