@@ -110,7 +110,8 @@ def click_collective(driver: Any, state: DashboardState) -> None:
                        lambda: (m := graph_meta(driver)) and m != before and m["t0_ns"] <= start and m, "the focus")
     assert meta["t0_ns"] <= start and end <= meta["t1_ns"] + 1e3, (meta, start, end)
     assert (before or {}).get("t1_ns", 0) - (before or {}).get("t0_ns", 0) > meta["t1_ns"] - meta["t0_ns"]
-    assert "last rank" in driver.find_element("css selector", "#instance .gtitle").text
+    assert "last rank" in wait_for(lambda: driver.find_element("css selector", "#instance .gtitle").text,
+                                   what="the instance's title")
 
 
 def check_timeline(driver: Any, ranks: list[int], name: str, zoom_ms: tuple[float, float]) -> None:
@@ -181,7 +182,9 @@ def test_flight_recorder_hang(driver: Any, tmp_path: Path) -> None:
         load_page(driver, url, timeline=False)
         suspects = wait_for(lambda: driver.find_element("id", "hang-suspects").text, what="suspect ranks")
         assert suspects == "Hang: suspect ranks 12"
-        assert driver.find_element("css selector", "#hang .gtitle").text == "Hang started at rank 12"
+        # The figure is drawn by plotly after the callback that fills the suspects line: wait for it too.
+        title = wait_for(lambda: driver.find_element("css selector", "#hang .gtitle").text, what="the hang's title")
+        assert title == "Hang started at rank 12"
         rows = driver.find_elements("css selector", "#hang-table tbody tr")
         assert len(rows) == len(state.report["hang"]["collectives"]) if state.report else False
         assert "no timeline" in driver.find_element("id", "no-timeline").text
