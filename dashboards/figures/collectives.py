@@ -63,9 +63,11 @@ def instance_figure(report: dict[str, Any], position: int | None = None) -> go.F
                            arrowhead=2, ax=-60, ay=0, font={"color": STRAGGLER})
     fig.update_yaxes(autorange="reversed", type="category")
     fig.update_xaxes(title="ms since the first rank arrived")
-    title = (f"{c.get('op')} #{c.get('index')} (pg {c.get('pg')}, {c.get('bytes') or 0:,} B): "
+    # Two lines: a long process-group name on one line would run under the legend.
+    title = (f"{c.get('op')} #{c.get('index')} (pg {c.get('pg')}, {c.get('bytes') or 0:,} B)<br>"
              f"skew {(c.get('arrival_skew_us') or 0) / 1e3:.3f} ms, last rank {last}")
-    return finish(fig, title, height=max(260, 22 * len(ranks) + 120), barmode="stack")
+    fig = finish(fig, title, height=max(280, 22 * len(ranks) + 140), barmode="stack")
+    return fig.update_layout(margin={"t": 80})
 
 
 def bandwidth_figure(report: dict[str, Any]) -> go.Figure:
