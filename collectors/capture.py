@@ -336,7 +336,11 @@ class Profile(contextlib.ContextDecorator):
             self._status.update(exit={"how": "profile exited" if exc is None else f"raised {type(exc).__name__}",
                                       "wall": time.time()}, listening=False, force=True)
         if self.rank_info.rank == 0 and self._ingest:
-            self._start_ingest(files)
+            if files.closed:
+                self._start_ingest(files)
+            else:  # the finisher would wait its whole timeout for a status this rank could not write
+                log.error("ddprof: rank 0 could not write its final meta file (logged above); no ingest now: "
+                          "once there is room, run `ddprof finish %s`", self.run_dir)
         return False
 
     def _start_ingest(self, files: RankFiles) -> None:

@@ -7,6 +7,7 @@ in :attr:`RankFiles.failures`, and swallowed: capture never breaks training.
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import json
 import logging
@@ -20,7 +21,7 @@ from ddprof.collectors import flight_recorder, layout
 from ddprof.collectors.meta import base_meta, clocks, process_groups, write_meta
 from ddprof.collectors.rankinfo import RankInfo
 
-from ddprof.atomic import write_atomic
+from ddprof.atomic import output_error, write_atomic
 
 log = logging.getLogger("ddprof.collectors")
 
@@ -37,6 +38,7 @@ class RankFiles:
         self.failures: list[dict[str, str]] = []
         self.meta: dict[str, Any] = {}
         self.writable = False
+        self.closed = False  # the final meta file was written
         self._lock = threading.Lock()  # the Flight Recorder watcher thread writes too
         self._cycle = 0
 
@@ -59,6 +61,10 @@ class RankFiles:
             self._cycle += 1
         try:
             prof.export_chrome_trace(str(tmp))
+            if not tmp.exists():  # the profiler logs its own write errors (a full disk) and returns
+                full = shutil.disk_usage(tmp.parent).free < 1 << 20
+                raise output_error(target, OSError(errno.ENOSPC if full else errno.EIO,
+                                                   "the profiler wrote no trace (its own error is on stderr)"))
 
             def compress(dest: Path) -> None:
                 with open(tmp, "rb") as src, gzip.open(dest, "wb", compresslevel=6) as out:
@@ -71,8 +77,9 @@ class RankFiles:
             self.fail("export", exc)
             return None
         finally:
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)
+            for leftover in (tmp, tmp.with_name(tmp.name + ".tmp")):  # the profiler writes through PATH.tmp
+                with contextlib.suppress(OSError):
+                    leftover.unlink(missing_ok=True)
 
     def dump_flight_recorder(self, reason: str) -> None:
         dist = initialised_dist()
@@ -103,7 +110,7 @@ class RankFiles:
             self.meta["status"] = "complete" if exc is None else "failed"
             if exc is not None:
                 self.meta["error"] = f"training raised {type(exc).__name__}: {exc}"
-        self._write()
+        self.closed = self._write()
         return self.info
 
     def warn(self, message: str) -> None:
@@ -124,9 +131,9 @@ class RankFiles:
             self.meta[key].append(item)
         self._write()
 
-    def _write(self) -> None:
+    def _write(self) -> bool:
         if not self.writable:
-            return
+            return False
         with self._lock:
             snapshot = json.loads(json.dumps(self.meta, default=str))
-        write_meta(layout.meta_path(self.run_dir, self.info.rank), snapshot)
+        return write_meta(layout.meta_path(self.run_dir, self.info.rank), snapshot)
