@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -32,3 +33,18 @@ def ingested(tmp_path_factory: pytest.TempPathFactory, traces: Path):
         return cache[name]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def terminal_stderr(pytestconfig: pytest.Config):
+    """A file on the stderr pytest itself writes to, beneath its capture of the tests' output: what a test
+    writes there just before the process is stopped (a hung case's stacks) is shown, where captured output
+    would die with the process. None when pytest captures nothing (stderr is the terminal's already)."""
+    capman = pytestconfig.pluginmanager.getplugin("capturemanager")
+    if capman is None:
+        yield None
+        return
+    with capman.global_and_fixture_disabled():
+        fd = os.dup(2)
+    with os.fdopen(fd, "w") as f:
+        yield f

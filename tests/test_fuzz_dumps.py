@@ -5,7 +5,12 @@ Cases are crafted from the real dumps in ``../shared/traces/flight-recorder`` an
 their objects changed (values of every type, keys dropped, entries duplicated or nested, shared
 sub-objects whose paths multiply) and pickled again with protocols 2 to 5 or written as JSON; pickles
 written opcode by opcode that ask for globals, persistent ids, extension codes or instance building;
-damaged bytes and truncation. A quarter of ``DDPROF_FUZZ_EXAMPLES`` cases (see test_fuzz_traces).
+damaged bytes and truncation. Each case is a directory of dumps alone, or (one case in
+``BESIDE_TRACES_ONE_IN``) the bundled capture's traces with the crafted dumps in its
+``raw/rank-N/fr_trace_rank_N``: that capture is copied and ingested once per module, each such case
+writing its dumps over the previous one's and analysing against the same cache (the cache serves the
+traces, vouched for by content; the dumps are read anew). A quarter of ``DDPROF_FUZZ_EXAMPLES`` cases
+(see test_fuzz_traces; CI's default: 500), written on ``/dev/shm`` when there is one.
 """
 
 from __future__ import annotations
@@ -18,20 +23,25 @@ import pickle
 import shutil
 import struct
 import sys
+import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_fuzz_traces import EXAMPLES, Contract
+from test_fuzz_traces import EXAMPLES, Contract, case_root
 
+import ddprof
 from ddprof.flightrec.unpickle import read_dump_object
 
 REPO = Path(__file__).resolve().parents[1]
 FR = REPO.parent / "shared" / "traces" / "flight-recorder"
 GLOO = REPO / "sample_traces" / "gloo-ddp-4rank-slow-rank"
 CANARY = "ddprof_fuzz_canary"
+#: One case in this many (picked by a checksum of its files, so a failing case replays the same way) puts
+#: its dumps beside the bundled capture's traces: the run's analyses cost ten times a directory of dumps.
+BESIDE_TRACES_ONE_IN = 5
 
 
 class _ImportWatch(importlib.abc.MetaPathFinder):
@@ -72,15 +82,17 @@ KEYS = ["version", "pg_config", "nccl_version", "pg_status", "entries", "record_
         "time_discovered_completed_ns", "retired", "timeout_ms", "is_p2p", "frames", "rank", "ranks", "desc"]
 
 
-def _paths(obj: Any, prefix: tuple = (), depth: int = 0) -> list[tuple]:
-    """Every path to a value inside a dump (bounded: a dump is a few levels deep)."""
-    out = [prefix]
-    if depth > 5:
-        return out
-    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else []
-    for k, v in list(items)[:40]:
-        out += _paths(v, (*prefix, k), depth + 1)
-    return out
+def _path(draw: st.DrawFn, obj: Any) -> tuple:
+    """A path to a value inside a dump, drawn one step down at a time (a dump is a few levels deep; listing
+    every path first cost more than the case itself)."""
+    path: tuple = ()
+    for _ in range(6):
+        keys = list(obj)[:40] if isinstance(obj, dict) else range(min(len(obj), 40)) if isinstance(obj, list) else []
+        if not keys or draw(st.integers(0, 3)) == 0:
+            break
+        key = draw(st.sampled_from(keys))
+        path, obj = (*path, key), obj[key]
+    return path
 
 
 def _set(obj: Any, path: tuple, value: Any) -> Any:
@@ -162,18 +174,23 @@ OPCODE_KINDS = ["global", "stack_global", "os_system", "inst", "obj", "ext", "pe
                 "frame-lie", "long-lie", "memo-miss"]
 
 
-@st.composite
-def dump_files(draw: st.DrawFn, real: list[tuple[str, Any]]) -> dict[str, bytes]:
+def dump_files(real: list[tuple[str, Any]]) -> st.SearchStrategy[dict[str, bytes]]:
     """A directory's worth of dumps: the real ones, some changed, re-encoded or replaced by crafted pickles."""
+    return _dump_files([(name, pickle.dumps(obj, protocol=5)) for name, obj in real])
+
+
+@st.composite
+def _dump_files(draw: st.DrawFn, real: list[tuple[str, bytes]]) -> dict[str, bytes]:
+    """:func:`dump_files` of the real dumps pickled once (each case unpickles its copy: a deep copy cost
+    ~20 ms a case)."""
     files: dict[str, bytes] = {}
     chosen = draw(st.lists(st.sampled_from(range(len(real))), min_size=1, max_size=4, unique=True))
     for idx in chosen:
-        name, obj = real[idx]
-        obj = copy.deepcopy(obj)
+        name, frozen = real[idx]
+        obj = pickle.loads(frozen)
         shared = False  # a DAG of shared lists: pickled (memo), never spelled out as JSON (2**levels nodes)
         for _ in range(draw(st.integers(0, 4))):
-            paths = _paths(obj)
-            path = draw(st.sampled_from(paths))
+            path = _path(draw, obj)
             how = draw(st.sampled_from(["value", "value", "drop", "key", "dup", "multiply", "nest"]))
             try:
                 if how == "value":
@@ -215,37 +232,55 @@ def dump_files(draw: st.DrawFn, real: list[tuple[str, Any]]) -> dict[str, bytes]
     return files
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _hard_stop_to_the_terminal(terminal_stderr):
+    Contract.stacks = terminal_stderr
+
+
 @pytest.fixture(scope="module")
 def contract(tmp_path_factory):
-    c = Contract(tmp_path_factory.mktemp("fuzz-dumps"))
+    c = Contract(case_root(tmp_path_factory, "fuzz-dumps"))
     yield c
-    print(f"\nfuzzed dumps: {sum(c.codes.values())} cases, exit codes {dict(sorted(c.codes.items()))}")
+    shutil.rmtree(c.root, ignore_errors=True)
+    print(f"\n{c.summary('dumps')}")
 
 
-def test_crafted_dumps_keep_the_exit_code_contract_and_run_nothing(real_dumps, contract):
+@pytest.fixture(scope="module")
+def capture(contract) -> tuple[Path, Path, dict[Path, bytes]]:
+    """The bundled capture copied once, its traces ingested once: (capture, its cache, the dumps it had)."""
+    target = contract.root / "capture"
+    shutil.copytree(GLOO, target, ignore=shutil.ignore_patterns(".ddprof-cache"))
+    ddprof.ingest([target], contract.root / "capture-cache")
+    return target, contract.root / "capture-cache", {p: p.read_bytes() for p in target.glob("raw/*/fr_trace_rank_*")}
+
+
+def test_crafted_dumps_keep_the_exit_code_contract_and_run_nothing(real_dumps, contract, capture):
     watch = _ImportWatch()
     sys.meta_path.insert(0, watch)
     ran = Path(f"/tmp/{CANARY}-ran")
     ran.unlink(missing_ok=True)
+    captured, cache, originals = capture
     try:
         @settings(max_examples=max(EXAMPLES // 4, 10), deadline=None, database=None,
                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-        @given(files=dump_files(real_dumps), beside_traces=st.integers(0, 4))
-        def run(files: dict[str, bytes], beside_traces: int) -> None:
+        @given(files=dump_files(real_dumps))
+        def run(files: dict[str, bytes]) -> None:
             d = contract.case_dir()
             try:
-                if beside_traces == 0:  # a captured run: traces with dumps in raw/rank-N/fr_trace_rank_N
-                    shutil.copytree(GLOO, d / "capture")
+                if zlib.crc32(b"".join(files.values())) % BESIDE_TRACES_ONE_IN == 0:
+                    # a captured run: traces with dumps in raw/rank-N/fr_trace_rank_N
+                    for path, data in originals.items():
+                        path.write_bytes(data)
                     for i, data in enumerate(files.values()):
-                        (d / "capture" / "raw" / f"rank-{i:05d}" / f"fr_trace_rank_{i}").write_bytes(data)
-                    target = d / "capture"
+                        (captured / "raw" / f"rank-{i:05d}" / f"fr_trace_rank_{i}").write_bytes(data)
+                    args = ["analyze", str(captured), "--format", "json", "--cache", str(cache)]
                 else:
                     target = d / "dumps"
                     target.mkdir()
                     for name, data in files.items():
                         (target / name).write_bytes(data)
-                contract.check(["analyze", str(target), "--format", "json", "--cache", str(d / "cache")],
-                               allowed=frozenset({0, 1, 2, 3}))
+                    args = ["analyze", str(target), "--format", "json", "--cache", str(d / "cache")]
+                contract.check(args, allowed=frozenset({0, 1, 2, 3}))
             finally:
                 shutil.rmtree(d, ignore_errors=True)
 
@@ -300,3 +335,49 @@ def test_a_shared_list_where_a_field_belongs_is_never_spelled_out(tmp_path, real
         assert code != 2 and len((tmp_path / "r.json").read_text()) < 1_000_000
     else:
         assert code == 2
+
+
+@pytest.mark.parametrize("value", [[], {}, "soon", 1.5, 2**64, True, _multiplied(40)])
+def test_an_entry_time_that_is_no_integer_is_unknown_not_a_crash(tmp_path, real_dumps, value):
+    """A ``time_created_ns`` of another type reached the sorting of the hang's records (exit 70: '<' between
+    a list and an int); it is an unknown time, the rest of the dump diagnosed as usual."""
+    d = tmp_path / "dumps"
+    d.mkdir()
+    for name, obj in real_dumps[:4]:
+        obj = copy.deepcopy(obj)
+        for e in obj["entries"][:2]:
+            e["time_created_ns"] = value
+        (d / name).write_bytes(pickle.dumps(obj, protocol=4))
+    c = Contract(tmp_path)
+    assert c.check(["analyze", str(d), "--format", "json", "-o", str(tmp_path / "r.json")],
+                   allowed=frozenset({0, 1, 3})) == 1
+    report = json.loads((tmp_path / "r.json").read_text())
+    times = [rec["waiting_since_ns"] for rec in report["hang"]["collectives"]]
+    assert times and all(t is None or isinstance(t, int) for t in times)
+
+
+def test_an_entry_referred_to_again_is_refused_at_once_naming_the_file(tmp_path, real_dumps):
+    """A dump's 12 entries repeated 50**3 times through the pickle memo (a file of ~2 MB) held 1.5 million
+    entries to parse and diagnose, tens of seconds; the dump is refused naming the file, the others read.
+    The same entries spelled out (JSON, each a new object) are read as they are."""
+    d = tmp_path / "dumps"
+    d.mkdir()
+    name, obj = real_dumps[0]
+    shared = copy.deepcopy(obj)
+    shared["entries"] = shared["entries"] * 50**3
+    (d / name).write_bytes(pickle.dumps(shared, protocol=4))
+    for other, o in real_dumps[1:4]:
+        (d / other).write_bytes(pickle.dumps(o, protocol=4))
+    c = Contract(tmp_path)
+    assert c.check(["analyze", str(d), "--format", "json", "-o", str(tmp_path / "r.json")],
+                   allowed=frozenset({1, 3})) == 1
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert [(Path(f["path"]).name, "earlier entry again" in f["reason"]) for f in report["hang"]["failed"]] \
+        == [(name, True)]
+    assert c.slowest < 5
+    spelled = copy.deepcopy(obj)
+    spelled["entries"] = spelled["entries"] + copy.deepcopy(spelled["entries"])
+    (d / name).write_text(json.dumps(spelled))
+    assert c.check(["analyze", str(d), "--format", "json", "-o", str(tmp_path / "r.json")],
+                   allowed=frozenset({0, 1})) == 1
+    assert json.loads((tmp_path / "r.json").read_text())["hang"]["failed"] == []

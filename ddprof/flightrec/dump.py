@@ -85,6 +85,21 @@ def _nccl_version(value: Any) -> str | None:
         return None
 
 
+def _parse_entries(raw: list[Any] | tuple[Any, ...]) -> tuple[FREntry, ...]:
+    """The entries, each parsed (:func:`~ddprof.flightrec.records.parse_entry`); an entry that is an
+    earlier one again (one object a pickle refers to twice) raises ValueError: no Flight Recorder writes
+    that, and through such references a file of a megabyte held half a million entries to parse."""
+    seen: set[int] = set()
+    out = []
+    for i, e in enumerate(raw):
+        if isinstance(e, Mapping):
+            if id(e) in seen:
+                raise ValueError(f"entry {i} is an earlier entry again (one object the file refers to twice)")
+            seen.add(id(e))
+        out.append(parse_entry(e, i))
+    return tuple(out)
+
+
 def parse_dump(obj: Any, path: str | Path) -> FRDump:
     """Validate a loaded dump object and normalise it into an :class:`FRDump`. Raises BadInputError."""
     name_rank = rank_from_dump_name(path)
@@ -117,7 +132,7 @@ def parse_dump(obj: Any, path: str | Path) -> FRDump:
         raw_entries = obj.get("entries", [])
         if not isinstance(raw_entries, (list, tuple)):
             raise ValueError("entries must be a list")
-        entries = tuple(parse_entry(e, i) for i, e in enumerate(raw_entries))
+        entries = _parse_entries(raw_entries)
         status_by_id = parse_status(obj.get("pg_status"))
     except (ValueError, TypeError, AttributeError, KeyError) as exc:
         raise bad(f"malformed Flight Recorder dump: {exc}") from exc

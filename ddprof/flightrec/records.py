@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ddprof.fields import brief, int_field, text_field
+from ddprof.fields import as_int, brief, int_field, text_field
 
 __all__ = ["FREntry", "PGStatus", "FRDump", "parse_entry", "parse_status", "parse_ranks"]
 
@@ -114,6 +114,9 @@ def parse_entry(raw: Any, index: int) -> FREntry:
     """One raw ``entries`` item (the ``index``-th) -> :class:`FREntry`; raises ValueError when malformed.
 
     ``is_p2p`` is taken from the op name (``nccl:send``/``nccl:recv``) when the dump does not say.
+    A ``time_created_ns`` that is no int64 (a list, text, a fraction) is unknown (None): it only dates the
+    wait, and any other type would reach the comparisons of times (a list against an int, or two lists
+    shared through a pickle's memo compared item by item for 2**depth steps).
     """
     if not isinstance(raw, Mapping):
         raise ValueError(f"entry {index} is a {type(raw).__name__}, not a dict")
@@ -136,7 +139,7 @@ def parse_entry(raw: Any, index: int) -> FREntry:
             is_p2p=bool(is_p2p),
             op=op,
             state=text_field(raw["state"], f"entry {index}: state"),
-            time_created_ns=raw.get("time_created_ns"),
+            time_created_ns=as_int(raw.get("time_created_ns")),
             input_sizes=parse_sizes(raw.get("input_sizes")),
             input_dtypes=parse_dtypes(raw.get("input_dtypes")),
             output_sizes=parse_sizes(raw.get("output_sizes")),
