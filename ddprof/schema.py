@@ -77,15 +77,17 @@ def empty_events() -> pl.DataFrame:
     return pl.DataFrame(schema=EVENT_SCHEMA)
 
 
-def conform(df: pl.DataFrame) -> pl.DataFrame:
-    """Add missing nullable columns, cast to canonical types and order columns as the schema does."""
-    exprs = []
-    for col, dtype in EVENT_SCHEMA.items():
-        if col in df.columns:
-            exprs.append(pl.col(col).cast(dtype))
-        else:
-            exprs.append(pl.lit(None, dtype=dtype).alias(col))
-    return df.select(exprs)
+_CAST = {col: pl.col(col).cast(dtype) for col, dtype in EVENT_SCHEMA.items()}
+_NULL = {col: pl.lit(None, dtype=dtype).alias(col) for col, dtype in EVENT_SCHEMA.items()}
+
+
+def conform(df: pl.DataFrame, columns: dict[str, pl.Expr] | None = None) -> pl.DataFrame:
+    """Add missing nullable columns, cast to canonical types and order columns as the schema does;
+    ``columns``: columns computed in the same frame operation (they replace any of the same name)."""
+    columns = columns or {}
+    have = set(df.columns)
+    return df.select([columns[col].cast(dtype).alias(col) if col in columns else _CAST[col] if col in have
+                      else _NULL[col] for col, dtype in EVENT_SCHEMA.items()])
 
 
 def validate(df: pl.DataFrame | pl.LazyFrame, *, where: str = "event table") -> None:
@@ -107,19 +109,21 @@ def validate(df: pl.DataFrame | pl.LazyFrame, *, where: str = "event table") -> 
             raise SchemaError(f"{where}: column {col!r} is {got[col]}, expected {dtype}")
     if df.height == 0:
         return
-    checks = {
-        "null in a required column": pl.any_horizontal([pl.col(c).is_null() for c in NOT_NULL]),
-        "negative duration": pl.col("dur_ns") < 0,
-        "GPU event without a stream": pl.col("kind").is_in(["compute", "memcpy", "memset", "sync"])
-        & pl.col("stream").is_null(),
-        "CPU event with a stream": pl.col("kind").is_in(["cpu_op", "runtime"]) & pl.col("stream").is_not_null(),
-        "non-positive bytes": pl.col("bytes") <= 0,
-        "non-positive group size": pl.col("group_size") <= 0,
-    }
-    bad = df.select([expr.fill_null(False).sum().alias(msg) for msg, expr in checks.items()]).row(0, named=True)
+    bad = df.select(_CHECKS).row(0, named=True)
     for msg, count in bad.items():
         if count:
             raise SchemaError(f"{where}: {count} row(s) with {msg}")
+
+
+_CHECKS = [expr.fill_null(False).sum().alias(msg) for msg, expr in {
+    "null in a required column": pl.any_horizontal([pl.col(c).is_null() for c in NOT_NULL]),
+    "negative duration": pl.col("dur_ns") < 0,
+    "GPU event without a stream": pl.col("kind").is_in(["compute", "memcpy", "memset", "sync"])
+    & pl.col("stream").is_null(),
+    "CPU event with a stream": pl.col("kind").is_in(["cpu_op", "runtime"]) & pl.col("stream").is_not_null(),
+    "non-positive bytes": pl.col("bytes") <= 0,
+    "non-positive group size": pl.col("group_size") <= 0,
+}.items()]
 
 
 def check_version(found: str, *, where: str) -> None:

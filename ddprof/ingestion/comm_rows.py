@@ -25,31 +25,53 @@ def communication(df: pl.DataFrame, meta: pl.DataFrame, info: dict[str, Any] | N
     and markers that name an op (or are ``record_param_comms``). ``df`` has ``_row``, the decoded
     columns, ``kind`` and ``_marker``; ``meta`` is the decoded sparse metadata; ``rules`` make
     kernels communication by name (:func:`ddprof.collective_ops.kernel_rules`)."""
-    markers = rows(df, pl.col("_marker"), *_ROW_COLS)
-    markers = pl.concat([markers, own_meta(markers.join(meta, on="_row", how="left", maintain_order="left"))
-                         .drop("_row")], how="horizontal")
-    described = markers.filter(pl.col("coll_op").is_not_null() | (pl.col("name") == "record_param_comms"))
-    comm = pl.concat([_comm_kernels(df, meta, markers, described, rules), described.select("_row", *FIELDS)])
+    # every row of ``meta`` (markers and rows with new-format fields) with its own metadata, derived once
+    own = own_meta(meta.with_columns(name=df.get_column("name").gather(meta.get_column("_row"))))
+    markers = (df.lazy().filter(pl.col("_marker")).select(_ROW_COLS)
+               .join(own.lazy(), on="_row", how="left", maintain_order="left").collect(engine="in-memory"))
+    described = markers.filter(_DESCRIBED)
+    comm = pl.concat([_comm_kernels(df, meta, own, markers, described, rules), described.select(_META_COLS)])
     comm = _global_peers(_fill_only_group(comm, info), info)
     return _gloo_peers(comm, described)
 
 
-def _comm_kernels(df: pl.DataFrame, meta: pl.DataFrame, markers: pl.DataFrame,
+# Expressions and frames built once (a trace of a few hundred events is ingested in a few milliseconds;
+# building an expression costs microseconds, an empty frame of the metadata's columns ~0.1 ms).
+_META_COLS = ["_row", *FIELDS]
+_DESCRIBED = pl.col("coll_op").is_not_null() | (pl.col("name") == "record_param_comms")
+_KERNEL = pl.col("cat") == "kernel"
+_LAUNCH = (pl.col("kind") == "runtime") & pl.col("correlation").is_not_null()
+_BY_EXT = ["external_id", *(pl.col(f).alias(f"{f}_e") for f in FIELDS), pl.lit(True).alias("_e")]
+_LAUNCHED = ["correlation", *(pl.col(f).alias(f"{f}_l") for f in FIELDS), pl.lit(True).alias("_l")]
+_NO_LAUNCH = pl.DataFrame(schema={"correlation": pl.Int64(), **FIELDS})
+_HAS_OWN = pl.col("coll_name").is_not_null()
+_ANY_META = pl.col("_named") | pl.col("_own") | pl.col("_e") | pl.col("_l")
+_MERGED = [pl.coalesce(f, pl.when("_e").then(f"{f}_e").otherwise(f"{f}_l")).alias(f) for f in FIELDS]
+_NOT_NAMED_COMM = (pl.col("coll_op").is_not_null() & ~pl.col("name").str.starts_with(_NOT_COMM_KERNEL[0])
+                   & ~pl.col("name").str.starts_with(_NOT_COMM_KERNEL[1]))
+_UNKNOWN = pl.col("coll_op").is_null() | (pl.col("coll_op") == "unknown")
+
+
+def _comm_kernels(df: pl.DataFrame, meta: pl.DataFrame, own: pl.DataFrame, markers: pl.DataFrame,
                   described: pl.DataFrame, rules: tuple[CommRule, ...]) -> pl.DataFrame:
     """Communication kernels and their metadata: their own (new-format fields), else that of the
     marker they link to by External id, else that of the markers enclosing their launch. A kernel a
     rule names is communication with or without metadata; its op, where no metadata says, is the
-    rule's."""
-    kernels = rows(df, pl.col("cat") == "kernel", "_row", "name", "external_id", "correlation")
-    by_ext = (described.drop_nulls("external_id").unique("external_id", keep="last", maintain_order=True)
-              .select("external_id", *(pl.col(f).alias(f"{f}_e") for f in FIELDS), _e=pl.lit(True)))
-    launched = pl.DataFrame(schema={"correlation": pl.Int64(), **FIELDS})
+    rule's. ``own``: the own metadata of every row of ``meta``.
+
+    The markers enclosing a launch are looked for only for the kernels no marker claims by External id
+    (whose metadata they would otherwise not reach)."""
+    kernels = rows(df, _KERNEL, "_row", "name", "external_id", "correlation")
+    by_ext = (described.lazy().drop_nulls("external_id").unique("external_id", keep="last", maintain_order=True)
+              .select(_BY_EXT))
+    launched = _NO_LAUNCH
     if markers.height:
-        runtimes = rows(df, (pl.col("kind") == "runtime") & pl.col("correlation").is_not_null()
-                         & pl.col("correlation").is_in(kernels["correlation"].drop_nulls().implode()),
-                         "_row", "ts_ns", "pid", "tid", "correlation")
+        unlinked = kernels.lazy().filter(
+            ~pl.col("external_id").is_in(described.get_column("external_id").drop_nulls().implode()).fill_null(False))
+        runtimes = (df.lazy().filter(_LAUNCH).select("_row", "ts_ns", "pid", "tid", "correlation")
+                    .join(unlinked.select("correlation"), on="correlation", how="semi", maintain_order="left")
+                    .collect(engine="in-memory"))
         launched = enclosing_meta(markers, runtimes)
-    own = own_meta(kernels.join(meta.filter(pl.col("coll_name").is_not_null()), on="_row"))
     names = kernels["name"].unique().to_list()
     matched = [match_kernel(n, rules) for n in names]
     named = [n for n, m in zip(names, matched) if m is not None]
@@ -57,19 +79,16 @@ def _comm_kernels(df: pl.DataFrame, meta: pl.DataFrame, markers: pl.DataFrame,
         names, [m[1] if m is not None else op_from_kernel(n) or "unknown" for n, m in zip(names, matched)],
         return_dtype=pl.String)
     linked = (kernels.lazy()
-              .join(own.lazy().with_columns(_own=pl.lit(True)), on="_row", how="left", maintain_order="left")
-              .join(by_ext.lazy(), on="external_id", how="left", maintain_order="left")
-              .join(launched.lazy().rename({f: f"{f}_l" for f in FIELDS}).with_columns(_l=pl.lit(True)),
-                    on="correlation", how="left", maintain_order="left")
+              .join(own.lazy().join(meta.lazy().filter(_HAS_OWN).select("_row"), on="_row", how="semi")
+                    .with_columns(_own=pl.lit(True)), on="_row", how="left", maintain_order="left")
+              .join(by_ext, on="external_id", how="left", maintain_order="left")
+              .join(launched.lazy().select(_LAUNCHED), on="correlation", how="left", maintain_order="left")
               .with_columns(_named=pl.col("name").is_in(named))
-              .filter(pl.col("_named") | pl.col("_own") | pl.col("_e") | pl.col("_l"))
-              .with_columns(pl.coalesce(f, pl.when("_e").then(f"{f}_e").otherwise(f"{f}_l")).alias(f) for f in FIELDS))
-    is_comm = pl.col("_named") | (pl.col("coll_op").is_not_null()
-                                  & ~pl.col("name").str.starts_with(_NOT_COMM_KERNEL[0])
-                                  & ~pl.col("name").str.starts_with(_NOT_COMM_KERNEL[1]))
-    unknown = pl.col("coll_op").is_null() | (pl.col("coll_op") == "unknown")
-    return (linked.filter(is_comm).with_columns(coll_op=pl.when(unknown).then(op_of_name).otherwise("coll_op"))
-            .select("_row", *FIELDS).collect(engine="in-memory"))
+              .filter(_ANY_META)
+              .with_columns(_MERGED))
+    return (linked.filter(pl.col("_named") | _NOT_NAMED_COMM)
+            .with_columns(coll_op=pl.when(_UNKNOWN).then(op_of_name).otherwise("coll_op"))
+            .select(_META_COLS).collect(engine="in-memory"))
 
 
 def _fill_only_group(comm: pl.DataFrame, info: dict[str, Any] | None) -> pl.DataFrame:

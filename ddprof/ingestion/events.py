@@ -148,6 +148,10 @@ class Columns:
             return cats
         return [seen[c] for c in cats]
 
+    def categories(self) -> frozenset[str | None]:
+        """The distinct categories of the rows added (each run's are mapped through ``_cats``)."""
+        return frozenset(self._cats.values())
+
     def _markers(self, names: list[str]) -> np.ndarray:
         """Which names are collective markers' (a job has few distinct names: each is tested once)."""
         seen = self._marker_names

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from ddprof.atomic import write_atomic
@@ -180,27 +181,34 @@ def _drop_duplicates(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     return kept, df.height - kept.height
 
 
+_GPU_KINDS = ["compute", "comm", "memcpy", "memset", "sync"]
+_IS_STEP = (pl.col("stream").is_null() & pl.col("name").str.starts_with(STEP_PREFIX)
+            & step_number(pl.col("name")).is_not_null())
+_SUMMARY = {
+    "events": pl.len(),
+    "kernels": pl.col("kind").is_in(["compute", "comm"]).and_(pl.col("stream").is_not_null()).sum(),
+    "comm_kernels": ((pl.col("kind") == "comm") & pl.col("stream").is_not_null()).sum(),
+    "comm_events": (pl.col("kind") == "comm").sum(),
+    "gpu": (pl.col("kind").is_in(_GPU_KINDS) & pl.col("stream").is_not_null()).any(),
+    "first": pl.col("ts_ns").min(),
+    "last": (pl.col("ts_ns") + pl.col("dur_ns")).max(),
+    "steps": pl.col("step").drop_nulls().unique().sort().implode(),
+    "step_durations": pl.col("dur_ns").filter(_IS_STEP).implode(),
+}
+
+
 def _summarise(df: pl.DataFrame, res: FileResult) -> None:
-    gpu_kinds = ["compute", "comm", "memcpy", "memset", "sync"]
-    s = df.select(
-        events=pl.len(),
-        kernels=pl.col("kind").is_in(["compute", "comm"]).and_(pl.col("stream").is_not_null()).sum(),
-        comm_kernels=((pl.col("kind") == "comm") & pl.col("stream").is_not_null()).sum(),
-        comm_events=(pl.col("kind") == "comm").sum(),
-        gpu=(pl.col("kind").is_in(gpu_kinds) & pl.col("stream").is_not_null()).any(),
-        first=pl.col("ts_ns").min(),
-        last=(pl.col("ts_ns") + pl.col("dur_ns")).max(),
-    ).row(0, named=True)
+    """The result's counts, span, steps and profiling windows, from one frame operation."""
+    s = df.select(**_SUMMARY).row(0, named=True)
     res.events, res.kernels = s["events"], s["kernels"]
     res.comm_kernels, res.comm_events = s["comm_kernels"], s["comm_events"]
     res.gpu, res.first_ns, res.last_ns = bool(s["gpu"]), s["first"], s["last"]
-    res.steps = df.get_column("step").drop_nulls().unique().sort().to_list()
-    res.windows = _windows(df)
+    res.steps = s["steps"]
+    res.windows = _windows(df, np.asarray(s["step_durations"], dtype=np.int64))
 
 
-def _windows(df: pl.DataFrame) -> list[list[int]]:
-    """The trace's profiling windows, cut at gaps with no event at all (:mod:`ddprof.windows`)."""
-    steps = df.lazy().filter(pl.col("stream").is_null() & pl.col("name").str.starts_with(STEP_PREFIX)
-                             & step_number(pl.col("name")).is_not_null()).select("dur_ns").collect()
+def _windows(df: pl.DataFrame, step_durations: np.ndarray) -> list[list[int]]:
+    """The trace's profiling windows, cut at gaps with no event at all (:mod:`ddprof.windows`);
+    ``step_durations``: those of its ``ProfilerStep#N`` annotations."""
     ts = df.get_column("ts_ns").to_numpy()
-    return split_windows(ts, ts + df.get_column("dur_ns").to_numpy(), gap_threshold_ns(steps["dur_ns"].to_numpy()))
+    return split_windows(ts, ts + df.get_column("dur_ns").to_numpy(), gap_threshold_ns(step_durations))

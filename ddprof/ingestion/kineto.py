@@ -52,6 +52,7 @@ class Decoded:
     notices: list[str] = field(default_factory=list)  # the profiler's own warnings and errors ("WARNING: ...")
     sha1: str = ""
     uncompressed_bytes: int = 0
+    categories: frozenset[str | None] = frozenset()  # the distinct values of ``frame``'s ``cat``
 
 
 def decode(path: Path) -> Decoded:
@@ -64,8 +65,9 @@ def decode(path: Path) -> Decoded:
     except InvalidJSON as exc:
         raise BadInputError(str(exc), path=path) from None
     info, base, props = head.distributedInfo, head.baseTimeNanoseconds, head.deviceProperties
+    frame = cols.frame()  # adds the B/E pairs and instants: before the categories are read
     return Decoded(
-        frame=cols.frame(),
+        frame=frame,
         meta=cols.meta_frame(),
         distributed_info=info if isinstance(info, dict) else None,
         base_time_ns=base if isinstance(base, int) and not isinstance(base, bool) else None,
@@ -75,6 +77,7 @@ def decode(path: Path) -> Decoded:
         notices=_notices(head),
         sha1=src.sha1.hexdigest(),
         uncompressed_bytes=src.size,
+        categories=cols.categories(),
     )
 
 

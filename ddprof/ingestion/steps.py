@@ -10,19 +10,20 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from ddprof.ingestion.link import rows
 from ddprof.keyjoin import find, first_by_key
 from ddprof.schema import STEP_PREFIX, step_number
 
 
-def assign_steps(df: pl.DataFrame) -> pl.DataFrame:
+def assign_steps(df: pl.DataFrame) -> pl.Expr:
+    """The ``step`` of every row of ``df`` (Int32, null outside every step; module doc), as an expression
+    for the frame operation that assembles the table."""
     windows = (
-        rows(df, ~pl.col("is_gpu") & pl.col("name").str.starts_with(STEP_PREFIX),
-              start=pl.col("ts_ns"), end=pl.col("ts_ns") + pl.col("dur_ns"), step=step_number(pl.col("name")))
-        .drop_nulls("step").sort("start")
+        df.lazy().filter(~pl.col("is_gpu") & pl.col("name").str.starts_with(STEP_PREFIX))
+        .select(start=pl.col("ts_ns"), end=pl.col("ts_ns") + pl.col("dur_ns"), step=step_number(pl.col("name")))
+        .drop_nulls("step").sort("start").collect(engine="in-memory")
     )
     if windows.height == 0:
-        return df.with_columns(step=pl.lit(None, dtype=pl.Int32))
+        return pl.lit(None, dtype=pl.Int32)
     starts, ends = windows["start"].to_numpy(), windows["end"].to_numpy()
     steps = windows["step"].to_numpy()
     ts = df["ts_ns"].to_numpy()
@@ -37,4 +38,4 @@ def assign_steps(df: pl.DataFrame) -> pl.DataFrame:
     found, at = find(keys, corr[gpu])
     step[gpu[found]] = step[launch[first[at[found]]]]
     stepped = pl.Series("step", step)
-    return df.with_columns(step=pl.when(stepped >= 0).then(stepped))
+    return pl.when(stepped >= 0).then(stepped)
