@@ -286,3 +286,16 @@ def test_peer_is_translated_to_the_global_rank(tmp_path):
     rows = run.events().filter(pl.col("coll_op") == "send").collect()
     assert sorted(rows["peer"].to_list()) == [6, 6] and set(rows["pg"]) == {"7"}
     assert rows.filter(pl.col("kind") == "comm")["bytes"].to_list() == [16]
+
+
+@pytest.mark.parametrize("group", [{"pg_size": 2, "ranks": [2, 6]}, {"pg_name": None, "pg_size": 2}])
+def test_the_only_group_without_a_name_still_gives_its_size(tmp_path, group):
+    """A trace's one process group that has no name filled the collectives' group with a null, which Polars
+    refuses (exit 70); its size still fills theirs, their group stays unknown."""
+    gloo = {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2, "ts": 11.0,
+            "dur": 3.0, "args": {"Input Dims": [[4]], "Input type": ["float"]}}
+    doc = kineto(2, [gloo], world=8)
+    doc["distributedInfo"]["pg_config"] = [group]
+    run = ddprof.ingest([write(tmp_path / "rank-2.json", doc)], tmp_path / "run")
+    rows = run.events().filter(pl.col("coll_op") == "all_reduce").collect()
+    assert rows["group_size"].to_list() == [2] and rows["pg"].to_list() == [None]

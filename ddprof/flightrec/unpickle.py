@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import pickle
+from contextlib import redirect_stderr
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +69,13 @@ def read_dump_object(path: str | Path) -> Any:
     except OSError as exc:
         raise BadInputError(f"cannot read the file: {exc.strerror or exc}", path=path, rank=rank) from exc
     if looks_like_pickle(data[:2]):
+        stray = io.StringIO()
         try:
-            return SafeUnpickler(io.BytesIO(data), path=path, rank=rank).load()
+            # On a damaged length (a bytearray of 2**62 bytes) CPython's unpickler can print "SystemError:
+            # deallocated bytearray object has exported buffers" itself before it raises MemoryError: that
+            # line is no message of ddprof's and must not reach the user's stderr.
+            with redirect_stderr(stray):
+                return SafeUnpickler(io.BytesIO(data), path=path, rank=rank).load()
         except BadInputError:
             raise
         except Exception as exc:  # a damaged pickle can raise almost anything; name it, don't crash

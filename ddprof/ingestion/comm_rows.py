@@ -103,7 +103,7 @@ def _fill_only_group(comm: pl.DataFrame, info: dict[str, Any] | None) -> pl.Data
     size = groups[0].get("pg_size")
     name = groups[0].get("pg_name")
     size = size if isinstance(size, int) and not isinstance(size, bool) and 0 < size < 2**31 else None
-    return comm.with_columns(pg=pl.col("pg").fill_null(None if name is None else str(name)),
+    return comm.with_columns(pg=pl.col("pg") if name is None else pl.col("pg").fill_null(str(name)),
                              group_size=pl.col("group_size").fill_null(pl.lit(size, dtype=pl.Int32)))
 
 
