@@ -43,6 +43,8 @@ from ddprof.ingestion.kineto import decode
 from ddprof.ingestion.pipeline import ingest
 from ddprof.synth import Spec, generate
 
+REPO = Path(__file__).resolve().parents[1]
+
 
 def _timed(fn: Callable[..., object], *args: object) -> float:
     gc.collect()
@@ -64,7 +66,7 @@ def _ingest_all(files: list[Path], out: Path) -> None:
 def _cli(traces: Path, out: Path) -> float:
     cmd = [sys.executable, "-m", "ddprof", "ingest", "-q", str(traces), "-o", str(out)]
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=REPO)  # the checkout's ddprof (-m reads cwd first)
     return time.perf_counter() - t0
 
 
