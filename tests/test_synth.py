@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 from ddprof.analyses.report import analyze
 
@@ -142,3 +144,40 @@ def test_cli_writes_a_run_analyze_reads(tmp_path: Path, capsys: pytest.CaptureFi
     assert report["stragglers"]["ranks"] == [2]
     assert [r["rank"] for r in report["overlap"]] == [0, 1, 2, 3]
     assert main(["synth", str(out), "--slow", "two"]) == 2
+
+
+def _strip(folder: Path, out: Path, keys: tuple[str, ...]) -> Path:
+    """The traces of ``folder`` with these args removed from every event and no process-group ranks in
+    ``distributedInfo``: what PyTorch writes when shapes are not recorded (no ``Concrete Inputs``)."""
+    out.mkdir()
+    for path in folder.glob("*.pt.trace.json*"):
+        opener: Any = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt") as fh:
+            trace = json.load(fh)
+        for event in trace["traceEvents"]:
+            for key in keys:
+                event.get("args", {}).pop(key, None)
+        trace.get("distributedInfo", {}).pop("pg_config", None)
+        (out / path.name.removesuffix(".gz")).write_text(json.dumps(trace))
+    return out
+
+
+def test_send_recv_peers_from_src_and_dst_rank_without_recorded_shapes(tmp_path: Path) -> None:
+    """A pipeline of 4 stages across 8 ranks (its groups are not the world group): with ``Concrete
+    Inputs`` and the groups' ranks gone, each send/recv still finds its global peer in ``Src Rank`` /
+    ``Dst Rank`` (PyTorch 2.5+), the same as from the full trace; without those either, it has none."""
+    import ddprof
+
+    generate(Spec(ranks=8, pp=4, micro_batches=2, steps=1, kernels=24), tmp_path, with_truth=False)
+
+    def peers(folder: Path, name: str) -> list[tuple[Any, ...]]:
+        run = ddprof.ingest([folder], tmp_path / name)
+        return (run.events().filter(pl.col("coll_op").is_in(["send", "recv"]) & (pl.col("cat") == "kernel"))
+                .select("rank", "ts_ns", "coll_op", "peer").collect().sort("rank", "ts_ns").rows())
+
+    full = peers(tmp_path / "traces", "full")
+    assert full and all(peer is not None and peer % 2 == rank % 2 and peer != rank for rank, _, _, peer in full)
+    unshaped = _strip(tmp_path / "traces", tmp_path / "unshaped", ("Concrete Inputs",))
+    assert peers(unshaped, "unshaped") == full
+    bare = _strip(tmp_path / "traces", tmp_path / "bare", ("Concrete Inputs", "Src Rank", "Dst Rank"))
+    assert {peer for *_, peer in peers(bare, "bare")} == {None}

@@ -29,7 +29,7 @@ from ddprof.collective_ops import KERNEL_FAMILIES, CommRule, message_size
 from ddprof.ingestion.categories import CAT_KIND, GPU_CATS, KNOWN_CATS
 from ddprof.ingestion.comm_rows import communication
 from ddprof.ingestion.kineto import Decoded
-from ddprof.ingestion.link import FIELDS, rows
+from ddprof.ingestion.link import STORED, rows
 from ddprof.ingestion.steps import assign_steps
 from ddprof.schema import Kind, conform
 
@@ -47,7 +47,7 @@ _IS_COMM = ((pl.col("coll_op").is_not_null() & (pl.col("cat") == "kernel"))
             | (pl.col("_marker") & pl.col("name").str.starts_with("gloo:")))
 _COMM_KIND = pl.when(_IS_COMM).then(pl.lit("comm", dtype=Kind)).otherwise("kind")
 #: One row of nulls, the metadata of a row that has none (``DataFrame.clear(1)`` costs ~1 ms).
-_NO_META = pl.DataFrame([pl.Series(f, [None], dtype=t) for f, t in FIELDS.items()])
+_NO_META = pl.DataFrame([pl.Series(f, [None], dtype=t) for f, t in STORED.items()])
 _COLUMNS = {
     "bytes": message_size(pl.col("coll_op"), pl.col("in_bytes"), pl.col("out_bytes"), pl.col("group_size")),
     "stream": pl.when("is_gpu").then(pl.coalesce("a_stream", "tid")),
@@ -75,5 +75,5 @@ def _apply_meta(df: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
     rest of the table (:func:`build_events`)."""
     at = np.full(df.height, comm.height, dtype=np.int64)  # comm.height: the row of nulls below
     at[comm.get_column("_row").to_numpy()] = np.arange(comm.height)
-    spread = pl.concat([pl.DataFrame([comm.get_column(f) for f in FIELDS]), _NO_META])[at]
+    spread = pl.concat([pl.DataFrame([comm.get_column(f) for f in STORED]), _NO_META])[at]
     return df.hstack(spread).with_columns(kind=_COMM_KIND)

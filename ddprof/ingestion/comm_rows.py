@@ -21,7 +21,7 @@ _ROW_COLS = ["_row", "name", "external_id", "correlation", "ts_ns", "dur_ns", "p
 
 def communication(df: pl.DataFrame, meta: pl.DataFrame, info: dict[str, Any] | None,
                   rules: tuple[CommRule, ...] = KERNEL_FAMILIES) -> pl.DataFrame:
-    """``_row`` and :data:`~.link.FIELDS` of every row with collective metadata: communication kernels,
+    """``_row`` and :data:`~.link.STORED` of every row with collective metadata: communication kernels,
     and markers that name an op (or are ``record_param_comms``). ``df`` has ``_row``, the decoded
     columns, ``kind`` and ``_marker``; ``meta`` is the decoded sparse metadata; ``rules`` make
     kernels communication by name (:func:`ddprof.collective_ops.kernel_rules`)."""
@@ -31,13 +31,14 @@ def communication(df: pl.DataFrame, meta: pl.DataFrame, info: dict[str, Any] | N
                .join(own.lazy(), on="_row", how="left", maintain_order="left").collect(engine="in-memory"))
     described = markers.filter(_DESCRIBED)
     comm = pl.concat([_comm_kernels(df, meta, own, markers, described, rules), described.select(_META_COLS)])
-    comm = _global_peers(_fill_only_group(comm, info), info)
-    return _gloo_peers(comm, described)
+    comm = _global_peers(_fill_only_group(comm, info), info).with_columns(_PEER)
+    return _gloo_peers(comm, described.with_columns(_PEER)).drop("global_peer")
 
 
 # Expressions and frames built once (a trace of a few hundred events is ingested in a few milliseconds;
 # building an expression costs microseconds, an empty frame of the metadata's columns ~0.1 ms).
 _META_COLS = ["_row", *FIELDS]
+_PEER = pl.coalesce("global_peer", "peer").alias("peer")  # a global rank the trace names outranks a mapped one
 _DESCRIBED = pl.col("coll_op").is_not_null() | (pl.col("name") == "record_param_comms")
 _KERNEL = pl.col("cat") == "kernel"
 _LAUNCH = (pl.col("kind") == "runtime") & pl.col("correlation").is_not_null()

@@ -55,6 +55,7 @@ RAW_SCHEMA: dict[str, pl.DataType] = {
 META_SCHEMA: dict[str, pl.DataType] = {
     "_row": pl.UInt32(), "coll_name": pl.String(), "in_nelems": pl.Int64(), "out_nelems": pl.Int64(),
     "group_size": pl.Int64(), "dtype": pl.String(), "pg": pl.String(), "seq": pl.Int64(),
+    "src_rank": pl.Int64(), "dst_rank": pl.Int64(),
     "input_dims": pl.Binary(), "input_type": pl.Binary(), "concrete_inputs": pl.Binary(),
 }
 
@@ -268,6 +269,8 @@ def _meta(rows: list[int], args: list[Any], base: int) -> pl.DataFrame:
         "dtype": pl.Series([a.dtype for a in sub], dtype=pl.String),
         "pg": pl.Series([None if p is None else str(p) for p in pgs], dtype=pl.String),
         "seq": _ints([a.seq for a in sub]),
+        "src_rank": _ints([a.src_rank for a in sub]),
+        "dst_rank": _ints([a.dst_rank for a in sub]),
         **{name: pl.Series([bytes(getattr(a, name)) or None for a in sub], dtype=pl.Binary)
            for name in ("input_dims", "input_type", "concrete_inputs")},
     }

@@ -25,20 +25,31 @@ from ddprof.collective_ops import normalize_op
 from ddprof.ingestion import comms
 from ddprof.keyjoin import sorted_rows
 
-#: Collective metadata, with the store's types.
-FIELDS: dict[str, pl.DataType] = {
+#: Collective metadata as the store keeps it, with the store's types.
+STORED: dict[str, pl.DataType] = {
     "coll_op": pl.String(), "pg": pl.String(), "group_size": pl.Int32(), "in_bytes": pl.Int64(),
     "out_bytes": pl.Int64(), "dtype": pl.String(), "seq": pl.Int64(), "peer": pl.Int32(),
 }
+#: What travels from markers to kernels: the stored fields, and a send/recv's peer as a global rank where
+#: the trace names it so (``Src Rank``/``Dst Rank``, PyTorch 2.5+; ``peer`` is then a rank within the
+#: process group, from ``Concrete Inputs``, which only traces recorded with shapes have).
+FIELDS: dict[str, pl.DataType] = {**STORED, "global_peer": pl.Int32()}
 #: What a row's own metadata is derived from (:data:`events.META_SCHEMA` plus the name).
-_KEY = ["name", "coll_name", "dtype", "in_nelems", "out_nelems", "input_dims", "input_type", "concrete_inputs"]
+_KEY = ["name", "coll_name", "dtype", "in_nelems", "out_nelems", "input_dims", "input_type", "concrete_inputs",
+        "src_rank", "dst_rank"]
 _DERIVED = {"coll_op": pl.String(), "in_bytes": pl.Int64(), "out_bytes": pl.Int64(), "dtype": pl.String(),
-            "peer": pl.Int32()}
+            "peer": pl.Int32(), "global_peer": pl.Int32()}
+
+
+def _rank(value: int | None) -> int | None:
+    return value if value is not None and 0 <= value < 2**31 else None
 
 
 def _derive(name: str, coll_name: str | None, dtype: str | None, in_n: int | None, out_n: int | None,
-            dims: bytes | None, types: bytes | None, concrete: bytes | None) -> tuple[Any, ...]:
-    """(coll_op, in_bytes, out_bytes, dtype, peer) from new-format fields, else old-format Input Dims."""
+            dims: bytes | None, types: bytes | None, concrete: bytes | None,
+            src: int | None, dst: int | None) -> tuple[Any, ...]:
+    """(coll_op, in_bytes, out_bytes, dtype, peer, global_peer) from new-format fields, else old-format
+    Input Dims."""
     op = normalize_op(coll_name) or normalize_op(name)
     size = comms.dtype_size(dtype)
     in_b = in_n * size if size and in_n is not None and in_n > 0 else None
@@ -47,7 +58,8 @@ def _derive(name: str, coll_name: str | None, dtype: str | None, in_n: int | Non
         in_b, old_dtype = comms.input_bytes(dims, types)
         dtype = dtype or old_dtype
     peer = comms.p2p_peer(name, concrete) if op in ("send", "recv") else None
-    return op, in_b, out_b, dtype, peer
+    global_peer = _rank(dst) if op == "send" else _rank(src) if op == "recv" else None
+    return op, in_b, out_b, dtype, peer, global_peer
 
 
 _NO_OWN = pl.DataFrame(schema={"_row": pl.UInt32(), **FIELDS})

@@ -38,6 +38,8 @@ def _args(num: Any) -> Any:
         ("pg_name", str | int | None, f(default=None, name="Process Group Name")),
         ("pg_id", str | int | None, f(default=None, name="Process Group ID")),
         ("seq", num, f(default=None, name="Seq")),
+        ("src_rank", num, f(default=None, name="Src Rank")),  # PyTorch 2.5+: a send/recv's global ranks
+        ("dst_rank", num, f(default=None, name="Dst Rank")),
         ("input_dims", msgspec.Raw, f(default=msgspec.Raw(), name="Input Dims")),
         ("input_type", msgspec.Raw, f(default=msgspec.Raw(), name="Input type")),
         ("concrete_inputs", msgspec.Raw, f(default=msgspec.Raw(), name="Concrete Inputs")),
