@@ -13,8 +13,9 @@ Conventions
   :data:`ddprof.collective_ops.OPS`.
 * ``coll_op`` is ``sendrecv`` for an NCCL SendRecv kernel whose metadata does not say more: NCCL runs
   point-to-point transfers (and all-to-all, grouped) with that kernel, so its name alone proves neither.
-* ``peer`` is the global rank at the other end of a send/recv where the process group's ranks are known,
-  else the rank within the group.
+* ``peer`` is the global rank at the other end of a send/recv: as the trace names it (``Src Rank`` /
+  ``Dst Rank``, PyTorch 2.5+), else the rank within the group (``Concrete Inputs``, traces recorded with
+  shapes) translated where the process group's ranks are known, else that rank within the group.
 * ``bytes`` is the nccl-tests message size S of the collective: all-reduce/broadcast/reduce: count x
   element size; all-gather: output bytes; reduce-scatter: input bytes; all-to-all: total bytes sent;
   send/recv: bytes sent or received.
