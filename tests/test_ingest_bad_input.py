@@ -299,3 +299,13 @@ def test_the_only_group_without_a_name_still_gives_its_size(tmp_path, group):
     run = ddprof.ingest([write(tmp_path / "rank-2.json", doc)], tmp_path / "run")
     rows = run.events().filter(pl.col("coll_op") == "all_reduce").collect()
     assert rows["group_size"].to_list() == [2] and rows["pg"].to_list() == [None]
+
+
+@pytest.mark.parametrize("device, pid", [(32768, 1), (None, 40000), (-40000, 3)])
+def test_a_device_id_past_the_store_type_is_unknown_not_a_crash(tmp_path, device, pid):
+    """A kernel's device (its ``device`` argument, else its pid) past Int16 failed the cast to the store's
+    type (exit 70); it is the pid where that fits, else unknown, the event kept."""
+    kernel = {"ph": "X", "cat": "kernel", "name": "k", "pid": pid, "tid": 7, "ts": 1.0, "dur": 1.0,
+              "args": {"stream": 7, **({"device": device} if device is not None else {})}}
+    run = ddprof.ingest([write(tmp_path / "rank-0.json", kineto(0, [kernel], world=1))], tmp_path / "run")
+    assert run.events().select("device", "stream").collect().rows() == [(pid if pid < 2**15 else None, 7)]

@@ -51,7 +51,8 @@ _NO_META = pl.DataFrame([pl.Series(f, [None], dtype=t) for f, t in STORED.items(
 _COLUMNS = {
     "bytes": message_size(pl.col("coll_op"), pl.col("in_bytes"), pl.col("out_bytes"), pl.col("group_size")),
     "stream": pl.when("is_gpu").then(pl.coalesce("a_stream", "tid")),
-    "device": pl.when("is_gpu").then(pl.coalesce("a_device", "pid")),
+    "device": pl.when("is_gpu").then(pl.coalesce(*(pl.when(pl.col(c).is_between(-(2**15), 2**15 - 1))
+                                                  .then(pl.col(c)) for c in ("a_device", "pid")))),
 }
 
 
