@@ -39,13 +39,11 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import msgspec
@@ -125,23 +123,35 @@ def measure(case: str, src: Path, jobs: int) -> tuple[float, float]:
 STARTUP_RUNS = 9
 
 
+#: Starts a command and prints its wall seconds, peak RSS (KiB) and exit code. A child's ``ru_maxrss``
+#: starts from the RSS of the process that forked it (Linux keeps the forked copy's high-water mark across
+#: exec), so the command is started from this small interpreter, not from the benchmark with its frames.
+_STARTER = """
+import os, sys, time
+t0 = time.perf_counter()
+pid = os.posix_spawn(sys.argv[1], sys.argv[1:], os.environ,
+                     file_actions=[(os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0)])
+_, status, usage = os.wait4(pid, 0)
+print(time.perf_counter() - t0, usage.ru_maxrss, os.waitstatus_to_exitcode(status))
+"""
+
+
 def startup(arg: str, runs: int = STARTUP_RUNS) -> tuple[float, float]:
     """``ddprof ARG``, the console script this interpreter installed: median wall seconds of the whole
-    process and median peak RSS (MB) over ``runs`` runs, after one run not counted."""
+    process and median peak RSS (MB) over ``runs`` runs, after one run not counted (the starter's own
+    RSS, about 10 MB, is a floor under the peak: ddprof's start-up is above it)."""
     script = Path(sys.executable).with_name("ddprof")
     cmd = [str(script), arg] if script.exists() else [sys.executable, "-m", "ddprof", arg]
     times, peaks = [], []
     for i in range(runs + 1):
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, cwd=REPO)
-        _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak, not the largest of all children
-        elapsed = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        if proc.returncode:
-            raise SystemExit(f"{' '.join(cmd)} exited with {proc.returncode}")
+        out = subprocess.run([sys.executable, "-S", "-c", _STARTER, *cmd], capture_output=True, text=True,
+                             stdin=subprocess.DEVNULL, cwd=REPO, check=True).stdout.split()
+        elapsed, peak_kib, code = float(out[0]), int(out[1]), int(out[2])
+        if code:
+            raise SystemExit(f"{' '.join(cmd)} exited with {code}")
         if i:
             times.append(elapsed)
-            peaks.append(usage.ru_maxrss / 1024)
+            peaks.append(peak_kib / 1024)
     return statistics.median(times), statistics.median(peaks)
 
 
