@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -48,3 +50,23 @@ def terminal_stderr(pytestconfig: pytest.Config):
         fd = os.dup(2)
     with os.fdopen(fd, "w") as f:
         yield f
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Callable[[str, str], Path]]:
+    """``tmpfs(size, name)``: a new directory under ``tmp_path`` with a tmpfs of that size (``"96k"``)
+    mounted on it, unmounted after the test; the test is skipped when not run as root (CI runs as root)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs (a small or a read-only file system) needs root; CI runs as root")
+    mounted: list[Path] = []
+
+    def mount(size: str, name: str) -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(d)], check=True)
+        mounted.append(d)
+        return d
+
+    yield mount
+    for d in reversed(mounted):
+        subprocess.run(["umount", "-l", str(d)], check=True)

@@ -27,7 +27,6 @@ from ddprof.ingestion.world import MAX_WORLD_SIZE, checked_world_size, format_ra
 REPO = Path(__file__).resolve().parents[1]
 GLOO = REPO / "sample_traces" / "gloo-ddp-4rank-slow-rank"
 ROOT = os.geteuid() == 0
-NEEDS_ROOT = "mounting a read-only or a small tmpfs needs root (CI runs as root)"
 
 
 def events(n: int = 3, **extra) -> list[dict]:
@@ -142,16 +141,11 @@ def test_a_bug_while_ingesting_is_exit_70_never_a_bad_input(tmp_path, capsys, mo
 
 
 @pytest.fixture
-def readonly_dir(tmp_path):
+def readonly_dir(tmpfs):
     """A directory on a read-only mount (root ignores mode bits, so a mode-0o555 directory would not do)."""
-    if not ROOT:
-        pytest.skip(NEEDS_ROOT)
-    d = tmp_path / "ro"
-    d.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(d)], check=True)
+    d = tmpfs("1m", "ro")
     subprocess.run(["mount", "-o", "remount,ro", str(d)], check=True)
-    yield d
-    subprocess.run(["umount", str(d)], check=True)
+    return d
 
 
 def _outputs(base: Path, src: Path) -> list[tuple[list[object], Path]]:
@@ -199,15 +193,9 @@ def test_outputs_in_a_directory_without_write_permission(tmp_path, capsys):
 
 
 @pytest.fixture
-def small_fs(tmp_path):
+def small_fs(tmpfs):
     """A 96 KiB tmpfs: room for a manifest, not for a real trace's Parquet part or report."""
-    if not ROOT:
-        pytest.skip(NEEDS_ROOT)
-    d = tmp_path / "small"
-    d.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96k", "tmpfs", str(d)], check=True)
-    yield d
-    subprocess.run(["umount", "-l", str(d)], check=True)
+    return tmpfs("96k", "small")
 
 
 def leftovers(d: Path) -> list[Path]:
