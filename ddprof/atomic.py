@@ -11,8 +11,8 @@ from __future__ import annotations
 import errno
 import os
 import re
+import secrets
 import socket
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,43 +28,46 @@ _HOST = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "host"
 _TMP = re.compile(r"^\..+\.tmp-(?:(?P<host>[A-Za-z0-9._]+)-(?P<pid>\d+)-)?[a-z0-9_]+$")
 
 
-def _umask() -> int:
-    """The process umask, read without changing it (``os.umask`` would, racing other threads)."""
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except OSError:
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+def _create_tmp(path: Path) -> Path:
+    """A new empty temporary sibling of ``path``, with the permissions a plain ``open()`` gives a new file
+    (``0o666`` less the umask, applied by the kernel; ``mkstemp``'s are a private ``0o600``, and reading the
+    umask to widen them costs as much as the rest of a small file's write)."""
+    for _ in range(100):
+        tmp = path.with_name(f".{path.name}.tmp-{_HOST}-{os.getpid()}-{secrets.token_hex(4)}")
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            continue
+        return tmp
+    raise FileExistsError(errno.EEXIST, "no free temporary name", str(path))  # pragma: no cover
 
 
 def write_atomic(path: str | Path, writer: Callable[[Path], object], *,
-                 needed: Callable[[], int] | None = None) -> Path:
+                 needed: Callable[[], int] | None = None, durable: bool = True) -> Path:
     """Call ``writer(tmp_path)`` then rename ``tmp_path`` to ``path``.
 
     Raises :class:`~ddprof.errors.OutputError` when the file cannot be written, nothing left behind;
     ``needed`` says how many bytes the output takes (asked only when the disk is full).
 
+    ``durable=False`` skips the fsync (half the cost of a small file's write): for a cache that its reader
+    checks and rebuilds when it is not whole, where a crash of the machine may leave a file that is
+    empty or cut short (never a killed process: the rename still comes after the last write).
+
     The file gets the permissions a plain ``open()`` would give it (``0o666`` less the umask), not
-    ``mkstemp``'s private ``0o600``: run dirs are often shared with teammates.
+    ``mkstemp``'s private ``0o600``: run dirs are often shared with teammates. A writer that replaces the
+    file rather than writing into it must keep that mode.
     """
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-{_HOST}-{os.getpid()}-", dir=path.parent)
+        tmp_path = _create_tmp(path)
     except OSError as exc:
         raise output_error(path, exc, needed) from None
-    os.close(fd)
-    tmp_path = Path(tmp)
     try:
         writer(tmp_path)
-        tmp_path.chmod(0o666 & ~_umask())
-        with open(tmp_path, "rb") as fh:
-            os.fsync(fh.fileno())
+        if durable:
+            with open(tmp_path, "rb") as fh:
+                os.fsync(fh.fileno())
         os.replace(tmp_path, path)
     except BaseException as exc:
         tmp_path.unlink(missing_ok=True)
