@@ -294,13 +294,13 @@ def test_a_directory_whose_every_dump_fails_names_them_all(tmp_path, capsys):
 def counted(monkeypatch):
     """Names of the traces parsed (not served from the cache) by each ingest."""
     parsed: list[str] = []
-    real = pipeline.ingest_file
+    real = pipeline.ingest_files
 
-    def spy(path, *rest):
-        parsed.append(Path(path).name)
-        return real(path, *rest)
+    def spy(paths, *rest):
+        parsed.extend(Path(p).name for p in paths)
+        return real(paths, *rest)
 
-    monkeypatch.setattr(pipeline, "ingest_file", spy)
+    monkeypatch.setattr(pipeline, "ingest_files", spy)
     return parsed
 
 

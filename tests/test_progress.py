@@ -67,7 +67,7 @@ def test_close_is_called_when_the_ingest_fails(tmp_path, monkeypatch):
     def boom(*_args):
         raise RuntimeError("worker died")
 
-    monkeypatch.setattr(pipeline, "ingest_file", boom)
+    monkeypatch.setattr(pipeline, "ingest_files", boom)
     rec = Recorder()
     with pytest.raises(RuntimeError, match="worker died"):
         ddprof.ingest([tmp_path / "rank-0.json"], tmp_path / "run", progress=rec)

@@ -72,8 +72,8 @@ def test_changing_any_of_them_changes_the_fingerprint(monkeypatch):
 def test_a_store_of_other_code_is_rebuilt_and_the_same_code_reuses_it(tmp_path, monkeypatch):
     traces = write_kineto(DataParallel(ranks=2, steps=1), tmp_path / "traces")
     parsed: list[str] = []
-    real_ingest_file = pipeline.ingest_file
-    monkeypatch.setattr(pipeline, "ingest_file", lambda path, *a: parsed.append(path) or real_ingest_file(path, *a))
+    real_ingest_files = pipeline.ingest_files
+    monkeypatch.setattr(pipeline, "ingest_files", lambda paths, *a: parsed.extend(paths) or real_ingest_files(paths, *a))
     ddprof.ingest([traces], tmp_path / "run")
     assert len(parsed) == 2
     ddprof.ingest([traces], tmp_path / "run")

@@ -22,6 +22,8 @@ Which rows communicate, with their collective metadata: :mod:`.comm_rows`. Steps
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import polars as pl
 
@@ -56,17 +58,34 @@ _COLUMNS = {
 }
 
 
-def build_events(dec: Decoded, rank: int,
-                 rules: tuple[CommRule, ...] = KERNEL_FAMILIES) -> tuple[pl.DataFrame, list[str]]:
-    """The event table of one trace and its warnings; ``rules`` name communication kernels
-    (:func:`ddprof.collective_ops.kernel_rules`)."""
-    df = dec.frame.with_row_index("_row").with_columns(**_CLASSIFY)
-    warnings = [] if dec.categories <= _KNOWN else [
-        f"{n} event(s) of unknown category {c!r} kept as kind 'other'" for c, n in
-        rows(df, _UNKNOWN_CAT, pl.col("cat").fill_null("<none>")).to_series().value_counts().iter_rows()]
+def build_events(decs: Sequence[Decoded], ranks: Sequence[int],
+                 rules: tuple[CommRule, ...] = KERNEL_FAMILIES) -> tuple[pl.DataFrame, list[list[str]]]:
+    """The event table of several traces as one frame, and each trace's warnings; ``ranks``: each trace's
+    rank; ``rules`` name communication kernels (:func:`ddprof.collective_ops.kernel_rules`).
 
-    df = _apply_meta(df, communication(df, dec.meta, dec.distributed_info, rules))
-    return conform(df, {**_COLUMNS, "step": assign_steps(df), "rank": pl.lit(rank, dtype=pl.Int32)}), warnings
+    The traces' rows follow each other in the order given, each trace's in its own order, with a
+    ``_trace`` column (its index in ``decs``) after the store's columns: every join and grouping that
+    links rows keys on it, so a trace's rows come out as they would built alone. Many small traces are
+    built at once (:mod:`ddprof.ingestion.job`): each frame operation costs ~0.1 ms whatever its size.
+    """
+    heights = [d.frame.height for d in decs]
+    offsets = np.cumsum([0, *heights[:-1]], dtype=np.int64)
+    trace = pl.Series("_trace", np.repeat(np.arange(len(decs), dtype=np.uint32), heights))
+    frame = decs[0].frame if len(decs) == 1 else pl.concat([d.frame for d in decs], rechunk=False)
+    df = frame.with_row_index("_row").with_columns(trace, **_CLASSIFY)
+    warnings = [[] if d.categories <= _KNOWN else _unknown_categories(df.slice(int(o), h))
+                for d, o, h in zip(decs, offsets, heights)]
+    meta = decs[0].meta if len(decs) == 1 else pl.concat(
+        [d.meta.with_columns(pl.col("_row") + int(o)) for d, o in zip(decs, offsets)])
+    df = _apply_meta(df, communication(df, meta, [d.distributed_info for d in decs], rules))
+    rank = pl.lit(pl.Series("rank", np.repeat(np.asarray(ranks, dtype=np.int32), heights)))
+    return conform(df, {**_COLUMNS, "step": assign_steps(df), "rank": rank}).hstack([trace]), warnings
+
+
+def _unknown_categories(df: pl.DataFrame) -> list[str]:
+    """One trace's warnings for the events whose category ddprof does not know."""
+    return [f"{n} event(s) of unknown category {c!r} kept as kind 'other'" for c, n in
+            rows(df, _UNKNOWN_CAT, pl.col("cat").fill_null("<none>")).to_series().value_counts().iter_rows()]
 
 
 def _apply_meta(df: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:

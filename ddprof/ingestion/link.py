@@ -97,7 +97,7 @@ def first_set(frame: pl.DataFrame, by: str, keep: list[str]) -> pl.DataFrame:
         *(pl.col(c).first() for c in keep), *(pl.col(f).drop_nulls().first() for f in FIELDS))
 
 
-_NO_MERGED = pl.DataFrame(schema={"correlation": pl.Int64(), **FIELDS})
+_NO_MERGED = pl.DataFrame(schema={"_trace": pl.UInt32(), "correlation": pl.Int64(), **FIELDS})
 
 
 def _on_threads(frame: pl.DataFrame) -> pl.DataFrame:
@@ -110,22 +110,23 @@ def _on_threads(frame: pl.DataFrame) -> pl.DataFrame:
 def enclosing_meta(markers: pl.DataFrame, runtimes: pl.DataFrame) -> pl.DataFrame:
     """Merged metadata of the markers enclosing each runtime call on its thread.
 
-    ``markers``: ``_row, ts_ns, dur_ns, pid, tid`` and :data:`FIELDS`; ``runtimes``: ``_row, ts_ns, pid,
-    tid, correlation``. Returns ``correlation`` and :data:`FIELDS`, one row per runtime call inside at
-    least one marker (a call at a marker's first or last nanosecond is inside it).
+    ``markers``: ``_row, _trace, ts_ns, dur_ns, pid, tid`` and :data:`FIELDS`; ``runtimes``: ``_row,
+    _trace, ts_ns, pid, tid, correlation``. Returns ``_trace, correlation`` and :data:`FIELDS`, one row
+    per runtime call inside at least one marker of its trace (a call at a marker's first or last
+    nanosecond is inside it).
     """
     none = _NO_MERGED
     markers, runtimes = _on_threads(markers), _on_threads(runtimes)
     if markers.height == 0 or runtimes.height == 0:
         return none
-    runtimes = sorted_rows(runtimes, "pid", "tid", "ts_ns")
-    r_pid, r_tid, r_ts = (runtimes[c].to_numpy() for c in ("pid", "tid", "ts_ns"))
-    m_pid, m_tid, m_start = (markers[c].to_numpy() for c in ("pid", "tid", "ts_ns"))
+    runtimes = sorted_rows(runtimes, "_trace", "pid", "tid", "ts_ns")
+    r_trace, r_pid, r_tid, r_ts = (runtimes[c].to_numpy() for c in ("_trace", "pid", "tid", "ts_ns"))
+    m_trace, m_pid, m_tid, m_start = (markers[c].to_numpy() for c in ("_trace", "pid", "tid", "ts_ns"))
     m_end = m_start + markers["dur_ns"].to_numpy()
-    first = np.flatnonzero(np.r_[True, (np.diff(r_pid) != 0) | (np.diff(r_tid) != 0)])
+    first = np.flatnonzero(np.r_[True, (np.diff(r_trace) != 0) | (np.diff(r_pid) != 0) | (np.diff(r_tid) != 0)])
     m_parts, r_parts = [], []
     for a, b in zip(first, np.r_[first[1:], len(r_ts)]):  # threads: few, numpy within each
-        mine = np.flatnonzero((m_pid == r_pid[a]) & (m_tid == r_tid[a]))
+        mine = np.flatnonzero((m_trace == r_trace[a]) & (m_pid == r_pid[a]) & (m_tid == r_tid[a]))
         lo = a + np.searchsorted(r_ts[a:b], m_start[mine], side="left")
         hi = a + np.searchsorted(r_ts[a:b], m_end[mine], side="right")
         counts = hi - lo
@@ -134,9 +135,10 @@ def enclosing_meta(markers: pl.DataFrame, runtimes: pl.DataFrame) -> pl.DataFram
     m_idx, r_idx = np.concatenate(m_parts), np.concatenate(r_parts)
     if len(m_idx) == 0:
         return none
-    inner_first = (pl.concat([runtimes[r_idx].select("_row", "correlation", rt_ts="ts_ns"),
+    inner_first = (pl.concat([runtimes[r_idx].select("_row", "_trace", "correlation", rt_ts="ts_ns"),
                               markers[m_idx].select("ts_ns", "dur_ns", *FIELDS)], how="horizontal")
                    .sort(["_row", "ts_ns", "dur_ns"], descending=[False, True, False]))
-    merged = first_set(inner_first, "_row", ["correlation", "rt_ts"])
-    return (merged.drop_nulls("correlation").sort("rt_ts")
-            .unique("correlation", keep="last", maintain_order=True).select("correlation", *FIELDS))
+    merged = first_set(inner_first, "_row", ["_trace", "correlation", "rt_ts"])
+    return (merged.drop_nulls("correlation").sort("rt_ts", maintain_order=True)
+            .unique(["_trace", "correlation"], keep="last", maintain_order=True)
+            .select("_trace", "correlation", *FIELDS))
