@@ -107,6 +107,14 @@ def _on_threads(frame: pl.DataFrame) -> pl.DataFrame:
     return frame
 
 
+def _by_thread(trace: np.ndarray, pid: np.ndarray, tid: np.ndarray) -> dict[tuple[int, int, int], np.ndarray]:
+    """The rows of each (trace, pid, tid), in row order (one sort: a batch of traces has many threads)."""
+    order = np.lexsort((tid, pid, trace))
+    t, p, d = trace[order], pid[order], tid[order]
+    cut = np.flatnonzero(np.r_[True, (np.diff(t) != 0) | (np.diff(p) != 0) | (np.diff(d) != 0), True])
+    return {(int(t[a]), int(p[a]), int(d[a])): order[a:b] for a, b in zip(cut[:-1], cut[1:])}
+
+
 def enclosing_meta(markers: pl.DataFrame, runtimes: pl.DataFrame) -> pl.DataFrame:
     """Merged metadata of the markers enclosing each runtime call on its thread.
 
@@ -124,9 +132,11 @@ def enclosing_meta(markers: pl.DataFrame, runtimes: pl.DataFrame) -> pl.DataFram
     m_trace, m_pid, m_tid, m_start = (markers[c].to_numpy() for c in ("_trace", "pid", "tid", "ts_ns"))
     m_end = m_start + markers["dur_ns"].to_numpy()
     first = np.flatnonzero(np.r_[True, (np.diff(r_trace) != 0) | (np.diff(r_pid) != 0) | (np.diff(r_tid) != 0)])
+    on_thread = _by_thread(m_trace, m_pid, m_tid)
+    none_here = np.zeros(0, dtype=np.int64)
     m_parts, r_parts = [], []
     for a, b in zip(first, np.r_[first[1:], len(r_ts)]):  # threads: few, numpy within each
-        mine = np.flatnonzero((m_trace == r_trace[a]) & (m_pid == r_pid[a]) & (m_tid == r_tid[a]))
+        mine = on_thread.get((int(r_trace[a]), int(r_pid[a]), int(r_tid[a])), none_here)
         lo = a + np.searchsorted(r_ts[a:b], m_start[mine], side="left")
         hi = a + np.searchsorted(r_ts[a:b], m_end[mine], side="right")
         counts = hi - lo
