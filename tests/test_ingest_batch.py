@@ -248,3 +248,30 @@ def test_small_traces_spread_over_every_worker(tmp_path):
     assert [len(u) for u in pipeline._batches(files, by, 8)] == [1, 1, 1]
     files, by = _sizes([(f"r{i}.json", 40_000) for i in range(200)], tmp_path)
     assert [len(u) for u in pipeline._batches(files, by, 1)] == [50, 50, 50, 50]  # 64 at most, evened out
+
+
+def test_a_trace_alone_is_not_held_decoded_while_its_part_is_written(tmp_path, monkeypatch):
+    """Memory: a large trace is a unit of its own, and its decoded frame (as large as its events) must be
+    gone when its part is encoded."""
+    import gc
+    import weakref
+
+    src = tmp_path / "src"
+    src.mkdir()
+    alive: list[weakref.ref] = []
+    real_decode, real_write = job.decode, job._write_parquet
+
+    def decode(path):
+        dec = real_decode(path)
+        alive.append(weakref.ref(dec))
+        return dec
+
+    def write(df, target):
+        gc.collect()
+        assert [r for r in alive if r() is not None] == []
+        return real_write(df, target)
+
+    monkeypatch.setattr(job, "decode", decode)
+    monkeypatch.setattr(job, "_write_parquet", write)
+    res = job.ingest_file(str(_write(src / "r0.json", _doc(0, _ops(0)))), str(tmp_path / "run"), None)
+    assert res.status == "ok" and len(alive) == 1

@@ -110,6 +110,7 @@ def ingest_files(paths: Sequence[str], out_dir: str, rank_map: dict[str, int] | 
         if dec is not None:
             ready.append(res)
             decoded.append(dec)
+    dec = None  # _store frees each decoded trace once built: no other reference may keep it
     created: list[Path] = []
     try:
         if len(ready) == 1:
@@ -192,15 +193,18 @@ def _store(out_dir: Path, results: list[FileResult], decoded: list[Decoded], rul
     events = df.drop("_trace")
     whole_valid = _valid(events)
     facts = _facts(df)
-    drawn = lanes(df, "_trace")
-    drawn_bounds = np.searchsorted(drawn.get_column("_trace").to_numpy(), np.arange(len(results) + 1))
+    # the drawn events of a batch, made at once; one trace's are made after its part is written (memory)
+    drawn = lanes(df, "_trace") if len(results) > 1 else None
+    drawn_bounds = None if drawn is None else np.searchsorted(drawn.get_column("_trace").to_numpy(),
+                                                              np.arange(len(results) + 1))
     for t, res in enumerate(results):
         res.warnings.extend(warnings[t])
         if dropped[t]:
             res.warnings.append(f"dropped {dropped[t]} exact duplicate event(s): every field equal to an earlier "
                                 "event's (a trace written twice over would otherwise count its collectives twice)")
         mine = events.slice(int(bounds[t]), int(bounds[t + 1] - bounds[t]))
-        mine_drawn = drawn.slice(int(drawn_bounds[t]), int(drawn_bounds[t + 1] - drawn_bounds[t]))
+        mine_drawn = None if drawn is None or drawn_bounds is None else drawn.slice(
+            int(drawn_bounds[t]), int(drawn_bounds[t + 1] - drawn_bounds[t]))
         _guarded(res, _write, out_dir, mine, mine_drawn, res, facts.get(t), whole_valid, created)
 
 
@@ -212,10 +216,10 @@ def _valid(df: pl.DataFrame) -> bool:
     return True
 
 
-def _write(out_dir: Path, df: pl.DataFrame, drawn: pl.DataFrame, res: FileResult, facts: dict[str, Any] | None,
+def _write(out_dir: Path, df: pl.DataFrame, drawn: pl.DataFrame | None, res: FileResult, facts: dict[str, Any] | None,
            valid: bool, created: list[Path]) -> None:
     """Check one trace's events, then write its part and timeline summary (``drawn``: its events'
-    :func:`~ddprof.timeline_summary.lanes`); its counts into ``res``. ``valid``: all the traces built with
+    :func:`~ddprof.timeline_summary.lanes`, or None to make them); its counts into ``res``. ``valid``: all the traces built with
     it passed :func:`~ddprof.schema.validate` (else it is asked for this one, to name it)."""
     path = Path(res.path)
     if not valid:
