@@ -265,6 +265,8 @@ class Profile(contextlib.ContextDecorator):
                 moved = self._ondemand.boundary(prof.step_num + 1)
                 if moved:
                     self._drop_moved(prof, moved)
+            if _stops_here(prof):
+                _settle(prof)
             prof.step()
             self._note_step(prof)
         except Exception as exc:
@@ -323,6 +325,8 @@ class Profile(contextlib.ContextDecorator):
         if self._prof is not None:
             try:
                 self._ending_step = self._prof.step_num
+                if _recording(self._prof):
+                    _settle(self._prof)
                 self._prof.stop()  # exports a cycle still being recorded
             except Exception as err:
                 files.fail("profiler stop", err)
@@ -370,3 +374,38 @@ def profile(run_dir: str | Path | None = None, **options: Any) -> Profile:
     (:mod:`ddprof.collectors.ondemand`), and ``active=0`` records nothing else.
     """
     return Profile(run_dir, **options)
+
+
+#: How long the profiler waits, at the end of a recorded window, before it stops (:func:`_settle`).
+SETTLE_S = 0.02
+
+
+def _recording(prof: Any) -> bool:
+    from torch.profiler import ProfilerAction as A
+
+    return prof.current_action in (A.RECORD, A.RECORD_AND_SAVE)
+
+
+def _stops_here(prof: Any) -> bool:
+    """Whether the next ``prof.step()`` stops the trace (every transition out of RECORD_AND_SAVE does)."""
+    from torch.profiler import ProfilerAction as A
+
+    return bool(prof.current_action == A.RECORD_AND_SAVE)
+
+
+def _settle(prof: Any) -> None:
+    """Close the step's annotation, then let collectives finishing on other threads leave the profiler
+    before it stops.
+
+    Gloo completes a collective's future before its worker thread ends the operation's record (c10d's
+    ``finishWorkGloo``: the future, then ``Work::finish``, which runs the record's end callback), so a rank
+    whose step returns on that future can stop the profiler while the worker still writes the end of its
+    record into the event list the stop is collecting and freeing: a heap corruption, seen as a rank
+    aborting with ``malloc(): unsorted double linked list corrupted`` just after ``profiler_stop``. The
+    window is microseconds unless the worker is preempted: :data:`SETTLE_S` once per recorded window,
+    after the step's annotation is closed so that no step is measured longer.
+    """
+    if getattr(prof, "record_steps", False) and getattr(prof, "step_rec_fn", None) is not None:
+        prof.step_rec_fn.__exit__(None, None, None)
+        prof.step_rec_fn = None  # step() and stop() exit it only when set
+    time.sleep(SETTLE_S)

@@ -204,3 +204,28 @@ def test_a_stalled_loop_dumps_the_flight_recorder_once(tmp_path):
         train(prof, steps=1)
     reasons = [d["reason"] for d in read_meta(run_dir, 0)["flight_recorder"]]
     assert reasons == ["no step for 0.4 s", "exit"]
+
+
+def test_the_window_settles_before_the_profiler_stops_and_no_step_is_measured_longer(tmp_path, monkeypatch):
+    """At the end of a recorded window the profiler waits (collectives finishing on other threads must leave
+    it first: collectors.capture._settle), after the last step's annotation is closed: the recorded steps keep
+    their length, and the wait happens before the stop, at the window's last step and at exit."""
+    from ddprof.collectors import capture
+
+    monkeypatch.setattr(capture, "SETTLE_S", 0.2)
+    settled: list[int] = []
+    real = capture._settle
+
+    def spy(prof):
+        settled.append(prof.step_num)
+        real(prof)
+
+    monkeypatch.setattr(capture, "_settle", spy)
+    run_dir = tmp_path / "run"
+    with ddprof.profile(run_dir, wait=0, warmup=0, active=2, repeat=2, wait_ingest=True) as prof:
+        train(prof, steps=3)  # windows: steps 0-1 (stopped by a step) and 2 (stopped at exit)
+    assert prof.failures == [] and settled == [1, 3]
+    for cycle in ("000", "001"):
+        with gzip.open(run_dir / "raw" / "rank-00000" / f"rank-00000.cycle-{cycle}.pt.trace.json.gz") as fh:
+            marks = [e for e in json.load(fh)["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")]
+        assert marks and all(e["dur"] < 150_000 for e in marks), marks  # µs: the 0.2 s wait is in no step
