@@ -230,13 +230,13 @@ def lanes(df: pl.DataFrame, *keep: str) -> pl.DataFrame:
 
 
 def summarise(df: pl.DataFrame, cells: int | None = None, events: int | None = None, *,
-              drawn: pl.DataFrame | None = None) -> Summary:
+              drawn_lanes: pl.DataFrame | None = None) -> Summary:
     """The summary of one rank's events (any columns beyond :data:`COLUMNS` ignored; module doc) in at most
     ``cells`` cells (default :func:`cells_for` ``events``, the rank's events, drawn or not: ``df.height``
-    unless given); ``drawn``: :func:`lanes` of ``df``, when already made."""
+    unless given); ``drawn_lanes``: :func:`lanes` of ``df``, when already made."""
     events = df.height if events is None else events
     kind = df.schema["kind"]
-    df = lanes(df) if drawn is None else drawn
+    df = lanes(df) if drawn_lanes is None else drawn_lanes
     on_gpu = df.get_column("_gpu").to_numpy()
     sv, tv = df.get_column("_sv").to_numpy().astype(np.int64), df.get_column("_tv").to_numpy().astype(np.int64)
     s_arr, t_arr = _distinct(sv[on_gpu]), _distinct(tv[~on_gpu])
@@ -315,11 +315,11 @@ MAGIC = b"DDPROFTL"
 _STEP_TYPES = {"group": np.int8, "step": np.int32, "start": np.int64, "end": np.int64}
 
 
-def write_summary(df: pl.DataFrame, part: Path, drawn: pl.DataFrame | None = None) -> None:
-    """Summarise a part's events (just written to ``part``) beside it (``drawn``: :func:`lanes` of ``df``,
+def write_summary(df: pl.DataFrame, part: Path, drawn_lanes: pl.DataFrame | None = None) -> None:
+    """Summarise a part's events (just written to ``part``) beside it (``drawn_lanes``: :func:`lanes` of ``df``,
     when already made); a failure to write leaves none (the dashboard then summarises the part from the
     store)."""
-    s = summarise(df, drawn=drawn)
+    s = summarise(df, drawn_lanes=drawn_lanes)
     st = part.stat()
     fine_used, fine = _packed(s.cells)
     coarse_used, coarse = _packed(s.coarse)

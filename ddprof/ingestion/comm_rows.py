@@ -129,8 +129,11 @@ def _global_peers(comm: pl.DataFrame, infos: Sequence[dict[str, Any] | None]) ->
     rows = []  # the groups' ranks: only those of groups a peer is named in (a world group lists every rank)
     for t, info in enumerate(infos):
         for g in (info or {}).get("pg_config") or []:
-            if isinstance(g, dict) and isinstance(g.get("ranks"), list) and (t, str(g.get("pg_name"))) in wanted:
-                rows += [(t, str(g.get("pg_name")), i, r) for i, r in enumerate(g["ranks"])
+            if not isinstance(g, dict) or not isinstance(g.get("ranks"), list):
+                continue
+            name = str(g.get("pg_name"))
+            if (t, name) in wanted:
+                rows += [(t, name, i, r) for i, r in enumerate(g["ranks"])
                          if isinstance(r, int) and not isinstance(r, bool) and 0 <= r < 2**31]
     if not rows:
         return comm

@@ -27,7 +27,7 @@ from ddprof.ingestion.source import quick_digest
 from ddprof.ingestion.world import MAX_WORLD_SIZE, checked_world_size
 from ddprof.ranks import trace_rank
 from ddprof.rundir import rank_dir
-from ddprof.schema import STEP_PREFIX, step_number, validate
+from ddprof.schema import GPU_KINDS, STEP_PREFIX, step_number, validate
 from ddprof.timeline_summary import lanes, summary_path, write_summary
 from ddprof.windows import gap_threshold_ns, split_windows
 
@@ -188,24 +188,25 @@ def _store(out_dir: Path, results: list[FileResult], decoded: list[Decoded], rul
     emptied once built: a large trace's decoded frame is not kept while its part is written."""
     df, warnings = build_events(decoded, [r.rank for r in results], rules)  # type: ignore[misc]
     decoded.clear()
-    df, dropped = _drop_duplicates(df, len(results))
-    bounds = np.searchsorted(df.get_column("_trace").to_numpy(), np.arange(len(results) + 1))
-    events = df.drop("_trace")
-    whole_valid = _valid(events)
+    n = len(results)
+    df, dropped = _drop_duplicates(df, n)
+    whole_valid = _valid(df.drop("_trace"))
     facts = _facts(df)
     # the drawn events of a batch, made at once; one trace's are made after its part is written (memory)
-    drawn = lanes(df, "_trace") if len(results) > 1 else None
-    drawn_bounds = None if drawn is None else np.searchsorted(drawn.get_column("_trace").to_numpy(),
-                                                              np.arange(len(results) + 1))
-    for t, res in enumerate(results):
+    drawn: list[pl.DataFrame | None] = [*_per_trace(lanes(df, "_trace"), n)] if n > 1 else [None]
+    for t, (res, mine) in enumerate(zip(results, _per_trace(df, n))):
         res.warnings.extend(warnings[t])
         if dropped[t]:
             res.warnings.append(f"dropped {dropped[t]} exact duplicate event(s): every field equal to an earlier "
                                 "event's (a trace written twice over would otherwise count its collectives twice)")
-        mine = events.slice(int(bounds[t]), int(bounds[t + 1] - bounds[t]))
-        mine_drawn = None if drawn is None or drawn_bounds is None else drawn.slice(
-            int(drawn_bounds[t]), int(drawn_bounds[t + 1] - drawn_bounds[t]))
-        _guarded(res, _write, out_dir, mine, mine_drawn, res, facts.get(t), whole_valid, created)
+        _guarded(res, _write, out_dir, mine, drawn[t], res, facts.get(t), whole_valid, created)
+
+
+def _per_trace(frame: pl.DataFrame, n: int) -> list[pl.DataFrame]:
+    """The rows of each of ``n`` traces (``frame`` holds them one after the other), ``_trace`` dropped."""
+    at = np.searchsorted(frame.get_column("_trace").to_numpy(), np.arange(n + 1))
+    rest = frame.drop("_trace")
+    return [rest.slice(int(a), int(b - a)) for a, b in zip(at[:-1], at[1:])]
 
 
 def _valid(df: pl.DataFrame) -> bool:
@@ -216,11 +217,12 @@ def _valid(df: pl.DataFrame) -> bool:
     return True
 
 
-def _write(out_dir: Path, df: pl.DataFrame, drawn: pl.DataFrame | None, res: FileResult, facts: dict[str, Any] | None,
-           valid: bool, created: list[Path]) -> None:
+def _write(out_dir: Path, df: pl.DataFrame, drawn: pl.DataFrame | None, res: FileResult,
+           facts: dict[str, Any] | None, valid: bool, created: list[Path]) -> None:
     """Check one trace's events, then write its part and timeline summary (``drawn``: its events'
-    :func:`~ddprof.timeline_summary.lanes`, or None to make them); its counts into ``res``. ``valid``: all the traces built with
-    it passed :func:`~ddprof.schema.validate` (else it is asked for this one, to name it)."""
+    :func:`~ddprof.timeline_summary.lanes`, or None to make them); its counts into ``res``. ``valid``: all
+    the traces built with it passed :func:`~ddprof.schema.validate` (else it is asked for this one, to
+    name it)."""
     path = Path(res.path)
     if not valid:
         validate(df, where=f"{path} (rank {res.rank})")
@@ -278,7 +280,6 @@ def _drop_duplicates(df: pl.DataFrame, traces: int) -> tuple[pl.DataFrame, list[
     return kept, [int(n) for n in before - after]
 
 
-_GPU_KINDS = ["compute", "comm", "memcpy", "memset", "sync"]
 _IS_STEP = (pl.col("stream").is_null() & pl.col("name").str.starts_with(STEP_PREFIX)
             & step_number(pl.col("name")).is_not_null())
 _SUMMARY = {
@@ -286,7 +287,7 @@ _SUMMARY = {
     "kernels": pl.col("kind").is_in(["compute", "comm"]).and_(pl.col("stream").is_not_null()).sum(),
     "comm_kernels": ((pl.col("kind") == "comm") & pl.col("stream").is_not_null()).sum(),
     "comm_events": (pl.col("kind") == "comm").sum(),
-    "gpu": (pl.col("kind").is_in(_GPU_KINDS) & pl.col("stream").is_not_null()).any(),
+    "gpu": (pl.col("kind").is_in(GPU_KINDS) & pl.col("stream").is_not_null()).any(),
     "first": pl.col("ts_ns").min(),
     "last": (pl.col("ts_ns") + pl.col("dur_ns")).max(),
     "steps": pl.col("step").drop_nulls().unique().sort(),

@@ -107,11 +107,20 @@ def _on_threads(frame: pl.DataFrame) -> pl.DataFrame:
     return frame
 
 
+def _runs(*keys: np.ndarray) -> np.ndarray:
+    """Where each run of rows with equal ``keys`` (sorted arrays of one length) begins, then their length."""
+    n = len(keys[0])
+    changed = np.zeros(max(n - 1, 0), dtype=bool)
+    for k in keys:
+        changed |= np.diff(k) != 0
+    return np.flatnonzero(np.r_[True, changed, True]) if n else np.zeros(1, dtype=np.intp)
+
+
 def _by_thread(trace: np.ndarray, pid: np.ndarray, tid: np.ndarray) -> dict[tuple[int, int, int], np.ndarray]:
     """The rows of each (trace, pid, tid), in row order (one sort: a batch of traces has many threads)."""
     order = np.lexsort((tid, pid, trace))
     t, p, d = trace[order], pid[order], tid[order]
-    cut = np.flatnonzero(np.r_[True, (np.diff(t) != 0) | (np.diff(p) != 0) | (np.diff(d) != 0), True])
+    cut = _runs(t, p, d)
     return {(int(t[a]), int(p[a]), int(d[a])): order[a:b] for a, b in zip(cut[:-1], cut[1:])}
 
 
@@ -131,11 +140,11 @@ def enclosing_meta(markers: pl.DataFrame, runtimes: pl.DataFrame) -> pl.DataFram
     r_trace, r_pid, r_tid, r_ts = (runtimes[c].to_numpy() for c in ("_trace", "pid", "tid", "ts_ns"))
     m_trace, m_pid, m_tid, m_start = (markers[c].to_numpy() for c in ("_trace", "pid", "tid", "ts_ns"))
     m_end = m_start + markers["dur_ns"].to_numpy()
-    first = np.flatnonzero(np.r_[True, (np.diff(r_trace) != 0) | (np.diff(r_pid) != 0) | (np.diff(r_tid) != 0)])
+    cut = _runs(r_trace, r_pid, r_tid)
     on_thread = _by_thread(m_trace, m_pid, m_tid)
     none_here = np.zeros(0, dtype=np.int64)
     m_parts, r_parts = [], []
-    for a, b in zip(first, np.r_[first[1:], len(r_ts)]):  # threads: few, numpy within each
+    for a, b in zip(cut[:-1], cut[1:]):  # threads: few, numpy within each
         mine = on_thread.get((int(r_trace[a]), int(r_pid[a]), int(r_tid[a])), none_here)
         lo = a + np.searchsorted(r_ts[a:b], m_start[mine], side="left")
         hi = a + np.searchsorted(r_ts[a:b], m_end[mine], side="right")

@@ -226,24 +226,22 @@ def _batches(todo: list[Path], sizes: dict[Path, int], workers: int) -> list[lis
     together, in their order, up to :data:`BATCH_FILES` files and :data:`BATCH_BYTES` of input each
     (compressed ones counted at :data:`GZIP_RATIO` times their size), and in at least ``workers`` units
     when there are that many traces, so that every worker has one."""
-    def weight(f: Path) -> int:
-        return sizes[f] * (GZIP_RATIO if f.name.lower().endswith(".gz") else 1)
-
-    small = [f for f in todo if weight(f) < SMALL_TRACE_BYTES]
-    units = [[f] for f in todo if weight(f) >= SMALL_TRACE_BYTES]
+    weight = {f: sizes[f] * (GZIP_RATIO if f.name.lower().endswith(".gz") else 1) for f in todo}
+    small = [f for f in todo if weight[f] < SMALL_TRACE_BYTES]
+    units = [[f] for f in todo if weight[f] >= SMALL_TRACE_BYTES]
     if not small:
         return units
-    total = sum(weight(f) for f in small)
+    total = sum(weight[f] for f in small)
     n = max(-(-len(small) // BATCH_FILES), -(-total // BATCH_BYTES), min(workers, len(small)))
-    per_files, per_bytes = -(-len(small) // n), -(-total // n)  # even shares, closed once reached
+    per_files, per_bytes = -(-len(small) // n), -(-total // n)  # even shares (per_files <= BATCH_FILES)
     batch: list[Path] = []
     held = 0
     for f in small:
-        if batch and (len(batch) >= BATCH_FILES or held + weight(f) > BATCH_BYTES):
+        if batch and held + weight[f] > BATCH_BYTES:
             units.append(batch)
             batch, held = [], 0
         batch.append(f)
-        held += weight(f)
+        held += weight[f]
         if len(batch) >= per_files or held >= per_bytes:
             units.append(batch)
             batch, held = [], 0
