@@ -2,7 +2,7 @@
 
     python benchmarks/capture_overhead.py [--steps 80 --repeats 4 --hidden 1024 --batch 64]
 
-Runs the same job (``python tests/jobs.py ddp``) without ddprof and with ``ddprof.init``
+Runs the same job (``python tests/support/jobs.py ddp``) without ddprof and with ``ddprof.init``
 + ``ddprof.profile(wait=W, warmup=2, active=A, repeat=1)``, in ``--repeats`` pairs ordered ABBA (so a
 slow drift of the machine cancels), and compares, pair by pair, the median step time of each phase with
 the same steps of the run without ddprof:
@@ -20,7 +20,7 @@ be precise: ``Profile.step()`` (in this process) and the Flight Recorder's cost 
 1-rank gloo all-reduce with the recorder on and off, each in a fresh process). Their sum per step, over
 the unprofiled step time, is the inactive-phase overhead bound.
 
-``ddprof launch`` (no edit to the script) is measured the same two ways: ``tests/plain_train.py`` (which
+``ddprof launch`` (no edit to the script) is measured the same two ways: ``tests/support/plain_train.py`` (which
 never imports ddprof) run with and without ``ddprof launch --active 0`` (the bootstrap installed, the
 on-demand listener on, nothing ever recorded), ``--launch-pairs`` ABBA pairs; and in isolation, the cost
 of one step boundary under the launcher (the optimizer step hook, the step count, ``Profile.step()``
@@ -43,8 +43,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the test jobs are not installed
-from jobs import free_port, spawn_local  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the test jobs are not installed
+from tests.support.jobs import free_port, spawn_local  # noqa: E402
 
 
 def phases(steps: int, wait: int, warmup: int, active: int) -> dict[str, list[int]]:
@@ -117,11 +117,11 @@ def flight_recorder_cost(pairs: int = 4) -> float:
     return statistics.median(diffs)
 
 
-PLAIN = Path(__file__).resolve().parents[1] / "tests" / "plain_train.py"
+PLAIN = Path(__file__).resolve().parents[1] / "tests" / "support" / "plain_train.py"
 
 
 def run_plain(out: Path, name: str, args: list[str], launched: bool) -> list[list[float]]:
-    """Step times per rank of ``tests/plain_train.py`` on 2 ranks, under ``ddprof launch --active 0`` or not."""
+    """Step times per rank of ``tests/support/plain_train.py`` on 2 ranks, under ``ddprof launch --active 0`` or not."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_FR_", "TORCH_NCCL_", "DDPROF_"))}
     env["OMP_NUM_THREADS"] = "1"
     times = out / f"{name}-{{rank}}.json"
@@ -235,7 +235,7 @@ def launch_section(a: argparse.Namespace) -> None:
 
     ratios = sorted(med(w) / med(b) - 1 for b, w in pairs)
     base = med([r for b, _ in pairs for r in b])
-    print(f"\nddprof launch --active 0 (bootstrap + on-demand listener, never recording), tests/plain_train.py, "
+    print(f"\nddprof launch --active 0 (bootstrap + on-demand listener, never recording), tests/support/plain_train.py, "
           f"2 ranks, hidden {a.hidden}, batch {a.batch}, {a.steps} steps, {a.launch_pairs} pairs of runs")
     print(f"  step without ddprof {base * 1e3:.2f} ms, with {med([r for _, w in pairs for r in w]) * 1e3:.2f} ms: "
           f"overhead {statistics.median(ratios) * 100:+.2f}% (pairs {ratios[0] * 100:+.1f}% .. {ratios[-1] * 100:+.1f}%)")

@@ -1,4 +1,5 @@
-"""Shared fixtures: where the real traces are, and a session cache of ingested runs."""
+"""Shared fixtures: where the real traces are (in the repository: :mod:`tests.support.paths`), and a
+session cache of ingested runs."""
 
 from __future__ import annotations
 
@@ -9,21 +10,19 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-TRACES = SHARED / "traces"
+from tests.support.paths import TRACES, trace_set
 
 
 @pytest.fixture(scope="session")
 def traces() -> Path:
-    if not TRACES.is_dir():
-        pytest.fail(f"real traces not found at {TRACES}: the tests need ../shared/traces beside the repo")
+    """``tests/data/traces``: the real public traces and dumps copied into the repository."""
     return TRACES
 
 
 @pytest.fixture(scope="session")
-def ingested(tmp_path_factory: pytest.TempPathFactory, traces: Path):
-    """``ingested("dlrm-8xV100-nccl")`` -> Run, each trace set ingested once per session."""
+def ingested(tmp_path_factory: pytest.TempPathFactory):
+    """``ingested("dlrm-8xV100-nccl")`` -> Run, each real trace set (:func:`tests.support.paths.trace_set`)
+    ingested once per session."""
     import ddprof
 
     cache: dict[str, object] = {}
@@ -31,7 +30,7 @@ def ingested(tmp_path_factory: pytest.TempPathFactory, traces: Path):
     def get(name: str):
         if name not in cache:
             out = tmp_path_factory.mktemp(name.replace("/", "_"))
-            cache[name] = ddprof.ingest([traces / name], out)
+            cache[name] = ddprof.ingest([trace_set(name)], out)
         return cache[name]
 
     return get

@@ -21,7 +21,7 @@ INTERNAL_ERROR = 70  # EX_SOFTWARE
 #: Every command: name -> ("module:attribute", the first sentence of its help). The group lists and
 #: describes its commands from this table alone and imports a command's module (and what that loads:
 #: Polars, pyarrow, the collectors) only when the command runs, so ``ddprof --help`` and ``--version``
-#: start in the time of Python and click. tests/test_cli_startup.py checks the table against the commands.
+#: start in the time of Python and click. tests/integration/test_cli_startup.py checks the table against the commands.
 COMMANDS: dict[str, tuple[str, str]] = {
     "analyze": ("ddprof.cli.analyze_cmd:analyze",
                 "Analyse a run: raw traces, a run dir, or a directory of NCCL Flight Recorder dumps."),

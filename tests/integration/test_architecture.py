@@ -1,0 +1,115 @@
+"""Dependency direction (DESIGN.md §1): CLI -> dashboards -> analyses | collectors -> core.
+
+Checked on the source with the AST, so a violation fails even if the import sits in a branch no test runs.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+from tests.support.paths import REPO
+
+LAYERS = {  # folder -> installed package
+    "ddprof": "ddprof", "analyses": "ddprof.analyses", "collectors": "ddprof.collectors",
+    "dashboards": "ddprof.dashboards",
+}
+HEAVY = {"torch", "dash", "plotly", "click"}
+
+FORBIDDEN = {
+    "core": {"ddprof.analyses", "ddprof.collectors", "ddprof.dashboards", "ddprof.cli"} | HEAVY,
+    "analyses": {"ddprof.ingestion", "ddprof.collectors", "ddprof.dashboards", "ddprof.cli"} | HEAVY,
+    "collectors": {"ddprof.analyses", "ddprof.dashboards", "ddprof.cli", "dash", "plotly", "click"},
+    "dashboards": {"ddprof.cli", "ddprof.collectors", "torch", "click"},
+    "cli": {"torch"},
+}
+# The public face re-exports lazily (function-level imports in ddprof/__init__.py): `ddprof.analyze` from
+# the analyses, `ddprof.profile`/`ddprof.init` from the collectors, so `import ddprof` loads neither
+# Polars nor torch. The program's entry point runs the CLI.
+ALLOWED = {("ddprof/__init__.py", "ddprof.collectors"), ("ddprof/__init__.py", "ddprof.analyses"),
+           ("ddprof/__main__.py", "ddprof.cli"),
+           # The pytest helper runs the regression check: it imports the analyses inside its function.
+           ("ddprof/testing.py", "ddprof.analyses")}
+
+
+def layer_of(rel: Path) -> str:
+    top = rel.parts[0]
+    if top == "ddprof":
+        return "cli" if len(rel.parts) > 1 and rel.parts[1] == "cli" else "core"
+    return top
+
+
+def imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+    return found
+
+
+def violations() -> list[str]:
+    out = []
+    for folder in LAYERS:
+        for path in sorted((REPO / folder).rglob("*.py")):
+            rel = path.relative_to(REPO)
+            layer = layer_of(rel)
+            for mod in imports(path):
+                for banned in FORBIDDEN[layer]:
+                    if (mod == banned or mod.startswith(banned + ".")) and (str(rel), banned) not in ALLOWED:
+                        out.append(f"{rel} ({layer}) imports {mod}")
+    return out
+
+
+def test_dependency_direction():
+    assert violations() == []
+
+
+def test_the_public_face_imports_the_outer_layers_lazily():
+    """ddprof/__init__.py's sanctioned imports sit inside functions, never at module level."""
+    tree = ast.parse((REPO / "ddprof" / "__init__.py").read_text())
+    top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    names = {a.name for n in top if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module for n in top if isinstance(n, ast.ImportFrom) and n.module}
+    assert not {m for m in names if m.startswith(("ddprof.analyses", "ddprof.collectors", "ddprof.cli"))}
+
+
+def test_the_rooms_are_where_the_layout_says():
+    """Flight Recorder reading is core, beside Kineto ingest; the hang analysis and the frames the metrics
+    share are subpackages of the analyses; each command is a module of the CLI."""
+    for path in ("ddprof/flightrec/unpickle.py", "ddprof/flightrec/dump.py", "ddprof/flightrec/records.py",
+                 "ddprof/flightrec/load.py", "ddprof/collective_ops.py", "analyses/hang/diagnose.py",
+                 "analyses/frames/memo.py", "ddprof/cli/analyze_cmd.py", "ddprof/cli/ingest_cmd.py",
+                 "ddprof/cli/launch_cmd.py"):
+        assert (REPO / path).is_file(), path
+    assert not list((REPO / "analyses").glob("fr_*.py")) and not list((REPO / "analyses").glob("hang_*.py"))
+
+
+def test_the_check_catches_a_violation(tmp_path, monkeypatch):
+    fake = tmp_path / "analyses"
+    fake.mkdir()
+    (fake / "bad.py").write_text("import torch\nfrom ddprof.collectors import profile\n")
+    for name in ("ddprof", "collectors", "dashboards"):
+        (tmp_path / name).mkdir()
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    assert sorted(violations()) == ["analyses/bad.py (analyses) imports ddprof.collectors",
+                                    "analyses/bad.py (analyses) imports ddprof.collectors.profile",
+                                    "analyses/bad.py (analyses) imports torch"]
+
+
+def test_every_package_is_installed():
+    """A wheel holds only the packages pyproject lists; an unlisted subpackage works in a checkout and is
+    missing from every real install."""
+    import tomllib
+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = set()
+    for folder, package in LAYERS.items():
+        for init in (REPO / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(REPO / folder).parts
+            found.add(".".join((package, *rel)))
+    assert found == listed

@@ -1,0 +1,211 @@
+"""The dashboard and the HTML report in a real headless Chromium (selenium over Debian's chromium and
+chromium-driver): the app runs on loopback on a free port in a thread, the browser loads it, zooms,
+clicks a rank, and a screenshot of each view is saved (tests/support/browser.py says where).
+
+Sources: the bundled 8-rank DLRM sample, the two captured gloo runs, a generated 64-rank run with a
+known slow rank, and a real Flight Recorder hang."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.browser import chromium, chromium_missing, graph_meta, screenshot, severe_console, wait_for
+from tests.support.paths import FLIGHT_RECORDER, REPO
+
+pytest.importorskip("dash")
+pytestmark = pytest.mark.skipif(chromium_missing() is not None, reason=chromium_missing() or "")
+
+from ddprof.dashboards.app.server import create_app, start_in_thread  # noqa: E402
+from ddprof.dashboards.app.state import DashboardState  # noqa: E402
+from ddprof.dashboards.timeline.lod import DEFAULT_BINS, ROW_CAP  # noqa: E402
+
+from ddprof.sources import open_source  # noqa: E402
+
+FR_HANG = FLIGHT_RECORDER / "megatron-16rank-gpu_error_1st"
+BUDGET = max(ROW_CAP, DEFAULT_BINS)
+
+
+@pytest.fixture(scope="module")
+def driver() -> Iterator[Any]:
+    with chromium() as d:
+        yield d
+
+
+@contextmanager
+def served(sources: list[Path], cache: Path, title: str) -> Iterator[tuple[str, DashboardState]]:
+    with open_source(sources, cache=cache) as src:
+        state = DashboardState.open(src.run, src.dumps, title)
+        assert state.wait(300), "the report was not built"
+        server, url = start_in_thread(create_app(state))
+        try:
+            yield url, state
+        finally:
+            server.shutdown()
+
+
+def load_page(driver: Any, url: str, timeline: bool = True) -> dict[str, Any] | None:
+    driver.get(url)
+    wait_for(lambda: driver.find_elements("id", "status"), what="the report's header")
+    if not timeline:
+        return None
+    return wait_for(lambda: graph_meta(driver), what="the timeline")
+
+
+def zoom(driver: Any, lo_ms: float, hi_ms: float) -> dict[str, Any]:
+    """Zoom the timeline as a drag would (plotly relayout), wait for the server's answer for that window.
+    The zoom is made again when no answer came within a few seconds: the timeline drawn afresh meanwhile
+    (the report's panels arriving under load) loses a zoom made on the figure it replaced."""
+    deadline = time.monotonic() + 90
+    while True:
+        driver.execute_script("const g = document.querySelector('#timeline .js-plotly-plot');"
+                              "Plotly.relayout(g, {'xaxis.range[0]': arguments[0], 'xaxis.range[1]': arguments[1]});",
+                              lo_ms, hi_ms)
+        try:
+            return wait_for(lambda: (m := graph_meta(driver)) and abs(m["t0_ns"] - lo_ms * 1e6) < 2e3 and m,
+                            timeout=10, what="the zoomed timeline")
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+
+
+def click_until(driver: Any, selector: str, index: int, done: Any, what: str) -> Any:
+    """Click the ``index``-th element matching ``selector`` until ``done()`` holds: the element is found
+    afresh each time (a panel redrawn under load replaces it), and the click is repeated only when the
+    page has not answered within a few seconds. Waits on the page, never a fixed time alone."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    def attempt() -> Any:
+        el = wait_for(lambda: (found := driver.find_elements("css selector", selector)) and len(found) > index
+                      and found[index], what=f"{selector} in the page")
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", el)
+        ActionChains(driver).move_to_element(el).click().perform()
+        return wait_for(done, timeout=15, what=what)
+
+    return wait_for(lambda: attempt(), timeout=120, what=what)
+
+
+def click_rank(driver: Any, rank_index: int) -> dict[str, Any]:
+    """Click the rank's bar in the per-rank time panel; the timeline expands that rank into lanes."""
+    return click_until(driver, "#breakdown .barlayer .trace:first-child .point path", rank_index,
+                       lambda: (m := graph_meta(driver)) and any(r.startswith("↳") for r in m["rows"]) and m,
+                       "the focused rank's lanes")
+
+
+def click_collective(driver: Any, state: DashboardState) -> None:
+    """Click the first instance in the collective (skew) panel: the timeline's window moves onto it."""
+    assert state.report is not None and state.data is not None
+    before = graph_meta(driver)
+    point = driver.execute_script(
+        "const g = document.querySelector('#skew .js-plotly-plot');"
+        "return g.data[0].customdata[0][0];")
+    inst = state.report["collectives"][int(point)]
+    start = inst["start_us"] * 1e3 - state.data.t0_ns
+    end = start + (max(inst.get("arrival_us") or [0]) + (inst.get("duration_us") or 0)) * 1e3
+    meta = click_until(driver, "#skew .scatterlayer .trace:first-child .points path", 0,
+                       lambda: (m := graph_meta(driver)) and m != before and m["t0_ns"] <= start and m, "the focus")
+    assert meta["t0_ns"] <= start and end <= meta["t1_ns"] + 1e3, (meta, start, end)
+    assert (before or {}).get("t1_ns", 0) - (before or {}).get("t0_ns", 0) > meta["t1_ns"] - meta["t0_ns"]
+    assert "last rank" in wait_for(lambda: driver.find_element("css selector", "#instance .gtitle").text,
+                                   what="the instance's title")
+
+
+def check_timeline(driver: Any, ranks: list[int], name: str, zoom_ms: tuple[float, float]) -> None:
+    meta = graph_meta(driver)
+    assert meta is not None
+    assert [r for r in meta["rows"] if r.startswith("rank ")] == [f"rank {r}" for r in ranks]
+    assert meta["shapes_per_row"] <= BUDGET
+    screenshot(driver, f"{name}-overview")
+    zoomed = zoom(driver, *zoom_ms)
+    assert zoomed["shapes_per_row"] <= BUDGET, zoomed
+    assert zoomed["t1_ns"] <= zoom_ms[1] * 1e6 + 2e3
+    screenshot(driver, f"{name}-zoomed")
+    focused = click_rank(driver, 1)
+    rows = focused["rows"]
+    i = rows.index(f"rank {ranks[1]}")
+    assert not rows[i + 1].startswith("rank "), rows  # its streams/threads right below it
+    assert driver.execute_script("return document.querySelector('#expand').innerText").strip() == f"rank {ranks[1]}"
+    screenshot(driver, f"{name}-focused")
+    assert severe_console(driver) == []
+
+
+def test_dlrm_sample(driver: Any, tmp_path: Path) -> None:
+    with served([REPO / "sample_traces/dlrm-8xV100-nccl"], tmp_path / "run", "dlrm-8xV100-nccl") as (url, state):
+        meta = load_page(driver, url)
+        assert meta is not None and meta["mode"] == "events"  # 2,244 drawn events: real events at once
+        assert "rank 7" in driver.find_element("id", "verdicts").text
+        check_timeline(driver, list(range(8)), "dlrm", (5.0, 6.0))
+        click_collective(driver, state)
+        screenshot(driver, "dlrm-collective")
+        assert state.report is not None and state.report["health"]  # rounded timestamps on every rank
+        rows = wait_for(lambda: driver.find_elements("css selector", "#health-table tbody tr"), what="health")
+        assert len(rows) == len(state.report["health"])
+        assert "rounded_timestamps" in rows[0].text
+        driver.execute_script("document.getElementById('health-title').scrollIntoView();")
+        screenshot(driver, "dlrm-health")
+
+
+def test_gloo_slow_rank(driver: Any, tmp_path: Path) -> None:
+    with served([REPO / "sample_traces/gloo-ddp-4rank-slow-rank"], tmp_path / "run", "gloo-ddp") as (url, state):
+        load_page(driver, url)
+        title = wait_for(lambda: driver.find_element("css selector", "#stragglers .gtitle").text, what="title")
+        assert title == "Stragglers: rank 2"
+        check_timeline(driver, [0, 1, 2, 3], "gloo-ddp", (100.0, 140.0))
+
+
+def test_gloo_pipeline(driver: Any, tmp_path: Path) -> None:
+    with served([REPO / "sample_traces/gloo-pipeline-4stage"], tmp_path / "run", "gloo-pipeline") as (url, state):
+        load_page(driver, url)
+        title = wait_for(lambda: driver.find_element("css selector", "#pipeline .gtitle").text, what="title")
+        assert title.startswith("Pipeline bubble: 4 stages")
+        check_timeline(driver, [0, 1, 2, 3], "gloo-pipeline", (10.0, 30.0))
+
+
+def test_generated_64_ranks(driver: Any, tmp_path: Path) -> None:
+    from ddprof.synth import Spec, generate
+
+    generate(Spec(ranks=64, steps=3, kernels=60, slow={37: 1.6}, seed=3), tmp_path / "traces", with_truth=False)
+    with served([tmp_path / "traces"], tmp_path / "run", "generated 64 ranks") as (url, state):
+        meta = load_page(driver, url)
+        assert meta is not None
+        assert state.report is not None and 37 in state.report["stragglers"]["ranks"]
+        span_ms = state.data.span_ns / 1e6 if state.data else 0
+        check_timeline(driver, list(range(64)), "generated-64", (span_ms * 0.4, span_ms * 0.45))
+
+
+def test_flight_recorder_hang(driver: Any, tmp_path: Path) -> None:
+    with served([FR_HANG], tmp_path / "run", "flight-recorder hang") as (url, state):
+        load_page(driver, url, timeline=False)
+        suspects = wait_for(lambda: driver.find_element("id", "hang-suspects").text, what="suspect ranks")
+        assert suspects == "Hang: suspect ranks 12"
+        # The figure is drawn by plotly after the callback that fills the suspects line: wait for it too.
+        title = wait_for(lambda: driver.find_element("css selector", "#hang .gtitle").text, what="the hang's title")
+        assert title == "Hang started at rank 12"
+        rows = driver.find_elements("css selector", "#hang-table tbody tr")
+        assert len(rows) == len(state.report["hang"]["collectives"]) if state.report else False
+        assert "no timeline" in driver.find_element("id", "no-timeline").text
+        screenshot(driver, "flight-recorder-hang")
+        assert severe_console(driver) == []
+
+
+def test_html_report_renders(driver: Any, tmp_path: Path) -> None:
+    from ddprof.analyses.report import build_report
+    from ddprof.dashboards.html_report import render_html
+
+    with open_source([REPO / "sample_traces/dlrm-8xV100-nccl"], cache=tmp_path / "run") as src:
+        page = render_html(build_report(src.run, dumps=src.dumps), src.run, title="dlrm report")
+    out = tmp_path / "report.html"
+    out.write_text(page)
+    driver.get(out.as_uri())
+    plots = wait_for(lambda: (p := driver.find_elements("css selector", ".js-plotly-plot .main-svg")) and
+                     len(p) >= 10 and p, what="the figures")
+    assert len(driver.find_elements("css selector", ".js-plotly-plot")) == 10
+    assert plots
+    assert driver.execute_script("return document.querySelectorAll('#timeline .barlayer .point').length") > 2000
+    screenshot(driver, "html-report-dlrm")
+    assert severe_console(driver) == []

@@ -1,0 +1,86 @@
+"""Cache validity: a store written by other ingest code is rebuilt, whichever module that shapes it changed."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import ddprof
+from ddprof.ingestion import pipeline, store_version
+from tests.support.gen import DataParallel, write_kineto
+
+REPO = Path(store_version.__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def fresh_fingerprint():
+    store_version.store_modules.cache_clear()
+    store_version.store_fingerprint.cache_clear()
+    yield
+    store_version.store_modules.cache_clear()
+    store_version.store_fingerprint.cache_clear()
+
+
+def _ast_closure() -> set[Path]:
+    """The same closure as store_modules, read with the parser instead of the regular expression."""
+    todo, seen = sorted((REPO / "ingestion").glob("*.py")), set()
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names.update([node.module, *(f"{node.module}.{a.name}" for a in node.names)])
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "ddprof":
+                base = REPO.joinpath(*parts[1:])
+                todo += [f for f in (base.with_suffix(".py"), base / "__init__.py") if f.is_file()]
+        todo += [p / "__init__.py" for p in path.parents if REPO in (p, *p.parents)]
+    return seen
+
+
+def test_every_module_that_shapes_the_store_is_fingerprinted():
+    modules = set(store_version.store_modules())
+    assert modules == _ast_closure()
+    names = {str(p.relative_to(REPO)) for p in modules}
+    # launch matching, the collective vocabulary, the schema, rank resolution: imported, so covered
+    assert {"keyjoin.py", "collective_ops.py", "schema.py", "ranks.py", "fields.py", "ingestion/link.py"} <= names
+    assert not any(n.startswith(("analyses", "collectors", "dashboards", "cli")) for n in names)
+
+
+def test_changing_any_of_them_changes_the_fingerprint(monkeypatch):
+    original = store_version.store_fingerprint()
+    assert original.startswith(f"{store_version.INGEST_VERSION}-")
+    real = store_version._source
+    for path in store_version.store_modules():
+        monkeypatch.setattr(store_version, "_source", lambda p, path=path: real(p) + (b"#" if p == path else b""))
+        store_version.store_fingerprint.cache_clear()
+        assert store_version.store_fingerprint() != original, path
+    monkeypatch.setattr(store_version, "_source", real)
+    monkeypatch.setattr(store_version, "INGEST_VERSION", store_version.INGEST_VERSION + 1)
+    store_version.store_fingerprint.cache_clear()
+    assert store_version.store_fingerprint() != original
+
+
+def test_a_store_of_other_code_is_rebuilt_and_the_same_code_reuses_it(tmp_path, monkeypatch):
+    traces = write_kineto(DataParallel(ranks=2, steps=1), tmp_path / "traces")
+    parsed: list[str] = []
+    real_ingest_files = pipeline.ingest_files
+    monkeypatch.setattr(pipeline, "ingest_files", lambda paths, *a: parsed.extend(paths) or real_ingest_files(paths, *a))
+    ddprof.ingest([traces], tmp_path / "run")
+    assert len(parsed) == 2
+    ddprof.ingest([traces], tmp_path / "run")
+    assert len(parsed) == 2  # same code, unchanged traces: reused
+    keyjoin = REPO / "keyjoin.py"
+    real = store_version._source
+    monkeypatch.setattr(store_version, "_source", lambda p: real(p) + (b"\n# changed" if p == keyjoin else b""))
+    store_version.store_fingerprint.cache_clear()
+    run = ddprof.ingest([traces], tmp_path / "run")
+    assert len(parsed) == 4 and run.manifest["ingest_fingerprint"] == store_version.store_fingerprint()

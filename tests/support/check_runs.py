@@ -1,0 +1,175 @@
+"""Generated data-parallel runs for the regression check: step times that vary with noise, known changes.
+
+``NoisyDP``, per rank r and step s (all times whole µs, GPU kernels on stream 7, the all-reduce on 20)::
+
+    fwd [t0+40, +F·n)   bwd [.., +B·n + slow)   all_reduce buckets [arrive, e)   opt [e+10, +Opt·n)   step ends +30
+
+with n a lognormal noise factor per (rank, step, kernel) (sd ``noise``) times one factor per run (sd
+``run_noise``: nights differ a little as a whole), ``slow`` = ``slow_us`` on ``slow_rank``. Each of the
+``buckets`` all-reduces of ``nbytes`` starts on a rank when its backward ends; every rank leaves it at the
+latest arrival plus the transfer ``T / bw`` (noise as well), so a slow rank makes the others wait, and a
+``bw`` of 0.7 is a 30 % drop in bus bandwidth. ``ProfilerStep#s`` spans the step on each rank and the
+next step starts where it ended. Two runs with the same parameters but their ``seed`` differ by noise only.
+
+``NoisyPipeline``: a pipeline run whose bubble per stage is known, one stage's larger on demand.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+import ddprof
+from tests.support.gen import US, _Rows, _step_row, to_kineto
+
+AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+
+
+@dataclass(frozen=True)
+class NoisyDP:
+    ranks: int = 4
+    steps: int = 20
+    F: int = 3000
+    B: int = 5000
+    Opt: int = 800
+    T: int = 1200
+    nbytes: int = 64 << 20
+    buckets: int = 1
+    noise: float = 0.02
+    run_noise: float = 0.01
+    slow_rank: int | None = None
+    slow_us: int = 0
+    bw: float = 1.0
+    seed: int = 0
+    base: int = 1_700_000_000_000_000 * US
+
+    def events(self) -> pl.DataFrame:
+        rng = random.Random(f"noisy-dp-{self.seed}")
+        run_factor = math.exp(rng.gauss(0, self.run_noise))
+
+        def us(x: float, sd: float | None = None) -> int:
+            return max(1, round(x * run_factor * math.exp(rng.gauss(0, self.noise if sd is None else sd))))
+
+        rows = _Rows()
+        t0 = [self.base + r * 7 * US for r in range(self.ranks)]
+        meta = dict(coll_op="all_reduce", pg="0", group_size=self.ranks, bytes=self.nbytes,
+                    in_bytes=self.nbytes, out_bytes=self.nbytes, dtype="Float")
+        for s in range(self.steps):
+            bwd_end = []
+            for r in range(self.ranks):
+                f = t0[r] + 40 * US
+                fd = us(self.F) * US
+                rows.kernel(r, s, "compute", "gemm_fwd_kernel", f, fd, 7, f - 20 * US)
+                bd = (us(self.B) + (self.slow_us if r == self.slow_rank else 0)) * US
+                rows.kernel(r, s, "compute", "gemm_bwd_kernel", f + fd, bd, 7, f - 15 * US)
+                bwd_end.append(f + fd + bd)
+            start = list(bwd_end)
+            for _ in range(self.buckets):
+                end = max(start) + us(self.T / self.bw, self.noise / 2) * US
+                for r in range(self.ranks):
+                    rows.kernel(r, s, "comm", AR, start[r], end - start[r], 20, t0[r] + 30 * US, **meta)
+                start = [end] * self.ranks
+            for r in range(self.ranks):
+                o = start[r] + 10 * US
+                od = us(self.Opt) * US
+                rows.kernel(r, s, "compute", "sgd_kernel", o, od, 7, t0[r] + 35 * US)
+                step_end = o + od + 30 * US
+                _step_row(rows, r, s, t0[r], step_end - t0[r])
+                t0[r] = step_end
+        return rows.frame()
+
+    def kineto(self) -> dict[int, dict[str, Any]]:
+        return to_kineto(self.events(), self.ranks)
+
+
+@dataclass(frozen=True)
+class NoisyPipeline:
+    """A GPipe pipeline (``gen.Pipeline``'s schedule: P stages, M micro-batches, each step L = (M+P−1)(tf+tb)
+    long on every stage) whose kernels fill a noisy share of their slots: a forward on stage p runs
+    ``tf · fill_p · n`` (n lognormal, sd ``noise``, capped at the slot), with ``fill_p`` = ``fill`` but
+    ``thin`` on ``thin_stage``. The bubble of stage p per step is 1 − M(tf+tb)·fill_p·n̄ / L: about
+    1 − 6·0.9/9 = 40 % with the defaults, 1 − 6·0.6/9 = 60 % on a stage thinned to 0.6."""
+
+    stages: int = 4
+    micro: int = 6
+    steps: int = 12
+    tf: int = 300
+    tb: int = 600
+    fill: float = 0.9
+    thin_stage: int | None = None
+    thin: float = 0.6
+    noise: float = 0.02
+    nbytes: int = 4 << 20
+    seed: int = 0
+    base: int = 1_700_000_000_000_000 * US
+
+    def events(self) -> pl.DataFrame:
+        rng = random.Random(f"noisy-pipeline-{self.seed}")
+        rows = _Rows()
+        P, M = self.stages, self.micro
+        L = (M + P - 1) * (self.tf + self.tb)
+
+        def dur(slot: int, p: int) -> int:
+            fill = self.thin if p == self.thin_stage else self.fill
+            return min(slot, max(1, round(slot * fill * math.exp(rng.gauss(0, self.noise))))) * US
+
+        def p2p(s: int, src: int, dst: int, t: int) -> None:
+            meta = dict(pg="0", group_size=P, bytes=self.nbytes, dtype="Float")
+            rows.kernel(src, s, "comm", "ncclKernel_SendRecv", t, 2 * US, 20, None, coll_op="send", peer=dst, **meta)
+            rows.kernel(dst, s, "comm", "ncclKernel_SendRecv", t, 2 * US, 20, None, coll_op="recv", peer=src, **meta)
+
+        for s in range(self.steps):
+            t0 = self.base + s * (L + 1000) * US
+            for p in range(P):
+                _step_row(rows, p, s, t0, L * US)
+                for m in range(M):
+                    f = t0 + (m + p) * self.tf * US
+                    rows.kernel(p, s, "compute", "fwd_kernel", f, dur(self.tf, p), 7, None)
+                    if p + 1 < P:
+                        p2p(s, p, p + 1, f + self.tf * US)
+                for j in range(M):
+                    b = t0 + ((M + P - 1) * self.tf + (j + P - 1 - p) * self.tb) * US
+                    rows.kernel(p, s, "compute", "bwd_kernel", b, dur(self.tb, p), 7, None)
+                    if p > 0:
+                        p2p(s, p, p - 1, b + self.tb * US)
+        return rows.frame()
+
+    def kineto(self) -> dict[int, dict[str, Any]]:
+        return to_kineto(self.events(), self.stages)
+
+
+def run_of_events(events: pl.DataFrame, folder: Path) -> Path:
+    """A run dir holding ``events`` as they are (one parquet part per rank and a manifest with each rank's
+    span, the world size and an NCCL job on GPUs), for scenarios whose metadata a Kineto round trip would not carry: the p2p peers of
+    :class:`NoisyPipeline`'s send/recv kernels."""
+    import json
+
+    from ddprof.analyses.frames import sets
+
+    spans = sets.rank_spans(events.lazy()).rows_by_key("rank", named=True, unique=True)
+    per_rank = {}
+    for rank, span in spans.items():
+        part = folder / "events" / f"rank={rank:05d}" / "part-0.parquet"
+        part.parent.mkdir(parents=True)
+        mine = events.filter(pl.col("rank") == rank)
+        mine.write_parquet(part)
+        kernels = int((mine["kind"].is_in(["compute", "comm"]) & mine["stream"].is_not_null()).sum())
+        per_rank[str(rank)] = {"parts": [f"events/rank={rank:05d}/part-0.parquet"], "kernels": kernels, "gpu": True,
+                               **span}
+    manifest = {"format": "ddprof-run", "schema_version": ddprof.SCHEMA_VERSION, "world_size": len(spans),
+                "backend": "nccl", "device": "gpu", "ranks": sorted(spans), "per_rank": per_rank}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+def run_of(sc: NoisyDP | NoisyPipeline, folder: Path) -> Path:
+    """The scenario's traces written to ``folder/traces`` and ingested into ``folder/run``; the run dir."""
+    from tests.support.gen import write_kineto
+
+    ddprof.ingest([write_kineto(sc, folder / "traces")], folder / "run")
+    return folder / "run"

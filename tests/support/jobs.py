@@ -1,0 +1,233 @@
+"""Small gloo/CPU training jobs profiled with ddprof, for the tests, the samples and the benchmark (not
+installed with ddprof: run this file by its path).
+
+Run one rank per process with the launcher's environment (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``...)::
+
+    torchrun --standalone --nproc-per-node 4 tests/support/jobs.py ddp -o runs/ddp --slow-rank 2
+    torchrun --standalone --nproc-per-node 4 tests/support/jobs.py pipeline -o runs/gpipe
+
+``ddp``: an MLP under DistributedDataParallel; ``--slow-rank R`` makes rank R sleep ``--slow-ms`` before
+each forward. ``pipeline``: one MLP split into ``WORLD_SIZE`` stages, GPipe schedule (all forwards of the
+micro-batches, then all backwards), activations and gradients sent with ``send``/``recv``.
+``--crash-rank R --crash-step K`` kills rank R (``os._exit``) at step K, to show that the other ranks'
+data stays usable. ``--facts FILE`` (``{rank}`` in the name becomes the rank) writes what the rank knows
+independently of the trace (DDP bucket sizes, bytes sent per peer, step times) as JSON, for tests and
+benchmarks. :func:`spawn_local` starts the ranks of a job on this machine without torchrun.
+
+Other scripts import it with the repository on ``sys.path`` (``from tests.support.jobs import spawn_local``); the
+ranks run it as ``python tests/support/jobs.py ...`` (:data:`JOBS`) and import ddprof as installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+import ddprof
+
+#: This file: what the ranks run (``[sys.executable, str(JOBS), "ddp", ...]``).
+JOBS = Path(__file__).resolve()
+DDP_LAYERS = (256, 512, 512, 10)
+PIPE_WIDTHS = (64, 96, 128, 80, 32)  # stage s maps PIPE_WIDTHS[s] -> PIPE_WIDTHS[s + 1]
+
+
+def mlp(widths: tuple[int, ...]) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(zip(widths, widths[1:], strict=False)):
+        layers.append(nn.Linear(a, b))
+        if i < len(widths) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+def run_ddp(args: argparse.Namespace, prof: Any, rank: int) -> dict[str, Any]:
+    torch.manual_seed(0)
+    widths = (DDP_LAYERS[0], *(args.hidden,) * 2, DDP_LAYERS[-1]) if args.hidden else DDP_LAYERS
+    model = nn.parallel.DistributedDataParallel(mlp(widths), bucket_cap_mb=args.bucket_cap_mb)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = torch.randn(args.batch, widths[0], generator=torch.Generator().manual_seed(rank))
+    step_s = []
+    for i in range(args.steps):
+        t0 = time.perf_counter()
+        if rank == args.crash_rank and i == args.crash_step:
+            os._exit(17)  # a rank dying without any cleanup
+        if rank == args.slow_rank:
+            time.sleep(args.slow_ms / 1000)
+        loss = model(data).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        prof.step()
+        step_s.append(time.perf_counter() - t0)
+    logging_data = model._get_ddp_logging_data()
+    return {"param_bytes": [p.numel() * p.element_size() for p in model.module.parameters()],
+            "bucket_sizes": str(logging_data.get("rebuilt_bucket_sizes") or logging_data.get("bucket_sizes")),
+            "step_s": step_s}
+
+
+def run_pipeline(args: argparse.Namespace, prof: Any, rank: int, world: int) -> dict[str, Any]:
+    """GPipe on ``world`` stages: forward all micro-batches, then backward all, then one optimizer step."""
+    if world + 1 > len(PIPE_WIDTHS):
+        raise SystemExit(f"pipeline example supports at most {len(PIPE_WIDTHS) - 1} stages")
+    torch.manual_seed(rank)
+    d_in, d_out = PIPE_WIDTHS[rank], PIPE_WIDTHS[rank + 1]
+    stage = mlp((d_in, d_out, d_out))
+    opt = torch.optim.SGD(stage.parameters(), lr=0.01)
+    first, last = rank == 0, rank == world - 1
+    sent: dict[int, list[int]] = {}
+    step_s = []
+
+    def send(t: torch.Tensor, peer: int) -> None:
+        dist.send(t.contiguous(), peer)
+        sent.setdefault(peer, []).append(t.numel() * t.element_size())
+
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        inputs, outputs = [], []
+        for _m in range(args.microbatches):
+            if first:
+                x = torch.randn(args.batch, d_in)
+            else:
+                x = torch.empty(args.batch, d_in)
+                dist.recv(x, rank - 1)
+                x.requires_grad_()
+            y = stage(x)
+            if not last:
+                send(y.detach(), rank + 1)
+            inputs.append(x)
+            outputs.append(y)
+        for m in range(args.microbatches):
+            if last:
+                outputs[m].square().mean().backward()
+            else:
+                grad = torch.empty(args.batch, d_out)
+                dist.recv(grad, rank + 1)
+                outputs[m].backward(grad)
+            if not first:
+                grad_in = inputs[m].grad
+                if grad_in is None:  # x.requires_grad_() was set, so backward must have filled it
+                    raise RuntimeError(f"pipeline stage {rank}: microbatch {m} input has no gradient after backward")
+                send(grad_in, rank - 1)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        prof.step()
+        step_s.append(time.perf_counter() - t0)
+    return {"stage_widths": [d_in, d_out], "sent_bytes": {str(k): v for k, v in sent.items()}, "step_s": step_s}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn_local(args: list[str], world_size: int, log_dir: Path, *, timeout: float = 600.0) -> dict[int, int]:
+    """Run ``python tests/support/jobs.py ARGS`` as ``world_size`` ranks on this machine, with the
+    environment torchrun would give them; each rank's output goes to ``log_dir/rank-N.log``. Returns the
+    exit status per rank (-9 for a rank killed at ``timeout``)."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_FR_", "TORCH_NCCL_", "DDPROF_"))}
+    procs = []
+    for rank in range(world_size):
+        env = base | {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size),
+                      "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
+        with open(log_dir / f"rank-{rank}.log", "wb") as out:
+            procs.append(subprocess.Popen([sys.executable, str(JOBS), *args], env=env,
+                                          stdout=out, stderr=subprocess.STDOUT))
+    deadline = time.monotonic() + timeout
+    codes = {}
+    for rank, proc in enumerate(procs):
+        try:
+            codes[rank] = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            codes[rank] = proc.wait()
+    return codes
+
+
+def capture_sample(dest: Path, job: list[str], world_size: int) -> None:
+    """Run an example job under ``ddprof launch`` + torchrun and copy its ``raw/`` capture to ``dest/raw``
+    (the store is re-derived with ``ddprof ingest dest/raw -o RUN_DIR``). Used by ``sample_traces/*/make.py``."""
+    from ddprof.collectors.launch import launch
+
+    with tempfile.TemporaryDirectory(prefix="ddprof-sample-") as tmp:
+        run_dir = Path(tmp) / "run"
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world_size}",
+               str(JOBS), *job, "--wait-ingest"]
+        rc = launch(run_dir, cmd, environ={**os.environ, "OMP_NUM_THREADS": "1"})
+        if rc != 0:
+            raise SystemExit(f"the job failed with exit status {rc}")
+        run = ddprof.open_run(run_dir)
+        if run.ranks != list(range(world_size)):
+            raise SystemExit(f"capture incomplete: ranks {run.ranks}, warnings {run.manifest['collector']['warnings']}")
+        shutil.rmtree(dest / "raw", ignore_errors=True)
+        shutil.copytree(run_dir / "raw", dest / "raw")
+
+
+class _NoProfile:
+    def step(self) -> None:
+        pass
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python tests/support/jobs.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("job", choices=["ddp", "pipeline"])
+    p.add_argument("-o", "--run-dir", type=Path, default=None, help="default: $DDPROF_RUN_DIR (ddprof launch)")
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--hidden", type=int, default=0, help="ddp: hidden width (default 512)")
+    p.add_argument("--bucket-cap-mb", type=float, default=0.5)
+    p.add_argument("--slow-rank", type=int, default=None)
+    p.add_argument("--slow-ms", type=float, default=50.0)
+    p.add_argument("--crash-rank", type=int, default=None)
+    p.add_argument("--crash-step", type=int, default=0)
+    p.add_argument("--microbatches", type=int, default=4)
+    p.add_argument("--wait", type=int, default=1)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--active", type=int, default=2)
+    p.add_argument("--no-profile", action="store_true", help="run the same job without ddprof")
+    p.add_argument("--wait-ingest", action="store_true")
+    p.add_argument("--ingest-timeout", type=float, default=120.0, help="seconds rank 0 waits for the others")
+    p.add_argument("--facts", type=Path, default=None, help="JSON file of facts; {rank} becomes the rank")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if not args.no_profile:
+        ddprof.init(args.run_dir)  # before the process group: switches the Flight Recorder on
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    capture: Any = contextlib.nullcontext(_NoProfile()) if args.no_profile else ddprof.profile(
+        args.run_dir, wait=args.wait, warmup=args.warmup, active=args.active, wait_ingest=args.wait_ingest,
+        ingest_timeout_s=args.ingest_timeout)
+    with capture as prof:
+        facts = run_ddp(args, prof, rank) if args.job == "ddp" else run_pipeline(args, prof, rank, world)
+        dist.barrier()  # gloo aborts a rank whose peers tear down while it still exports
+    if args.facts:
+        path = Path(str(args.facts).format(rank=rank))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"rank": rank, "world_size": world, "pid": os.getpid(), **facts}))
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

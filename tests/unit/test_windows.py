@@ -1,0 +1,174 @@
+"""Profiling windows: time between two traces of a rank, or inside one trace where nothing at all was
+recorded, is never traced, so never idle. Answers come from tests/support/gen.py's hand-derived truth: a run
+traced in two identical windows has twice the single window's compute, idle and communication, and the
+same shares."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from ddprof.analyses.frames.windows import trace_windows, window_of
+from ddprof.analyses.report import analyse, build_report
+
+import ddprof
+from ddprof.windows import GAP_STEPS, MIN_GAP_NS, gap_threshold_ns, split_windows
+from tests.support.gen import US, DataParallel
+
+SC = DataParallel(ranks=2, steps=3, slow_rank=1)
+MINUTES = 180 * 10**6  # µs between the two windows: 3 minutes
+APPROX = dict(rel=1e-9, abs=1e-6)
+
+
+def later(trace: dict[str, Any], dt_us: int, step_offset: int, corr_offset: int) -> dict[str, Any]:
+    """The same trace ``dt_us`` later, its steps renumbered by ``step_offset`` and its correlation ids
+    moved by ``corr_offset`` (0: the same ids again, as in a trace of a restarted process)."""
+    out = copy.deepcopy(trace)
+    for e in out["traceEvents"]:
+        e["ts"] += dt_us
+        if e["name"].startswith("ProfilerStep#"):
+            e["name"] = f"ProfilerStep#{int(e['name'].split('#')[1]) + step_offset}"
+        for key in ("correlation", "External id"):
+            if key in e["args"]:
+                e["args"][key] += corr_offset
+    return out
+
+
+def write(folder: Path, traces: dict[str, dict[str, Any]]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, trace in traces.items():
+        (folder / name).write_text(json.dumps(trace))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    folder = write(tmp_path_factory.mktemp("one"), {f"rank{r}.pt.trace.json": t for r, t in SC.kineto().items()})
+    return build_report(ddprof.ingest([folder], folder / "run"))
+
+
+@pytest.fixture(scope="module")
+def two_files(tmp_path_factory):
+    """Each rank traced twice, 3 minutes apart, in two files (the same correlation ids in both)."""
+    traces = {}
+    for r, t in SC.kineto().items():
+        traces[f"rank{r}.a.pt.trace.json"] = t
+        traces[f"rank{r}.b.pt.trace.json"] = later(t, MINUTES, 10, 0)
+    folder = write(tmp_path_factory.mktemp("two"), traces)
+    return build_report(ddprof.ingest([folder], folder / "run"))
+
+
+@pytest.fixture(scope="module")
+def one_file_gap(tmp_path_factory):
+    """Each rank in one file whose second half starts 3 minutes after the first ends."""
+    traces = {}
+    for r, t in SC.kineto().items():
+        both = copy.deepcopy(t)
+        both["traceEvents"] += later(t, MINUTES, 10, 10**6)["traceEvents"]
+        traces[f"rank{r}.pt.trace.json"] = both
+    folder = write(tmp_path_factory.mktemp("gap"), traces)
+    return build_report(ddprof.ingest([folder], folder / "run"))
+
+
+def test_rule_cuts_only_where_nothing_was_recorded():
+    t = MIN_GAP_NS
+    s, e = np.array([0, 10, 11 + t, 3 * t]), np.array([10, 11, 2 * t, 3 * t + 5])
+    # [0,10) [10,11), then [11, 11+t) uncovered, [11+t, 2t), then [2t, 3t) uncovered: both gaps are
+    # exactly the threshold, not longer -> one window; a threshold 1 ns shorter cuts at both
+    assert split_windows(s, e, t) == [[0, 3 * t + 5]]
+    assert split_windows(s, e, t - 1) == [[0, 11], [11 + t, 2 * t], [3 * t, 3 * t + 5]]
+    # an event covering the gap keeps the window whole
+    s2, e2 = np.append(s, 0), np.append(e, 4 * t)
+    assert split_windows(s2, e2, t - 1) == [[0, 4 * t]]
+    assert split_windows(np.array([], dtype=np.int64), np.array([], dtype=np.int64), t) == []
+
+
+def test_threshold():
+    assert gap_threshold_ns(np.array([])) == MIN_GAP_NS
+    assert gap_threshold_ns(np.array([50_000_000, 60_000_000])) == MIN_GAP_NS  # 5 x 55 ms < 1 s
+    assert gap_threshold_ns(np.array([300_000_000] * 3)) == GAP_STEPS * 300_000_000  # 1.5 s
+
+
+def by_rank(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    return {row["rank"]: row for row in rows}
+
+
+@pytest.mark.parametrize("shape", ["two_files", "one_file_gap"])
+def test_two_windows_add_up(shape, request, single):
+    rep = request.getfixturevalue(shape)
+    truth = SC.truth()
+    assert [p["windows"] for p in rep["run"]["per_rank"]] == [2, 2]
+    assert [p["windows"] for p in single["run"]["per_rank"]] == [1, 1]
+    got = by_rank(rep["breakdown"])
+    for r, want in truth["breakdown"].items():
+        for key in ("span_us", "idle_us", "compute_us", "non_compute_us"):
+            assert got[r][key] == pytest.approx(2 * want[key], **APPROX), (r, key)
+        assert got[r]["idle_pct"] == pytest.approx(by_rank(single["breakdown"])[r]["idle_pct"], **APPROX)
+    idle = {(row["rank"], row["stream"], row["category"]): row["idle_us"] for row in rep["idle"]}
+    for r, per_stream in truth["idle"].items():
+        for (stream, category), want in per_stream.items():
+            assert idle[(r, stream, category)] == pytest.approx(2 * want, **APPROX), (r, stream, category)
+    for r, want in truth["overlap"].items():
+        row = by_rank(rep["overlap"])[r]
+        assert row["comm_us"] == pytest.approx(2 * want["comm_us"], **APPROX)
+        assert row["overlap_pct"] == pytest.approx(want["overlap_pct"], **APPROX)
+    assert len(rep["breakdown_by_step"]) == 2 * SC.ranks * SC.steps
+    idle_verdicts = [v for v in rep["verdicts"] if "idle" in v and "% of the traced time" in v]
+    assert idle_verdicts == [v for v in single["verdicts"] if "idle" in v and "% of the traced time" in v]
+
+
+def test_frames_without_a_manifest_find_the_gap():
+    """An event table alone (no run dir): the windows are derived from its rows by the same rule."""
+    import polars as pl
+
+    from ddprof.schema import conform
+
+    first = SC.events()
+    second = first.with_columns(pl.col("ts_ns") + MINUTES * US, pl.col("step") + 10,
+                                pl.col("correlation") + 10**6, pl.col("external_id") + 10**6,
+                                pl.col("name").str.replace(r"^ProfilerStep#(\d)$", "ProfilerStep#1$1"))
+    events = conform(pl.concat([first, second]))
+    sections = analyse(events.lazy())
+    spans = {row["rank"]: row["span_us"] for row in sections["breakdown"]}
+    assert spans == pytest.approx({r: 2 * w["span_us"] for r, w in SC.truth()["breakdown"].items()})
+    from ddprof.analyses.frames.memo import prepare
+
+    p = prepare(events.lazy())
+    w = trace_windows(p)
+    assert w.group_by("rank").len()["len"].to_list() == [2, 2]
+    probe = pl.DataFrame({"rank": [0, 0, 1], "t": [0, w["t_start"][1], w["t_end"].max() + 1]})
+    assert window_of(p, probe, "t").to_list() == [0, 1, 1]
+
+
+def test_a_short_pause_stays_idle(tmp_path):
+    """A pause shorter than the threshold, inside one trace, is idle time of its one window."""
+    pause_us = 400_000  # 0.4 s with no event at all
+    traces, shift = {}, {}
+    for r, t in SC.kineto().items():
+        both = copy.deepcopy(t)
+        last_end = max(e["ts"] + e["dur"] for e in t["traceEvents"])
+        shift[r] = last_end - min(e["ts"] for e in t["traceEvents"]) + pause_us  # µs the copy starts later
+        both["traceEvents"] += later(t, shift[r], 10, 10**6)["traceEvents"]
+        traces[f"rank{r}.pt.trace.json"] = both
+    folder = write(tmp_path, traces)
+    rep = build_report(ddprof.ingest([folder], folder / "run"))
+    assert [p["windows"] for p in rep["run"]["per_rank"]] == [1, 1]
+    truth = SC.truth()["breakdown"]
+    for r, row in by_rank(rep["breakdown"]).items():
+        busy = truth[r]["span_us"] - truth[r]["idle_us"]  # work time of one copy
+        assert row["span_us"] == pytest.approx(shift[r] + truth[r]["span_us"], **APPROX)
+        assert row["idle_us"] == pytest.approx(shift[r] + truth[r]["span_us"] - 2 * busy, **APPROX)
+
+
+def test_text_report_shows_the_windows(two_files, single):
+    from ddprof.render_text import render_text
+
+    text = render_text(two_files)
+    assert "windows" in text.splitlines()[2]
+    assert [line.split()[5] for line in text.splitlines()[3:5]] == ["2", "2"]
+    assert "untraced_gaps (ranks 0-1, 2)" in text
+    assert "windows" not in render_text(single).splitlines()[2]
