@@ -33,6 +33,8 @@ from ddprof.analyses.idle import idle_breakdown
 from ddprof.analyses.overlap import overlap
 from ddprof.analyses.stragglers import stragglers
 
+from tests.support.paths import trace_set
+
 SETS = ["dlrm-8xV100-nccl", "hta/nccl-metadata-a100", "hta/a100-16rank-rank0", "hta/sendrecv-2-of-128",
         pytest.param("hta/v100-2rank-rank1-large", marks=pytest.mark.slow)]
 
@@ -73,7 +75,7 @@ def hta_results(traces):
 
     def get(name: str, include_last_step: bool = False) -> dict[str, pl.DataFrame]:
         if (name, include_last_step) not in cache:
-            cache[(name, include_last_step)] = hta_oracle(traces / name, include_last_step)
+            cache[(name, include_last_step)] = hta_oracle(trace_set(name), include_last_step)
         return cache[(name, include_last_step)]
 
     return get

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ddprof.cli import main
-from tests.support.paths import DLRM, SAMPLES
+from tests.support.paths import DLRM, SAMPLES, trace_set
 
 CONTRACT = {
     "run": {"world_size", "ranks", "backend", "device", "steps", "warnings"},
@@ -194,8 +194,7 @@ def test_the_python_report_is_what_the_json_output_prints(source, tmp_path, trac
     captured Flight Recorder dumps, raw traces, a directory of dumps alone)."""
     import ddprof
 
-    src = (SAMPLES / source[7:] if source.startswith("sample:")
-           else traces / source)
+    src = SAMPLES / source[7:] if source.startswith("sample:") else trace_set(source)
     rc, out, _ = run_cli(["analyze", str(src), "--format", "json", "--cache", str(tmp_path / "c")], capsys)
     report = ddprof.analyze(src, cache=tmp_path / "c")
     assert json.loads(out) == json.loads(json.dumps(report))

@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from ddprof.schema import validate
-from tests.support.paths import DLRM
+from tests.support.paths import DLRM, trace_set
 
 SETS = [
     "dlrm-8xV100-nccl",
@@ -40,7 +40,7 @@ def raw_by_rank(folder: Path) -> dict[int, list[dict]]:
 @pytest.mark.parametrize("name", SETS)
 def test_complete_event_counts_match_raw_json(name, traces, ingested):
     run = ingested(name)
-    raw = raw_by_rank(traces / name)
+    raw = raw_by_rank(trace_set(name))
     assert run.ranks == sorted(raw)
     events = run.events().collect()
     validate(events)
