@@ -55,7 +55,7 @@ def wait_for_ranks(run_dir: Path, world_size: int, timeout_s: float,
 
 def summarize(metas: dict[int, dict[str, Any] | None], waited_s: float, timeout_s: float) -> dict[str, Any]:
     """The manifest's ``collector`` section."""
-    from ddprof import __version__
+    from ddprof.version import __version__
 
     by_status: dict[str, list[int]] = {"complete": [], "failed": [], "incomplete": [], "missing": []}
     per_rank: dict[str, Any] = {}

@@ -71,7 +71,7 @@ def process_groups() -> list[dict[str, Any]]:
 
 
 def base_meta(info: RankInfo, enabled: dict[str, Any]) -> dict[str, Any]:
-    from ddprof import __version__
+    from ddprof.version import __version__
 
     return {
         "format": META_FORMAT,

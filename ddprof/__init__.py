@@ -17,12 +17,11 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from ddprof.errors import BadInputError, DdprofError, PartialRunError, RankError, SchemaError
+from ddprof.version import __version__
 
 if TYPE_CHECKING:
     from ddprof.rundir import Run, open_run
     from ddprof.schema import EVENT_SCHEMA, SCHEMA_VERSION, validate
-
-__version__ = "0.1.0"
 
 __all__ = [
     "EVENT_SCHEMA", "SCHEMA_VERSION", "BadInputError", "DdprofError", "PartialRunError", "RankError",

@@ -13,8 +13,8 @@ from typing import Any
 
 import click
 
-from ddprof import __version__
 from ddprof.errors import DdprofError
+from ddprof.version import __version__
 
 INTERNAL_ERROR = 70  # EX_SOFTWARE
 

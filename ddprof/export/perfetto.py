@@ -40,10 +40,10 @@ from typing import Any, Protocol
 import msgspec
 import polars as pl
 
-from ddprof import __version__
 from ddprof.atomic import write_atomic
 from ddprof.errors import BadInputError, SchemaError, UsageError
 from ddprof.rundir import Run
+from ddprof.version import __version__
 
 #: Rows turned into JSON at a time (bounds the Python objects alive at once).
 CHUNK = 50_000

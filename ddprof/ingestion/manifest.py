@@ -18,11 +18,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ddprof import __version__
 from ddprof.ingestion.job import FileResult
 from ddprof.ingestion.world import checked_world_size, format_ranges, missing_ranges
 from ddprof.rundir import RUN_FORMAT
 from ddprof.schema import SCHEMA_VERSION
+from ddprof.version import __version__
 
 
 def _fail(res: FileResult, why: str) -> None:

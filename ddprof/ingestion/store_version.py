@@ -3,7 +3,12 @@
 A store's contents depend on the code that parses, classifies and links the events: ``ddprof.ingestion``
 and every ddprof module it imports, directly or not (the schema, the collective vocabulary, key joins,
 rank resolution, ...). :func:`store_modules` finds them by reading the imports in the source, so a module
-that starts to shape the store is covered the day it is imported, with no list to keep. The manifest
+that starts to shape the store is covered the day it is imported, with no list to keep. A package's
+``__init__.py`` above such a module is covered too (it runs when the module is imported), but only its
+module-level imports are followed: the names a package's public face imports on first use (``ddprof``'s
+``analyze`` imports the analyses) are not run by ingest, and following them would make the set depend on
+the install layout (in a checkout the analyses sit beside the ``ddprof`` folder; installed, inside it).
+So the set, and the fingerprint, are the same in a checkout and in an installed wheel. The manifest
 records :data:`INGEST_VERSION` and a hash of those modules' source (:func:`store_fingerprint`); ingest
 reuses a cached rank only where both match.
 """
@@ -42,11 +47,16 @@ _IMPORT = re.compile(rb"^[ \t]*(?:import[ \t]+(ddprof[\w.]*)|from[ \t]+(ddprof[\
                      rb"(\([^)]*\)|[^\n]*))", re.MULTILINE)
 
 
-def _imports(source: bytes) -> set[str]:
+def _imports(source: bytes, module_level: bool = False) -> set[str]:
     """The ddprof modules a source file imports, with each ``from M import n`` as ``M`` and ``M.n``
-    (n may be a submodule). Read with a regular expression, not parsed: a tenth of the time."""
+    (n may be a submodule); with ``module_level``, only the imports written at the start of a line (not
+    those inside a function or an ``if TYPE_CHECKING:`` block). Read with a regular expression, not
+    parsed: a tenth of the time."""
     found: set[str] = set()
-    for plain, module, names in _IMPORT.findall(source):
+    for match in _IMPORT.finditer(source):
+        if module_level and match.group(0)[:1] in (b" ", b"\t"):
+            continue
+        plain, module, names = match.groups()
         if plain:
             found.add(plain.decode())
             continue
@@ -65,7 +75,8 @@ def _source(path: Path) -> bytes:
 @lru_cache(maxsize=1)
 def store_modules() -> tuple[Path, ...]:
     """The source files of ``ddprof.ingestion`` and of every ddprof module they import, transitively;
-    sorted. A package's ``__init__.py`` is included where one of its modules is."""
+    sorted. A package's ``__init__.py`` is included where one of its modules is, its module-level
+    imports followed (module doc)."""
     todo = sorted((_ROOT / "ingestion").glob("*.py"))
     seen: set[Path] = set()
     while todo:
@@ -74,7 +85,8 @@ def store_modules() -> tuple[Path, ...]:
             continue
         seen.add(path)
         parents = [p / "__init__.py" for p in path.parents if _ROOT in (p, *p.parents)]
-        found = [_module_file(m) for m in _imports(_source(path))]
+        ancestor = path.name == "__init__.py" and path.parent != _ROOT / "ingestion"
+        found = [_module_file(m) for m in _imports(_source(path), module_level=ancestor)]
         todo.extend(f for f in [*found, *parents] if f is not None and f.is_file() and f not in seen)
     return tuple(sorted(seen))
 

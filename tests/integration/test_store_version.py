@@ -1,8 +1,13 @@
-"""Cache validity: a store written by other ingest code is rebuilt, whichever module that shapes it changed."""
+"""Cache validity: a store written by other ingest code is rebuilt, whichever module that shapes it changed;
+and the modules fingerprinted are the same in a checkout and in an installed wheel."""
 
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
+import venv
 from pathlib import Path
 
 import pytest
@@ -32,7 +37,9 @@ def _ast_closure() -> set[Path]:
             continue
         seen.add(path)
         names: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        ancestor = path.name == "__init__.py" and path.parent != REPO / "ingestion"
+        for node in (tree.body if ancestor else ast.walk(tree)):  # a package's face: its module-level imports
             if isinstance(node, ast.Import):
                 names.update(a.name for a in node.names)
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -84,3 +91,44 @@ def test_a_store_of_other_code_is_rebuilt_and_the_same_code_reuses_it(tmp_path, 
     store_version.store_fingerprint.cache_clear()
     run = ddprof.ingest([traces], tmp_path / "run")
     assert len(parsed) == 4 and run.manifest["ingest_fingerprint"] == store_version.store_fingerprint()
+
+
+#: Prints the fingerprinted modules (relative to the ddprof package) of the ddprof that ``python`` imports,
+#: loading store_version.py by its path: the wheel's venv has none of ddprof's dependencies.
+_LIST = """
+import importlib.util, json, sys, sysconfig
+from pathlib import Path
+pkg = Path(sysconfig.get_paths()["purelib"]) / "ddprof"
+spec = importlib.util.spec_from_file_location("store_version", pkg / "ingestion" / "store_version.py")
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+print(json.dumps([str(p.relative_to(pkg)) for p in mod.store_modules()]))
+"""
+
+
+@pytest.mark.slow
+def test_an_installed_wheel_fingerprints_the_same_modules_as_the_checkout(tmp_path):
+    """Installed, the analyses, collectors and dashboards sit inside the ddprof package: the set must not
+    grow with them (it did through the package's ``__init__``), or every cache is rebuilt whenever an
+    analysis changes."""
+    root = REPO.parent
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(tmp_path / "dist"), str(root)], check=True, capture_output=True)
+    wheel = next((tmp_path / "dist").glob("ddprof-*.whl"))
+    venv.create(tmp_path / "venv", with_pip=True)
+    py = tmp_path / "venv" / "bin" / "python"
+    subprocess.run([str(py), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)], check=True,
+                   capture_output=True)
+    installed = set(json.loads(subprocess.run([str(py), "-c", _LIST], check=True, capture_output=True,
+                                              text=True).stdout))
+    assert (tmp_path / "venv").joinpath(*_purelib(py), "ddprof", "analyses", "report.py").is_file()  # the layout differs
+    checkout = {str(p.relative_to(REPO)) for p in store_version.store_modules()}
+    assert installed == checkout
+    assert not any(n.startswith(("analyses", "collectors", "dashboards", "cli")) for n in installed)
+
+
+def _purelib(py: Path) -> tuple[str, ...]:
+    """The venv's site-packages, relative to the venv."""
+    out = subprocess.run([str(py), "-c", "import sysconfig, sys; print(sysconfig.get_paths()['purelib'][len(sys.prefix) + 1:])"],
+                         check=True, capture_output=True, text=True).stdout.strip()
+    return tuple(Path(out).parts)
