@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import shutil
 import subprocess
 import sys
 import venv
@@ -111,7 +112,9 @@ def test_an_installed_wheel_fingerprints_the_same_modules_as_the_checkout(tmp_pa
     """Installed, the analyses, collectors and dashboards sit inside the ddprof package: the set must not
     grow with them (it did through the package's ``__init__``), or every cache is rebuilt whenever an
     analysis changes."""
-    root = REPO.parent
+    root = tmp_path / "src"  # a copy: setuptools builds in the source tree (build/, *.egg-info)
+    shutil.copytree(REPO.parent, root, ignore=shutil.ignore_patterns(".*", "build", "dist", "*.egg-info", "tests",
+                                                                       "sample_traces", "benchmarks", "__pycache__"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                     "-w", str(tmp_path / "dist"), str(root)], check=True, capture_output=True)
     wheel = next((tmp_path / "dist").glob("ddprof-*.whl"))
