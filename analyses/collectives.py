@@ -89,7 +89,7 @@ def arrivals(p: Prepared) -> pl.DataFrame:
 
 
 def collectives(events: Events, world_size: int | None = None) -> pl.DataFrame:
-    """One row per collective instance (DESIGN.md §3).
+    """One row per collective instance (docs/DESIGN.md §3).
 
     arrival_skew_us = latest − earliest arrival; duration_us = the shortest duration across ranks (the
     transfer without the wait for late ranks); algbw_gbps = bytes / duration (1 GB/s = 1 B/ns);

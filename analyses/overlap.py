@@ -1,4 +1,4 @@
-"""Communication/computation overlap per rank, whole trace and per step (DESIGN.md §3).
+"""Communication/computation overlap per rank, whole trace and per step (docs/DESIGN.md §3).
 
 The sets are those of :mod:`ddprof.analyses.frames.sets` (GPU kernels when the rank has them, else gloo ops
 vs CPU compute ops); their union lengths come from :mod:`ddprof.analyses.frames.lengths`.

@@ -1,4 +1,4 @@
-"""The one report builder (DESIGN.md §4): a run and its Flight Recorder dumps in, the complete report out.
+"""The one report builder (docs/DESIGN.md §4): a run and its Flight Recorder dumps in, the complete report out.
 
 :func:`build_report` returns one dict of plain JSON values: the ``run`` summary (with ``per_rank`` and
 ``failed``), every section, the ``hang`` section from the dumps, the verdicts in their final order and

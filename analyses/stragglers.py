@@ -1,4 +1,4 @@
-"""Stragglers: which ranks make the others wait at collectives (DESIGN.md §3).
+"""Stragglers: which ranks make the others wait at collectives (docs/DESIGN.md §3).
 
 Per collective instance seen on two or more ranks (:func:`collectives.arrivals`; point-to-point
 transfers are left out: a receiver waiting for its sender is a pipeline dependency, measured by

@@ -1,4 +1,4 @@
-"""The report (DESIGN.md §4) as plain text for a terminal: verdicts first, then compact tables.
+"""The report (docs/DESIGN.md §4) as plain text for a terminal: verdicts first, then compact tables.
 
 Standard library (and :mod:`ddprof.units`, the formatters the verdicts share) only; every line fits in
 100 columns. Long tables show their first rows and say how many more the JSON report holds.

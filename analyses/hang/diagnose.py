@@ -1,4 +1,4 @@
-"""Hang diagnosis from NCCL Flight Recorder dumps (DESIGN.md §3 "Hang diagnosis", §4 ``hang``).
+"""Hang diagnosis from NCCL Flight Recorder dumps (docs/DESIGN.md §3 "Hang diagnosis", §4 ``hang``).
 
 Per process group (its name from ``pg_config`` plus the ranks in it), find the first collective that some
 member ranks never entered, or, when every member entered, the first one some member never completed, and
@@ -49,7 +49,7 @@ def _sort_key(rec: Mapping[str, Any], suspects: set[int]) -> tuple:
 
 
 def diagnose(dump_set: DumpSet) -> dict[str, Any]:
-    """The ``hang`` section of the report (DESIGN.md §4) from the loaded dumps of one job (pure)::
+    """The ``hang`` section of the report (docs/DESIGN.md §4) from the loaded dumps of one job (pure)::
 
         {"collectives": [{"pg": "74", "pg_desc": "EXPERT_MODEL_PARALLEL_GROUP", "pg_ranks": [12, 13, 14, 15],
                           "kind": "collective" | "p2p", "op": "all_to_all",  # normalised as in other sections
