@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -53,12 +53,29 @@ def read_manifest(run_dir: str | Path) -> dict[str, Any]:
     return manifest
 
 
+def _spans(ranks: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``'0-2, 5'``."""
+    out: list[str] = []
+    for r in ranks:
+        if out and r == int(out[-1].split("-")[-1]) + 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{r}"
+        else:
+            out.append(str(r))
+    return ", ".join(out)
+
+
 @dataclass(frozen=True)
 class Run:
     """A read-only view of a run dir. Events come as Polars LazyFrames."""
 
     path: Path
-    manifest: dict[str, Any]
+    manifest: dict[str, Any] = field(repr=False)
+
+    def __repr__(self) -> str:
+        """``Run('runs/job-42', ranks 0-7 of 8, gpu, 3 steps)``: the manifest itself is kilobytes a rank."""
+        ranks = _spans(self.ranks) or "none"
+        return (f"Run({str(self.path)!r}, ranks {ranks} of {self.world_size or '?'}, {self.device}, "
+                f"{len(self.steps)} step{'s' if len(self.steps) != 1 else ''})")
 
     @property
     def ranks(self) -> list[int]:

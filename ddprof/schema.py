@@ -23,6 +23,8 @@ Conventions
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 
 from ddprof.errors import SchemaError
@@ -91,13 +93,20 @@ def conform(df: pl.DataFrame, columns: dict[str, pl.Expr] | None = None) -> pl.D
                       else _NULL[col] for col, dtype in EVENT_SCHEMA.items()])
 
 
-def validate(df: pl.DataFrame | pl.LazyFrame, *, where: str = "event table") -> None:
-    """Check the invariants of the event table; raise :class:`SchemaError` naming the first broken one.
+def validate(df: Any, *, where: str = "event table") -> None:
+    """Check the invariants of the event table (a DataFrame, a LazyFrame, or a run: ``ddprof.validate(run)``
+    checks its events, naming the run dir); raise :class:`SchemaError` naming the first broken one.
 
     Invariants: exact column names and types; no nulls in ``rank, ts_ns, dur_ns, kind, name``;
     ``dur_ns >= 0``; GPU kinds carry a stream and CPU kinds other than ``comm`` do not;
     ``bytes``/``group_size`` are positive where set.
     """
+    if not isinstance(df, (pl.DataFrame, pl.LazyFrame)):
+        events = getattr(df, "events", None)
+        if not callable(events):
+            raise TypeError(f"validate() takes an event table or a run, not {type(df).__name__}")
+        where = f"{getattr(df, 'path', where)}: event table" if where == "event table" else where
+        df = events()
     if isinstance(df, pl.LazyFrame):
         df = df.collect()
     got = dict(df.schema)
