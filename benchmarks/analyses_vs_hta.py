@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 import tempfile
 import time
 import warnings
@@ -30,7 +31,9 @@ from ddprof.analyses.report import COLUMNS, build_report
 
 import ddprof
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's own trace sets
+from tests.support.paths import trace_set  # noqa: E402
+
 DEFAULT_SETS = ["dlrm-8xV100-nccl", "hta/nccl-metadata-a100", "hta/a100-16rank-rank0", "hta/sendrecv-2-of-128",
                 "hta/v100-2rank-rank1-large"]
 
@@ -77,12 +80,12 @@ def main() -> None:
         for name in args.sets:
             store = Path(tmp) / name.replace("/", "_")
             t0 = time.perf_counter()
-            ddprof.ingest([TRACES / name], store)
+            ddprof.ingest([trace_set(name)], store)
             ingest_s = time.perf_counter() - t0
             ours = best_of(args.repeat, lambda store=store: ddprof_three(store))
             report = best_of(args.repeat, lambda store=store: build_report(ddprof.open_run(store)))
-            parse = best_of(args.repeat, lambda name=name: hta_parse(TRACES / name))
-            ta = hta_parse(TRACES / name)
+            parse = best_of(args.repeat, lambda name=name: hta_parse(trace_set(name)))
+            ta = hta_parse(trace_set(name))
             calls = best_of(args.repeat, lambda ta=ta: hta_three(ta))
             print(f"{name:<28}{ingest_s:>7.2f}s{ours:>9.3f}s{report:>8.3f}s{calls:>10.3f}s{parse:>10.2f}s"
                   f"{calls / ours:>8.1f}x{(parse + calls) / ours:>8.1f}x{(parse + calls) / report:>9.1f}x")

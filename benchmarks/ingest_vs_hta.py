@@ -31,7 +31,7 @@ First, the program's start-up: ``ddprof --version`` and ``ddprof --help`` as a u
 process (interpreter, imports, exit) from outside, ``STARTUP_RUNS`` runs after one not counted: the
 median wall seconds and the median peak RSS of the process (not a difference, unlike the rows below).
 
-    python benchmarks/ingest_vs_hta.py [--repeat 3] [--scale 4] [--traces ../shared/traces]
+    python benchmarks/ingest_vs_hta.py [--repeat 3] [--scale 4] [--traces DIR]
 """
 
 from __future__ import annotations
@@ -49,6 +49,9 @@ from pathlib import Path
 import msgspec
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the repository's own trace sets, as the tests find them
+from tests.support.paths import trace_set  # noqa: E402
+
 SMALL = REPO / "sample_traces" / "dlrm-8xV100-nccl" / "worker0_step_12.1694128201545.pt.trace.json.gz"
 SETS = {
     "v100-large (1 rank, 54 MB)": "hta/v100-2rank-rank1-large",
@@ -191,13 +194,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--traces", type=Path, default=REPO.parent / "shared" / "traces")
+    ap.add_argument("--traces", type=Path, default=None,
+                    help="a folder holding the sets (default: the repository's sample_traces and tests/data/traces)")
     ap.add_argument("--scale", type=int, default=4, help="repeat the 54 MB trace N times (0: no such set)")
     args = ap.parse_args()
-    sets = [(label, args.traces / rel) for label, rel in SETS.items()]
+    where = (lambda rel: args.traces / rel) if args.traces else trace_set
+    sets = [(label, where(rel)) for label, rel in SETS.items()]
     tmp = Path(tempfile.mkdtemp(prefix="ddprof-bench-scaled-"))
     if args.scale > 1:
-        scaled = scaled_trace(next((args.traces / SETS[next(iter(SETS))]).glob("*.json.gz")), args.scale, tmp)
+        scaled = scaled_trace(next(where(SETS[next(iter(SETS))]).glob("*.json.gz")), args.scale, tmp)
         sets.insert(1, (f"v100 x{args.scale} (generated)", scaled))
     try:
         _run(sets, args)
