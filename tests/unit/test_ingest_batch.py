@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from ddprof import timeline_summary as ts
 from ddprof.ingestion import job, pipeline
 from ddprof.ingestion.discover import discover
 from ddprof.synth import Spec, generate
-from tests.support.paths import SAMPLES
+from tests.support.paths import DLRM, SAMPLES
 
 _IDENTITY = ("dev", "ino", "ctime_ns", "mtime_ns")
 
@@ -53,8 +54,10 @@ def assert_batch_is_alone(files: list[Path], tmp_path: Path, rank_map: dict[str,
 
 def test_every_real_trace_in_one_batch_comes_out_as_alone(traces, tmp_path):
     """The real traces of every generation and library (CUDA, ROCm, CPU-only gloo, old and new PyTorch,
-    send/recv pipelines, a 54 MB trace, traces that fail for want of a rank) as one batch."""
-    files = discover([traces, SAMPLES])
+    send/recv pipelines, a 54 MB trace, traces that fail for want of a rank) as one batch; the DLRM traces
+    twice (a copy under another name), as identical files of two jobs can be."""
+    shutil.copytree(DLRM, tmp_path / "dlrm-copy")
+    files = discover([traces, SAMPLES, tmp_path / "dlrm-copy"])
     results = assert_batch_is_alone(files, tmp_path)
     ok = [r for r in results if r.status == "ok"]
     assert len(ok) >= 25 and len({r.sha1 for r in ok}) >= 20

@@ -20,6 +20,7 @@ import ddprof
 from ddprof.ingestion.categories import canonical
 from ddprof.ingestion.kineto import decode
 from tests.support.gen import DataParallel
+from tests.support.paths import TRACES
 
 SC = DataParallel()
 #: PyTorch 1.8's spelling of the modern categories (the trace of tests/data/traces/kineto-1.8-era shows them).
@@ -160,7 +161,7 @@ def test_instants_are_kept_where_a_kind_fits_and_counters_never_crash(tmp_path, 
     _same(analyze(path, cache=tmp_path / "cache"), modern)
 
 
-DATA = Path(__file__).parent / "data" / "kineto-1.8-era"
+DATA = TRACES / "kineto-1.8-era"
 
 
 def test_a_real_pytorch_1_8_era_trace(tmp_path):
