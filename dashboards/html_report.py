@@ -11,19 +11,8 @@ import html
 from typing import Any
 
 import plotly.graph_objects as go
-from ddprof.dashboards.figures.collectives import (
-    bandwidth_figure,
-    instance_figure,
-    pipeline_figure,
-    skew_figure,
-)
-from ddprof.dashboards.figures.hang import hang_figure, hang_rows
-from ddprof.dashboards.figures.ranks import (
-    breakdown_figure,
-    overlap_figure,
-    step_time_figure,
-    stragglers_figure,
-)
+from ddprof.dashboards.figures.hang import hang_rows
+from ddprof.dashboards.panels import panel_figures
 from ddprof.dashboards.timeline.data import load
 from ddprof.dashboards.timeline.figure import timeline_figure
 from ddprof.dashboards.timeline.lod import view
@@ -67,16 +56,13 @@ def _figure(fig: go.Figure, div_id: str) -> str:
 
 
 def figures(report: dict[str, Any], run: Run | None) -> dict[str, go.Figure]:
-    """Every figure of the report, by id; the timeline only when there is a run with ranks."""
+    """Every figure of the report, by id: the timeline (only when there is a run with ranks), then every panel
+    of :data:`ddprof.dashboards.panels.PANELS`, as the Dash app draws them."""
     out: dict[str, go.Figure] = {}
     if run is not None and run.ranks:
         v = view(load(run), bins=600)
         out["timeline"] = timeline_figure(v, title=f"Per-rank timeline ({v.mode})")
-    out.update({
-        "breakdown": breakdown_figure(report), "overlap": overlap_figure(report),
-        "stragglers": stragglers_figure(report), "steps": step_time_figure(report), "skew": skew_figure(report),
-        "instance": instance_figure(report), "bandwidth": bandwidth_figure(report),
-        "pipeline": pipeline_figure(report), "hang": hang_figure(report)})
+    out.update(panel_figures(report))
     return out
 
 

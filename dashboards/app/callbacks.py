@@ -9,33 +9,13 @@ from typing import Any
 
 import dash
 from dash import Input, Output, State, ctx, no_update
-from ddprof.dashboards.app.layout import PANELS, extra_tables, header
+from ddprof.dashboards.app.layout import extra_tables, header
 from ddprof.dashboards.app.state import DashboardState
-from ddprof.dashboards.figures.collectives import (
-    bandwidth_figure,
-    instance_figure,
-    pipeline_figure,
-    skew_figure,
-)
-from ddprof.dashboards.figures.hang import hang_figure
-from ddprof.dashboards.figures.ranks import (
-    breakdown_figure,
-    overlap_figure,
-    step_time_figure,
-    stragglers_figure,
-)
+from ddprof.dashboards.figures.collectives import instance_figure
 from ddprof.dashboards.figures.style import empty
+from ddprof.dashboards.panels import clickable, panel_figures, panel_ids
 from ddprof.dashboards.timeline.figure import MS, timeline_figure
 from ddprof.dashboards.timeline.lod import view
-
-RANK_PANELS = ("breakdown", "overlap", "stragglers", "pipeline", "hang", "instance")
-
-
-def panel_figures(report: dict[str, Any]) -> list[Any]:
-    """Every panel's figure, in :data:`~.layout.PANELS` order."""
-    return [breakdown_figure(report), overlap_figure(report), stragglers_figure(report), step_time_figure(report),
-            skew_figure(report), instance_figure(report), bandwidth_figure(report), pipeline_figure(report),
-            hang_figure(report)]
 
 
 def window_of_relayout(relayout: dict[str, Any] | None) -> tuple[float, float] | None | bool:
@@ -56,19 +36,20 @@ def register(app: dash.Dash, state: DashboardState) -> None:
     data = state.data
 
     @app.callback([Output("header", "children"), Output("tables", "children"), Output("poll", "disabled"),
-                   *[Output(p, "figure") for p in PANELS]], Input("poll", "n_intervals"))
+                   *[Output(p, "figure") for p in panel_ids()]], Input("poll", "n_intervals"))
     def fill(_: int) -> list[Any]:
         if state.report is None:
             waiting = empty("", "analysing…" if not state.error else "no report")
-            return [header(state), [], state.ready, *[waiting] * len(PANELS)]
-        return [header(state), extra_tables(state), True, *panel_figures(state.report)]
+            return [header(state), [], state.ready, *[waiting] * len(panel_ids())]
+        return [header(state), extra_tables(state), True, *panel_figures(state.report).values()]
 
     if data is None:
         return
 
     @app.callback(Output("focus", "data"), Output("expand", "value"),
                   Output("instance", "figure", allow_duplicate=True),
-                  [Input(p, "clickData") for p in (*RANK_PANELS, "steps", "skew")], prevent_initial_call=True)
+                  [Input(p, "clickData") for p in (*clickable("rank"), *clickable("step"), *clickable("instance"))],
+                  prevent_initial_call=True)
     def clicked(*_: Any) -> tuple[Any, Any, Any]:
         trigger = ctx.triggered_id
         point = (ctx.triggered[0]["value"] or {}).get("points", [{}])[0] if ctx.triggered else {}
@@ -77,13 +58,13 @@ def register(app: dash.Dash, state: DashboardState) -> None:
         if key is None or not isinstance(key, (int, float)):
             return no_update, no_update, no_update
         key = int(key)
-        if trigger == "steps":
+        if trigger in clickable("step"):
             rows = data.steps.filter(data.steps["step"] == key)
             if not rows.height:
                 return no_update, no_update, no_update
             lo, hi = int(rows["start"].min()), int(rows["end"].max())  # type: ignore[arg-type]
             return {"window": [lo, hi], "rank": None}, no_update, no_update
-        if trigger == "skew" and state.report is not None:
+        if trigger in clickable("instance") and state.report is not None:
             colls = state.report.get("collectives") or []
             if not 0 <= key < len(colls):
                 return no_update, no_update, no_update

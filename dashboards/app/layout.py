@@ -8,8 +8,8 @@ from typing import Any
 from dash import dcc, html
 from ddprof.dashboards.app.state import DashboardState
 from ddprof.dashboards.figures.hang import hang_rows
+from ddprof.dashboards.panels import panel_ids
 
-PANELS = ("breakdown", "overlap", "stragglers", "steps", "skew", "instance", "bandwidth", "pipeline", "hang")
 CARD = {"border": "1px solid #ddd", "borderRadius": "6px", "padding": "6px", "background": "white"}
 STATUS_COLOURS = {"ok": "#2e7d32", "problem": "#c62828", "partial": "#ef6c00"}
 
@@ -93,7 +93,7 @@ def page(state: DashboardState) -> html.Div:
         html.Div(timeline, style={**CARD, "marginBottom": "10px"}),
         html.Div(id="panels", style=grid, children=[
             html.Div(dcc.Graph(id=p, config={"displaylogo": False}), style=CARD)
-            for p in (PANELS if data is not None else ("hang", *PANELS[:-1]))]),  # dumps alone: the hang first
+            for p in (panel_ids() if data is not None else ("hang", *(p for p in panel_ids() if p != "hang")))]),  # dumps alone: the hang first
         html.Div(id="tables", children=extra_tables(state)),
         dcc.Store(id="window"), dcc.Store(id="focus"),
         dcc.Interval(id="poll", interval=700, n_intervals=0, disabled=state.ready),
