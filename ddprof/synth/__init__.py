@@ -6,9 +6,21 @@
 :mod:`.spec` (what to generate), :mod:`.schedule` (the timeline: every rank's GPU work in blocks of
 kernels and the collectives that bind ranks together), :mod:`.kineto` (the trace files),
 :mod:`.truth` (the true metrics, computed from the timeline) and :mod:`.write` (all of it on disk).
+
+Smaller runs placed event by event, whose answers follow from their parameters by hand:
+:mod:`.scenarios` (:class:`DataParallel` with a slow rank, delays or jitter, on GPU or CPU;
+:class:`Pipeline`; :class:`CollectiveBench`) and :mod:`.noisy` (:class:`NoisyDP`,
+:class:`NoisyPipeline`: runs that differ by noise only, for ``ddprof check``). Each has ``events()``,
+``kineto()`` and (but the noisy ones) ``truth()``; :func:`ingest_generated` makes one a run dir.
+
+>>> run = ingest_generated(DataParallel(ranks=4, slow_rank=2), Path("out"))   # doctest: +SKIP
 """
 
+from ddprof.synth.kineto import to_kineto
+from ddprof.synth.noisy import NoisyDP, NoisyPipeline
+from ddprof.synth.scenarios import US, CollectiveBench, DataParallel, Pipeline
 from ddprof.synth.spec import Spec
-from ddprof.synth.write import generate
+from ddprof.synth.write import generate, ingest_generated, write_kineto, write_meta, write_traces
 
-__all__ = ["Spec", "generate"]
+__all__ = ["US", "CollectiveBench", "DataParallel", "NoisyDP", "NoisyPipeline", "Pipeline", "Spec", "generate",
+           "ingest_generated", "to_kineto", "write_kineto", "write_meta", "write_traces"]

@@ -187,7 +187,7 @@ def test_sendrecv_ranks_in_different_orders_warn(ingested):
 def test_hta_agrees_with_the_generator(naming, tmp_path):
     """HTA on the generated Kineto traces recovers the generator's answers (whole trace: HTA keeps the
     last step when asked), so the generator and the oracle check each other."""
-    from tests.support.gen import DataParallel, write_kineto
+    from ddprof.synth import DataParallel, write_kineto
 
     sc = DataParallel(ranks=3, slow_rank=1, naming=naming)
     hta = hta_oracle(write_kineto(sc, tmp_path), include_last_step=True)
@@ -208,7 +208,7 @@ def test_hta_misses_a_communication_kernel_without_nccl_in_its_name(tmp_path):
     kind ingest gave the kernel and recovers the truth."""
     from ddprof.analyses.overlap import overlap as ddprof_overlap
 
-    from tests.support.gen import DataParallel, write_kineto
+    from ddprof.synth import DataParallel, write_kineto
 
     sc = DataParallel(ranks=2, slow_rank=1, naming="multimem")
     folder = write_kineto(sc, tmp_path / "traces")

@@ -15,7 +15,7 @@ import pytest
 
 import ddprof
 from ddprof.ingestion import pipeline, store_version
-from tests.support.gen import DataParallel, write_kineto
+from ddprof.synth import DataParallel, write_kineto
 
 REPO = Path(store_version.__file__).resolve().parents[1]
 

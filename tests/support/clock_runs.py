@@ -3,7 +3,6 @@ clock shifted by a known offset (:func:`hosts_run`); used by the clock and expor
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +11,7 @@ import polars as pl
 
 import ddprof
 from ddprof.rundir import Run
-from tests.support.gen import US, CollectiveBench, DataParallel, to_kineto
+from ddprof.synth import US, CollectiveBench, DataParallel, to_kineto, write_meta, write_traces
 
 HOSTS8 = {r: "node-a" if r < 4 else "node-b" for r in range(8)}
 
@@ -32,13 +31,11 @@ def hosts_run(sc: DataParallel | CollectiveBench, folder: Path, hosts: dict[int,
     if offset is not None and hosts is not None:
         shifted = [ts + offset(hosts.get(r, "?"), ts) for r, ts in zip(frame["rank"].to_list(), frame["ts_ns"].to_list())]
         frame = frame.with_columns(pl.Series("ts_ns", shifted, dtype=pl.Int64))
-    traces = folder / "traces"
-    traces.mkdir(parents=True)
-    for rank, trace in to_kineto(frame, sc.ranks).items():
-        (traces / f"rank{rank}.pt.trace.json").write_text(json.dumps(trace))
+    per_rank = to_kineto(frame, sc.ranks)
+    traces = write_traces(per_rank, folder / "traces")
+    for rank in per_rank:
         if sidecars and hosts is not None and rank in hosts:
-            meta = {"format": "ddprof-collector-meta", "version": 1, "rank": rank, "host": hosts[rank]}
-            (traces / f"rank-{rank:05d}.meta.json").write_text(json.dumps(meta))
+            write_meta(traces, rank, hosts[rank])
     return ddprof.ingest([traces], folder / "run")
 
 

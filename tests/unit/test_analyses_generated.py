@@ -1,4 +1,4 @@
-"""Every analysis recovers the answers a synthetic run was built with (tests/support/gen.py)."""
+"""Every analysis recovers the answers a synthetic run was built with (ddprof.synth.scenarios)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from ddprof.analyses.overlap import overlap, overlap_by_step
 from ddprof.analyses.stragglers import stragglers
 
 from ddprof.schema import validate
-from tests.support.gen import CollectiveBench, DataParallel, Pipeline
+from ddprof.synth import CollectiveBench, DataParallel, Pipeline
 
 SCENARIOS = {
     "gpu": DataParallel(),

@@ -20,8 +20,8 @@ from ddprof.analyses.stragglers import stragglers
 
 import ddprof
 from ddprof.render_text import render_text
+from ddprof.synth import DataParallel, Pipeline, ingest_generated, write_kineto
 from ddprof.units import fmt_bytes, fmt_us
-from tests.support.gen import DataParallel, Pipeline, ingest_generated, write_kineto
 from tests.support.paths import SAMPLES
 
 CONTRACT = {

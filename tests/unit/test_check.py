@@ -16,9 +16,9 @@ from ddprof.analyses.compare.rules import merge_rules, parse_bytes
 from ddprof.analyses.compare.stats import hodges_lehmann, quantile_shift
 
 from ddprof.cli import main
+from ddprof.synth import NoisyDP, ingest_generated
 from ddprof.testing import RegressionError, assert_no_regression
 from ddprof.testing import ddprof_check as ddprof_check  # the fixture, as a user's conftest gets it
-from tests.support.check_runs import NoisyDP, run_of
 from tests.support.paths import SAMPLES
 
 
@@ -30,7 +30,7 @@ def runs(tmp_path_factory):
                  "slow": NoisyDP(seed=3, slow_rank=2, slow_us=3000),
                  "bw": NoisyDP(seed=4, bw=0.7), "more": NoisyDP(seed=5, buckets=2),
                  "world": NoisyDP(seed=6, ranks=2)}
-    return {k: run_of(sc, root / k) for k, sc in scenarios.items()}
+    return {k: ingest_generated(sc, root / k / "traces", root / k / "run").path for k, sc in scenarios.items()}
 
 
 @pytest.fixture(scope="module")
@@ -225,8 +225,8 @@ def test_upper_bound_known_answers():
 def test_false_alarm_rate_on_noise_only_pairs(tmp_path):
     alarms = []
     for i in range(NOISE_PAIRS):
-        base = load_report(run_of(NoisyDP(seed=1000 + 2 * i), tmp_path / f"a{i}"))
-        run = load_report(run_of(NoisyDP(seed=1001 + 2 * i), tmp_path / f"b{i}"))
+        base = load_report(ingest_generated(NoisyDP(seed=1000 + 2 * i), tmp_path / f"a{i}").path)
+        run = load_report(ingest_generated(NoisyDP(seed=1001 + 2 * i), tmp_path / f"b{i}").path)
         result = check(run, base)
         if result["status"] != "ok":
             alarms.append((i, result["summary"]))

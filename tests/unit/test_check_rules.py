@@ -16,8 +16,8 @@ from ddprof.analyses.compare.rules import merge_rules
 from ddprof.analyses.compare.stats import quantile_interval
 
 from ddprof.errors import UsageError
+from ddprof.synth import NoisyDP, NoisyPipeline, ingest_generated
 from ddprof.units import fmt_us
-from tests.support.check_runs import NoisyDP, NoisyPipeline, run_of, run_of_events
 from tests.support.paths import SAMPLES
 
 
@@ -27,7 +27,7 @@ def dp(tmp_path_factory):
     runs = {"base": NoisyDP(seed=11), "slow": NoisyDP(seed=12, slow_rank=1, slow_us=3000),
             "bw": NoisyDP(seed=13, bw=0.7),
             "base8": NoisyDP(seed=21, ranks=8), "slow8": NoisyDP(seed=22, ranks=8, slow_rank=5, slow_us=3000)}
-    return {k: load_report(run_of(sc, root / k)) for k, sc in runs.items()}
+    return {k: load_report(ingest_generated(sc, root / k / "traces", root / k / "run").path) for k, sc in runs.items()}
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +35,7 @@ def pipe(tmp_path_factory):
     root = tmp_path_factory.mktemp("pipe")
     runs = {"base": NoisyPipeline(seed=1), "noise": NoisyPipeline(seed=2),
             "thin": NoisyPipeline(seed=3, thin_stage=2)}
-    return {k: load_report(run_of_events(sc.events(), root / k)) for k, sc in runs.items()}
+    return {k: load_report(ingest_generated(sc, root / k / "traces", root / k / "run").path) for k, sc in runs.items()}
 
 
 def by_id(result):

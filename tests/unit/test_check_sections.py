@@ -8,7 +8,7 @@ from ddprof.analyses.kernels import kernels_by_step, top_kernels
 from ddprof.analyses.steptimes import step_times
 
 import ddprof
-from tests.support.gen import US, DataParallel
+from ddprof.synth import US, DataParallel
 from tests.support.paths import SAMPLES
 
 

@@ -15,8 +15,8 @@ from ddprof.analyses.report import build_report, read_events
 
 import ddprof
 from ddprof.rundir import Run
+from ddprof.synth import US, CollectiveBench, DataParallel, write_meta
 from tests.support.clock_runs import HOSTS8, constant, hosts_run
-from tests.support.gen import US, CollectiveBench, DataParallel
 from tests.support.paths import SAMPLES
 
 
@@ -186,8 +186,7 @@ def _real_on_two_hosts(src: Path, dst: Path, second: set[int], shift_us: float) 
                 if "ts" in ev:
                     ev["ts"] += shift_us
         (traces / path.name).write_bytes(gzip.compress(json.dumps(trace).encode()))
-        meta = {"format": "ddprof-collector-meta", "version": 1, "rank": rank, "host": "b" if rank in second else "a"}
-        (traces / f"rank-{rank:05d}.meta.json").write_text(json.dumps(meta))
+        write_meta(traces, rank, "b" if rank in second else "a")
     return ddprof.ingest([traces], dst / "run")
 
 

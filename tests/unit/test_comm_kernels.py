@@ -19,7 +19,7 @@ import ddprof
 from ddprof.cli import main
 from ddprof.collective_ops import KERNEL_FAMILIES, RuleError, kernel_rules, match_kernel, parse_rule
 from ddprof.errors import UsageError
-from tests.support.gen import DataParallel
+from ddprof.synth import DataParallel
 
 SC = DataParallel()
 DEEP_EP = "void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, int*, long const*)"

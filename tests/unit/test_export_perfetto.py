@@ -20,8 +20,8 @@ from ddprof.errors import BadInputError, UsageError
 from ddprof.export.perfetto import export_perfetto, parse_selection
 from ddprof.rundir import Run
 from ddprof.sources import open_source
+from ddprof.synth import US, DataParallel, ingest_generated
 from tests.support.clock_runs import HOSTS8, constant, hosts_run
-from tests.support.gen import US, DataParallel, ingest_generated
 from tests.support.paths import SAMPLES
 
 SAMPLES = SAMPLES

@@ -15,7 +15,7 @@ from ddprof.analyses.report import build_report
 
 import ddprof
 from ddprof.render_text import render_text
-from tests.support.gen import DataParallel
+from ddprof.synth import DataParallel
 from tests.support.paths import SAMPLES
 
 SC = DataParallel(ranks=2, steps=3, slow_rank=1)
@@ -121,7 +121,7 @@ def test_negative_and_absurd_durations(tmp_path):
 
 
 def test_timestamps_rounded_to_whole_microseconds(tmp_path):
-    rep = report(tmp_path, SC.kineto())  # tests/support/gen writes whole µs
+    rep = report(tmp_path, SC.kineto())  # ddprof.synth.to_kineto writes whole µs
     rows = found(rep, "rounded_timestamps")
     assert sorted(rows) == [0, 1]
     # the rows checked: on a GPU rank its kernels, launches and steps (its CPU ops are not read)

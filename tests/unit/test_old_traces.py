@@ -19,7 +19,7 @@ from ddprof.analyses.report import analyze
 import ddprof
 from ddprof.ingestion.categories import canonical
 from ddprof.ingestion.kineto import decode
-from tests.support.gen import DataParallel
+from ddprof.synth import DataParallel
 from tests.support.paths import TRACES
 
 SC = DataParallel()

@@ -1,5 +1,5 @@
 """Profiling windows: time between two traces of a rank, or inside one trace where nothing at all was
-recorded, is never traced, so never idle. Answers come from tests/support/gen.py's hand-derived truth: a run
+recorded, is never traced, so never idle. Answers come from ddprof.synth.scenarios' hand-derived truth: a run
 traced in two identical windows has twice the single window's compute, idle and communication, and the
 same shares."""
 
@@ -16,8 +16,8 @@ from ddprof.analyses.frames.windows import trace_windows, window_of
 from ddprof.analyses.report import analyse, build_report
 
 import ddprof
+from ddprof.synth import US, DataParallel
 from ddprof.windows import GAP_STEPS, MIN_GAP_NS, gap_threshold_ns, split_windows
-from tests.support.gen import US, DataParallel
 
 SC = DataParallel(ranks=2, steps=3, slow_rank=1)
 MINUTES = 180 * 10**6  # µs between the two windows: 3 minutes

@@ -19,15 +19,14 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-import ddprof
-from tests.support.gen import US, _Rows, _step_row, to_kineto
+from ddprof.synth.kineto import to_kineto
+from ddprof.synth.scenarios import COMM_NAMES, US, Rows, p2p_rows, step_row
 
-AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+AR = COMM_NAMES["nccl_dev"]
 
 
 @dataclass(frozen=True)
@@ -55,7 +54,7 @@ class NoisyDP:
         def us(x: float, sd: float | None = None) -> int:
             return max(1, round(x * run_factor * math.exp(rng.gauss(0, self.noise if sd is None else sd))))
 
-        rows = _Rows()
+        rows = Rows()
         t0 = [self.base + r * 7 * US for r in range(self.ranks)]
         meta = dict(coll_op="all_reduce", pg="0", group_size=self.ranks, bytes=self.nbytes,
                     in_bytes=self.nbytes, out_bytes=self.nbytes, dtype="Float")
@@ -79,7 +78,7 @@ class NoisyDP:
                 od = us(self.Opt) * US
                 rows.kernel(r, s, "compute", "sgd_kernel", o, od, 7, t0[r] + 35 * US)
                 step_end = o + od + 30 * US
-                _step_row(rows, r, s, t0[r], step_end - t0[r])
+                step_row(rows, r, s, t0[r], step_end - t0[r])
                 t0[r] = step_end
         return rows.frame()
 
@@ -89,7 +88,7 @@ class NoisyDP:
 
 @dataclass(frozen=True)
 class NoisyPipeline:
-    """A GPipe pipeline (``gen.Pipeline``'s schedule: P stages, M micro-batches, each step L = (M+P−1)(tf+tb)
+    """A GPipe pipeline (:class:`~ddprof.synth.scenarios.Pipeline`'s schedule: P stages, M micro-batches, each step L = (M+P−1)(tf+tb)
     long on every stage) whose kernels fill a noisy share of their slots: a forward on stage p runs
     ``tf · fill_p · n`` (n lognormal, sd ``noise``, capped at the slot), with ``fill_p`` = ``fill`` but
     ``thin`` on ``thin_stage``. The bubble of stage p per step is 1 − M(tf+tb)·fill_p·n̄ / L: about
@@ -110,7 +109,7 @@ class NoisyPipeline:
 
     def events(self) -> pl.DataFrame:
         rng = random.Random(f"noisy-pipeline-{self.seed}")
-        rows = _Rows()
+        rows = Rows()
         P, M = self.stages, self.micro
         L = (M + P - 1) * (self.tf + self.tb)
 
@@ -119,14 +118,12 @@ class NoisyPipeline:
             return min(slot, max(1, round(slot * fill * math.exp(rng.gauss(0, self.noise))))) * US
 
         def p2p(s: int, src: int, dst: int, t: int) -> None:
-            meta = dict(pg="0", group_size=P, bytes=self.nbytes, dtype="Float")
-            rows.kernel(src, s, "comm", "ncclKernel_SendRecv", t, 2 * US, 20, None, coll_op="send", peer=dst, **meta)
-            rows.kernel(dst, s, "comm", "ncclKernel_SendRecv", t, 2 * US, 20, None, coll_op="recv", peer=src, **meta)
+            p2p_rows(rows, s, src, dst, t, 2 * US, self.nbytes, P)
 
         for s in range(self.steps):
             t0 = self.base + s * (L + 1000) * US
             for p in range(P):
-                _step_row(rows, p, s, t0, L * US)
+                step_row(rows, p, s, t0, L * US)
                 for m in range(M):
                     f = t0 + (m + p) * self.tf * US
                     rows.kernel(p, s, "compute", "fwd_kernel", f, dur(self.tf, p), 7, None)
@@ -141,35 +138,3 @@ class NoisyPipeline:
 
     def kineto(self) -> dict[int, dict[str, Any]]:
         return to_kineto(self.events(), self.stages)
-
-
-def run_of_events(events: pl.DataFrame, folder: Path) -> Path:
-    """A run dir holding ``events`` as they are (one parquet part per rank and a manifest with each rank's
-    span, the world size and an NCCL job on GPUs), for scenarios whose metadata a Kineto round trip would not carry: the p2p peers of
-    :class:`NoisyPipeline`'s send/recv kernels."""
-    import json
-
-    from ddprof.analyses.frames import sets
-
-    spans = sets.rank_spans(events.lazy()).rows_by_key("rank", named=True, unique=True)
-    per_rank = {}
-    for rank, span in spans.items():
-        part = folder / "events" / f"rank={rank:05d}" / "part-0.parquet"
-        part.parent.mkdir(parents=True)
-        mine = events.filter(pl.col("rank") == rank)
-        mine.write_parquet(part)
-        kernels = int((mine["kind"].is_in(["compute", "comm"]) & mine["stream"].is_not_null()).sum())
-        per_rank[str(rank)] = {"parts": [f"events/rank={rank:05d}/part-0.parquet"], "kernels": kernels, "gpu": True,
-                               **span}
-    manifest = {"format": "ddprof-run", "schema_version": ddprof.SCHEMA_VERSION, "world_size": len(spans),
-                "backend": "nccl", "device": "gpu", "ranks": sorted(spans), "per_rank": per_rank}
-    (folder / "manifest.json").write_text(json.dumps(manifest))
-    return folder
-
-
-def run_of(sc: NoisyDP | NoisyPipeline, folder: Path) -> Path:
-    """The scenario's traces written to ``folder/traces`` and ingested into ``folder/run``; the run dir."""
-    from tests.support.gen import write_kineto
-
-    ddprof.ingest([write_kineto(sc, folder / "traces")], folder / "run")
-    return folder / "run"

@@ -1,8 +1,10 @@
-"""Synthetic runs with known answers: store frames (and the same runs as Kineto JSON traces).
+"""Scenarios with known answers, built event by event: store frames (and the same runs as Kineto traces).
 
-Three scenarios, each a frozen dataclass with ``events()`` (a conformed event table), ``kineto()``
+Where :class:`~ddprof.synth.spec.Spec` simulates a whole training job, a scenario places each event by
+hand, so that its answers follow from its parameters by arithmetic a reader can check. Three scenarios, each a frozen dataclass with ``events()`` (a conformed event table), ``kineto()``
 (one Kineto trace dict per rank, for checks through ingest or HTA) and ``truth()`` (the answers,
-derived from the parameters by hand, not by the code under test). All times are whole microseconds
+derived from the parameters by hand, not by the code under test; :mod:`.noisy` holds two more, for
+``ddprof check``). All times are whole microseconds
 (multiples of 1,000 ns), so Kineto's microsecond timestamps carry them exactly.
 
 ``DataParallel``, per step s and rank r, with d = the rank's delay at step s (slow rank + jitter, or
@@ -18,24 +20,24 @@ derived from the parameters by hand, not by the code under test). All times are 
 ``CollectiveBench``: comm kernels only, every rank enters together, known op, size and time.
 ``Pipeline``: a GPipe schedule with P stages (any rank order) and M micro-batches.
 
-:func:`write_kineto` writes a scenario's traces as files (``rank<N>.pt.trace.json``), and
-:func:`ingest_generated` ingests them into a run dir: the one way tests turn a scenario into a run.
+:func:`~ddprof.synth.write.write_kineto` writes a scenario's traces as files (``rank<N>.pt.trace.json``),
+and :func:`~ddprof.synth.write.ingest_generated` ingests them into a run dir: the one way a scenario
+becomes a run.
 """
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-import ddprof
 from ddprof.schema import conform
+from ddprof.synth.kineto import to_kineto
+from ddprof.units import NS_PER_US
 
-US = 1_000
+US = NS_PER_US
 COMM_NAMES = {
     "nccl": "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)",
     "nccl_dev": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
@@ -47,7 +49,7 @@ BUSBW = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1
          "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0, "sendrecv": lambda n: 1.0}
 
 
-class _Rows:
+class Rows:
     """Accumulates event rows; hands out correlation ids for launches."""
 
     def __init__(self) -> None:
@@ -57,7 +59,7 @@ class _Rows:
     def add(self, **row: Any) -> None:
         self.rows.append(row)
 
-    def kernel(self, rank: int, step: int, kind: str, name: str, ts: int, dur: int, stream: int,
+    def kernel(self, rank: int, step: int | None, kind: str, name: str, ts: int, dur: int, stream: int,
                launch: int | None, **meta: Any) -> None:
         self.corr += 1
         self.add(rank=rank, ts_ns=ts, dur_ns=dur, pid=0, tid=stream, device=0, stream=stream, kind=kind,
@@ -72,9 +74,17 @@ class _Rows:
         return conform(pl.DataFrame(self.rows, infer_schema_length=None)).sort("rank", "ts_ns")
 
 
-def _step_row(rows: _Rows, rank: int, step: int, t0: int, length: int) -> None:
+def step_row(rows: Rows, rank: int, step: int, t0: int, length: int) -> None:
+    """The ``ProfilerStep#<step>`` annotation of ``rank``: [t0, t0 + length) on the main thread."""
     rows.add(rank=rank, ts_ns=t0, dur_ns=length, pid=100, tid=1, kind="annotation", cat="user_annotation",
              name=f"ProfilerStep#{step}", step=step)
+
+
+def p2p_rows(rows: Rows, step: int, src: int, dst: int, t: int, dur: int, nbytes: int, group_size: int) -> None:
+    """One transfer of group ``"0"`` at ``t``: the send kernel on ``src`` and the receive on ``dst`` (stream 20)."""
+    meta = dict(pg="0", group_size=group_size, bytes=nbytes, dtype="Float")
+    rows.kernel(src, step, "comm", "ncclKernel_SendRecv", t, dur, 20, None, coll_op="send", peer=dst, **meta)
+    rows.kernel(dst, step, "comm", "ncclKernel_SendRecv", t, dur, 20, None, coll_op="recv", peer=src, **meta)
 
 
 @dataclass(frozen=True)
@@ -114,12 +124,12 @@ class DataParallel:
         return max(self.d(r, s) for r in range(self.ranks))
 
     def events(self) -> pl.DataFrame:
-        rows = _Rows()
+        rows = Rows()
         gpu = self.device == "gpu"
         for r in range(self.ranks):
             for s in range(self.steps):
                 t0, d = self.base + s * self.step_ns, self.d(r, s)
-                _step_row(rows, r, s, t0, self.step_ns)
+                step_row(rows, r, s, t0, self.step_ns)
                 k1b = t0 + self.a0 + self.F + self.KW
                 e = k1b + self.Fb + self.dmax(s) - self.X + self.T
                 arrive = k1b + self.Fb + d - self.X
@@ -175,7 +185,7 @@ class DataParallel:
                                            for s in between) / US,
                 }
         lasts = {s: [r for r in range(n) if self.d(r, s) == self.dmax(s)] for s in S}
-        waits = {r: 0 for r in range(n)}
+        waits: dict[int, float] = {r: 0 for r in range(n)}
         times_last = {r: 0 for r in range(n)}
         for s in S:
             if len(lasts[s]) == 1:
@@ -205,7 +215,7 @@ class CollectiveBench:
     base: int = 1_000_000 * US
 
     def events(self) -> pl.DataFrame:
-        rows = _Rows()
+        rows = Rows()
         for r in range(self.ranks):
             t = self.base
             for _ in range(self.repeats):
@@ -237,13 +247,13 @@ class Pipeline:
     base: int = 5_000_000 * US
 
     def events(self) -> pl.DataFrame:
-        rows = _Rows()
+        rows = Rows()
         P, M = len(self.order), self.micro
         L = (M + P - 1) * (self.tf + self.tb)
         for s in range(self.steps):
             t0 = self.base + s * (L + 1000 * US)
             for p, r in enumerate(self.order):
-                _step_row(rows, r, s, t0, L)
+                step_row(rows, r, s, t0, L)
                 for m in range(M):
                     f = t0 + (m + p) * self.tf
                     rows.kernel(r, s, "compute", "fwd_kernel", f, self.tf, 7, None)
@@ -256,53 +266,10 @@ class Pipeline:
                         self._p2p(rows, s, r, self.order[p - 1], b + self.tb)
         return rows.frame()
 
-    def _p2p(self, rows: _Rows, s: int, src: int, dst: int, t: int) -> None:
-        meta = dict(pg="0", group_size=len(self.order), bytes=self.nbytes, dtype="Float")
-        rows.kernel(src, s, "comm", "ncclKernel_SendRecv", t, self.eps, 20, None, coll_op="send", peer=dst, **meta)
-        rows.kernel(dst, s, "comm", "ncclKernel_SendRecv", t, self.eps, 20, None, coll_op="recv", peer=src, **meta)
+    def _p2p(self, rows: Rows, s: int, src: int, dst: int, t: int) -> None:
+        p2p_rows(rows, s, src, dst, t, self.eps, self.nbytes, len(self.order))
 
     def truth(self) -> dict[str, Any]:
         P, M = len(self.order), self.micro
         return {"stages": P, "micro_batches": M, "stage_of": {r: p for p, r in enumerate(self.order)},
                 "bubble_pct": 100 * (P - 1) / (M + P - 1)}
-
-
-def to_kineto(frame: pl.DataFrame, world: int, backend: str = "nccl") -> dict[int, dict[str, Any]]:
-    """One Kineto trace per rank from a generated event table (new-format collective metadata)."""
-    cats = {"compute": "kernel", "comm": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset",
-            "runtime": "cuda_runtime", "cpu_op": "cpu_op", "annotation": "user_annotation"}
-    out = {}
-    for (rank,), part in frame.group_by("rank", maintain_order=True):
-        events = []
-        for row in part.iter_rows(named=True):
-            cat = row["cat"] or cats[row["kind"]]
-            args: dict[str, Any] = {}
-            for key, col in (("stream", "stream"), ("device", "device"), ("correlation", "correlation"),
-                             ("External id", "external_id")):
-                if row[col] is not None:
-                    args[key] = row[col]
-            if row["coll_op"] is not None and row["bytes"] is not None:
-                nel = row["bytes"] // 4
-                args.update({"Collective name": row["coll_op"], "In msg nelems": nel, "Out msg nelems": nel,
-                             "Group size": row["group_size"], "dtype": "Float", "Process Group Name": row["pg"]})
-                if row["kind"] == "comm" and row["stream"] is None:
-                    args.update({"Input Dims": [[nel]], "Input type": ["float"]})
-            events.append({"ph": "X", "cat": cat, "name": row["name"], "pid": row["pid"], "tid": row["tid"],
-                           "ts": row["ts_ns"] // US, "dur": row["dur_ns"] // US, "args": args})
-        out[rank] = {"schemaVersion": 1, "distributedInfo": {"backend": backend, "rank": rank, "world_size": world},
-                     "traceEvents": events}
-    return out
-
-
-def write_kineto(sc: Any, folder: Path, skip: tuple[int, ...] = ()) -> Path:
-    """The scenario's Kineto traces as ``folder/rank<N>.pt.trace.json`` (but the ranks in ``skip``)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for rank, trace in sc.kineto().items():
-        if rank not in skip:
-            (folder / f"rank{rank}.pt.trace.json").write_text(json.dumps(trace))
-    return folder
-
-
-def ingest_generated(sc: Any, folder: Path) -> ddprof.Run:
-    """The scenario written as traces into ``folder`` (:func:`write_kineto`), ingested into ``folder/run``."""
-    return ddprof.ingest([write_kineto(sc, folder)], folder / "run")
