@@ -16,7 +16,6 @@ from ddprof.atomic import write_json_atomic
 
 log = logging.getLogger("ddprof.collectors")
 
-META_FORMAT = "ddprof-collector-meta"
 META_VERSION = 1
 
 #: Environment variables that identify the job; the finisher warns when ranks disagree on them.
@@ -71,6 +70,7 @@ def process_groups() -> list[dict[str, Any]]:
 
 
 def base_meta(info: RankInfo, enabled: dict[str, Any]) -> dict[str, Any]:
+    from ddprof.ingestion.sidecar import META_FORMAT  # the format ingest reads; imported once a rank records
     from ddprof.version import __version__
 
     return {
