@@ -3,11 +3,12 @@
     python benchmarks/dashboard.py [--ranks-wide 1024] [--events-wide 2000] [--ranks-deep 64]
                                    [--events-deep 1000000] [--keep DIR]
 
-Two runs are written straight into the Parquet store (the ingest path is measured by its own benchmark),
-each rank's part with the timeline summary ingest writes beside it (:mod:`ddprof.timeline_summary`; the
-time this adds is printed): 1,024 ranks × 2,000 GPU events and 64 ranks × 1,000,000 GPU events (64 M).
-Each rank has a compute stream and a communication stream over 10 steps; every 50th kernel is an
-all-reduce on the other stream.
+Two runs are built as a captured run is: generated traces (:mod:`ddprof.synth`, gzip), ingested into the
+store with the timeline summary of each rank's part (:mod:`ddprof.timeline_summary`), the traces then
+removed; the time each takes is printed (ingest has its own benchmark). 1,024 ranks × 2,000 GPU events and
+64 ranks × 1,000,000 GPU events (64 M): each rank runs 10 data-parallel steps of compute kernels on one
+stream, about every 50th kernel an all-reduce on another, each kernel with the CPU op and the launch that
+PyTorch records beside it.
 
 * first view, cold (as after a fresh ingest): open the run, assemble the occupancy grid from the ranks'
   summaries (written beside the store), answer the whole run and serialise the figure to the JSON the
@@ -24,66 +25,47 @@ the first view and is not timed here. Targets: first view ≤ 3 s, zoom ≤ 1 s.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import plotly.io as pio
-import polars as pl
 from ddprof.dashboards.timeline.data import GRID_DIR, TimelineData, load
 from ddprof.dashboards.timeline.figure import timeline_figure
 from ddprof.dashboards.timeline.lod import view
 
-from ddprof.rundir import open_run, rank_dir
-from ddprof.schema import SCHEMA_VERSION, conform
-from ddprof.timeline_summary import SUFFIX, write_summary
+from ddprof.ingestion import ingest
+from ddprof.rundir import open_run
+from ddprof.synth import Spec, generate
+from ddprof.timeline_summary import SUFFIX
 
-NAMES = ["gemm_fwd_kernel", "elementwise_kernel", "gemm_bwd_kernel", "layer_norm_kernel", "softmax_kernel"]
-COMM = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
-BASE = 1_700_000_000_000_000_000
+STEPS = 10
+#: About one GPU kernel in this many is an all-reduce.
+COMM_EVERY = 50
+
+
+def run_spec(ranks: int, events: int, seed: int = 0) -> Spec:
+    """A data-parallel run of ``ranks`` ranks with about ``events`` GPU kernels each over :data:`STEPS`
+    steps, one in :data:`COMM_EVERY` an all-reduce (a bucket of the backward pass)."""
+    per_step = max(events // STEPS, 13)  # 4 layers and at least 1 bucket need 12 compute kernels
+    buckets = max(1, per_step // COMM_EVERY)
+    return Spec(ranks=ranks, steps=STEPS, kernels=per_step - buckets, buckets=buckets, layers=4, seed=seed)
 
 
 def write_run(out: Path, ranks: int, events: int, seed: int = 0) -> tuple[float, float]:
-    """A run dir of ``ranks`` ranks with ``events`` GPU kernels each (module doc); returns the seconds spent
-    writing the parts and writing their summaries."""
-    rng = np.random.default_rng(seed)
-    spent = [0.0, 0.0]
-    per_rank = {}
-    steps = 10
-    for r in range(ranks):
-        dur = rng.integers(2_000, 40_000, events)
-        gap = rng.integers(500, 3_000, events)
-        start = BASE + np.cumsum(dur + gap) - dur[0] - gap[0] + r * 1_000
-        is_comm = (np.arange(events) % 50) == 49
-        step = (np.arange(events) * steps // events).astype(np.int32)
-        kind = np.where(is_comm, "comm", "compute")
-        name = np.where(is_comm, COMM, np.array(NAMES)[np.arange(events) % len(NAMES)])
-        df = conform(pl.DataFrame({
-            "rank": np.full(events, r, dtype=np.int32), "ts_ns": start, "dur_ns": dur, "device": np.zeros(events, np.int16),
-            "stream": np.where(is_comm, 20, 7), "tid": np.where(is_comm, 20, 7), "kind": kind, "name": name,
-            "step": step, "comm": is_comm}).with_columns(
-            coll_op=pl.when("comm").then(pl.lit("all_reduce")), pg=pl.when("comm").then(pl.lit("0")),
-            bytes=pl.when("comm").then(pl.lit(1 << 22, dtype=pl.Int64))))
-        part = rank_dir(out, r) / "part-0.parquet"
-        part.parent.mkdir(parents=True, exist_ok=True)
-        t = time.perf_counter()
-        df.write_parquet(part, compression="zstd", statistics=True, row_group_size=32768)
-        t1 = time.perf_counter()
-        write_summary(df, part)  # as ingest does once a part is written
-        spent[0] += t1 - t
-        spent[1] += time.perf_counter() - t1
-        per_rank[str(r)] = {"parts": [str(part.relative_to(out))], "events": events, "kernels": events,
-                            "comm_kernels": int(is_comm.sum()), "steps": list(range(steps)), "gpu": True,
-                            "first_ns": int(start[0]), "last_ns": int((start + dur).max()), "warnings": []}
-    manifest = {"format": "ddprof-run", "schema_version": SCHEMA_VERSION, "world_size": ranks,
-                "ranks": list(range(ranks)), "backend": "nccl", "device": "gpu", "hosts": {}, "per_rank": per_rank,
-                "sources": {}, "warnings": []}
-    (out / "manifest.json").write_text(json.dumps(manifest))
-    return spent[0], spent[1]
+    """The run dir ``out`` of :func:`run_spec`'s run, through ingest; returns the seconds spent generating
+    the traces (beside ``out``, removed once ingested) and ingesting them."""
+    traces = out.with_name(out.name + "-traces")
+    t = time.perf_counter()
+    generate(run_spec(ranks, events, seed), traces, with_truth=False, compress=True)
+    t1 = time.perf_counter()
+    try:
+        ingest([traces / "traces"], out)
+    finally:
+        shutil.rmtree(traces, ignore_errors=True)
+    return t1 - t, time.perf_counter() - t1
 
 
 def first_view(path: Path) -> tuple[float, float, int, str, object]:
@@ -147,9 +129,10 @@ def main() -> None:
             path = root / f"run-{ranks}x{events}"
             t = time.perf_counter()
             if not (path / "manifest.json").exists():
-                parts, summaries = write_run(path, ranks, events)
+                generated, ingested = write_run(path, ranks, events)
                 print(f"{ranks} ranks x {events:,} events: store written in {time.perf_counter() - t:.1f} s "
-                      f"(Parquet parts {parts:.1f} s, their timeline summaries {summaries:.1f} s)")
+                      f"(traces generated in {generated:.1f} s, ingested with their timeline summaries in "
+                      f"{ingested:.1f} s)")
             else:
                 print(f"{ranks} ranks x {events:,} events: store kept from an earlier run")
             m = measure(path, args.lazy)

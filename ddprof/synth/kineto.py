@@ -24,6 +24,11 @@ from typing import IO, Any
 import msgspec
 import polars as pl
 
+try:
+    from isal import igzip
+except ImportError:  # pragma: no cover - isal is a dependency; the standard library writes the same format
+    import gzip as igzip  # type: ignore[no-redef]
+
 from ddprof.atomic import write_atomic
 from ddprof.ingestion.structs import Args
 from ddprof.synth.schedule import COMPUTE_STREAM, Comm, Group, Timeline, block_kernels, groups
@@ -148,12 +153,17 @@ def header(spec: Spec, rank: int, all_groups: list[Group]) -> dict[str, object]:
 
 def write_json_trace(path: Path, head: dict[str, Any], events: Iterable[str],
                      tail: dict[str, Any] | None = None) -> int:
-    """Write a trace to ``path`` (atomically): ``head``'s members, ``"traceEvents"`` (one JSON event per
-    string, a line each), then ``tail``'s members; returns the number of events."""
+    """Write a trace to ``path`` (atomically; gzip, as the profiler's ``.json.gz``, when its name ends in
+    ``.gz``): ``head``'s members, ``"traceEvents"`` (one JSON event per string, a line each), then ``tail``'s
+    members; returns the number of events."""
     count = 0
 
     def body(tmp: Path) -> None:
         nonlocal count
+        if path.suffix == ".gz":  # level 1: a generated trace compresses tenfold even so
+            with igzip.open(tmp, "wt", compresslevel=1, encoding="utf-8") as z:
+                count = _body(z)
+            return
         with open(tmp, "w", encoding="utf-8", buffering=1 << 20) as f:
             count = _body(f)
 

@@ -28,8 +28,8 @@ TRUTH = "truth.json"
 TRACES = "traces"
 
 
-def trace_name(rank: int) -> str:
-    return f"rank{rank}.pt.trace.json"
+def trace_name(rank: int, compress: bool = False) -> str:
+    return f"rank{rank}.pt.trace.json" + (".gz" if compress else "")
 
 
 def host_name(host: int) -> str:
@@ -43,15 +43,17 @@ def write_meta(folder: Path, rank: int, host: str) -> Path:
     return path
 
 
-def generate(spec: Spec, out_dir: str | Path, *, with_truth: bool = True) -> dict[str, Any]:
-    """Simulate ``spec``, write every rank's trace into ``out_dir/traces`` and (``with_truth``)
-    ``out_dir/truth.json``; returns the truth (without it: only the event counts)."""
+def generate(spec: Spec, out_dir: str | Path, *, with_truth: bool = True, compress: bool = False) -> dict[str, Any]:
+    """Simulate ``spec``, write every rank's trace into ``out_dir/traces`` (``compress``: gzip, about a
+    tenth of the size, for runs of many events) and (``with_truth``) ``out_dir/truth.json``; returns the
+    truth (without it: only the event counts)."""
     out = Path(out_dir)
     traces = out / TRACES
     traces.mkdir(parents=True, exist_ok=True)
     lines = simulate(spec)
     all_groups = groups(spec)
-    counts = {str(line.rank): write_trace(spec, line, traces / trace_name(line.rank), all_groups) for line in lines}
+    counts = {str(line.rank): write_trace(spec, line, traces / trace_name(line.rank, compress), all_groups)
+              for line in lines}
     for r in range(spec.ranks):
         write_meta(traces, r, host_name(spec.host_of(r)))
     result = true_metrics(spec, lines) if with_truth else {}
