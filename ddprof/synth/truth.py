@@ -9,7 +9,8 @@ compute + comm − |U(compute ∪ comm)|``, ``overlap_pct = 100 · overlapped / 
 comm − overlapped``, ``span_us`` = last kernel end − first kernel start, ``idle_us = span − |U(all)|``,
 ``non_compute_us = |U(all)| − compute``. Per (rank, step): ``step_us`` (the ``ProfilerStep#N`` span),
 the window (that span and the step's kernels), ``bubble_us = window − |U(compute)|``, the step's
-overlap. Per collective instance: arrival skew (latest − earliest arrival), duration (the transfer,
+overlap. :func:`events_truth` computes the same from a scenario's event table (memory copies count as
+busy, neither compute nor communication). Per collective instance: arrival skew (latest − earliest arrival), duration (the transfer,
 ``end − latest arrival``), the last arriver. The pipeline: stages P, micro-batches M and the GPipe/1F1B
 bubble ``100 · (P−1)/(M+P−1)``.
 """
@@ -20,6 +21,7 @@ from collections import defaultdict
 from typing import Any
 
 import numpy as np
+import polars as pl
 
 from ddprof.synth.schedule import Timeline, block_kernels, groups
 from ddprof.synth.spec import Spec
@@ -38,7 +40,12 @@ def union_ns(starts: np.ndarray, ends: np.ndarray) -> int:
     return int(np.maximum(0, e - np.maximum(s, prev)).sum())
 
 
-def _intervals(spec: Spec, line: Timeline) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+#: (start, end, step) of a rank's kernels of one kind, ns.
+Intervals = tuple[np.ndarray, np.ndarray, np.ndarray]
+_NONE: Intervals = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+
+def _intervals(spec: Spec, line: Timeline) -> dict[str, Intervals]:
     """(start, end, step) arrays of the rank's compute and comm kernels."""
     parts = [block_kernels(spec, line.rank, b) + (b.step,) for b in line.blocks]
     cs = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
@@ -57,36 +64,69 @@ def _overlap(comp: tuple[np.ndarray, np.ndarray], comm: tuple[np.ndarray, np.nda
     return {"compute_ns": c, "comm_ns": m, "busy_ns": both, "overlapped_ns": over}
 
 
-def rank_truth(spec: Spec, line: Timeline) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    iv = _intervals(spec, line)
-    (cs, ce, cstep), (ms, me, mstep) = iv["compute"], iv["comm"]
+def rank_metrics(head: dict[str, Any], compute: Intervals, comm: Intervals, steps: list[tuple[int, int, int]],
+                 other: Intervals = _NONE) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The per-rank row (``head``'s fields first: ``rank``, ...) and the per-step rows of one rank (module
+    doc), from its compute, comm and ``other`` GPU work (memory copies: busy, neither compute nor comm)
+    and its ``(step, start, end)`` spans."""
+    (cs, ce, cstep), (ms, me, mstep), (xs, xe, xstep) = compute, comm, other
     o = _overlap((cs, ce), (ms, me))
-    all_s, all_e = np.concatenate([cs, ms]), np.concatenate([ce, me])
+    all_s, all_e = np.concatenate([cs, ms, xs]), np.concatenate([ce, me, xe])
+    busy = union_ns(all_s, all_e) if len(xs) else o["busy_ns"]
     span = int(all_e.max() - all_s.min())
     per_rank = {
-        "rank": line.rank, "host": spec.host_of(line.rank), "stage": spec.coords(line.rank)[0],
+        **head,
         "compute_us": o["compute_ns"] / US, "comm_us": o["comm_ns"] / US, "overlapped_us": o["overlapped_ns"] / US,
         "overlap_pct": 100.0 * o["overlapped_ns"] / o["comm_ns"] if o["comm_ns"] else None,
         "exposed_comm_us": (o["comm_ns"] - o["overlapped_ns"]) / US,
-        "span_us": span / US, "idle_us": (span - o["busy_ns"]) / US,
-        "non_compute_us": (o["busy_ns"] - o["compute_ns"]) / US,
-        "step_us": float(np.mean([(e - s) / US for _, s, e in line.steps])),
+        "span_us": span / US, "idle_us": (span - busy) / US,
+        "non_compute_us": (busy - o["compute_ns"]) / US,
+        "step_us": float(np.mean([(e - s) / US for _, s, e in steps])),
     }
-    steps = []
-    for step, s0, e0 in line.steps:
-        ci, mi = cstep == step, mstep == step
-        w0 = min([s0, *cs[ci].tolist(), *ms[mi].tolist()])
-        w1 = max([e0, *ce[ci].tolist(), *me[mi].tolist()])
+    rows = []
+    for step, s0, e0 in steps:
+        ci, mi, xi = cstep == step, mstep == step, xstep == step
+        w0 = min([s0, *cs[ci].tolist(), *ms[mi].tolist(), *xs[xi].tolist()])
+        w1 = max([e0, *ce[ci].tolist(), *me[mi].tolist(), *xe[xi].tolist()])
         so = _overlap((cs[ci], ce[ci]), (ms[mi], me[mi]))
         window = w1 - w0
-        steps.append({
-            "rank": line.rank, "step": step, "step_us": (e0 - s0) / US, "window_us": window / US,
+        rows.append({
+            "rank": head["rank"], "step": step, "step_us": (e0 - s0) / US, "window_us": window / US,
             "compute_us": so["compute_ns"] / US, "bubble_us": (window - so["compute_ns"]) / US,
             "bubble_pct": 100.0 * (window - so["compute_ns"]) / window,
             "overlap_pct": 100.0 * so["overlapped_ns"] / so["comm_ns"] if so["comm_ns"] else None,
             "exposed_comm_us": (so["comm_ns"] - so["overlapped_ns"]) / US,
         })
-    return per_rank, steps
+    return per_rank, rows
+
+
+def rank_truth(spec: Spec, line: Timeline) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    iv = _intervals(spec, line)
+    head = {"rank": line.rank, "host": spec.host_of(line.rank), "stage": spec.coords(line.rank)[0]}
+    return rank_metrics(head, iv["compute"], iv["comm"], line.steps)
+
+
+def events_truth(frame: pl.DataFrame) -> dict[str, list[dict[str, Any]]]:
+    """``per_rank`` and ``per_step`` (as in :func:`truth`) of a generated event table (:mod:`.scenarios`):
+    its GPU kernels (``compute``, ``comm``; memory copies and sets as other busy time) in the steps its
+    ``ProfilerStep#N`` annotations span."""
+    per_rank, per_step = [], []
+    gpu = frame.filter(pl.col("stream").is_not_null())
+    marks = frame.filter(pl.col("kind") == "annotation", pl.col("name").str.starts_with("ProfilerStep#"))
+    for rank in sorted(gpu["rank"].unique().to_list()):
+        mine = gpu.filter(pl.col("rank") == rank)
+
+        def of(*kinds: str, mine: pl.DataFrame = mine) -> Intervals:
+            k = mine.filter(pl.col("kind").is_in(kinds))
+            ts = k["ts_ns"].to_numpy().astype(np.int64)
+            return ts, ts + k["dur_ns"].to_numpy().astype(np.int64), k["step"].fill_null(-1).to_numpy().astype(np.int64)
+
+        steps = [(s, t, t + d) for s, t, d in marks.filter(pl.col("rank") == rank)
+                 .sort("ts_ns").select("step", "ts_ns", "dur_ns").iter_rows()]
+        r, s = rank_metrics({"rank": rank}, of("compute"), of("comm"), steps, of("memcpy", "memset"))
+        per_rank.append(r)
+        per_step.extend(s)
+    return {"per_rank": per_rank, "per_step": per_step}
 
 
 def collective_truth(spec: Spec, lines: list[Timeline]) -> list[dict[str, Any]]:

@@ -13,8 +13,8 @@ from ddprof.analyses.report import analyze
 
 from ddprof.cli import main
 from ddprof.errors import UsageError
-from ddprof.synth import Spec, generate
-from ddprof.synth.truth import union_ns
+from ddprof.synth import US, DataParallel, NoisyPipeline, Pipeline, Spec, generate, ingest_generated
+from ddprof.synth.truth import events_truth, union_ns
 
 SHAPES = {
     "dp-slow-rank": Spec(ranks=8, steps=3, kernels=60, slow={5: 1.5}),
@@ -181,3 +181,62 @@ def test_send_recv_peers_from_src_and_dst_rank_without_recorded_shapes(tmp_path:
     assert peers(unshaped, "unshaped") == full
     bare = _strip(tmp_path / "traces", tmp_path / "bare", ("Concrete Inputs", "Src Rank", "Dst Rank"))
     assert {peer for *_, peer in peers(bare, "bare")} == {None}
+
+
+SCENARIOS = {
+    "dp-slow-rank": DataParallel(),
+    "dp-even": DataParallel(slow_rank=None),
+    "dp-jitter": DataParallel(ranks=6, jitter=40_000, seed=5),
+    "dp-delays": DataParallel(ranks=3, steps=2, delays=((0, 300 * US, 100 * US), (200 * US, 0, 0))),
+    "dp-rccl-8": DataParallel(ranks=8, naming="rccl"),
+}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_scenario_truth_by_hand_equals_the_interval_arithmetic(name: str) -> None:
+    """A scenario's answers, derived by hand from its parameters, are what the interval arithmetic that
+    gives a simulated run's truth finds on its events: overlap, breakdown, bubbles, per-step overlap."""
+    sc = SCENARIOS[name]
+    want, got = sc.truth(), events_truth(sc.events())
+    assert [r["rank"] for r in got["per_rank"]] == list(range(sc.ranks)) and len(got["per_step"]) == sc.ranks * sc.steps
+    for row in got["per_rank"]:
+        r = row["rank"]
+        for k in ("overlap_pct", "comm_us", "exposed_comm_us"):
+            assert _close(row[k], want["overlap"][r][k]), (r, k)
+        for k in ("span_us", "idle_us", "compute_us", "non_compute_us"):
+            assert _close(row[k], want["breakdown"][r][k]), (r, k)
+    for row in got["per_step"]:
+        r, s = row["rank"], row["step"]
+        assert _close(row["bubble_us"], want["bubble"][r][s]) and _close(row["overlap_pct"], want["step_overlap"][r][s])
+
+
+@pytest.mark.parametrize("sc", [Pipeline(), Pipeline(order=(0, 1), micro=3, steps=1)], ids=["4-stages", "2-stages"])
+def test_pipeline_bubble_by_hand_equals_the_interval_arithmetic(sc: Pipeline) -> None:
+    got = events_truth(sc.events())["per_step"]
+    assert len(got) == len(sc.order) * sc.steps
+    assert all(_close(row["bubble_pct"], sc.truth()["bubble_pct"]) for row in got)
+
+
+def test_noisy_pipeline_through_ingest_keeps_its_send_recv_peers(tmp_path: Path) -> None:
+    """to_kineto names a send/recv's ranks (Src Rank / Dst Rank): the ingested run has the scenario's
+    kernels with their peers, as the event table has them."""
+    sc = NoisyPipeline(steps=2)
+    run = ingest_generated(sc, tmp_path)
+    cols = ["rank", "ts_ns", "dur_ns", "kind", "stream", "coll_op", "peer", "step"]
+    kernels = pl.col("kind").is_in(["compute", "comm"]) & pl.col("stream").is_not_null()
+    got = run.events().filter(kernels).select(cols).collect().sort(cols)
+    want = sc.events().filter(kernels).select(cols).cast(got.schema).sort(cols)
+    assert got.filter(pl.col("coll_op") == "send")["peer"].null_count() == 0
+    assert got.equals(want)
+
+
+def test_compressed_traces_hold_the_same_events(tmp_path: Path) -> None:
+    spec = Spec(ranks=2, steps=2, kernels=30)
+    plain = generate(spec, tmp_path / "plain", with_truth=False)
+    packed = generate(spec, tmp_path / "packed", with_truth=False, compress=True)
+    assert plain == packed
+    for r in range(2):
+        with gzip.open(tmp_path / f"packed/traces/rank{r}.pt.trace.json.gz", "rt") as fh:
+            trace = json.load(fh)
+        assert trace == json.loads((tmp_path / f"plain/traces/rank{r}.pt.trace.json").read_text()) | {
+            "traceName": f"rank{r}.pt.trace.json.gz"}
