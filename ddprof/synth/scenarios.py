@@ -225,6 +225,9 @@ class CollectiveBench:
                     t += (t_us + 30) * US
         return rows.frame()
 
+    def kineto(self) -> dict[int, dict[str, Any]]:
+        return to_kineto(self.events(), self.ranks)
+
     def truth(self) -> dict[tuple[str, int], dict[str, float]]:
         n = self.ranks
         return {(op, b): {"count": self.repeats, "algbw_gbps": b / (t * US), "busbw_gbps": b / (t * US) * BUSBW[op](n)}
@@ -268,6 +271,9 @@ class Pipeline:
 
     def _p2p(self, rows: Rows, s: int, src: int, dst: int, t: int) -> None:
         p2p_rows(rows, s, src, dst, t, self.eps, self.nbytes, len(self.order))
+
+    def kineto(self) -> dict[int, dict[str, Any]]:
+        return to_kineto(self.events(), len(self.order))
 
     def truth(self) -> dict[str, Any]:
         P, M = len(self.order), self.micro

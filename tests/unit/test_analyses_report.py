@@ -20,7 +20,7 @@ from ddprof.analyses.stragglers import stragglers
 
 import ddprof
 from ddprof.render_text import render_text
-from ddprof.synth import DataParallel, Pipeline, ingest_generated, write_kineto
+from ddprof.synth import DataParallel, Pipeline, ingest_generated, to_kineto, write_kineto, write_traces
 from ddprof.units import fmt_bytes, fmt_us
 from tests.support.paths import SAMPLES
 
@@ -157,30 +157,27 @@ def test_report_reads_only_the_rows_it_uses_with_the_same_result(ingested, name)
     assert analyse(p, run.world_size) == analyse(prepare(every_row.lazy()), run.world_size)
 
 
-@pytest.mark.parametrize("make", [lambda: DataParallel(device="cpu", ranks=3, slow_rank=0).events(),
-                                  lambda: Pipeline().events(), lambda: _mixed_events()],
+@pytest.mark.parametrize("make", [lambda: DataParallel(device="cpu", ranks=3, slow_rank=0).kineto(),
+                                  lambda: Pipeline().kineto(), lambda: _mixed_traces()],
                          ids=["cpu-gloo", "pipeline", "mixed"])
 def test_report_rows_of_generated_runs_give_the_same_result(make, tmp_path):
-    events = make()
-    for rank in events["rank"].unique().to_list():  # one part per rank, as ingest writes them
-        part = tmp_path / "events" / f"rank={rank:05d}" / "part-0.parquet"
-        part.parent.mkdir(parents=True)
-        events.filter(pl.col("rank") == rank).write_parquet(part)
-    per_rank = {str(r): {"parts": [f"events/rank={r:05d}/part-0.parquet"], **s} for r, s in
-                sets.rank_spans(events.lazy()).join(
-                    events.group_by("rank").agg(kernels=(pl.col("kind").is_in(["compute", "comm"])
-                                                         & pl.col("stream").is_not_null()).sum()), on="rank")
-                .rows_by_key("rank", named=True, unique=True).items()}
-    (tmp_path / "manifest.json").write_text(json.dumps({"format": "ddprof-run", "schema_version": ddprof.SCHEMA_VERSION,
-                                                        "ranks": sorted(map(int, per_rank)), "per_rank": per_rank}))
-    run = ddprof.open_run(tmp_path)
+    run = ddprof.ingest([write_traces(make(), tmp_path / "traces")], tmp_path / "run")
+    events = run.events().collect()  # every row of the store, one part per rank
     assert analyse(read_events(run)) == analyse(events.lazy())
-    for info in per_rank.values():  # a manifest without spans: every row is read
+    manifest = tmp_path / "run" / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    for info in doc["per_rank"].values():  # a manifest without spans: every row is read
         del info["first_ns"]
-    (tmp_path / "manifest.json").write_text(json.dumps({"format": "ddprof-run", "schema_version": ddprof.SCHEMA_VERSION,
-                                                        "ranks": sorted(map(int, per_rank)), "per_rank": per_rank}))
-    run = ddprof.open_run(tmp_path)
+    manifest.write_text(json.dumps(doc))
+    run = ddprof.open_run(tmp_path / "run")
     assert read_events(run).events.collect().height == events.height
+
+
+def _mixed_traces():
+    """:func:`_mixed_events` as traces: the GPU ranks' with NCCL, the CPU-only ranks' with gloo."""
+    events = _mixed_events()
+    gpu = to_kineto(events.filter(pl.col("rank") < 2), 4)
+    return gpu | to_kineto(events.filter(pl.col("rank") >= 2), 4, backend="gloo")
 
 
 def _mixed_events():
