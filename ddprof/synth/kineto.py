@@ -103,7 +103,7 @@ def events(spec: Spec, line: Timeline) -> Iterator[str]:
         starts, durs = block_kernels(spec, line.rank, b)
         names = COMPUTE[b.phase]
         cpu = b.launch + off
-        step_cpu = int(round(spec.cpu_us * 1000))
+        step_cpu = int(round(spec.cpu_us * NS_PER_US))
         for i, (s, d) in enumerate(zip(starts.tolist(), durs.tolist())):
             ext += 1
             corr += 1

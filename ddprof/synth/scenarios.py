@@ -34,13 +34,12 @@ from typing import Any
 import polars as pl
 
 from ddprof.schema import conform
-from ddprof.synth.kineto import to_kineto
-from ddprof.units import NS_PER_US
+from ddprof.synth.kineto import NCCL_KERNEL, to_kineto
+from ddprof.synth.schedule import US
 
-US = NS_PER_US
 COMM_NAMES = {
     "nccl": "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)",
-    "nccl_dev": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
+    "nccl_dev": NCCL_KERNEL["allreduce"],
     "rccl": "ncclDevKernel_Generic(ncclDevComm*, unsigned long, ncclWork*)",
     "multimem": "void multimem_all_reduce_kernel<float>(float*, unsigned long)",
 }

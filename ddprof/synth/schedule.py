@@ -24,13 +24,14 @@ import numpy as np
 
 from ddprof.errors import UsageError
 from ddprof.synth.spec import Spec
+from ddprof.units import NS_PER_US
 
 COMPUTE_STREAM = 7
 DP_STREAM = 20
 TP_STREAM = 24
 #: p2p streams: (kind of transfer, direction) -> stream
 P2P_STREAMS = {("act", "send"): 26, ("act", "recv"): 28, ("grad", "send"): 30, ("grad", "recv"): 32}
-US = 1000
+US = NS_PER_US
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ddprof.synth.schedule import Timeline, block_kernels, groups
+from ddprof.synth.schedule import US, Timeline, block_kernels, groups
 from ddprof.synth.spec import Spec
-
-US = 1000.0
 
 
 def union_ns(starts: np.ndarray, ends: np.ndarray) -> int:
