@@ -8,7 +8,7 @@
 trace; not timed). Then, in one process, after one trace ingested and dropped (what a process pays once:
 imports, Polars' first calls):
 
-* decode:   :func:`ddprof.ingestion.kineto.decode` of every trace (read, JSON, the raw event frame);
+* decode:   :func:`ddprof.readers.kineto.decode.decode` of every trace (read, JSON, the raw event frame);
 * one by one: :func:`ddprof.ingestion.job.ingest_file` of every trace, one call each, into an empty run
             dir: decode, events table, validation, Parquet part, timeline summary (what a large trace costs
             beyond its size);
@@ -45,8 +45,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ddprof.ingestion.job import ingest_file
-from ddprof.ingestion.kineto import decode
 from ddprof.ingestion.pipeline import ingest
+from ddprof.readers.kineto.decode import decode
 from ddprof.synth import Spec, generate
 
 REPO = Path(__file__).resolve().parents[1]

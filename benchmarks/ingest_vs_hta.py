@@ -81,7 +81,7 @@ from hta.trace_analysis import TraceAnalysis
 from ddprof.memory import use_ingest_allocator
 use_ingest_allocator()  # as `ddprof ingest` does, before Polars loads
 from ddprof.cli import main as cli
-import ddprof.ingestion.pipeline, ddprof.ingestion.build
+import ddprof.ingestion.pipeline, ddprof.readers.kineto.build
 """, 'assert cli(["ingest", "-q", SRC_, "-o", OUT_, "-j", str(JOBS)]) == 0'),
     "warm": ("""
 from ddprof.cli import main as cli

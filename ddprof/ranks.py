@@ -1,8 +1,9 @@
 """Which rank wrote a file: a Kineto trace or a Flight Recorder dump. Never a silent default.
 
-* A trace (:func:`trace_rank`): an explicit ``--rank FILE=N`` mapping, then ``distributedInfo.rank`` in
-  the trace, then a clear rank number in the file or folder name (``rank-3.json``, ``rank=00003/``,
-  ``worker7_step_12.json``); disagreements are warnings, the more trusted claim wins.
+* A trace (:func:`trace_rank`): an explicit ``--rank FILE=N`` mapping, then the rank the trace says
+  (Kineto's ``distributedInfo.rank``), then a clear rank number in the file or folder name
+  (``rank-3.json``, ``rank=00003/``, ``worker7_step_12.json``); disagreements are warnings, the more
+  trusted claim wins.
 * A dump (:func:`dump_rank`): PyTorch names dump files prefix + rank (``_dump_12``,
   ``fr_trace_rank_3``), and the content may pin the rank too; content and name must agree, a
   disagreement is refused (a file copied from another rank).
@@ -55,29 +56,30 @@ def lookup_map(path: Path, rank_map: dict[str, int] | None) -> int | None:
     return None
 
 
-def trace_rank(path: Path, dist_info: dict[str, Any] | None,
-                 rank_map: dict[str, int] | None) -> tuple[int, list[str]]:
-    """(rank, warnings) for one trace, or :class:`RankError` saying how to fix it."""
+def trace_rank(path: Path, claimed: Any, rank_map: dict[str, int] | None,
+               claims_in: str = "distributedInfo") -> tuple[int, list[str]]:
+    """(rank, warnings) for one trace, or :class:`RankError` saying how to fix it. ``claimed``: the rank
+    the trace says (unchecked; not a non-negative integer is no claim), kept in its ``claims_in``."""
     warnings: list[str] = []
+    field = f"{claims_in}.rank"
     mapped = lookup_map(path, rank_map)
-    info_rank = as_int((dist_info or {}).get("rank"))
+    info_rank = as_int(claimed)
     if info_rank is not None and info_rank < 0:
         info_rank = None
     named = rank_from_name(path)
     if mapped is not None:
         if info_rank is not None and info_rank != mapped:
-            warnings.append(f"--rank maps this file to rank {mapped} but its distributedInfo says {info_rank}")
+            warnings.append(f"--rank maps this file to rank {mapped} but its {claims_in} says {info_rank}")
         return mapped, warnings
     if info_rank is not None:
         if named is not None and named != info_rank:
-            warnings.append(f"file name suggests rank {named} but distributedInfo.rank is {info_rank}; "
-                            f"using {info_rank}")
+            warnings.append(f"file name suggests rank {named} but {field} is {info_rank}; using {info_rank}")
         return info_rank, warnings
     if named is not None:
-        warnings.append(f"no distributedInfo.rank in the trace; rank {named} taken from the file name")
+        warnings.append(f"no {field} in the trace; rank {named} taken from the file name")
         return named, warnings
     raise RankError(
-        "cannot tell which rank this trace belongs to: it has no distributedInfo.rank and its name has no "
+        f"cannot tell which rank this trace belongs to: it has no {field} and its name has no "
         f"rank number. Give it one with --rank {path.name}=N (or rename it rank-N.json)",
         path=path,
     )

@@ -8,7 +8,7 @@ Conventions
 * ``ts_ns``/``dur_ns`` are integer nanoseconds on the trace's own clock. The wall-clock base that maps
   them to epoch time (``baseTimeNanoseconds``) is kept per rank in the manifest.
 * GPU rows have ``device`` and ``stream`` set; CPU rows have ``stream`` null and ``tid`` = thread.
-* ``kind`` is classified once, at ingest (see :mod:`ddprof.ingestion.build`).
+* ``kind`` is classified once, at ingest (see :mod:`ddprof.readers.kineto.build`).
 * Collective metadata (``coll_op`` ... ``seq``) is null where unknown, never -1; ``coll_op`` is one of
   :data:`ddprof.collective_ops.OPS`.
 * ``coll_op`` is ``sendrecv`` for an NCCL SendRecv kernel whose metadata does not say more: NCCL runs

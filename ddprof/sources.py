@@ -4,7 +4,8 @@
 * Raw traces (files, directories) are ingested into a cache: ``SRC/.ddprof-cache`` beside the traces, the
   ``cache`` asked for, or a temporary directory (removed afterwards) when the traces sit in a read-only
   place; ddprof never writes into or beside a read-only source.
-* A directory of NCCL Flight Recorder dumps (no traces) is read for hang diagnosis.
+* A directory of NCCL Flight Recorder dumps (no traces), or dump files named one by one, are read for hang
+  diagnosis. Which file is a dump is the readers' say (:func:`ddprof.readers.registry.recognise`).
 
 A run also brings the Flight Recorder dumps a capture left beside its traces
 (``raw/rank-NNNNN/fr_trace_rank_N``), or that sit in the traces' directory.
@@ -23,15 +24,10 @@ from pathlib import Path
 
 from ddprof.errors import BadInputError, UsageError
 from ddprof.executors import Executor
-from ddprof.flightrec.load import (
-    DumpSet,
-    find_dump_files,
-    is_flight_recorder_dir,
-    load_dump_dir,
-    load_dump_files,
-)
+from ddprof.flightrec.load import DumpSet
 from ddprof.ingestion import ingest
 from ddprof.ingestion.pipeline import IngestProgress
+from ddprof.readers import registry
 from ddprof.rundir import Run, is_run_dir, open_run
 
 CACHE_NAME = ".ddprof-cache"
@@ -79,15 +75,38 @@ def open_source(sources: Sequence[str | Path], *, cache: str | Path | None = Non
     paths = [Path(s) for s in sources]
     if not paths:
         raise BadInputError("nothing to analyse: name a run dir, traces, or a directory of Flight Recorder dumps")
-    if len(paths) == 1 and not is_run_dir(paths[0]) and is_flight_recorder_dir(paths[0]):
-        dump_set = load_dump_dir(paths[0])
-        if not dump_set.dumps:
-            detail = "; ".join(str(f) for f in dump_set.failures) or "no candidate files"
-            raise BadInputError(f"no readable Flight Recorder dump in this directory ({detail})", path=paths[0])
-        yield Source(run=None, dumps=dump_set)
+    dumps = registry.dump_reader()
+    if len(paths) == 1 and not is_run_dir(paths[0]) and dumps.is_dump_dir(paths[0]):
+        yield Source(run=None, dumps=_readable(dumps.load_dir(paths[0]), paths[0], "in this directory"))
         return
-    with _open_run(paths, cache, rank_map, progress, comm_kernels, executor) as run:
-        yield Source(run=run, dumps=captured_dumps(run.path, paths))
+    named = [p for p in paths if p.is_file() and _is_dump(p)]
+    if named and len(named) == len(paths):
+        yield Source(run=None, dumps=_readable(dumps.load_files(named, source=str(named[0].parent)), named[0],
+                                               "among the files named"))
+        return
+    traces = [p for p in paths if p not in named]
+    with _open_run(traces, cache, rank_map, progress, comm_kernels, executor) as run:
+        captured = captured_dumps(run.path, traces)
+        yield Source(run=run, dumps=dumps.load_files(named, source=str(named[0].parent)) if named else captured)
+
+
+def _is_dump(path: Path) -> bool:
+    """Whether a file named on its own is a dump (recognised by its reader; a file no reader takes is left
+    to ingest, which names what it is). A file named like a trace is not opened here: ingest does."""
+    if registry.claimed(path.name) and not registry.dump_reader().claims_name(path.name):
+        return False
+    try:
+        return registry.recognise(path) is registry.dump_reader()
+    except BadInputError:
+        return False
+
+
+def _readable(dump_set: DumpSet, where: Path, among: str) -> DumpSet:
+    """``dump_set`` when it holds a dump; else BadInputError listing why each file was refused."""
+    if not dump_set.dumps:
+        detail = "; ".join(str(f) for f in dump_set.failures) or "no candidate files"
+        raise BadInputError(f"no readable Flight Recorder dump {among} ({detail})", path=where)
+    return dump_set
 
 
 @contextmanager
@@ -117,15 +136,15 @@ def _open_run(paths: list[Path], cache: str | Path | None, rank_map: dict[str, i
 
 def captured_dumps(run_dir: Path, sources: Sequence[Path]) -> DumpSet | None:
     """The Flight Recorder dumps of a run: the first of ``RUN/raw`` and the source directories that holds
-    readable dumps (found by name: :func:`~ddprof.flightrec.load.find_dump_files`), with its unreadable
+    readable dumps (found by name: the dump reader's ``find``), with its unreadable
     ones as failures; when no place holds a readable dump, the unreadable ones of every place (a run
     whose every dump was refused still says so); None when there is no dump file at all. The report
     lists each failure among the run's failed inputs (exit 3, the file named)."""
     refused: list[BadInputError] = []
     for root in [run_dir / "raw", *(p for p in sources if p.is_dir())]:
-        files = find_dump_files(root) if root.is_dir() else []
+        files = registry.dump_reader().find(root) if root.is_dir() else []
         if files:
-            dump_set = load_dump_files(files, source=str(root))
+            dump_set = registry.dump_reader().load_files(files, source=str(root))
             if dump_set.dumps:
                 return dump_set
             refused.extend(dump_set.failures)

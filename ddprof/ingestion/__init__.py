@@ -1,4 +1,4 @@
-"""Kineto traces in, the run-dir store out. Entry point: :func:`ingest`."""
+"""Traces in (any format :mod:`ddprof.readers` reads), the run-dir store out. Entry point: :func:`ingest`."""
 
 from ddprof.ingestion.pipeline import ingest
 

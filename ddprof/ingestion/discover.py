@@ -1,4 +1,7 @@
-"""Find the trace files in what the user pointed at: files, directories, trees."""
+"""Find the trace files in what the user pointed at: files, directories, trees.
+
+Which names are traces is the readers' say (:func:`ddprof.readers.registry.claimed`): a new format's
+files are found the day its reader is registered."""
 
 from __future__ import annotations
 
@@ -7,23 +10,18 @@ from pathlib import Path
 
 from ddprof.capture_status import explain_no_trace
 from ddprof.errors import UsageError
-
-TRACE_SUFFIXES = (".json", ".json.gz")
-_SKIP_NAMES = {"manifest.json"}
-
-
-def is_trace_name(name: str) -> bool:
-    low = name.lower()
-    return low.endswith(TRACE_SUFFIXES) and name not in _SKIP_NAMES and not low.endswith(".meta.json")
+from ddprof.readers import registry
 
 
 def discover(sources: Sequence[str | Path]) -> list[Path]:
     """Trace files under ``sources``, sorted, without duplicates.
 
-    A file named explicitly is always taken. In a directory tree, ``*.json``/``*.json.gz`` files are taken,
-    except ``manifest.json``, ``*.meta.json`` and anything under a hidden folder (caches) or a run dir's
+    A file named explicitly is always taken (recognition then says what it is). In a directory tree, the
+    files an event reader claims by name are taken (Kineto: ``*.json``/``*.json.gz``, except
+    ``manifest.json`` and ``*.meta.json``), except under a hidden folder (caches) or a run dir's
     ``events/``. When nothing is found in a capture's run dir, the error is what its processes' status
-    files say (:func:`ddprof.capture_status.explain_no_trace`), not a bare "no trace files".
+    files say (:func:`ddprof.capture_status.explain_no_trace`), not a bare "no trace files"; elsewhere, it
+    names the files of a format ddprof knows but reads not (an Nsight Systems export...).
     """
     found: dict[Path, None] = {}
     for src in sources:
@@ -35,7 +33,7 @@ def discover(sources: Sequence[str | Path]) -> list[Path]:
                 rel = f.relative_to(p).parts
                 if any(part.startswith(".") for part in rel[:-1]) or "events" in rel[:-1]:
                     continue
-                if f.is_file() and is_trace_name(f.name):
+                if f.is_file() and registry.claimed(f.name):
                     found[f] = None
         else:
             raise UsageError(f"{src}: no such file or directory")
@@ -44,5 +42,19 @@ def discover(sources: Sequence[str | Path]) -> list[Path]:
             explanation = explain_no_trace(Path(src)) if Path(src).is_dir() else None
             if explanation:
                 raise UsageError(explanation)
-        raise UsageError(f"no trace files (*.json, *.json.gz) found in {', '.join(map(str, sources))}")
+        seen = "".join(f"; {f}: {why}" for f in _unread(sources) for why in (registry.unread(f),) if why)
+        raise UsageError(f"no trace files ({registry.claimed_names()}) found in {', '.join(map(str, sources))}{seen}")
     return sorted(found)
+
+
+#: Files of a directory with no trace that are looked at, to name the formats ddprof knows but reads not.
+LOOK_AT = 16
+
+
+def _unread(sources: Sequence[str | Path]) -> list[Path]:
+    """The first :data:`LOOK_AT` visible files of the directories among ``sources`` (none was a trace)."""
+    files: list[Path] = []
+    for src in sources:
+        if Path(src).is_dir():
+            files += [f for f in sorted(Path(src).iterdir()) if f.is_file() and not f.name.startswith(".")]
+    return files[:LOOK_AT]

@@ -1,4 +1,9 @@
-"""Ingest trace files: decode, build the event table, validate, write each trace's Parquet part.
+"""Ingest trace files: open each with its reader, build the event table, validate, write each trace's Parquet part.
+
+The format is the reader's business (:mod:`ddprof.readers`): recognition picks it (a file no reader takes
+fails naming what it is), the reader decodes the file, says who wrote it and builds its rows; what is
+done here is the same for every format (the rank and world size checked, duplicates dropped, the part
+written).
 
 A unit of work is one trace, or a batch of small ones built as one frame (:func:`ingest_files`: a frame
 operation costs about the same on a hundred rows as on ten thousand). Runs in a worker process; returns
@@ -21,11 +26,11 @@ import polars as pl
 from ddprof.atomic import write_atomic
 from ddprof.collective_ops import CommRule, kernel_rules
 from ddprof.errors import BadInputError, DdprofError, OutputError, SchemaError
-from ddprof.ingestion.build import build_events
-from ddprof.ingestion.kineto import Decoded, decode
-from ddprof.ingestion.source import quick_digest
 from ddprof.ingestion.world import MAX_WORLD_SIZE, checked_world_size
 from ddprof.ranks import trace_rank
+from ddprof.readers import registry
+from ddprof.readers.base import EventReader, Opened, reads_dumps, reads_events
+from ddprof.readers.source import quick_digest
 from ddprof.rundir import rank_dir
 from ddprof.schema import GPU_KINDS, STEP_PREFIX, step_number, validate
 from ddprof.timeline_summary import lanes, summary_path, write_summary
@@ -98,38 +103,48 @@ def ingest_files(paths: Sequence[str], out_dir: str, rank_map: dict[str, int] | 
     trace's part, summary and result are those it gets alone; a trace's bad input fails that trace only."""
     out, rules = Path(out_dir), kernel_rules(comm_kernels)
     results: list[FileResult] = []
-    ready: list[FileResult] = []
-    decoded: list[Decoded] = []
+    ready: dict[EventReader, tuple[list[FileResult], list[Opened]]] = {}  # by reader, in the files' order
     for path_str in paths:
         path = Path(path_str)
         st = path.stat()
         res = FileResult(path=path_str, size=st.st_size, mtime_ns=st.st_mtime_ns, rank_map=rank_map or None,
                          dev=st.st_dev, ino=st.st_ino, ctime_ns=st.st_ctime_ns)
         results.append(res)
-        dec = _guarded(res, _open, path, rank_map, res)
-        if dec is not None:
-            ready.append(res)
-            decoded.append(dec)
-    dec = None  # _store frees each decoded trace once built: no other reference may keep it
+        got = _guarded(res, _open, path, rank_map, res)
+        if got is not None:
+            group = ready.setdefault(got[0], ([], []))
+            group[0].append(res)
+            group[1].append(got[1])
+    got = None  # _store frees each opened trace once built: no other reference may keep it
     created: list[Path] = []
     try:
-        if len(ready) == 1:
-            _guarded(ready[0], _store, out, ready, decoded, rules, created)
-        elif ready:
-            pairs = list(zip(ready, decoded))  # small traces: kept for the fallback below
-            try:
-                _store(out, ready, decoded, rules, created)
-            except OutputError:
-                raise
-            except Exception:  # not a trace's own fault to share: each is built alone, to say whose it is
-                for res, dec in pairs:
-                    _guarded(res, _store, out, [res], [dec], rules, created)
+        while ready:
+            reader = next(iter(ready))
+            batch, opened = ready.pop(reader)
+            _store_batch(reader, out, batch, opened, rules, created)
     except OutputError:  # the run dir cannot take them: the parts written here go (those already there stay)
         for p in created:
             p.unlink(missing_ok=True)
             summary_path(p).unlink(missing_ok=True)
         raise
     return results
+
+
+def _store_batch(reader: EventReader, out: Path, ready: list[FileResult], opened: list[Opened],
+                 rules: tuple[CommRule, ...], created: list[Path]) -> None:
+    """:func:`_store` of the traces one reader opened: as one frame, or, when that fails with no trace to
+    blame, each alone (to say whose fault it is)."""
+    if len(ready) == 1:
+        _guarded(ready[0], _store, reader, out, ready, opened, rules, created)
+        return
+    pairs = list(zip(ready, opened))  # small traces: kept for the fallback below
+    try:
+        _store(reader, out, ready, opened, rules, created)
+    except OutputError:
+        raise
+    except Exception:  # not a trace's own fault to share: each is built alone, to say whose it is
+        for res, one in pairs:
+            _guarded(res, _store, reader, out, [res], [one], rules, created)
 
 
 def _guarded(res: FileResult, step: Callable[..., _T], *args: Any) -> _T | None:
@@ -151,43 +166,48 @@ def _guarded(res: FileResult, step: Callable[..., _T], *args: Any) -> _T | None:
     return None
 
 
-def _open(path: Path, rank_map: dict[str, int] | None, res: FileResult) -> Decoded:
-    """Decode a trace; its header's facts into ``res`` (a header that contradicts itself raises)."""
+def _open(path: Path, rank_map: dict[str, int] | None, res: FileResult) -> tuple[EventReader, Opened]:
+    """Recognise a trace and open it with its reader; its identity's facts into ``res`` (a claim that
+    contradicts itself raises)."""
     res.quick = quick_digest(path, res.size)
-    dec = decode(path)
-    res.sha1 = dec.sha1
-    info = dec.distributed_info = _checked_info(dec.distributed_info, res.warnings)
-    res.rank, warns = trace_rank(path, info, rank_map)
+    reader = registry.recognise(path)
+    if not reads_events(reader):
+        if reads_dumps(reader):
+            reader.load(path)  # a file that is not what its first bytes suggest says so here
+        raise BadInputError(f"{reader.describes}, not a trace: it holds no events to ingest (ddprof analyze "
+                            "reads it for the hang diagnosis)", path=path)
+    opened = reader.open(path)
+    res.sha1 = opened.sha1
+    ident = opened.identity
+    res.warnings.extend(opened.warnings)
+    res.rank, warns = trace_rank(path, ident.rank, rank_map, ident.claims_in)
     if not 0 <= res.rank < MAX_WORLD_SIZE:
         bad, res.rank = res.rank, None
         raise BadInputError(f"rank {bad} is not a plausible rank (0 to {MAX_WORLD_SIZE - 1})", path=path)
     res.warnings.extend(warns)
-    res.world_size, why = checked_world_size(info.get("world_size"))
+    res.world_size, why = checked_world_size(ident.world_size, f"{ident.claims_in}.world_size")
     if why:
         res.warnings.append(why)
     if res.world_size is not None and res.rank >= res.world_size:
         raise BadInputError(f"rank {res.rank} is not below world_size {res.world_size}", path=path, rank=res.rank)
-    res.backend = info.get("backend") if isinstance(info.get("backend"), str) else None
-    pg_config = info.get("pg_config")
-    res.pg_config = pg_config if isinstance(pg_config, list) else []
-    res.nccl_version = info.get("nccl_version") if isinstance(info.get("nccl_version"), str) else None
-    res.device_names = [str(d["name"]) for d in dec.device_properties if isinstance(d, dict) and d.get("name")]
-    res.base_time_ns = dec.base_time_ns
-    res.raw_complete = dec.raw_complete
-    res.dropped = dict(dec.dropped)
-    res.notices = list(dec.notices)
-    for why, n in dec.dropped.items():
-        res.warnings.append(f"dropped {n} of {dec.raw_complete} complete events: {why}")
-    return dec
+    res.backend, res.pg_config, res.nccl_version = ident.backend, ident.pg_config, ident.nccl_version
+    res.device_names, res.base_time_ns = ident.device_names, ident.base_time_ns
+    res.raw_complete = opened.raw_complete
+    res.dropped = dict(opened.dropped)
+    res.notices = list(opened.notices)
+    for why, n in opened.dropped.items():
+        res.warnings.append(f"dropped {n} of {opened.raw_complete} complete events: {why}")
+    return reader, opened
 
 
-def _store(out_dir: Path, results: list[FileResult], decoded: list[Decoded], rules: tuple[CommRule, ...],
-           created: list[Path]) -> None:
-    """Build the traces' events as one frame, then check and write each trace's part (a trace's bad
-    events fail that trace only; the parts not there before are added to ``created``). ``decoded`` is
-    emptied once built: a large trace's decoded frame is not kept while its part is written."""
-    df, warnings = build_events(decoded, [r.rank for r in results], rules)  # type: ignore[misc]
-    decoded.clear()
+def _store(reader: EventReader, out_dir: Path, results: list[FileResult], opened: list[Opened],
+           rules: tuple[CommRule, ...], created: list[Path]) -> None:
+    """Build the traces' events as one frame (``reader``: the one that opened them all), then check and
+    write each trace's part (a trace's bad events fail that trace only; the parts not there before are
+    added to ``created``). ``opened`` is emptied once built: a large trace's decoded frame is not kept
+    while its part is written."""
+    df, warnings = reader.read(opened, [r.rank for r in results], rules)  # type: ignore[misc]
+    opened.clear()
     n = len(results)
     df, dropped = _drop_duplicates(df, n)
     whole_valid = _valid(df.drop("_trace"))
@@ -249,24 +269,6 @@ def _write_parquet(df: pl.DataFrame, target: Path | io.BytesIO) -> int:
             return fh.write(buf.getbuffer())
     df.write_parquet(target, compression="zstd", statistics=True, row_group_size=ROW_GROUP)
     return target.tell() if isinstance(target, io.BytesIO) else target.stat().st_size
-
-
-def _checked_info(info: dict[str, Any] | None, warnings: list[str]) -> dict[str, Any]:
-    """``distributedInfo`` with the values ingestion reads in the shapes it reads them: a ``pg_config``
-    that is not a list is ignored (with a warning naming its type), as are its entries that are not
-    objects. The header is the producer's claim; a wrong shape must not break the events."""
-    info = dict(info or {})
-    groups = info.get("pg_config")
-    if groups is not None and not isinstance(groups, list):
-        warnings.append(f"distributedInfo.pg_config ignored: a {type(groups).__name__}, not a list")
-        info["pg_config"] = []
-    elif groups:
-        kept = [g for g in groups if isinstance(g, dict)]
-        if len(kept) < len(groups):
-            warnings.append(f"distributedInfo.pg_config: {len(groups) - len(kept)} entries that are not "
-                            "objects ignored")
-        info["pg_config"] = kept
-    return info
 
 
 def _drop_duplicates(df: pl.DataFrame, traces: int) -> tuple[pl.DataFrame, list[int]]:

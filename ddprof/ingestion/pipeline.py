@@ -1,5 +1,6 @@
-"""Ingest Kineto traces into a run dir: discover, reuse the cache, parse ranks in parallel, reconcile,
-write the manifest last (atomically), then drop Parquet parts no manifest refers to.
+"""Ingest traces (any format :mod:`ddprof.readers` reads) into a run dir: discover, reuse the cache, parse
+ranks in parallel, reconcile, write the manifest last (atomically), then drop Parquet parts no manifest
+refers to.
 
 The run dir is checked writable before any parsing, and the temporary files of killed runs are removed
 (:func:`ddprof.atomic.remove_stale_tmp`). A full disk or an unwritable run dir stops the ingest with one
@@ -7,7 +8,7 @@ The run dir is checked writable before any parsing, and the temporary files of k
 others finish and their manifest be written, then raises :class:`~ddprof.errors.InternalError`.
 
 The cache (the previous manifest) serves a trace only once its content is vouched for
-(:func:`_unchanged`): same size, same digest of its two ends (:func:`~ddprof.ingestion.source.quick_digest`),
+(:func:`_unchanged`): same size, same digest of its two ends (:func:`~ddprof.readers.source.quick_digest`),
 and either the same file untouched since (device, inode, change time and mtime as recorded) or, when any
 of these moved, the same full SHA-1 as recorded. A same-size edit whose mtime was put back still moved
 the change time; two same-size files swapped by name swapped inodes: both are read again.
@@ -34,9 +35,9 @@ from ddprof.ingestion.discover import discover
 from ddprof.ingestion.job import FileResult, ingest_files
 from ddprof.ingestion.manifest import build_manifest
 from ddprof.ingestion.sidecar import read_sidecars
-from ddprof.ingestion.source import file_sha1, quick_digest
 from ddprof.ingestion.store_version import store_fingerprint
 from ddprof.memory import for_child_processes
+from ddprof.readers.source import file_sha1, quick_digest
 from ddprof.rundir import MANIFEST, RUN_FORMAT, Run, open_run
 from ddprof.timeline_summary import summary_path
 

@@ -12,23 +12,23 @@ from typing import Any
 MAX_WORLD_SIZE = 1 << 20
 
 
-def checked_world_size(value: Any) -> tuple[int | None, str | None]:
-    """A trace's ``distributedInfo.world_size`` if plausible, else None and the warning saying why.
+def checked_world_size(value: Any, field: str = "world_size") -> tuple[int | None, str | None]:
+    """The world size a trace claims if plausible, else None and the warning saying why (``field``: where
+    the trace keeps it, e.g. Kineto's ``distributedInfo.world_size``).
 
     >>> checked_world_size(8)
     (8, None)
-    >>> checked_world_size("8")
+    >>> checked_world_size("8", "distributedInfo.world_size")
     (None, "distributedInfo.world_size '8' ignored: a str, not an integer")
     """
     if value is None:
         return None, None
     if not isinstance(value, int) or isinstance(value, bool):
-        return None, f"distributedInfo.world_size {value!r} ignored: a {type(value).__name__}, not an integer"
+        return None, f"{field} {value!r} ignored: a {type(value).__name__}, not an integer"
     if value <= 0:
-        return None, f"distributedInfo.world_size {value} ignored: not a positive integer"
+        return None, f"{field} {value} ignored: not a positive integer"
     if value > MAX_WORLD_SIZE:
-        return None, (f"distributedInfo.world_size {value} ignored: larger than any plausible job "
-                      f"({MAX_WORLD_SIZE} ranks)")
+        return None, f"{field} {value} ignored: larger than any plausible job ({MAX_WORLD_SIZE} ranks)"
     return value, None
 
 

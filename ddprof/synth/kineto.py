@@ -30,7 +30,7 @@ except ImportError:  # pragma: no cover - isal is a dependency; the standard lib
     import gzip as igzip  # type: ignore[no-redef]
 
 from ddprof.atomic import write_atomic
-from ddprof.ingestion.structs import Args
+from ddprof.readers.kineto.structs import Args
 from ddprof.synth.schedule import COMPUTE_STREAM, Comm, Group, Timeline, block_kernels, groups
 from ddprof.synth.spec import Spec
 from ddprof.units import NS_PER_US

@@ -33,7 +33,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ddprof
-from ddprof.flightrec.unpickle import SafeUnpickler, read_dump_object
+from ddprof.readers.flightrec.unpickle import SafeUnpickler, read_dump_object
 from tests.support.fuzz_contract import EXAMPLES, PEAK_RSS_BYTES, Contract, case_root
 from tests.support.paths import FLIGHT_RECORDER, SAMPLES
 

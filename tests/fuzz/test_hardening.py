@@ -21,8 +21,8 @@ from ddprof.atomic import remove_stale_tmp, write_atomic
 from ddprof.cli import main
 from ddprof.errors import OutputError
 from ddprof.ingestion import pipeline
-from ddprof.ingestion.depth import flatten_deep
 from ddprof.ingestion.world import MAX_WORLD_SIZE, checked_world_size, format_ranges, missing_ranges
+from ddprof.readers.kineto.depth import flatten_deep
 from tests.support.paths import SAMPLES
 
 GLOO = SAMPLES / "gloo-ddp-4rank-slow-rank"
@@ -125,12 +125,12 @@ def test_flatten_deep_cuts_only_past_the_limit_and_respects_strings():
 
 
 def test_a_bug_while_ingesting_is_exit_70_never_a_bad_input(tmp_path, capsys, monkeypatch):
-    from ddprof.ingestion import job
+    from ddprof.readers.kineto import reader
 
     def broken(*a, **k):
         raise ZeroDivisionError("boom")
 
-    monkeypatch.setattr(job, "build_events", broken)
+    monkeypatch.setattr(reader, "build_events", broken)
     trace(tmp_path / "src" / "r0.json", 0, 1)
     rc, _, err = cli(["analyze", tmp_path / "src", "--cache", tmp_path / "c"], capsys)
     assert rc == 70

@@ -1,4 +1,5 @@
-"""Dependency direction (docs/DESIGN.md §1): CLI -> dashboards -> analyses | collectors -> core.
+"""Dependency direction (docs/DESIGN.md §1): CLI -> dashboards -> analyses | collectors -> core, and inside
+the core, ingestion -> readers: the input formats (ddprof/readers) know nothing of the pipeline that uses them.
 
 Checked on the source with the AST, so a violation fails even if the import sits in a branch no test runs.
 """
@@ -19,6 +20,8 @@ HEAVY = {"torch", "dash", "plotly", "click"}
 
 FORBIDDEN = {
     "core": {"ddprof.analyses", "ddprof.collectors", "ddprof.dashboards", "ddprof.cli"} | HEAVY,
+    "readers": {"ddprof.analyses", "ddprof.collectors", "ddprof.dashboards", "ddprof.cli", "ddprof.ingestion",
+                "ddprof.sources", "ddprof.export", "ddprof.synth"} | HEAVY,
     "analyses": {"ddprof.ingestion", "ddprof.collectors", "ddprof.dashboards", "ddprof.cli"} | HEAVY,
     "collectors": {"ddprof.analyses", "ddprof.dashboards", "ddprof.cli", "dash", "plotly", "click"},
     "dashboards": {"ddprof.cli", "ddprof.collectors", "torch", "click"},
@@ -36,7 +39,8 @@ ALLOWED = {("ddprof/__init__.py", "ddprof.collectors"), ("ddprof/__init__.py", "
 def layer_of(rel: Path) -> str:
     top = rel.parts[0]
     if top == "ddprof":
-        return "cli" if len(rel.parts) > 1 and rel.parts[1] == "cli" else "core"
+        sub = rel.parts[1] if len(rel.parts) > 1 else ""
+        return sub if sub in ("cli", "readers") else "core"
     return top
 
 
@@ -78,11 +82,55 @@ def test_the_public_face_imports_the_outer_layers_lazily():
     assert not {m for m in names if m.startswith(("ddprof.analyses", "ddprof.collectors", "ddprof.cli"))}
 
 
+#: What code outside ddprof/readers may import of it: the interface, the registry, the formats it refuses,
+#: the file reading all readers share. The old Flight Recorder path (ddprof/flightrec) re-exports the dump
+#: records the hang analysis imports.
+READERS_FACE = {"ddprof.readers", "ddprof.readers.base", "ddprof.readers.registry", "ddprof.readers.unread",
+                "ddprof.readers.source"}
+#: The run generator writes Kineto traces: it spells their args with the names the Kineto reader decodes.
+READERS_SHARED = {("ddprof/synth/kineto.py", "ddprof.readers.kineto.structs")}
+
+
+def reader_internals() -> list[str]:
+    out = []
+    for folder in LAYERS:
+        for path in sorted((REPO / folder).rglob("*.py")):
+            rel = path.relative_to(REPO)
+            if rel.parts[:2] in (("ddprof", "readers"), ("ddprof", "flightrec")):
+                continue
+            for mod in imports(path):
+                shared = any(mod.startswith(m) for f, m in READERS_SHARED if f == str(rel))
+                if mod.startswith("ddprof.readers.") and ".".join(mod.split(".")[:3]) not in READERS_FACE \
+                        and not shared:
+                    out.append(f"{rel} imports {mod}")
+    return out
+
+
+def test_formats_are_known_through_the_registry_only():
+    """The pipeline, the discovery of files and the sources pick a reader through ddprof.readers.registry:
+    no module outside ddprof/readers imports a reader's own folder (a new format touches no caller)."""
+    assert reader_internals() == []
+
+
+def test_the_registry_check_catches_a_violation(tmp_path, monkeypatch):
+    for name in LAYERS:
+        (tmp_path / name).mkdir()
+    (tmp_path / "ddprof" / "ingestion").mkdir()
+    (tmp_path / "ddprof" / "ingestion" / "bad.py").write_text(
+        "from ddprof.readers import registry\nfrom ddprof.readers.kineto.decode import decode\n")
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    assert sorted(reader_internals()) == ["ddprof/ingestion/bad.py imports ddprof.readers.kineto.decode",
+                                  "ddprof/ingestion/bad.py imports ddprof.readers.kineto.decode.decode"]
+
+
 def test_the_rooms_are_where_the_layout_says():
-    """Flight Recorder reading is core, beside Kineto ingest; the hang analysis and the frames the metrics
-    share are subpackages of the analyses; each command is a module of the CLI."""
-    for path in ("ddprof/flightrec/unpickle.py", "ddprof/flightrec/dump.py", "ddprof/flightrec/records.py",
-                 "ddprof/flightrec/load.py", "ddprof/collective_ops.py", "analyses/hang/diagnose.py",
+    """Input formats are readers (Kineto traces and Flight Recorder dumps, each a folder of
+    ddprof/readers); the hang analysis and the frames the metrics share are subpackages of the analyses;
+    each command is a module of the CLI."""
+    for path in ("ddprof/readers/flightrec/unpickle.py", "ddprof/readers/flightrec/dump.py",
+                 "ddprof/readers/flightrec/records.py", "ddprof/readers/flightrec/load.py",
+                 "ddprof/readers/kineto/decode.py", "ddprof/readers/kineto/build.py", "ddprof/readers/registry.py",
+                 "ddprof/readers/base.py", "ddprof/collective_ops.py", "analyses/hang/diagnose.py",
                  "analyses/frames/memo.py", "ddprof/cli/analyze_cmd.py", "ddprof/cli/ingest_cmd.py",
                  "ddprof/cli/launch_cmd.py"):
         assert (REPO / path).is_file(), path

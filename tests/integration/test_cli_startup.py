@@ -19,7 +19,7 @@ sys.argv = ["ddprof", *json.loads(sys.argv[1])]
 from ddprof.__main__ import main
 rc = main()
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in {heavy!r} or m.startswith("ddprof.cli.")
-                or m.startswith(("ddprof.collectors", "ddprof.analyses", "ddprof.ingestion")))
+                or m.startswith(("ddprof.collectors", "ddprof.analyses", "ddprof.ingestion", "ddprof.readers")))
 print("\\n" + json.dumps({{"rc": rc, "loaded": loaded}}))
 """
 

@@ -70,7 +70,7 @@ def read_meta(run_dir: Path, rank: int) -> dict[str, Any]:
 
 def read_flight_recorder(path: Path) -> dict[str, Any]:
     """A Flight Recorder dump as plain objects, read with the product's import-nothing unpickler."""
-    from ddprof.flightrec.unpickle import read_dump_object
+    from ddprof.readers.flightrec.unpickle import read_dump_object
 
     dump = read_dump_object(path)
     assert isinstance(dump, dict), f"{path}: not a Flight Recorder dump"

@@ -18,9 +18,9 @@ from ddprof.analyses.report import EMPTY_SECTIONS, build_report
 
 import ddprof
 from ddprof.errors import BadInputError, RankError
-from ddprof.flightrec.load import is_flight_recorder_dir, load_dump, load_dump_dir
-from ddprof.flightrec.unpickle import SafeUnpickler
 from ddprof.ranks import rank_from_dump_name
+from ddprof.readers.flightrec.load import is_flight_recorder_dir, load_dump, load_dump_dir
+from ddprof.readers.flightrec.unpickle import SafeUnpickler
 from tests.support.paths import DLRM, FLIGHT_RECORDER, SAMPLES
 
 FR = FLIGHT_RECORDER
@@ -629,7 +629,7 @@ def test_deeply_nested_json_is_bad_input(tmp_path):
 
 def test_a_report_on_dumps_alone_takes_backend_and_device_from_them():
     """gloo's Flight Recorder names its ops ``gloo:*``: a CPU job, not NCCL on a GPU."""
-    from ddprof.flightrec.load import find_dump_files, load_dump_files
+    from ddprof.readers.flightrec.load import find_dump_files, load_dump_files
 
     raw = SAMPLES / "gloo-ddp-4rank-slow-rank" / "raw"
     report = build_report(None, dumps=load_dump_files(find_dump_files(raw), source=str(raw)))

@@ -16,6 +16,7 @@ import pytest
 from ddprof import timeline_summary as ts
 from ddprof.ingestion import job, pipeline
 from ddprof.ingestion.discover import discover
+from ddprof.readers.kineto import reader as kineto
 from ddprof.synth import Spec, generate
 from tests.support.paths import DLRM, SAMPLES
 
@@ -149,18 +150,18 @@ def test_a_bug_met_building_a_batch_is_pinned_on_its_trace(tmp_path, monkeypatch
     src = tmp_path / "src"
     src.mkdir()
     files = [_write(src / f"r{r}.json", _doc(r, _ops(r))) for r in range(4)]
-    real = job.build_events
+    real = kineto.build_events
 
     def broken(decs, ranks, *rest):
         if 2 in ranks:
             raise ZeroDivisionError("boom")
         return real(decs, ranks, *rest)
 
-    monkeypatch.setattr(job, "build_events", broken)
+    monkeypatch.setattr(kineto, "build_events", broken)
     results = job.ingest_files([str(f) for f in files], str(tmp_path / "run"), None)
     assert [r.status for r in results] == ["ok", "ok", "failed", "ok"]
     assert results[2].internal and "ZeroDivisionError" in (results[2].error or "") and "r2.json" in results[2].error
-    monkeypatch.setattr(job, "build_events", real)
+    monkeypatch.setattr(kineto, "build_events", real)
     alone = [job.ingest_file(str(f), str(tmp_path / "alone"), None) for f in files]
     assert _results([results[i] for i in (0, 1, 3)]) == _results([alone[i] for i in (0, 1, 3)])
 
@@ -262,7 +263,7 @@ def test_a_trace_alone_is_not_held_decoded_while_its_part_is_written(tmp_path, m
     src = tmp_path / "src"
     src.mkdir()
     alive: list[weakref.ref] = []
-    real_decode, real_write = job.decode, job._write_parquet
+    real_decode, real_write = kineto.decode, job._write_parquet
 
     def decode(path):
         dec = real_decode(path)
@@ -274,7 +275,7 @@ def test_a_trace_alone_is_not_held_decoded_while_its_part_is_written(tmp_path, m
         assert [r for r in alive if r() is not None] == []
         return real_write(df, target)
 
-    monkeypatch.setattr(job, "decode", decode)
+    monkeypatch.setattr(kineto, "decode", decode)
     monkeypatch.setattr(job, "_write_parquet", write)
     res = job.ingest_file(str(_write(src / "r0.json", _doc(0, _ops(0)))), str(tmp_path / "run"), None)
     assert res.status == "ok" and len(alive) == 1

@@ -1,4 +1,4 @@
-"""Streaming Kineto reader (ingestion.source, ingestion.stream, kineto.decode): cut anywhere, read the same.
+"""Streaming Kineto reader (readers.source, readers.kineto.stream, readers.kineto.decode): cut anywhere, read the same.
 
 Every document is decoded with pieces of 1, 7, 64 and 300 bytes (inflated blocks for gzip, reads for
 plain JSON) and with the defaults, and compared with a reference computed from ``json.loads`` of the
@@ -29,9 +29,11 @@ from polars.testing import assert_frame_equal
 
 from ddprof.collective_ops import MARKER_RE
 from ddprof.errors import BadInputError, DdprofError
-from ddprof.ingestion import kineto, source, stream
-from ddprof.ingestion.categories import CAT_KIND, canonical
-from ddprof.ingestion.events import RAW_SCHEMA
+from ddprof.readers import source
+from ddprof.readers.kineto import decode as kineto
+from ddprof.readers.kineto import stream
+from ddprof.readers.kineto.categories import CAT_KIND, canonical
+from ddprof.readers.kineto.events import RAW_SCHEMA
 
 GZ_MAGIC = b"\x1f\x8b"
 #: Bytes per piece: the inflated block for gzip, the read size for plain JSON; None: the defaults.

@@ -17,8 +17,8 @@ import pytest
 from ddprof.analyses.report import analyze
 
 import ddprof
-from ddprof.ingestion.categories import canonical
-from ddprof.ingestion.kineto import decode
+from ddprof.readers.kineto.categories import canonical
+from ddprof.readers.kineto.decode import decode
 from ddprof.synth import DataParallel
 from tests.support.paths import TRACES
 

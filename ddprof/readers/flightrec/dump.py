@@ -1,4 +1,4 @@
-"""The dump format: one loaded Flight Recorder object (format 2.x) -> :class:`~ddprof.flightrec.records.FRDump`.
+"""The dump format: one loaded Flight Recorder object (format 2.x) -> :class:`~ddprof.readers.flightrec.records.FRDump`.
 
 Validates the top level (a dict with ``version`` 2.x and ``pg_config``), parses the groups, entries and
 ``pg_status``, works out which rank wrote the dump, and keys ``pg_status`` by group name:
@@ -19,8 +19,8 @@ from typing import Any
 
 from ddprof.errors import BadInputError
 from ddprof.fields import brief, text_field
-from ddprof.flightrec.records import FRDump, FREntry, PGStatus, parse_entry, parse_ranks, parse_status
 from ddprof.ranks import dump_rank, rank_from_dump_name
+from ddprof.readers.flightrec.records import FRDump, FREntry, PGStatus, parse_entry, parse_ranks, parse_status
 
 __all__ = ["SUPPORTED_MAJOR", "parse_dump", "map_status_to_names"]
 
@@ -86,7 +86,7 @@ def _nccl_version(value: Any) -> str | None:
 
 
 def _parse_entries(raw: list[Any] | tuple[Any, ...]) -> tuple[FREntry, ...]:
-    """The entries, each parsed (:func:`~ddprof.flightrec.records.parse_entry`); an entry that is an
+    """The entries, each parsed (:func:`~ddprof.readers.flightrec.records.parse_entry`); an entry that is an
     earlier one again (one object a pickle refers to twice) raises ValueError: no Flight Recorder writes
     that, and through such references a file of a megabyte held half a million entries to parse."""
     seen: set[int] = set()

@@ -26,7 +26,7 @@ from typing import Any
 
 import msgspec
 
-from ddprof.ingestion.depth import decode_shallow
+from ddprof.readers.kineto.depth import decode_shallow
 
 #: Cut attempts per block before reading more; a cut fails only when a '}' ends a nested object.
 CUT_TRIES = 4
@@ -49,11 +49,13 @@ class Header(msgspec.Struct, forbid_unknown_fields=False):
     distributedInfo: Any = None  # noqa: N815 - Kineto's keys
     baseTimeNanoseconds: Any = None  # noqa: N815
     deviceProperties: Any = None  # noqa: N815
+    schemaVersion: Any = None  # noqa: N815 - read only to tell a PyTorch profiler trace (.reader)
+    computeProperties: Any = None  # noqa: N815 - PyTorch 1.8's deviceProperties
     WARNING: Any = None  # what the profiler logged while tracing (Kineto writes its log's levels as keys)
     ERROR: Any = None
 
     def update(self, later: Header) -> None:
-        for f in ("distributedInfo", "baseTimeNanoseconds", "deviceProperties", "WARNING", "ERROR"):
+        for f in self.__struct_fields__:
             if getattr(later, f) is not None:
                 setattr(self, f, getattr(later, f))
 

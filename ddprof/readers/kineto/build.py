@@ -28,11 +28,11 @@ import numpy as np
 import polars as pl
 
 from ddprof.collective_ops import KERNEL_FAMILIES, CommRule, message_size
-from ddprof.ingestion.categories import CAT_KIND, GPU_CATS, KNOWN_CATS
-from ddprof.ingestion.comm_rows import communication
-from ddprof.ingestion.kineto import Decoded
-from ddprof.ingestion.link import STORED, rows
-from ddprof.ingestion.steps import assign_steps
+from ddprof.readers.kineto.categories import CAT_KIND, GPU_CATS, KNOWN_CATS
+from ddprof.readers.kineto.comm_rows import communication
+from ddprof.readers.kineto.decode import Decoded
+from ddprof.readers.kineto.link import STORED, rows
+from ddprof.readers.kineto.steps import assign_steps
 from ddprof.schema import Kind, conform
 
 #: Expressions built once: building one costs a few microseconds, and a trace of a few hundred events is

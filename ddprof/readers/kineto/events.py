@@ -5,7 +5,7 @@ Polars frame at once. Collective metadata matters on few rows: collective marker
 with new-format fields; it is gathered from those rows only, into a small frame of its own.
 
 Categories are stored in their modern spelling whatever the trace's generation
-(:func:`ddprof.ingestion.categories.canonical`).
+(:func:`ddprof.readers.kineto.categories.canonical`).
 
 Other exporters of the Chrome trace format write durations as ``B``/``E`` pairs: they are matched per
 (pid, tid) as a stack (in timestamp order, file order between equal timestamps) and become complete
@@ -32,15 +32,15 @@ import polars as pl
 
 from ddprof.collective_ops import MARKER_RE
 from ddprof.fields import as_int
-from ddprof.ingestion.categories import CAT_KIND, canonical
-from ddprof.ingestion.structs import PHASE_OF, Args, Complete
+from ddprof.readers.kineto.categories import CAT_KIND, canonical
+from ddprof.readers.kineto.structs import PHASE_OF, Args, Complete
 
 #: Longest plausible event: a day. Longer ones are CUPTI timestamp overflows and are dropped.
 MAX_DUR_NS = 24 * 3600 * 10**9
 #: Timestamps beyond this many microseconds do not fit int64 nanoseconds.
 MAX_TS_US = 9.2e15
 
-AnyComplete = Any  # a complete event from any decoding path (ddprof.ingestion.structs)
+AnyComplete = Any  # a complete event from any decoding path (ddprof.readers.kineto.structs)
 
 
 #: Columns of the decoded frame, one row per kept complete event (before classification).

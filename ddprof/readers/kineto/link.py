@@ -22,8 +22,8 @@ import numpy as np
 import polars as pl
 
 from ddprof.collective_ops import normalize_op
-from ddprof.ingestion import comms
 from ddprof.keyjoin import sorted_rows
+from ddprof.readers.kineto import comms
 
 #: Collective metadata as the store keeps it, with the store's types.
 STORED: dict[str, pl.DataType] = {

@@ -1,12 +1,12 @@
 """Decode one Kineto (PyTorch profiler) trace file into a Polars frame of its complete events.
 
-The file is streamed: inflated block by block (:mod:`~ddprof.ingestion.source`) and cut into runs of
-whole events (:mod:`~ddprof.ingestion.stream`), each decoded by typed msgspec structs
-(:mod:`~ddprof.ingestion.structs`) and turned into a small columnar frame at once
-(:mod:`~ddprof.ingestion.events`). Neither the inflated JSON nor the Python objects of more than one run
+The file is streamed: inflated block by block (:mod:`~ddprof.readers.source`) and cut into runs of
+whole events (:mod:`~ddprof.readers.kineto.stream`), each decoded by typed msgspec structs
+(:mod:`~ddprof.readers.kineto.structs`) and turned into a small columnar frame at once
+(:mod:`~ddprof.readers.kineto.events`). Neither the inflated JSON nor the Python objects of more than one run
 are resident at a time. A run the typed decoder rejects is decoded event by event: malformed complete
 events are dropped and counted, never fatal. A document may also be the bare list of events (Chrome's
-JSON array format), and its durations ``B``/``E`` pairs (:mod:`~ddprof.ingestion.events`). A file that
+JSON array format), and its durations ``B``/``E`` pairs (:mod:`~ddprof.readers.kineto.events`). A file that
 is neither is read whole, only to say precisely what it is instead.
 """
 
@@ -22,11 +22,18 @@ import msgspec
 import polars as pl
 
 from ddprof.errors import BadInputError
-from ddprof.ingestion.depth import decode_shallow, retry_shallow
-from ddprof.ingestion.events import Columns
-from ddprof.ingestion.source import Source
-from ddprof.ingestion.stream import MAX_HEAD, InvalidJSON, NotStreamable, split
-from ddprof.ingestion.structs import LENIENT_RUN, STRICT_RUN, TIMED_PHASES, Complete, Event, StrictComplete
+from ddprof.readers.kineto.depth import decode_shallow, retry_shallow
+from ddprof.readers.kineto.events import Columns
+from ddprof.readers.kineto.stream import MAX_HEAD, InvalidJSON, NotStreamable, split
+from ddprof.readers.kineto.structs import (
+    LENIENT_RUN,
+    STRICT_RUN,
+    TIMED_PHASES,
+    Complete,
+    Event,
+    StrictComplete,
+)
+from ddprof.readers.source import Source
 
 _strict_decoder = msgspec.json.Decoder(STRICT_RUN)
 _lenient_decoder = msgspec.json.Decoder(LENIENT_RUN)
@@ -53,6 +60,7 @@ class Decoded:
     sha1: str = ""
     uncompressed_bytes: int = 0
     categories: frozenset[str | None] = frozenset()  # the distinct values of ``frame``'s ``cat``
+    header_keys: frozenset[str] = frozenset()  # the document's top-level keys among :class:`.stream.Header`'s
 
 
 def decode(path: Path) -> Decoded:
@@ -78,11 +86,12 @@ def decode(path: Path) -> Decoded:
         sha1=src.sha1.hexdigest(),
         uncompressed_bytes=src.size,
         categories=cols.categories(),
+        header_keys=frozenset(f for f in head.__struct_fields__ if getattr(head, f) is not None),
     )
 
 
 def _consume(text: memoryview, cols: Columns) -> None:
-    """:func:`_decode_run`; once more with containers past :data:`~ddprof.ingestion.depth.MAX_DEPTH`
+    """:func:`_decode_run`; once more with containers past :data:`~ddprof.readers.kineto.depth.MAX_DEPTH`
     levels cut off when the text nests deeper than the decoder can recurse (args nobody reads)."""
     dropped = cols.dropped.copy()
     try:

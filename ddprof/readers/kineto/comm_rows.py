@@ -5,7 +5,7 @@ theirs from their own new-format fields, else from the marker they name by Exter
 markers enclosing their launch (:mod:`.link`). Gloo's CPU-side ops are markers too. Only the few rows
 that need per-row logic (one derivation per distinct metadata) leave Polars for Python.
 
-Several traces may be built at once (:func:`ddprof.ingestion.build.build_events`): ``_trace`` says whose
+Several traces may be built at once (:func:`ddprof.readers.kineto.build.build_events`): ``_trace`` says whose
 a row is, and every link between rows (External id, correlation, thread, process group) is within one.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 import polars as pl
 
 from ddprof.collective_ops import KERNEL_FAMILIES, CommRule, match_kernel, op_from_kernel
-from ddprof.ingestion.link import FIELDS, enclosing_meta, own_meta, rows
+from ddprof.readers.kineto.link import FIELDS, enclosing_meta, own_meta, rows
 
 _NOT_COMM_KERNEL = ("void at::native", "at::native::")
 _ROW_COLS = ["_row", "_trace", "name", "external_id", "correlation", "ts_ns", "dur_ns", "pid", "tid"]

@@ -1,0 +1,9 @@
+"""Input formats: one reader per format behind one small interface (:mod:`.base`), listed in :mod:`.registry`.
+
+* :mod:`.kineto`: PyTorch profiler (Kineto) traces -> the store's event table;
+* :mod:`.flightrec`: NCCL Flight Recorder dumps -> the hang diagnosis' records;
+* :mod:`.unread`: formats recognised only to be refused by name (Nsight Systems, Perfetto, ...).
+
+The ingest pipeline (:mod:`ddprof.ingestion`), the discovery of files and :mod:`ddprof.sources` know
+formats only through :mod:`.registry`; nothing outside this package imports a reader's folder.
+"""

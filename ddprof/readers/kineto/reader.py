@@ -1,0 +1,107 @@
+"""The PyTorch profiler (Kineto) trace reader: JSON or gzip JSON, any generation (:mod:`.decode`, :mod:`.build`).
+
+What makes a Chrome-format trace a PyTorch profiler trace (:func:`from_pytorch`), any one of:
+
+* a top-level key only the PyTorch profiler writes: ``schemaVersion``, ``distributedInfo``,
+  ``deviceProperties``, ``baseTimeNanoseconds`` (``computeProperties`` in PyTorch 1.8);
+* an event of a category the PyTorch profiler writes (:data:`PYTORCH_CATS`), in any generation's spelling
+  (``Operator``, ``Kernel``, ``Runtime`` of PyTorch 1.8 are ``cpu_op``, ``kernel``, ``cuda_runtime``);
+* an event named ``ProfilerStep#N``.
+
+A Chrome trace with none of them (a merged framework timeline, an accelerator vendor's trace) holds
+nothing ddprof can classify: it is refused by name rather than analysed into an empty report. A document
+with no event at all is left to the ingest pipeline's "no complete events" refusal.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from ddprof.collective_ops import CommRule
+from ddprof.errors import BadInputError
+from ddprof.readers.base import Identity, Opened
+from ddprof.readers.kineto.build import build_events
+from ddprof.readers.kineto.categories import CAT_KIND
+from ddprof.readers.kineto.decode import Decoded, decode
+
+#: Names of Kineto trace files; in a directory tree, the collector's and ddprof's own JSON are not traces.
+TRACE_SUFFIXES = (".json", ".json.gz")
+_SKIP_NAMES = {"manifest.json"}
+#: Top-level keys only the PyTorch profiler writes.
+PYTORCH_KEYS = frozenset({"schemaVersion", "distributedInfo", "deviceProperties", "baseTimeNanoseconds",
+                          "computeProperties"})
+#: Event categories the PyTorch profiler writes (modern spelling: :func:`.categories.canonical` maps
+#: the older ones). Not ``Trace`` nor ``memory``: other tools write those words too.
+PYTORCH_CATS = frozenset({*CAT_KIND, "python_function", "overhead", "ac2g", "fwdbwd", "cpu_instant_event",
+                          "gpu_memory"})
+STEP_NAME = "ProfilerStep#"
+NOT_PYTORCH = "a Chrome trace without PyTorch profiler events"
+_JSON_START = re.compile(rb"(?:\xef\xbb\xbf)?[ \t\r\n]*[\[{]")
+
+
+def from_pytorch(dec: Decoded) -> bool:
+    """Whether a decoded trace was written by the PyTorch profiler (module doc)."""
+    if dec.header_keys & PYTORCH_KEYS or dec.categories & PYTORCH_CATS:
+        return True
+    return bool(dec.frame.get_column("name").str.starts_with(STEP_NAME).any())
+
+
+class KinetoReader:
+    """PyTorch profiler traces (:mod:`ddprof.readers.base`'s :class:`~ddprof.readers.base.EventReader`)."""
+
+    name = "kineto"
+    describes = "a PyTorch profiler (Kineto) trace"
+    names = "*.json, *.json.gz"
+
+    def claims_name(self, name: str) -> bool:
+        low = name.lower()
+        return low.endswith(TRACE_SUFFIXES) and name not in _SKIP_NAMES and not low.endswith(".meta.json")
+
+    def recognise(self, name: str, head: bytes) -> bool:
+        """A JSON document (an object or a bare list of events): the Chrome trace format's two shapes."""
+        return _JSON_START.match(head) is not None
+
+    def open(self, path: Path) -> Opened:
+        dec = decode(path)
+        if dec.frame.height and not from_pytorch(dec):
+            raise BadInputError(f"{NOT_PYTORCH} (no event of a PyTorch profiler category such as cpu_op, "
+                                f"kernel or cuda_runtime, no {STEP_NAME}N step, no distributedInfo or other "
+                                "PyTorch profiler key): not a format ddprof reads", path=path)
+        warnings: list[str] = []
+        info = dec.distributed_info = checked_info(dec.distributed_info, warnings)
+        text = {k: v if isinstance(v, str) else None for k in ("backend", "nccl_version") for v in (info.get(k),)}
+        groups = info.get("pg_config")
+        identity = Identity(
+            rank=info.get("rank"), world_size=info.get("world_size"), backend=text["backend"],
+            pg_config=groups if isinstance(groups, list) else [], nccl_version=text["nccl_version"],
+            device_names=[str(d["name"]) for d in dec.device_properties if isinstance(d, dict) and d.get("name")],
+            base_time_ns=dec.base_time_ns, claims_in="distributedInfo")
+        return Opened(identity=identity, sha1=dec.sha1, raw_complete=dec.raw_complete, dropped=dict(dec.dropped),
+                      notices=list(dec.notices), warnings=warnings, state=dec)
+
+    def read(self, opened: Sequence[Opened], ranks: Sequence[int],
+             rules: tuple[CommRule, ...]) -> tuple[pl.DataFrame, list[list[str]]]:
+        return build_events([o.state for o in opened], ranks, rules)
+
+
+def checked_info(info: dict[str, Any] | None, warnings: list[str]) -> dict[str, Any]:
+    """``distributedInfo`` with the values ingestion reads in the shapes it reads them: a ``pg_config``
+    that is not a list is ignored (with a warning naming its type), as are its entries that are not
+    objects. The header is the producer's claim; a wrong shape must not break the events."""
+    info = dict(info or {})
+    groups = info.get("pg_config")
+    if groups is not None and not isinstance(groups, list):
+        warnings.append(f"distributedInfo.pg_config ignored: a {type(groups).__name__}, not a list")
+        info["pg_config"] = []
+    elif groups:
+        kept = [g for g in groups if isinstance(g, dict)]
+        if len(kept) < len(groups):
+            warnings.append(f"distributedInfo.pg_config: {len(groups) - len(kept)} entries that are not "
+                            "objects ignored")
+        info["pg_config"] = kept
+    return info
