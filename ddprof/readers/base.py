@@ -12,7 +12,8 @@ Two kinds of reader, one shape:
 
 Both recognise a file cheaply, from its name (:meth:`~EventReader.claims_name`: which files of a directory
 tree are worth opening) and its first bytes (:meth:`~EventReader.recognise`). A new format is a folder
-beside ``kineto/`` holding its reader and one line in :data:`ddprof.readers.registry.READERS`::
+beside ``kineto/`` holding its reader and one line in :data:`ddprof.readers.registry.READERS` (a complete
+one, run: ``SpansReader`` in ``tests/unit/test_readers.py``)::
 
     class CsvSpans:                               # a file of "name,start_us,end_us" lines
         name, describes, names = "csv-spans", "a CSV file of spans", "*.spans.csv"
