@@ -24,7 +24,6 @@ from ddprof.readers.kineto.decode import decode
 from ddprof.readers.kineto.reader import from_pytorch
 from ddprof.schema import conform
 from ddprof.synth import DataParallel, Spec, generate, write_kineto
-
 from tests.support.paths import FLIGHT_RECORDER, SAMPLES, TRACES
 
 NOT_PYTORCH = ("a Chrome trace without PyTorch profiler events (no event of a PyTorch profiler category such "
