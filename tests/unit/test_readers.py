@@ -100,6 +100,15 @@ def test_a_directory_of_exports_only_says_what_it_holds(tmp_path, capsys):
             "supported yet") in err
 
 
+def test_an_nsight_systems_report_is_refused_pointing_to_its_export(tmp_path):
+    rep = tmp_path / "profile.nsys-rep"
+    rep.write_bytes(b"\x00\x01QDSTRM" + bytes(range(256)) * 4)
+    with pytest.raises(BadInputError) as exc:
+        registry.recognise(rep)
+    assert str(exc.value) == (f"{rep}: an Nsight Systems report: not supported yet (a reader would take its "
+                              "SQLite export, nsys export --type sqlite, not the report)")
+
+
 def test_a_database_that_is_not_nsight_s_is_refused_naming_its_tables(tmp_path, capsys):
     db = other_database(tmp_path / "app.db")
     message = f"{db}: an SQLite database that is not an Nsight Systems export (tables: users): not a format ddprof reads"
