@@ -91,10 +91,8 @@ def open_source(sources: Sequence[str | Path], *, cache: str | Path | None = Non
 
 
 def _is_dump(path: Path) -> bool:
-    """Whether a file named on its own is a dump (recognised by its reader; a file no reader takes is left
-    to ingest, which names what it is). A file named like a trace is not opened here: ingest does."""
-    if registry.claimed(path.name) and not registry.dump_reader().claims_name(path.name):
-        return False
+    """Whether a file named on its own is a dump (recognised by its reader from its first bytes: a JSON dump
+    may be named like a trace); a file no reader takes is left to ingest, which names what it is."""
     try:
         return registry.recognise(path) is registry.dump_reader()
     except BadInputError:

@@ -196,6 +196,21 @@ def test_dump_files_named_one_by_one_are_read_for_the_hang(tmp_path, capsys):
     assert by_files == by_dir and by_files["collectives"]
 
 
+def test_a_json_dump_named_like_a_trace_is_read_for_the_hang_beside_traces(tmp_path, capsys):
+    src = write_kineto(DataParallel(ranks=2, steps=1), tmp_path / "traces")
+    dump = tmp_path / "rank0.json"
+    dump.write_text(json.dumps({"version": "2.9", "rank": 0, "pg_config": {"0": {"name": "0", "desc": "default_pg",
+                                                                              "ranks": "[0, 1]"}},
+                                "pg_status": {}, "entries": []}))
+    rc, out, _ = run_cli(["analyze", str(dump), "--format", "json"], capsys)
+    assert rc == 0 and json.loads(out)["run"]["ranks"] == [0]  # a dump set alone, not a trace refused
+    rc, out, _ = run_cli(["analyze", str(src), str(dump), "--format", "json", "--cache", str(tmp_path / "c")],
+                         capsys)
+    report = json.loads(out)
+    assert rc == 0 and report["status"] == "ok" and [r["rank"] for r in report["run"]["per_rank"]] == [0, 1]
+    assert report["hang"]["ranks"] == [0] and report["hang"]["missing_dumps"] == [1]  # the dump named was read
+
+
 def _real_traces() -> list[Path]:
     return discover([TRACES, SAMPLES])
 
