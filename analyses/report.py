@@ -10,7 +10,9 @@ Contract sections are filled with their contract keys (plus extra keys); ``break
 ``idle_by_step``, ``pipeline``, ``step_times`` (step time and work counts per rank and step:
 :mod:`.steptimes`), ``kernels`` and ``kernels_by_step`` (the top kernels: :mod:`.kernels`), ``clocks``
 (per-host clock offsets, estimated and applied before the analyses when the evidence holds: :mod:`.clocks`),
-``verdicts`` and ``status`` are additions.
+``verdicts`` and ``status`` are additions. ``report_version`` (:data:`ddprof.report_schema.REPORT_VERSION`,
+just before the verdicts) says which contract the report follows: its every section and row is declared in
+:mod:`ddprof.report_schema` (a report without it is version 1).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from ddprof.analyses.verdicts import verdicts
 from ddprof.errors import UsageError
 from ddprof.executors import Executor
 from ddprof.flightrec.load import DumpSet
+from ddprof.report_schema import REPORT_VERSION
 from ddprof.rundir import Run
 from ddprof.schema import EVENT_SCHEMA
 from ddprof.sources import IngestProgress, open_source
@@ -143,6 +146,7 @@ def build_report(run: Run | None, *, dumps: DumpSet | None = None, executor: Exe
         raise UsageError("nothing to report on: give a run, Flight Recorder dumps, or both")
     if hang is not None:
         report["hang"] = hang
+    report["report_version"] = REPORT_VERSION
     report["verdicts"] = verdicts(report)
     report["status"] = status(report)
     return report

@@ -2,7 +2,10 @@
 file a repository can keep), a run dir, or raw traces (ingested like ``ddprof analyze`` does).
 
 :func:`load_with_kernels` also reads every kernel from the store (:mod:`.all_kernels`) when there is one:
-a saved report keeps only its top kernels."""
+a saved report keeps only its top kernels.
+
+A saved report without ``report_version`` (version 1, written before the contract was declared) has the
+same sections as version 2 and is read as it is; one of a newer version is refused, saying how to remake it."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from ddprof.analyses.compare.all_kernels import every_kernel
 from ddprof.analyses.report import analyze, build_report
 
 from ddprof.errors import BadInputError
+from ddprof.report_schema import REPORT_VERSION, version_of
 from ddprof.sources import open_source
 
 #: Sections a comparison reads that reports written before them lack.
@@ -35,6 +39,11 @@ def check_report(report: Any, path: str | Path) -> dict[str, Any]:
     """``report`` if it is a report a comparison can read, else a BadInputError naming the file."""
     if not isinstance(report, dict) or not isinstance(report.get("run"), dict):
         raise BadInputError("not a ddprof report (no 'run' section)", path=path)
+    version = version_of(report)
+    if version > REPORT_VERSION:
+        raise BadInputError(f"this report follows report_version {version}, newer than this ddprof reads "
+                            f"({REPORT_VERSION}); save it again with this ddprof: "
+                            "`ddprof analyze RUN --format json -o FILE`", path=path)
     missing = [k for k in NEEDED if k not in report]
     if missing:
         raise BadInputError(f"this report lacks {', '.join(missing)} (written by an older ddprof); save it again "

@@ -1,0 +1,49 @@
+"""The report contract (:mod:`ddprof.report_schema`): the committed JSON Schema is the one the declarations
+generate, and a report that drifts from the declarations is refused naming the field."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+import pytest
+
+from ddprof.report_schema import REPORT_VERSION, SCHEMA_PATH, Report, parse, schema_text, version_of
+from tests.support.paths import REPO
+
+
+def test_committed_schema_is_current():
+    committed = (REPO / SCHEMA_PATH).read_text()
+    assert committed == schema_text(), (
+        f"{SCHEMA_PATH} is stale: regenerate it with `python -m ddprof.report_schema` and commit it")
+
+
+def test_schema_names_every_section_with_its_row_docs():
+    doc = json.loads(schema_text())
+    report = doc["$defs"]["Report"]
+    assert {"run", "overlap", "bubbles", "collectives", "report_version", "status"} <= set(report["properties"])
+    assert "report_version" in report["required"] and report["additionalProperties"] is False
+    overlap = doc["$defs"]["OverlapRow"]["properties"]["overlap_pct"]
+    assert "overlapped / comm" in overlap["description"]
+
+
+def test_version_of_a_report_without_one_is_1():
+    assert version_of({"run": {}}) == 1
+    assert version_of({"report_version": REPORT_VERSION}) == REPORT_VERSION == 2
+
+
+def test_a_drifting_report_is_refused_naming_the_field(ingested):
+    from ddprof.analyses.report import build_report
+
+    assert hasattr(build_report, "__wrapped__")  # the suite validates every report it builds (conftest)
+    report = build_report(ingested("dlrm-8xV100-nccl"))
+    typed = parse(report)
+    assert isinstance(typed, Report) and typed.overlap[0].rank == report["overlap"][0]["rank"]
+    bad = json.loads(json.dumps(report))
+    bad["overlap"][3]["rank"] = "3"
+    with pytest.raises(msgspec.ValidationError, match=r"\$\.overlap\[3\]\.rank"):
+        parse(bad)
+    bad = json.loads(json.dumps(report))
+    bad["bubbles"][0]["new_field"] = 1
+    with pytest.raises(msgspec.ValidationError, match="new_field"):
+        parse(bad)
