@@ -313,10 +313,16 @@ def _comm_report(with_steps: tuple[int, ...]) -> dict:
     return {"run": {"steps": [0, 1], "warnings": []}, **EMPTY_SECTIONS,
             "overlap": [{"rank": r, "device": "gpu", "overlap_pct": 40.0, "comm_us": 100.0, "overlapped_us": 40.0,
                          "exposed_comm_us": 60.0} for r in (0, 1)],
-            "breakdown": [{"rank": r, "span_us": 300.0, "idle_pct": 0.0} for r in (0, 1)],
-            "overlap_by_step": [{"rank": r, "step": s, "overlap_pct": 50.0, "exposed_comm_us": 20.0}
-                                for r in with_steps for s in (0, 1)],
-            "breakdown_by_step": [{"rank": r, "step": s, "span_us": 100.0} for r in with_steps for s in (0, 1)]}
+            "breakdown": [_breakdown(r, 300.0) for r in (0, 1)],
+            "overlap_by_step": [{"rank": r, "step": s, "overlap_pct": 50.0, "comm_us": 40.0, "overlapped_us": 20.0,
+                                 "exposed_comm_us": 20.0} for r in with_steps for s in (0, 1)],
+            "breakdown_by_step": [{**_breakdown(r, 100.0), "step": s} for r in with_steps for s in (0, 1)]}
+
+
+def _breakdown(rank: int, span_us: float) -> dict:
+    """A breakdown row (every declared field) of ``span_us`` with no idle time."""
+    return {"rank": rank, "span_us": span_us, "idle_us": 0.0, "compute_us": span_us, "non_compute_us": 0.0,
+            "idle_pct": 0.0, "compute_pct": 100.0, "non_compute_pct": 0.0}
 
 
 @pytest.mark.parametrize("with_steps,text", [
