@@ -15,12 +15,12 @@ import msgspec
 from ddprof.report_schema import (
     BandwidthRow,
     BreakdownRow,
-    BreakdownStepRow,
-    BubbleRow,
+    BreakdownSteps,
+    BubbleSteps,
     HealthFinding,
     IdleRow,
     OverlapRow,
-    OverlapStepRow,
+    OverlapSteps,
     PipelineRow,
     Stragglers,
     rows,
@@ -58,8 +58,8 @@ def _stragglers(report: dict[str, Any], nsteps: int) -> list[str]:
 
 def _communication(report: dict[str, Any]) -> list[str]:
     """Exposed communication as a share of time, one basis for every rank: when every rank with
-    communication has steps, the exposed communication inside its steps (``overlap_by_step``) over its
-    step time (``breakdown_by_step`` windows), labelled "step time"; else the whole trace's
+    communication has steps, the exposed communication inside its steps (``overlap_by_step``'s total) over
+    its step time (``breakdown_by_step``'s total span), labelled "step time"; else the whole trace's
     (``overlap``) over the traced span (``breakdown``), labelled "the traced time".
     Example: 40 µs exposed in two 100 µs steps -> "20 % of step time", even if 20 µs more lie
     outside the steps."""
@@ -67,13 +67,12 @@ def _communication(report: dict[str, Any]) -> list[str]:
     if not ov:
         return []
     step_span: dict[int, float] = {}
-    for b in rows(report.get("breakdown_by_step", []), BreakdownStepRow):
-        step_span[b.rank] = step_span.get(b.rank, 0.0) + b.span_us
+    for b in rows(report.get("breakdown_by_step", []), BreakdownSteps):
+        step_span[b.rank] = b.span_us.total or 0.0
     if all(step_span.get(o.rank) for o in ov):
         word, basis = "step time", step_span
-        exposed: dict[int, float] = {}
-        for row in rows(report.get("overlap_by_step", []), OverlapStepRow):
-            exposed[row.rank] = exposed.get(row.rank, 0.0) + (row.exposed_comm_us or 0.0)
+        exposed = {row.rank: row.exposed_comm_us.total or 0.0
+                   for row in rows(report.get("overlap_by_step", []), OverlapSteps)}
     else:
         word = "the traced time"
         basis = {b.rank: b.span_us for b in rows(report["breakdown"], BreakdownRow)}
@@ -118,9 +117,9 @@ def _bubbles(report: dict[str, Any]) -> list[str]:
         if measured and m is not None:
             out.append(f"pipeline of {stages[0].stages} stages x {m:g} micro-batches: bubble "
                        f"{mean(measured):.1f} % measured, {stages[0].theoretical_pct:.1f} % in theory")
-    bubbles = rows(report["bubbles"], BubbleRow)
-    if not out and bubbles:  # no pipeline: say what is measured, not "bubble"
-        idle = mean(b.bubble_pct or 0.0 for b in bubbles)
+    bubbles = rows(report["bubbles"], BubbleSteps)
+    if not out and bubbles:  # no pipeline: say what is measured, not "bubble" (a null share counts as 0)
+        idle = sum(b.bubble_pct.total or 0.0 for b in bubbles) / sum(b.steps for b in bubbles)
         out.append(f"no compute in {idle:.0f} % of the average step (compute fills {100 - idle:.0f} %)")
     return out
 

@@ -16,8 +16,8 @@ import msgspec
 from ddprof.report_schema import (
     BandwidthRow,
     BreakdownRow,
-    BubbleRow,
-    CollectiveRow,
+    BubbleSteps,
+    Collectives,
     CommKernelRow,
     Hang,
     HealthFinding,
@@ -27,7 +27,7 @@ from ddprof.report_schema import (
     Stragglers,
     rows,
 )
-from ddprof.units import fmt_bytes, fmt_us
+from ddprof.units import fmt_bytes, fmt_us, step_ranges
 
 WIDTH = 100
 MAX_ROWS = 40
@@ -47,8 +47,10 @@ def _ranks(v: Sequence[int] | None) -> str:
     return ",".join(map(str, v)) if len(v) <= 6 else f"{len(v)} ranks"
 
 
-def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], left: int = 0) -> str:
-    """A titled table; the first ``left`` columns are left-aligned, the others right-aligned."""
+def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], left: int = 0,
+          more: tuple[int, str] | None = None) -> str:
+    """A titled table; the first ``left`` columns are left-aligned, the others right-aligned. ``more``:
+    (rows in all, where they are) when ``rows`` are the first of a longer table kept elsewhere."""
     if not rows:
         return ""
     shown = [[str(c)[:40] for c in r] for r in rows[:MAX_ROWS]]
@@ -60,8 +62,9 @@ def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], lef
 
     out = [title, "-" * min(WIDTH, max(len(title), len(line(headers)))), line(headers)]
     out += [line(r) for r in shown]
-    if len(rows) > MAX_ROWS:
-        out.append(f"... {len(rows) - MAX_ROWS} more row(s) in the JSON report (--format json)")
+    total, where = more or (len(rows), "the JSON report (--format json)")
+    if total > len(shown):
+        out.append(f"... {total - len(shown)} more row(s) in {where}")
     return "\n".join(out)
 
 
@@ -74,17 +77,12 @@ def _idle_rows(idle: list[IdleRow]) -> list[list[str]]:
 
 
 def _bubble_rows(report: dict[str, Any]) -> list[list[str]]:
-    per: dict[int, list[BubbleRow]] = {}
-    for row in rows(report["bubbles"], BubbleRow):
-        per.setdefault(row.rank, []).append(row)
     stage = {p.rank: p for p in rows(report.get("pipeline", []), PipelineRow)}
     out = []
-    for r, steps in sorted(per.items()):
-        pcts = [s.bubble_pct for s in steps if s.bubble_pct is not None]
-        p = stage.get(r)
-        out.append([str(r), str(len(steps)), fmt_us(sum(s.bubble_us for s in steps) / len(steps)),
-                    _pct(sum(pcts) / len(pcts) if pcts else None), _num(p.stage if p else None, "{}"),
-                    _pct(p.theoretical_pct if p else None)])
+    for b in sorted(rows(report["bubbles"], BubbleSteps), key=lambda b: b.rank):
+        p = stage.get(b.rank)
+        out.append([str(b.rank), str(b.steps), fmt_us(b.bubble_us.mean), _pct(b.bubble_pct.mean),
+                    _num(p.stage if p else None, "{}"), _pct(p.theoretical_pct if p else None)])
     return out
 
 
@@ -125,7 +123,7 @@ def render_run(summary: dict[str, Any], run_warnings: bool = True) -> str:
         host = f" {(p['host'] or '-')[:16]:<16}" if hosts else ""
         win = f" {p.get('windows') or '-':>7}" if windows else ""
         lines.append(f"{p['rank']:>5}{host} {p['events']:>9} {p['kernels']:>8} {p['comm_events']:>6} {span}{win}  "
-                     f"{_ranges(p['steps']) or '-'}")
+                     f"{_spans(p['step_ranges']) or '-'}")
     if summary["failed"]:
         lines += ["", f"failed inputs ({len(summary['failed'])}):"]
         lines += [_item(f["error"]) for f in summary["failed"]]
@@ -146,12 +144,11 @@ def _item(text: str) -> str:
 
 def _ranges(xs: list[int]) -> str:
     """[1,2,3,7] -> '1-3, 7'."""
-    spans: list[list[int]] = []
-    for x in sorted(xs):
-        if spans and spans[-1][1] == x - 1:
-            spans[-1][1] = x
-        else:
-            spans.append([x, x])
+    return _spans(step_ranges(xs))
+
+
+def _spans(spans: list[list[int]]) -> str:
+    """[[1, 3], [7, 7]] -> '1-3, 7'."""
     return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
 
 
@@ -218,11 +215,12 @@ def render_text(report: dict[str, Any]) -> str:
     else:
         parts.append(table("Time without compute in a step (mean over steps)",
                            ["rank", "steps", "no compute", "no compute %"], [r[:4] for r in _bubble_rows(report)]))
-    coll = sorted(rows(report["collectives"], CollectiveRow), key=lambda c: -(c.arrival_skew_us or 0))
+    coll = msgspec.convert(report["collectives"], Collectives)
     parts.append(table("Collectives, largest arrival skew first",
                        ["pg", "#", "op", "size", "ranks", "skew", "duration", "busbw GB/s", "last"],
                        [[c.pg, str(c.index), c.op, fmt_bytes(c.bytes), _ranks(c.ranks_seen), fmt_us(c.arrival_skew_us),
-                         fmt_us(c.duration_us), _num(c.busbw_gbps), _num(c.last_rank, "{}")] for c in coll], left=3))
+                         fmt_us(c.duration_us), _num(c.busbw_gbps), _num(c.last_rank, "{}")] for c in coll.worst],
+                       left=3, more=(coll.instances, "the detail table collectives.parquet")))
     parts.append(table("Bandwidth per op and size (nccl-tests definitions)",
                        ["op", "size", "ranks", "count", "mean time", "algbw GB/s", "busbw GB/s"],
                        [[b.op, fmt_bytes(b.bytes), _num(b.n, "{}"), str(b.count), fmt_us(b.duration_us),

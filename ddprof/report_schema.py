@@ -14,7 +14,10 @@ field, a wrong type or an unknown key (``forbid_unknown_fields``) with a message
 dependency the core does not carry.
 
 Versions: :data:`REPORT_VERSION` is in every report as ``report_version``. A report without it is
-version 1 (ddprof before the contract was declared); :func:`version_of` says which.
+version 1 (ddprof before the contract was declared): it held the per-step and per-instance rows in the
+JSON, where version 2 keeps their summaries (``OverlapSteps``, ``Collectives``, ...) and writes the rows as
+detail tables beside it (:mod:`ddprof.report_tables`, rows declared in :data:`TABLE_ROWS`);
+:func:`version_of` says which.
 
 Floats computed as ratios (percentages, bandwidths, ratios) are ``null`` where the ratio is undefined
 (a zero denominator: the analyses write NaN as null).
@@ -56,7 +59,8 @@ class RankSummary(Row):
     kernels: Annotated[int, Meta(description="GPU kernels (compute and communication)")]
     comm_kernels: Annotated[int, Meta(description="communication kernels")]
     comm_events: Annotated[int, Meta(description="communication events (kernels, or gloo ops on a CPU trace)")]
-    steps: Annotated[list[int], Meta(description="profiler steps the rank traced")]
+    step_ranges: Annotated[list[list[int]], Meta(description="profiler steps the rank traced, as inclusive "
+                                                              "ranges [first, last] of consecutive steps")]
     span_us: Annotated[float | None, Meta(description="first start to last end of any event, µs")]
     device_names: Annotated[list[str], Meta(description="GPU names the trace reports")]
     host: Annotated[str | None, Meta(description="host the rank ran on, when known")]
@@ -245,7 +249,8 @@ class CommKernelRow(Row):
     rule: Annotated[str, Meta(description="rule name (a built-in family or the user's pattern)")]
     source: Annotated[str, Meta(description="built-in, user, or metadata")]
     pattern: Annotated[str, Meta(description="the regular expression")]
-    op: Annotated[str, Meta(description="the op it gave")]
+    op: Annotated[str | None, Meta(description="the op it gave; null for a rule of yours without one (the op "
+                                               "read from the name) that matched nothing")]
     name: Annotated[str | None, Meta(description="kernel name; null for a rule that matched nothing")]
     count: Annotated[int, Meta(description="kernels of that name")]
     ranks: Annotated[int, Meta(description="ranks they ran on")]
@@ -397,6 +402,104 @@ class Hang(Row):
     warnings: list[str] = []
 
 
+# --- summaries of the detail tables ---------------------------------------------------------------------
+
+
+class Distribution(Row):
+    """A measure over the steps (or instances) of a group: nulls left out, percentiles interpolated."""
+
+    mean: float | None
+    p50: float | None
+    p95: float | None
+    max: float | None
+    total: Annotated[float | None, Meta(description="sum of the values")]
+
+
+class WorstStep(Row):
+    """One of the worst steps of a group, by the section's headline measure."""
+
+    step: Step
+    value: float | None
+
+
+class OverlapSteps(Row):
+    """A rank's ``overlap_by_step`` rows (detail table), summarised; worst steps by exposed communication."""
+
+    rank: Rank
+    steps: Annotated[int, Meta(description="rows in the detail table")]
+    exposed_comm_us: Distribution
+    overlap_pct: Distribution
+    worst: list[WorstStep]
+
+
+class BreakdownSteps(Row):
+    """A rank's ``breakdown_by_step`` rows (detail table), summarised; worst steps by idle share."""
+
+    rank: Rank
+    steps: Annotated[int, Meta(description="rows in the detail table")]
+    span_us: Distribution
+    idle_pct: Distribution
+    worst: list[WorstStep]
+
+
+class IdleSteps(Row):
+    """A rank's ``idle_by_step`` rows (detail table) of one cause, every stream of a step added, summarised."""
+
+    rank: Rank
+    category: Annotated[Literal["host_wait", "kernel_wait", "other"], Meta(description="what the stream waited for")]
+    steps: Annotated[int, Meta(description="rows in the detail table")]
+    idle_us: Distribution
+
+
+class BubbleSteps(Row):
+    """A rank's ``bubbles`` rows (detail table), summarised; worst steps by the share without compute."""
+
+    rank: Rank
+    steps: Annotated[int, Meta(description="rows in the detail table")]
+    bubble_us: Distribution
+    bubble_pct: Distribution
+    worst: list[WorstStep]
+
+
+class StepTimeSteps(Row):
+    """A rank's ``step_times`` rows (detail table), summarised; worst steps by step time."""
+
+    rank: Rank
+    steps: Annotated[int, Meta(description="rows in the detail table")]
+    step_us: Distribution
+    worst: list[WorstStep]
+
+
+class KernelSteps(Row):
+    """A top kernel's ``kernels_by_step`` rows (detail table), summarised; worst steps by its time."""
+
+    name: Annotated[str, Meta(description="kernel name")]
+    kind: Annotated[str, Meta(description="compute, comm or memory")]
+    steps: Annotated[int, Meta(description="rows in the detail table")]
+    total_us: Distribution
+    worst: list[WorstStep]
+
+
+class CollectiveOp(Row):
+    """The instances of one op and message size (``collectives`` detail table), summarised."""
+
+    op: Annotated[str, Meta(description="collective op")]
+    bytes: Annotated[int | None, Meta(description="message size")]
+    count: Annotated[int, Meta(description="instances")]
+    arrival_skew_us: Distribution
+    duration_us: Distribution
+    busbw_gbps: Distribution
+
+
+class Collectives(Row):
+    """Every collective instance matched across ranks is a row of the ``collectives`` detail table; here,
+    their count, per op and size their distributions, and the instances with the largest arrival skew."""
+
+    instances: Annotated[int, Meta(description="rows in the detail table")]
+    by_op: list[CollectiveOp]
+    worst: Annotated[list[CollectiveRow], Meta(description="largest arrival skew first (ties: earlier first)")]
+
+
 # --- the report -------------------------------------------------------------------------------------------
 
 
@@ -407,27 +510,33 @@ class Report(Row, kw_only=True):
 
     run: RunSection
     overlap: list[OverlapRow]
-    overlap_by_step: list[OverlapStepRow]
+    overlap_by_step: list[OverlapSteps]
     breakdown: list[BreakdownRow]
-    breakdown_by_step: list[BreakdownStepRow] = []
+    breakdown_by_step: list[BreakdownSteps] = []
     idle: list[IdleRow]
-    idle_by_step: list[IdleStepRow] = []
-    bubbles: list[BubbleRow]
+    idle_by_step: list[IdleSteps] = []
+    bubbles: list[BubbleSteps]
     pipeline: list[PipelineRow] = []
     stragglers: Stragglers
-    collectives: list[CollectiveRow]
+    collectives: Collectives
     bandwidth: list[BandwidthRow]
     hang: Hang
     comm_kernels: list[CommKernelRow]
-    step_times: list[StepTimeRow]
+    step_times: list[StepTimeSteps]
     kernels: list[KernelRow]
-    kernels_by_step: list[KernelStepRow]
+    kernels_by_step: list[KernelSteps]
     clocks: Clocks
     health: list[HealthFinding]
     report_version: Annotated[int, Meta(description="the contract's version; absent: version 1")]
     verdicts: Annotated[list[str], Meta(description="one sentence each, most important first")]
     status: Annotated[Literal["ok", "problem", "partial"], Meta(description="what the exit code follows")]
 
+
+#: Each detail table (:mod:`ddprof.report_tables`) and the record of its rows.
+TABLE_ROWS: dict[str, type[Row]] = {
+    "overlap_by_step": OverlapStepRow, "breakdown_by_step": BreakdownStepRow, "idle_by_step": IdleStepRow,
+    "bubbles": BubbleRow, "collectives": CollectiveRow, "step_times": StepTimeRow, "kernels_by_step": KernelStepRow,
+}
 
 T = TypeVar("T")
 
@@ -441,7 +550,7 @@ def version_of(report: dict[str, Any]) -> int:
 def parse(report: dict[str, Any]) -> Report:
     """The report as typed records (validated: a wrong or missing field raises :class:`msgspec.ValidationError`
     naming its path)."""
-    return msgspec.convert(report, Report)
+    return msgspec.convert(dict(report), Report)
 
 
 def rows(items: list[dict[str, Any]], record: type[T]) -> list[T]:
@@ -450,12 +559,14 @@ def rows(items: list[dict[str, Any]], record: type[T]) -> list[T]:
 
 
 def schema() -> dict[str, Any]:
-    """The JSON Schema of :class:`Report`, generated from the declarations."""
-    out = msgspec.json.schema(Report)
-    out["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    out["title"] = "ddprof report"
-    out["description"] = f"ddprof analyze --format json, report_version {REPORT_VERSION} (ddprof/report_schema.py)"
-    return out
+    """The JSON Schema of :class:`Report`, generated from the declarations; the rows of each detail table
+    (a Parquet file beside the report) are declared under ``$defs`` too (:data:`TABLE_ROWS`)."""
+    (report, *_), defs = msgspec.json.schema_components((Report, *TABLE_ROWS.values()))
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "ddprof report",
+            "description": f"ddprof analyze --format json, report_version {REPORT_VERSION} (ddprof/report_schema.py); "
+                           "detail tables NAME.parquet beside it: " + ", ".join(
+                               f"{name} ({record.__name__})" for name, record in TABLE_ROWS.items()),
+            **report, "$defs": defs}
 
 
 def schema_text() -> str:

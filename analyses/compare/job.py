@@ -15,11 +15,12 @@ from statistics import median
 from typing import Any
 
 from ddprof.report_schema import BandwidthRow, CollectiveRow, PipelineRow, StepTimeRow, rows
+from ddprof.report_tables import detail_rows
 from ddprof.units import fmt_bytes
 
 
 def collective_ops(report: dict[str, Any]) -> list[str]:
-    return sorted({c.op for c in rows(report["collectives"], CollectiveRow)}
+    return sorted({c.op for c in rows(detail_rows(report, "collectives"), CollectiveRow)}
                   | {b.op for b in rows(report["bandwidth"], BandwidthRow)})
 
 
@@ -44,7 +45,7 @@ def job_differences(base: dict[str, Any], run: dict[str, Any]) -> list[str]:
 
 def per_step_median(report: dict[str, Any], key: str) -> float | None:
     """The median over ranks and steps of ``key``, a field of :class:`StepTimeRow` (``collectives``, ...)."""
-    values = [getattr(s, key) for s in rows(report["step_times"], StepTimeRow)]
+    values = [getattr(s, key) for s in rows(detail_rows(report, "step_times"), StepTimeRow)]
     return float(median(values)) if values else None
 
 

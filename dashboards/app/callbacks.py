@@ -28,6 +28,8 @@ from ddprof.dashboards.figures.style import empty
 from ddprof.dashboards.timeline.figure import MS, timeline_figure
 from ddprof.dashboards.timeline.lod import view
 
+from ddprof.report_tables import detail_rows
+
 RANK_PANELS = ("breakdown", "overlap", "stragglers", "pipeline", "hang", "instance")
 
 
@@ -84,7 +86,7 @@ def register(app: dash.Dash, state: DashboardState) -> None:
             lo, hi = int(rows["start"].min()), int(rows["end"].max())  # type: ignore[arg-type]
             return {"window": [lo, hi], "rank": None}, no_update, no_update
         if trigger == "skew" and state.report is not None:
-            colls = state.report.get("collectives") or []
+            colls = detail_rows(state.report, "collectives")
             if not 0 <= key < len(colls):
                 return no_update, no_update, no_update
             c = colls[key]

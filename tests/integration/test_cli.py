@@ -19,7 +19,8 @@ from tests.support.paths import DLRM, REPO, SAMPLES, trace_set
 CONTRACT = {
     "run": {"world_size", "ranks", "backend", "device", "steps", "warnings"},
     "overlap": list, "overlap_by_step": list, "breakdown": list, "idle": list, "bubbles": list,
-    "stragglers": {"ranks", "per_rank"}, "collectives": list, "bandwidth": list, "hang": {"collectives"},
+    "stragglers": {"ranks", "per_rank"}, "collectives": {"instances", "by_op", "worst"}, "bandwidth": list,
+    "hang": {"collectives"},
 }
 
 

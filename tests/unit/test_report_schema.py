@@ -47,3 +47,38 @@ def test_a_drifting_report_is_refused_naming_the_field(ingested):
     bad["bubbles"][0]["new_field"] = 1
     with pytest.raises(msgspec.ValidationError, match="new_field"):
         parse(bad)
+
+
+def test_per_step_rows_are_detail_tables_beside_the_report(tmp_path, capsys):
+    """``-o FILE`` writes FILE.tables/NAME.parquet, the run dir keeps report/tables/: the same rows as the
+    report's frames; the JSON holds their summaries."""
+    import polars as pl
+
+    import ddprof
+    from ddprof.cli import main
+    from ddprof.report_tables import DETAIL, tables_dir
+    from tests.support.paths import SAMPLES
+
+    cache = tmp_path / "cache"
+    out = tmp_path / "r.json"
+    assert main(["analyze", str(SAMPLES / "gloo-pipeline-4stage"), "--cache", str(cache), "--format", "json",
+                 "-o", str(out)]) == 0
+    report = ddprof.analyze(SAMPLES / "gloo-pipeline-4stage", cache=cache)
+    saved = json.loads(out.read_text())
+    assert saved == json.loads(json.dumps(report))
+    run = ddprof.open_run(cache)
+    for name in DETAIL:
+        frame = report.table(name)
+        assert pl.read_parquet(tables_dir(out) / f"{name}.parquet").equals(frame, null_equal=True), name
+        assert run.table(name).equals(frame, null_equal=True), name
+    bubbles = report.table("bubbles")
+    assert bubbles.height == 8 and [b["steps"] for b in saved["bubbles"]] == [2, 2, 2, 2]
+    first = bubbles.filter(pl.col("rank") == 0)["bubble_pct"]
+    assert saved["bubbles"][0]["bubble_pct"]["max"] == first.max()
+    assert saved["bubbles"][0]["worst"][0] == {"step": bubbles.filter(pl.col("rank") == 0).sort(
+        "bubble_pct", descending=True)["step"][0], "value": first.max()}
+    coll = saved["collectives"]
+    assert coll["instances"] == report.table("collectives").height == 48
+    assert sum(op["count"] for op in coll["by_op"]) == 48 and len(coll["worst"]) == 40
+    skews = [c["arrival_skew_us"] for c in coll["worst"]]
+    assert skews == sorted(report.table("collectives")["arrival_skew_us"].to_list(), reverse=True)[:40]

@@ -1,0 +1,94 @@
+"""What the JSON report says of its per-step and per-instance rows: distributions, and the worst few.
+
+The rows themselves are the detail tables (:mod:`ddprof.report_tables`); the report keeps, per rank (per
+rank and cause for idle time, every stream of a step together; per kernel for the top kernels), the
+number of steps and for each measure its distribution over the steps, ``{mean, p50, p95, max, total}``
+(nulls left out; percentiles by linear interpolation), and the :data:`WORST_STEPS` steps with the largest
+headline value.
+Collective instances become one row per (op, message size) with the count and the distributions of
+arrival skew, duration and busbw over its instances, and the :data:`WORST_INSTANCES` instances with the
+largest arrival skew, whole. The size of the JSON is then bounded by the ranks and the things it names,
+never by the steps or the instances.
+
+Example: rank 3 with steps of 10, 12 and 30 ms -> ``{rank: 3, steps: 3, step_us: {mean: 17333.3, p50:
+12000, p95: 28200, max: 30000, total: 52000}, worst: [{step: 2, value: 30000}, {step: 1, value: 12000},
+{step: 0, value: 10000}]}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import polars as pl
+
+from ddprof.report_tables import null_nonfinite
+
+#: Steps listed by name per rank (and section), the worst first.
+WORST_STEPS = 3
+#: Collective instances kept whole in the JSON, the largest arrival skew first: the text report's table.
+WORST_INSTANCES = 40
+
+
+def distribution(column: str) -> pl.Expr:
+    """``{mean, p50, p95, max, total}`` of ``column`` over a group (nulls left out)."""
+    c = pl.col(column)
+    return pl.struct(c.mean().alias("mean"),
+                     c.quantile(0.5, "linear").alias("p50"), c.quantile(0.95, "linear").alias("p95"),
+                     c.max().cast(pl.Float64).alias("max"), c.sum().cast(pl.Float64).alias("total")).alias(column)
+
+
+def _worst(by: str) -> pl.Expr:
+    """The :data:`WORST_STEPS` steps with the largest ``by`` (ties: the earlier step), as ``{step, value}``."""
+    return (pl.struct(pl.col("step"), pl.col(by).cast(pl.Float64).alias("value"))
+            .sort_by([pl.col(by), pl.col("step")], descending=[True, False], nulls_last=True)
+            .head(WORST_STEPS).alias("worst"))
+
+
+#: Per section with a row per step: the keys of its summary rows, the measures it summarises, and the one
+#: its worst steps are chosen by (None: no worst steps).
+STEP_SECTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...], str | None]] = {
+    "overlap_by_step": (("rank",), ("exposed_comm_us", "overlap_pct"), "exposed_comm_us"),
+    "breakdown_by_step": (("rank",), ("span_us", "idle_pct"), "idle_pct"),
+    "idle_by_step": (("rank", "category"), ("idle_us",), None),  # of idle_by_cause(rows)
+    "bubbles": (("rank",), ("bubble_us", "bubble_pct"), "bubble_pct"),
+    "step_times": (("rank",), ("step_us",), "step_us"),
+    "kernels_by_step": (("name", "kind"), ("total_us",), "total_us"),
+}
+
+
+def idle_by_cause(idle_by_step: pl.DataFrame) -> pl.DataFrame:
+    """Per rank, step and cause, the idle time of every stream together: what ``idle_by_step`` summarises."""
+    if not idle_by_step.height:
+        return idle_by_step
+    return idle_by_step.group_by("rank", "step", "category", maintain_order=True).agg(pl.col("idle_us").sum())
+
+
+def summary(name: str, table: pl.DataFrame) -> list[dict[str, Any]]:
+    """The summary rows of the detail table ``name`` (:data:`STEP_SECTIONS`)."""
+    return per_step(idle_by_cause(table) if name == "idle_by_step" else table, *STEP_SECTIONS[name])
+
+
+def per_step(df: pl.DataFrame, keys: Sequence[str], measures: Sequence[str], worst: str | None) -> list[dict[str, Any]]:
+    """Per ``keys`` (in their first appearance's order): ``steps`` (rows), each measure's
+    :func:`distribution`, and the worst steps by ``worst`` (none when ``worst`` is None). ``df`` has no
+    NaN (:func:`ddprof.report_tables.null_nonfinite`), so a mean of no value is null, not NaN."""
+    if not df.height:
+        return []
+    aggs = [pl.len().alias("steps"), *(distribution(m) for m in measures)]
+    if worst is not None:
+        aggs.append(_worst(worst))
+    return df.group_by(list(keys), maintain_order=True).agg(aggs).to_dicts()
+
+
+def collectives_summary(coll: pl.DataFrame) -> dict[str, Any]:
+    """``{instances, by_op: [{op, bytes, count, arrival_skew_us, duration_us, busbw_gbps}], worst: [..]}``
+    (module doc): ``by_op`` in (op, bytes) order, ``worst`` the instances with the largest arrival skew
+    (ties: the earlier instance) as rows of the detail table. ``coll`` has no NaN."""
+    if not coll.height:
+        return {"instances": 0, "by_op": [], "worst": []}
+    by_op = (coll.group_by("op", "bytes").agg(pl.len().alias("count"), distribution("arrival_skew_us"),
+                                              distribution("duration_us"), distribution("busbw_gbps"))
+             .sort("op", "bytes", nulls_last=True))
+    worst = coll.sort(pl.col("arrival_skew_us").fill_null(0.0), descending=True, maintain_order=True)
+    return {"instances": coll.height, "by_op": by_op.to_dicts(), "worst": null_nonfinite(worst.head(WORST_INSTANCES)).to_dicts()}
