@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from ddprof.analyses.breakdown import breakdown_by_step, temporal_breakdown
 from ddprof.analyses.bubbles import bubbles, pipeline_stages
 from ddprof.analyses.clocks import ClockEstimate, align, estimate, run_hosts
 from ddprof.analyses.collectives import bandwidth, collective_warnings, collectives, comm_rows
@@ -34,7 +33,6 @@ from ddprof.analyses.comm_kernels import comm_kernel_counts
 from ddprof.analyses.frames.memo import Prepared, prepare
 from ddprof.analyses.frames.sets import rank_spans, steps
 from ddprof.analyses.frames.windows import trace_windows, window_counts, windows_frame
-from ddprof.analyses.idle import idle_breakdown, idle_by_step
 from ddprof.analyses.kernels import (
     add_totals,
     kernel_step_totals,
@@ -42,10 +40,9 @@ from ddprof.analyses.kernels import (
     kernels_by_step,
     top_kernels,
 )
-from ddprof.analyses.overlap import overlap, overlap_by_step
-from ddprof.analyses.steptimes import step_times
+from ddprof.analyses.sections import PER_RANK, STEP_SECTIONS, family_frames
 from ddprof.analyses.stragglers import stragglers
-from ddprof.analyses.summaries import STEP_SECTIONS, collectives_summary, summary
+from ddprof.analyses.summaries import collectives_summary, summary
 
 from ddprof.errors import UsageError
 from ddprof.executors import Executor, run_each
@@ -78,9 +75,6 @@ def group_budget() -> int:
 COLUMNS = ["rank", "ts_ns", "dur_ns", "tid", "stream", "kind", "name", "step", "correlation",
            "coll_op", "pg", "group_size", "bytes", "peer", "seq"]
 
-#: Per-rank sections: a group's rows are the run's rows of its ranks, in the run's order.
-PER_RANK = ("overlap", "overlap_by_step", "breakdown", "breakdown_by_step", "idle", "idle_by_step",
-            "step_times")
 #: Derived frames the cross-rank sections read, kept per group and concatenated in rank order.
 SUMMARIES = {"comm_rows": comm_rows, "steps": steps, "rank_spans": rank_spans, "bubbles": bubbles,
              "trace_windows": trace_windows}
@@ -142,15 +136,15 @@ def with_windows(p: Prepared, run: Run, ranks: list[int] | None = None) -> Prepa
 
 
 def _intervals(p: Prepared) -> dict[str, Any]:
-    return {"overlap": overlap(p), "overlap_by_step": overlap_by_step(p), "breakdown": temporal_breakdown(p)}
+    return family_frames(p, "intervals")
 
 
 def _steps(p: Prepared) -> dict[str, Any]:
-    return {"breakdown_by_step": breakdown_by_step(p), "step_times": step_times(p), "bubbles": bubbles(p)}
+    return {**family_frames(p, "steps"), "bubbles": bubbles(p)}
 
 
 def _idle(p: Prepared) -> dict[str, Any]:
-    return {"idle": idle_breakdown(p), "idle_by_step": idle_by_step(p), "kernel_totals": kernel_totals(p),
+    return {**family_frames(p, "idle"), "kernel_totals": kernel_totals(p),
             "kernel_step_totals": kernel_step_totals(p), "comm_kernel_counts": comm_kernel_counts(p)}
 
 

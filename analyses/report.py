@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from ddprof.analyses.clocks import NOT_ESTIMATED
 from ddprof.analyses.comm_kernels import comm_kernels, rules_of
 from ddprof.analyses.frames.memo import Events, Prepared, prepare
 from ddprof.analyses.hang.diagnose import backend_of, diagnose
@@ -34,6 +33,7 @@ from ddprof.analyses.health import ORDER as HEALTH_ORDER
 from ddprof.analyses.health import health
 from ddprof.analyses.rank_groups import COLUMNS, analyse_run, cross_rank_sections, per_rank_frames, read_ranks
 from ddprof.analyses.rank_groups import json_rows as _rows  # noqa: F401 - callers format frames as the report does
+from ddprof.analyses.sections import EMPTY_SECTIONS, SECTION_ORDER  # noqa: F401 - the report's sections, declared once
 from ddprof.analyses.verdicts import verdicts
 
 from ddprof.errors import UsageError
@@ -45,33 +45,11 @@ from ddprof.rundir import Run
 from ddprof.schema import EVENT_SCHEMA
 from ddprof.sources import IngestProgress, open_source
 
-EMPTY_SECTIONS: dict[str, Any] = {
-    "overlap": [],
-    "overlap_by_step": [],
-    "breakdown": [],
-    "idle": [],
-    "bubbles": [],
-    "stragglers": {"ranks": [], "per_rank": []},
-    "collectives": {"instances": 0, "by_op": [], "worst": []},
-    "bandwidth": [],
-    "hang": {"collectives": []},
-    "comm_kernels": [],
-    "step_times": [],
-    "kernels": [],
-    "kernels_by_step": [],
-    "clocks": NOT_ESTIMATED.section(),
-    "health": [],
-}
 
 def read_events(run: Run) -> Prepared:
     """Every rank's events as the analyses use them (:func:`.rank_groups.read_ranks`): for a small run,
     or a consumer that wants the whole event table at once; the report reads a group of ranks at a time."""
     return read_ranks(run, run.ranks)
-
-
-SECTION_ORDER = ("overlap", "overlap_by_step", "breakdown", "breakdown_by_step", "idle", "idle_by_step",
-                 "bubbles", "pipeline", "stragglers", "collectives", "bandwidth", "collective_warnings",
-                 "step_times", "kernels", "kernels_by_step")
 
 
 def analyse(events: Events, world_size: int | None = None) -> AnalysisReport:

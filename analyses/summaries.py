@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import polars as pl
+from ddprof.analyses.sections import STEP_SECTIONS
 
 from ddprof.report_tables import null_nonfinite
 
@@ -45,18 +46,6 @@ def _worst(by: str) -> pl.Expr:
             .head(WORST_STEPS).alias("worst"))
 
 
-#: Per section with a row per step: the keys of its summary rows, the measures it summarises, and the one
-#: its worst steps are chosen by (None: no worst steps).
-STEP_SECTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...], str | None]] = {
-    "overlap_by_step": (("rank",), ("exposed_comm_us", "overlap_pct"), "exposed_comm_us"),
-    "breakdown_by_step": (("rank",), ("span_us", "idle_pct"), "idle_pct"),
-    "idle_by_step": (("rank", "category"), ("idle_us",), None),  # of idle_by_cause(rows)
-    "bubbles": (("rank",), ("bubble_us", "bubble_pct"), "bubble_pct"),
-    "step_times": (("rank",), ("step_us",), "step_us"),
-    "kernels_by_step": (("name", "kind"), ("total_us",), "total_us"),
-}
-
-
 def idle_by_cause(idle_by_step: pl.DataFrame) -> pl.DataFrame:
     """Per rank, step and cause, the idle time of every stream together: what ``idle_by_step`` summarises."""
     if not idle_by_step.height:
@@ -65,7 +54,8 @@ def idle_by_cause(idle_by_step: pl.DataFrame) -> pl.DataFrame:
 
 
 def summary(name: str, table: pl.DataFrame) -> list[dict[str, Any]]:
-    """The summary rows of the detail table ``name`` (:data:`STEP_SECTIONS`)."""
+    """The summary rows of the detail table ``name``, as its section declares them
+    (:data:`.sections.STEP_SECTIONS`: keys, measures, the measure of the worst steps)."""
     return per_step(idle_by_cause(table) if name == "idle_by_step" else table, *STEP_SECTIONS[name])
 
 

@@ -27,10 +27,10 @@ import polars as pl
 
 from ddprof.atomic import write_atomic
 from ddprof.errors import BadInputError
+from ddprof.report_schema import TABLE_ROWS
 
-#: The sections written as detail tables, in the report's order.
-DETAIL = ("overlap_by_step", "breakdown_by_step", "idle_by_step", "bubbles", "collectives", "step_times",
-          "kernels_by_step")
+#: The sections written as detail tables: those whose rows :data:`ddprof.report_schema.TABLE_ROWS` declares.
+DETAIL = tuple(TABLE_ROWS)
 SUFFIX = ".tables"
 
 

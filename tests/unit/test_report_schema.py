@@ -82,3 +82,27 @@ def test_per_step_rows_are_detail_tables_beside_the_report(tmp_path, capsys):
     assert sum(op["count"] for op in coll["by_op"]) == 48 and len(coll["worst"]) == 40
     skews = [c["arrival_skew_us"] for c in coll["worst"]]
     assert skews == sorted(report.table("collectives")["arrival_skew_us"].to_list(), reverse=True)[:40]
+
+
+def test_each_detail_table_is_summarised():
+    """Every detail table has its summary in the JSON: the per-step ones by analyses/summaries.py, the
+    collective instances by collectives_summary."""
+    from ddprof.analyses.sections import STEP_SECTIONS
+
+    from ddprof.report_schema import TABLE_ROWS
+    from ddprof.report_tables import DETAIL
+
+    assert set(STEP_SECTIONS) | {"collectives"} == set(DETAIL) == set(TABLE_ROWS)
+    assert set(DETAIL) <= set(Report.__struct_fields__)
+
+
+def test_the_registry_and_the_records_name_the_same_sections():
+    """analyses/sections.py declares each section once; its record in the contract has the same name, and
+    a section absent from a report with no traced run is one the schema does not require."""
+    from ddprof.analyses.sections import ABSENT, EMPTY_SECTIONS, SECTIONS
+
+    declared = [s.name for s in SECTIONS]
+    assert sorted(declared) == sorted(set(Report.__struct_fields__) - {"run", "report_version", "verdicts", "status"})
+    required = set(json.loads(schema_text())["$defs"]["Report"]["required"])
+    assert {s.name for s in SECTIONS if s.empty is ABSENT} == set(declared) - required
+    assert list(EMPTY_SECTIONS) == [s.name for s in SECTIONS if s.empty is not ABSENT]
