@@ -4,8 +4,8 @@ A section's declaration says what a report with no traced run holds for it (``em
 such a report has no such key), the function that computes its rows from one group of ranks' events
 (``per_rank``, on the thread of its ``family``: :func:`.rank_groups.per_rank_frames`; None for a section
 computed across ranks, in :func:`.rank_groups.cross_rank_sections`), how its rows per step are summarised
-when they are a detail table (``summary``: keys, measures, the measure its worst steps are chosen by:
-:mod:`.summaries`), and whether :func:`.report.analyse` computes it from the events (``analysed``; the
+when they are a detail table (``summary``: keys, measures, the measure the run's worst steps are chosen
+by: :mod:`.summaries`), and whether :func:`.report.analyse` computes it from the events (``analysed``; the
 others come from the run's manifest, its clocks or its Flight Recorder dumps). :data:`EMPTY_SECTIONS`,
 :data:`SECTION_ORDER`, :data:`PER_RANK` and :data:`STEP_SECTIONS` are read from it. The section's rows are
 typed in :mod:`ddprof.report_schema` (the ``Report`` field of the same name; a detail table's rows in its
@@ -43,31 +43,31 @@ class Section:
     empty: Any = ABSENT
     per_rank: Callable[[Prepared], pl.DataFrame] | None = None
     family: str | None = None
-    summary: tuple[tuple[str, ...], tuple[str, ...], str | None] | None = None
+    summary: tuple[tuple[str, ...], tuple[str, ...], str] | None = None
     analysed: bool = True
 
 
 SECTIONS: tuple[Section, ...] = (
     Section("overlap", [], overlap, "intervals"),
-    Section("overlap_by_step", [], overlap_by_step, "intervals",
+    Section("overlap_by_step", {"per_rank": [], "worst": []}, overlap_by_step, "intervals",
             summary=(("rank",), ("exposed_comm_us", "overlap_pct"), "exposed_comm_us")),
     Section("breakdown", [], temporal_breakdown, "intervals"),
     Section("idle", [], idle_breakdown, "idle"),
-    Section("bubbles", [], summary=(("rank",), ("bubble_us", "bubble_pct"), "bubble_pct")),
+    Section("bubbles", {"per_rank": [], "worst": []}, summary=(("rank",), ("bubble_us", "bubble_pct"), "bubble_pct")),
     Section("stragglers", {"ranks": [], "per_rank": []}),
     Section("collectives", {"instances": 0, "by_op": [], "worst": []}),
     Section("bandwidth", []),
     Section("hang", {"collectives": []}, analysed=False),
     Section("comm_kernels", [], analysed=False),
-    Section("step_times", [], step_times, "steps", summary=(("rank",), ("step_us",), "step_us")),
+    Section("step_times", {"per_rank": [], "worst": []}, step_times, "steps", summary=(("rank",), ("step_us",), "step_us")),
     Section("kernels", []),
-    Section("kernels_by_step", [], summary=(("name", "kind"), ("total_us",), "total_us")),
+    Section("kernels_by_step", {"per_kernel": [], "worst": []}, summary=(("name", "kind"), ("total_us",), "total_us")),
     Section("clocks", NOT_ESTIMATED.section(), analysed=False),
     Section("health", [], analysed=False),
     Section("breakdown_by_step", per_rank=breakdown_by_step, family="steps",
             summary=(("rank",), ("span_us", "idle_pct"), "idle_pct")),
     Section("idle_by_step", per_rank=idle_by_step, family="idle",
-            summary=(("rank", "category"), ("idle_us",), None)),  # of .summaries.idle_by_cause(rows)
+            summary=(("rank", "category"), ("idle_us",), "idle_us")),  # of .summaries.idle_by_cause(rows)
     Section("pipeline"),
 )
 

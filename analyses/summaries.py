@@ -1,18 +1,18 @@
 """What the JSON report says of its per-step and per-instance rows: distributions, and the worst few.
 
-The rows themselves are the detail tables (:mod:`ddprof.report_tables`); the report keeps, per rank (per
-rank and cause for idle time, every stream of a step together; per kernel for the top kernels), the
+The rows themselves are the detail tables (:mod:`ddprof.report_tables`); the report keeps ``per_rank``
+(per rank and cause for idle time, every stream of a step together; ``per_kernel`` for the top kernels) the
 number of steps and for each measure its distribution over the steps, ``{mean, p50, p95, max, total}``
-(nulls left out; percentiles by linear interpolation), and the :data:`WORST_STEPS` steps with the largest
-headline value.
+(nulls left out; percentiles by linear interpolation), and, over the whole run, the :data:`WORST_STEPS`
+steps with the largest headline value (``worst``: the rank, or kernel, the step and the value).
 Collective instances become one row per (op, message size) with the count and the distributions of
 arrival skew, duration and busbw over its instances, and the :data:`WORST_INSTANCES` instances with the
 largest arrival skew, whole. The size of the JSON is then bounded by the ranks and the things it names,
 never by the steps or the instances.
 
-Example: rank 3 with steps of 10, 12 and 30 ms -> ``{rank: 3, steps: 3, step_us: {mean: 17333.3, p50:
-12000, p95: 28200, max: 30000, total: 52000}, worst: [{step: 2, value: 30000}, {step: 1, value: 12000},
-{step: 0, value: 10000}]}``.
+Example: one rank, 3, with steps of 10, 12 and 30 ms -> ``{per_rank: [{rank: 3, steps: 3, step_us: {mean:
+17333.3, p50: 12000, p95: 28200, max: 30000, total: 52000}}], worst: [{rank: 3, step: 2, value: 30000},
+{rank: 3, step: 1, value: 12000}, {rank: 3, step: 0, value: 10000}]}``.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from ddprof.analyses.sections import STEP_SECTIONS
 
 from ddprof.report_tables import null_nonfinite
 
-#: Steps listed by name per rank (and section), the worst first.
-WORST_STEPS = 3
+#: Steps listed by name per section, the worst first (whatever the ranks: the JSON stays bounded).
+WORST_STEPS = 5
 #: Collective instances kept whole in the JSON, the largest arrival skew first: the text report's table.
 WORST_INSTANCES = 40
 
@@ -39,11 +39,16 @@ def distribution(column: str) -> pl.Expr:
                      c.max().cast(pl.Float64).alias("max"), c.sum().cast(pl.Float64).alias("total")).alias(column)
 
 
-def _worst(by: str) -> pl.Expr:
-    """The :data:`WORST_STEPS` steps with the largest ``by`` (ties: the earlier step), as ``{step, value}``."""
-    return (pl.struct(pl.col("step"), pl.col(by).cast(pl.Float64).alias("value"))
-            .sort_by([pl.col(by), pl.col("step")], descending=[True, False], nulls_last=True)
-            .head(WORST_STEPS).alias("worst"))
+def worst(df: pl.DataFrame, keys: Sequence[str], by: str) -> list[dict[str, Any]]:
+    """The :data:`WORST_STEPS` rows with the largest ``by`` (ties: in the table's order), as
+    ``{*keys, step, value}``."""
+    top = df.sort(by, descending=True, nulls_last=True, maintain_order=True).head(WORST_STEPS)
+    return top.select(*keys, "step", pl.col(by).cast(pl.Float64).alias("value")).to_dicts()
+
+
+def list_name(keys: Sequence[str]) -> str:
+    """``per_rank`` for summaries by rank, ``per_kernel`` for those by kernel."""
+    return "per_rank" if "rank" in keys else "per_kernel"
 
 
 def idle_by_cause(idle_by_step: pl.DataFrame) -> pl.DataFrame:
@@ -53,22 +58,21 @@ def idle_by_cause(idle_by_step: pl.DataFrame) -> pl.DataFrame:
     return idle_by_step.group_by("rank", "step", "category", maintain_order=True).agg(pl.col("idle_us").sum())
 
 
-def summary(name: str, table: pl.DataFrame) -> list[dict[str, Any]]:
+def summary(name: str, table: pl.DataFrame) -> dict[str, Any]:
     """The summary rows of the detail table ``name``, as its section declares them
     (:data:`.sections.STEP_SECTIONS`: keys, measures, the measure of the worst steps)."""
     return per_step(idle_by_cause(table) if name == "idle_by_step" else table, *STEP_SECTIONS[name])
 
 
-def per_step(df: pl.DataFrame, keys: Sequence[str], measures: Sequence[str], worst: str | None) -> list[dict[str, Any]]:
-    """Per ``keys`` (in their first appearance's order): ``steps`` (rows), each measure's
-    :func:`distribution`, and the worst steps by ``worst`` (none when ``worst`` is None). ``df`` has no
-    NaN (:func:`ddprof.report_tables.null_nonfinite`), so a mean of no value is null, not NaN."""
+def per_step(df: pl.DataFrame, keys: Sequence[str], measures: Sequence[str], by: str) -> dict[str, Any]:
+    """``{per_rank (or per_kernel): [per keys, in their first appearance's order: steps (rows), each
+    measure's distribution], worst: the worst steps by ``by``}``. ``df`` has no NaN
+    (:func:`ddprof.report_tables.null_nonfinite`), so a mean of no value is null, not NaN."""
     if not df.height:
-        return []
+        return {list_name(keys): [], "worst": []}
     aggs = [pl.len().alias("steps"), *(distribution(m) for m in measures)]
-    if worst is not None:
-        aggs.append(_worst(worst))
-    return df.group_by(list(keys), maintain_order=True).agg(aggs).to_dicts()
+    return {list_name(keys): df.group_by(list(keys), maintain_order=True).agg(aggs).to_dicts(),
+            "worst": worst(df, keys, by)}
 
 
 def collectives_summary(coll: pl.DataFrame) -> dict[str, Any]:

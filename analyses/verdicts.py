@@ -15,12 +15,12 @@ import msgspec
 from ddprof.report_schema import (
     BandwidthRow,
     BreakdownRow,
-    BreakdownSteps,
-    BubbleSteps,
+    BreakdownStepSummary,
+    BubbleStepSummary,
     HealthFinding,
     IdleRow,
     OverlapRow,
-    OverlapSteps,
+    OverlapStepSummary,
     PipelineRow,
     Stragglers,
     rows,
@@ -67,12 +67,13 @@ def _communication(report: dict[str, Any]) -> list[str]:
     if not ov:
         return []
     step_span: dict[int, float] = {}
-    for b in rows(report.get("breakdown_by_step", []), BreakdownSteps):
-        step_span[b.rank] = b.span_us.total or 0.0
+    if "breakdown_by_step" in report:
+        for b in msgspec.convert(report["breakdown_by_step"], BreakdownStepSummary).per_rank:
+            step_span[b.rank] = b.span_us.total or 0.0
     if all(step_span.get(o.rank) for o in ov):
         word, basis = "step time", step_span
         exposed = {row.rank: row.exposed_comm_us.total or 0.0
-                   for row in rows(report.get("overlap_by_step", []), OverlapSteps)}
+                   for row in msgspec.convert(report["overlap_by_step"], OverlapStepSummary).per_rank}
     else:
         word = "the traced time"
         basis = {b.rank: b.span_us for b in rows(report["breakdown"], BreakdownRow)}
@@ -117,7 +118,7 @@ def _bubbles(report: dict[str, Any]) -> list[str]:
         if measured and m is not None:
             out.append(f"pipeline of {stages[0].stages} stages x {m:g} micro-batches: bubble "
                        f"{mean(measured):.1f} % measured, {stages[0].theoretical_pct:.1f} % in theory")
-    bubbles = rows(report["bubbles"], BubbleSteps)
+    bubbles = msgspec.convert(report["bubbles"], BubbleStepSummary).per_rank
     if not out and bubbles:  # no pipeline: say what is measured, not "bubble" (a null share counts as 0)
         idle = sum(b.bubble_pct.total or 0.0 for b in bubbles) / sum(b.steps for b in bubbles)
         out.append(f"no compute in {idle:.0f} % of the average step (compute fills {100 - idle:.0f} %)")

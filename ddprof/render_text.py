@@ -16,7 +16,7 @@ import msgspec
 from ddprof.report_schema import (
     BandwidthRow,
     BreakdownRow,
-    BubbleSteps,
+    BubbleStepSummary,
     Collectives,
     CommKernelRow,
     Hang,
@@ -79,7 +79,7 @@ def _idle_rows(idle: list[IdleRow]) -> list[list[str]]:
 def _bubble_rows(report: dict[str, Any]) -> list[list[str]]:
     stage = {p.rank: p for p in rows(report.get("pipeline", []), PipelineRow)}
     out = []
-    for b in sorted(rows(report["bubbles"], BubbleSteps), key=lambda b: b.rank):
+    for b in sorted(msgspec.convert(report["bubbles"], BubbleStepSummary).per_rank, key=lambda b: b.rank):
         p = stage.get(b.rank)
         out.append([str(b.rank), str(b.steps), fmt_us(b.bubble_us.mean), _pct(b.bubble_pct.mean),
                     _num(p.stage if p else None, "{}"), _pct(p.theoretical_pct if p else None)])

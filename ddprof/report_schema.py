@@ -416,29 +416,60 @@ class Distribution(Row):
 
 
 class WorstStep(Row):
-    """One of the worst steps of a group, by the section's headline measure."""
+    """One of the run's worst steps of a section, by its headline measure."""
 
+    rank: Rank
+    step: Step
+    value: float | None
+
+
+class WorstIdleStep(Row):
+    """One of the run's steps with the most idle time of one cause (every stream of the step added)."""
+
+    rank: Rank
+    category: Annotated[Literal["host_wait", "kernel_wait", "other"], Meta(description="what the streams waited for")]
+    step: Step
+    value: float | None
+
+
+class WorstKernelStep(Row):
+    """One of the steps in which a top kernel took the most time (every rank together)."""
+
+    name: Annotated[str, Meta(description="kernel name")]
+    kind: Annotated[str, Meta(description="compute, comm or memory")]
     step: Step
     value: float | None
 
 
 class OverlapSteps(Row):
-    """A rank's ``overlap_by_step`` rows (detail table), summarised; worst steps by exposed communication."""
+    """A rank's ``overlap_by_step`` rows (detail table), summarised."""
 
     rank: Rank
     steps: Annotated[int, Meta(description="rows in the detail table")]
     exposed_comm_us: Distribution
     overlap_pct: Distribution
+
+
+class OverlapStepSummary(Row):
+    """``overlap_by_step``: per rank, its steps' distributions; the run's worst steps by exposed communication."""
+
+    per_rank: list[OverlapSteps]
     worst: list[WorstStep]
 
 
 class BreakdownSteps(Row):
-    """A rank's ``breakdown_by_step`` rows (detail table), summarised; worst steps by idle share."""
+    """A rank's ``breakdown_by_step`` rows (detail table), summarised."""
 
     rank: Rank
     steps: Annotated[int, Meta(description="rows in the detail table")]
     span_us: Distribution
     idle_pct: Distribution
+
+
+class BreakdownStepSummary(Row):
+    """``breakdown_by_step``: per rank, its steps' distributions; the run's worst steps by idle share."""
+
+    per_rank: list[BreakdownSteps]
     worst: list[WorstStep]
 
 
@@ -451,33 +482,58 @@ class IdleSteps(Row):
     idle_us: Distribution
 
 
+class IdleStepSummary(Row):
+    """``idle_by_step``: per rank and cause, its steps' distribution; the run's worst (rank, cause, step)."""
+
+    per_rank: list[IdleSteps]
+    worst: list[WorstIdleStep]
+
+
 class BubbleSteps(Row):
-    """A rank's ``bubbles`` rows (detail table), summarised; worst steps by the share without compute."""
+    """A rank's ``bubbles`` rows (detail table), summarised."""
 
     rank: Rank
     steps: Annotated[int, Meta(description="rows in the detail table")]
     bubble_us: Distribution
     bubble_pct: Distribution
+
+
+class BubbleStepSummary(Row):
+    """``bubbles``: per rank, its steps' distributions; the run's worst steps by the share without compute."""
+
+    per_rank: list[BubbleSteps]
     worst: list[WorstStep]
 
 
 class StepTimeSteps(Row):
-    """A rank's ``step_times`` rows (detail table), summarised; worst steps by step time."""
+    """A rank's ``step_times`` rows (detail table), summarised."""
 
     rank: Rank
     steps: Annotated[int, Meta(description="rows in the detail table")]
     step_us: Distribution
+
+
+class StepTimeSummary(Row):
+    """``step_times``: per rank, its steps' distribution; the run's slowest steps."""
+
+    per_rank: list[StepTimeSteps]
     worst: list[WorstStep]
 
 
 class KernelSteps(Row):
-    """A top kernel's ``kernels_by_step`` rows (detail table), summarised; worst steps by its time."""
+    """A top kernel's ``kernels_by_step`` rows (detail table), summarised."""
 
     name: Annotated[str, Meta(description="kernel name")]
     kind: Annotated[str, Meta(description="compute, comm or memory")]
     steps: Annotated[int, Meta(description="rows in the detail table")]
     total_us: Distribution
-    worst: list[WorstStep]
+
+
+class KernelStepSummary(Row):
+    """``kernels_by_step``: per top kernel, its steps' distribution; the steps where a kernel took longest."""
+
+    per_kernel: list[KernelSteps]
+    worst: list[WorstKernelStep]
 
 
 class CollectiveOp(Row):
@@ -510,21 +566,22 @@ class Report(Row, kw_only=True):
 
     run: RunSection
     overlap: list[OverlapRow]
-    overlap_by_step: list[OverlapSteps]
+    overlap_by_step: OverlapStepSummary
     breakdown: list[BreakdownRow]
-    breakdown_by_step: list[BreakdownSteps] = []
+    breakdown_by_step: BreakdownStepSummary = msgspec.field(
+        default_factory=lambda: BreakdownStepSummary(per_rank=[], worst=[]))
     idle: list[IdleRow]
-    idle_by_step: list[IdleSteps] = []
-    bubbles: list[BubbleSteps]
+    idle_by_step: IdleStepSummary = msgspec.field(default_factory=lambda: IdleStepSummary(per_rank=[], worst=[]))
+    bubbles: BubbleStepSummary
     pipeline: list[PipelineRow] = []
     stragglers: Stragglers
     collectives: Collectives
     bandwidth: list[BandwidthRow]
     hang: Hang
     comm_kernels: list[CommKernelRow]
-    step_times: list[StepTimeSteps]
+    step_times: StepTimeSummary
     kernels: list[KernelRow]
-    kernels_by_step: list[KernelSteps]
+    kernels_by_step: KernelStepSummary
     clocks: Clocks
     health: list[HealthFinding]
     report_version: Annotated[int, Meta(description="the contract's version; absent: version 1")]

@@ -50,8 +50,9 @@ def check_report(report: Any, path: str | Path) -> dict[str, Any]:
     if missing:
         raise BadInputError(f"this report lacks {', '.join(missing)} (written by an older ddprof); save it again "
                             "with `ddprof analyze RUN --format json -o FILE`", path=path)
-    coll = report["collectives"]
-    if not report["step_times"] and not (coll.get("instances") if isinstance(coll, dict) else coll):
+    steps, coll = report["step_times"], report["collectives"]  # version 1: the rows; later: their summaries
+    if not (steps.get("per_rank") if isinstance(steps, dict) else steps) and not (
+            coll.get("instances") if isinstance(coll, dict) else coll):
         raise BadInputError("nothing to compare: the report has no profiler steps and no collectives", path=path)
     return report
 

@@ -18,7 +18,8 @@ from tests.support.paths import DLRM, REPO, SAMPLES, trace_set
 
 CONTRACT = {
     "run": {"world_size", "ranks", "backend", "device", "steps", "warnings"},
-    "overlap": list, "overlap_by_step": list, "breakdown": list, "idle": list, "bubbles": list,
+    "overlap": list, "overlap_by_step": {"per_rank", "worst"}, "breakdown": list, "idle": list,
+    "bubbles": {"per_rank", "worst"},
     "stragglers": {"ranks", "per_rank"}, "collectives": {"instances", "by_op", "worst"}, "bandwidth": list,
     "hang": {"collectives"},
 }

@@ -317,10 +317,10 @@ def _comm_report(with_steps: tuple[int, ...]) -> dict:
             "overlap": [{"rank": r, "device": "gpu", "overlap_pct": 40.0, "comm_us": 100.0, "overlapped_us": 40.0,
                          "exposed_comm_us": 60.0} for r in (0, 1)],
             "breakdown": [_breakdown(r, 300.0) for r in (0, 1)],
-            "overlap_by_step": [{"rank": r, "steps": 2, "exposed_comm_us": _dist([20.0, 20.0]),
-                                 "overlap_pct": _dist([50.0, 50.0]), "worst": []} for r in with_steps],
-            "breakdown_by_step": [{"rank": r, "steps": 2, "span_us": _dist([100.0, 100.0]),
-                                   "idle_pct": _dist([0.0, 0.0]), "worst": []} for r in with_steps]}
+            "overlap_by_step": {"per_rank": [{"rank": r, "steps": 2, "exposed_comm_us": _dist([20.0, 20.0]),
+                                              "overlap_pct": _dist([50.0, 50.0])} for r in with_steps], "worst": []},
+            "breakdown_by_step": {"per_rank": [{"rank": r, "steps": 2, "span_us": _dist([100.0, 100.0]),
+                                                "idle_pct": _dist([0.0, 0.0])} for r in with_steps], "worst": []}}
 
 
 def _dist(values: list[float]) -> dict:

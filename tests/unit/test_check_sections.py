@@ -55,4 +55,4 @@ def test_report_carries_the_sections_on_a_real_gloo_capture(tmp_path):
     names = [k["name"] for k in report["kernels"]]
     assert "gloo:all_reduce" in names and len(names) <= 20
     assert {k["name"] for k in report.table("kernels_by_step").to_dicts()} <= set(names)
-    assert {k["name"] for k in report["kernels_by_step"]} <= set(names)  # and their summaries
+    assert {k["name"] for k in report["kernels_by_step"]["per_kernel"]} <= set(names)  # and their summaries
