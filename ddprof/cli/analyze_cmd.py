@@ -52,11 +52,11 @@ def analyze(sources: tuple[str, ...], fmt: str, output: str | None, cache: str |
         if src.run is not None and writable(src.run.path):  # the run dir keeps its report's detail tables
             report.write_tables(run_tables_dir(src.run.path))
     if fmt == "json":
-        from ddprof.atomic import json_text
+        from ddprof.report_tables import report_json
 
         if output and output != "-":  # the detail tables beside the JSON, before it: a reader finds both
             report.write_tables(tables_dir(output))
-        emit(json_text(report), output)
+        emit(report_json(report), output)
     else:
         from ddprof.render_text import render_text
 

@@ -108,3 +108,17 @@ def test_the_registry_and_the_records_name_the_same_sections():
     assert {s.name for s in SECTIONS if s.empty is ABSENT} == set(declared) - required
     assert list(EMPTY_SECTIONS) == [s.name for s in SECTIONS if s.empty is not ABSENT]
 
+
+def test_report_json_puts_arrays_of_scalars_on_one_line_and_nothing_else_changes():
+    """The JSON ddprof analyze writes: json_text's text, with each array of scalars on one line."""
+    import msgspec
+
+    from ddprof.atomic import json_text
+    from ddprof.report_tables import report_json
+
+    report = {"run": {"ranks": [0, 1, 2], "warnings": ["a, b", "c"], "steps": [], "per_rank": [
+        {"rank": 0, "step_ranges": [[0, 2], [5, 5]], "span_us": float("nan")}]}, "hang": {}, "status": "ok"}
+    text = report_json(report)
+    assert '"ranks": [0, 1, 2],' in text and '"warnings": ["a, b", "c"],' in text and '[0, 2],' in text
+    assert json.loads(text) == json.loads(json_text(report))
+    assert msgspec.json.format(text.encode(), indent=2).decode() == json_text(report)
