@@ -122,3 +122,16 @@ def test_report_json_puts_arrays_of_scalars_on_one_line_and_nothing_else_changes
     assert '"ranks": [0, 1, 2],' in text and '"warnings": ["a, b", "c"],' in text and '[0, 2],' in text
     assert json.loads(text) == json.loads(json_text(report))
     assert msgspec.json.format(text.encode(), indent=2).decode() == json_text(report)
+
+
+def test_a_missing_detail_table_is_named(tmp_path):
+    """A run dir no ``ddprof analyze`` wrote tables into: the error names the file and says what writes it."""
+    from ddprof.errors import BadInputError
+    from tests.support.gen import DataParallel, ingest_generated
+
+    run = ingest_generated(DataParallel(ranks=2, steps=1), tmp_path)
+    with pytest.raises(BadInputError, match=r"report/tables: the report's detail table bubbles\.parquet is missing: "
+                                            r"`ddprof analyze` writes it"):
+        run.table("bubbles")
+    with pytest.raises(KeyError, match="not a detail table"):
+        run.table("overlap")
