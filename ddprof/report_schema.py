@@ -82,7 +82,8 @@ class RunSection(Row):
     world_size: Annotated[int | None, Meta(description="ranks in the job, as the traces say")]
     ranks: Annotated[list[int], Meta(description="traced ranks")]
     backend: Annotated[str | None, Meta(description="nccl, gloo, ...")]
-    device: Annotated[str, Meta(description="gpu or cpu: what the analyses measured")]
+    device: Annotated[str | None, Meta(description="gpu or cpu: what the analyses measured; null when dumps "
+                                                    "alone do not tell")]
     steps: Annotated[list[int], Meta(description="profiler steps of the run")]
     warnings: Annotated[list[str], Meta(description="one sentence each, for the reader")]
     per_rank: list[RankSummary] = []
@@ -322,8 +323,8 @@ class HangRankState(Row):
 
     rank: Rank
     state: str
-    entered_upto: int
-    completed_upto: int
+    entered_upto: Annotated[int | None, Meta(description="last sequence number it entered; null when unknown")]
+    completed_upto: Annotated[int | None, Meta(description="last it completed; null when unknown")]
     input_sizes: list[list[int]] | None = None
     input_dtypes: list[str] | None = None
     time_created_ns: int | None = None

@@ -3,6 +3,7 @@ renders it, and maps its status to the exit code."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -54,9 +55,13 @@ def analyze(sources: tuple[str, ...], fmt: str, output: str | None, cache: str |
     if fmt == "json":
         from ddprof.report_tables import report_json
 
-        if output and output != "-":  # the detail tables beside the JSON, before it: a reader finds both
-            report.write_tables(tables_dir(output))
-        emit(report_json(report), output)
+        emit(report_json(report), output)  # first: a file that cannot be written is named as before
+        if output and output != "-":  # then the detail tables beside it; without them, no report either
+            try:
+                report.write_tables(tables_dir(output))
+            except BaseException:
+                Path(output).unlink(missing_ok=True)
+                raise
     else:
         from ddprof.render_text import render_text
 
