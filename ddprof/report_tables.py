@@ -86,6 +86,21 @@ class AnalysisReport(dict[str, Any]):
             self.tables[name] = pl.read_parquet(path)
         return self.tables[name]
 
+    def __eq__(self, other: object) -> bool:
+        """Equal dicts, and, against another AnalysisReport, equal tables in memory (nulls equal): two
+        reports with the same summaries but other rows are not equal."""
+        if not dict.__eq__(self, other):
+            return False
+        if not isinstance(other, AnalysisReport):
+            return True
+        return self.tables.keys() == other.tables.keys() and all(
+            df.equals(other.tables[name], null_equal=True) for name, df in self.tables.items())
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = None  # a dict: unhashable
+
     def write_tables(self, directory: str | Path) -> Path:
         """Every detail table into ``directory`` (:func:`write_tables`)."""
         return write_tables(directory, {name: self.table(name) for name in DETAIL})

@@ -126,12 +126,26 @@ def test_report_json_puts_arrays_of_scalars_on_one_line_and_nothing_else_changes
 
 def test_a_missing_detail_table_is_named(tmp_path):
     """A run dir no ``ddprof analyze`` wrote tables into: the error names the file and says what writes it."""
+    import ddprof
     from ddprof.errors import BadInputError
-    from tests.support.gen import DataParallel, ingest_generated
+    from ddprof.synth import Spec, generate
 
-    run = ingest_generated(DataParallel(ranks=2, steps=1), tmp_path)
+    generate(Spec(ranks=2, steps=1), tmp_path / "gen", with_truth=False)
+    run = ddprof.ingest([tmp_path / "gen" / "traces"], tmp_path / "run")
     with pytest.raises(BadInputError, match=r"report/tables: the report's detail table bubbles\.parquet is missing: "
                                             r"`ddprof analyze` writes it"):
         run.table("bubbles")
     with pytest.raises(KeyError, match="not a detail table"):
         run.table("overlap")
+
+
+def test_reports_with_the_same_summaries_but_other_rows_differ():
+    """Two reports are equal when their JSON and their detail tables are (analyse() == analyse() compares rows)."""
+    import polars as pl
+
+    from ddprof.report_tables import AnalysisReport
+
+    a = AnalysisReport({"x": 1}, {"bubbles": pl.DataFrame({"rank": [0], "bubble_pct": [1.0]})})
+    b = AnalysisReport({"x": 1}, {"bubbles": pl.DataFrame({"rank": [0], "bubble_pct": [2.0]})})
+    assert a != b and (a == b) is False and a == AnalysisReport({"x": 1}, {"bubbles": a.table("bubbles").clone()})
+    assert a == {"x": 1}  # against a plain dict (a decoded JSON): the JSON alone
