@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from ddprof.analyses.breakdown import breakdown_by_step, temporal_breakdown
 from ddprof.analyses.bubbles import bubbles, pipeline_stages
 from ddprof.analyses.clocks import ClockEstimate, align, estimate, run_hosts
 from ddprof.analyses.collectives import bandwidth, collective_warnings, collectives, comm_rows
@@ -34,7 +33,6 @@ from ddprof.analyses.comm_kernels import comm_kernel_counts
 from ddprof.analyses.frames.memo import Prepared, prepare
 from ddprof.analyses.frames.sets import rank_spans, steps
 from ddprof.analyses.frames.windows import trace_windows, window_counts, windows_frame
-from ddprof.analyses.idle import idle_breakdown, idle_by_step
 from ddprof.analyses.kernels import (
     add_totals,
     kernel_step_totals,
@@ -42,13 +40,14 @@ from ddprof.analyses.kernels import (
     kernels_by_step,
     top_kernels,
 )
-from ddprof.analyses.overlap import overlap, overlap_by_step
-from ddprof.analyses.steptimes import step_times
+from ddprof.analyses.sections import PER_RANK, STEP_SECTIONS, family_frames
 from ddprof.analyses.stragglers import stragglers
+from ddprof.analyses.summaries import collectives_summary, summary
 
 from ddprof.errors import UsageError
 from ddprof.executors import Executor, run_each
 from ddprof.memory import collector_paused
+from ddprof.report_tables import AnalysisReport, null_nonfinite
 from ddprof.rundir import MANIFEST, Run, open_run
 from ddprof.schema import EVENT_SCHEMA, STEP_PREFIX
 
@@ -76,9 +75,6 @@ def group_budget() -> int:
 COLUMNS = ["rank", "ts_ns", "dur_ns", "tid", "stream", "kind", "name", "step", "correlation",
            "coll_op", "pg", "group_size", "bytes", "peer", "seq"]
 
-#: Per-rank sections: a group's rows are the run's rows of its ranks, in the run's order.
-PER_RANK = ("overlap", "overlap_by_step", "breakdown", "breakdown_by_step", "idle", "idle_by_step",
-            "step_times")
 #: Derived frames the cross-rank sections read, kept per group and concatenated in rank order.
 SUMMARIES = {"comm_rows": comm_rows, "steps": steps, "rank_spans": rank_spans, "bubbles": bubbles,
              "trace_windows": trace_windows}
@@ -140,15 +136,15 @@ def with_windows(p: Prepared, run: Run, ranks: list[int] | None = None) -> Prepa
 
 
 def _intervals(p: Prepared) -> dict[str, Any]:
-    return {"overlap": overlap(p), "overlap_by_step": overlap_by_step(p), "breakdown": temporal_breakdown(p)}
+    return family_frames(p, "intervals")
 
 
 def _steps(p: Prepared) -> dict[str, Any]:
-    return {"breakdown_by_step": breakdown_by_step(p), "step_times": step_times(p), "bubbles": bubbles(p)}
+    return {**family_frames(p, "steps"), "bubbles": bubbles(p)}
 
 
 def _idle(p: Prepared) -> dict[str, Any]:
-    return {"idle": idle_breakdown(p), "idle_by_step": idle_by_step(p), "kernel_totals": kernel_totals(p),
+    return {**family_frames(p, "idle"), "kernel_totals": kernel_totals(p),
             "kernel_step_totals": kernel_step_totals(p), "comm_kernel_counts": comm_kernel_counts(p)}
 
 
@@ -228,35 +224,40 @@ def merge(results: list[dict[str, pl.DataFrame]]) -> dict[str, pl.DataFrame]:
 
 def json_rows(df: pl.DataFrame) -> list[dict[str, Any]]:
     """Rows as JSON-ready dicts: NaN/inf (in float columns) become null. Converted column by column."""
-    floats = [pl.when(pl.col(n).is_finite()).then(n).alias(n) for n, t in df.schema.items() if t.is_float()]
-    columns = (df.with_columns(floats) if floats else df).to_dict(as_series=False)
+    columns = null_nonfinite(df).to_dict(as_series=False)
     return [dict(zip(columns, values)) for values in zip(*columns.values())]
 
 
-def cross_rank_sections(frames: dict[str, pl.DataFrame], world_size: int | None) -> dict[str, Any]:
+def cross_rank_sections(frames: dict[str, pl.DataFrame], world_size: int | None) -> AnalysisReport:
     """Every section, from a run's per-rank frames and summaries: the per-rank sections as they are, the
-    cross-rank ones computed on the summaries alone (no event is read here)."""
+    cross-rank ones computed on the summaries alone (no event is read here). The sections with a row per
+    step or per collective instance are detail tables (:data:`ddprof.report_tables.DETAIL`, NaN as null)
+    and, in the sections, their summaries (:mod:`.summaries`)."""
     p = Prepared(pl.LazyFrame(schema={c: EVENT_SCHEMA[c] for c in COLUMNS}))
     for name, frame in SUMMARIES.items():
         p.provide(frame, frames[name])
     p.provide(kernel_totals, frames["kernel_totals"])
     p.provide(kernel_step_totals, frames["kernel_step_totals"])
-    out: dict[str, Any] = {k: json_rows(frames[k]) for k in PER_RANK}
+    out: dict[str, Any] = {k: json_rows(frames[k]) for k in PER_RANK if k not in STEP_SECTIONS}
     stages = pipeline_stages(p)
     bub = frames["bubbles"]
     if stages.height:
         bub = bub.join(stages.select("rank", "stage", "stages", "micro_batches", "theoretical_pct"),
                        on="rank", how="left")
     coll = collectives(p, world_size)
+    tables = {k: null_nonfinite(frames[k]) for k in PER_RANK if k in STEP_SECTIONS}
+    tables.update({"bubbles": null_nonfinite(bub), "collectives": null_nonfinite(coll.drop("ops_seen")),
+                   "kernels_by_step": null_nonfinite(kernels_by_step(p))})
+    out.update({name: summary(name, tables[name]) for name in STEP_SECTIONS})
     out.update({
-        "bubbles": json_rows(bub), "pipeline": json_rows(stages),
+        "pipeline": json_rows(stages),
         "stragglers": stragglers(p),
-        "collectives": json_rows(coll.drop("ops_seen")),
+        "collectives": collectives_summary(tables["collectives"]),
         "bandwidth": json_rows(bandwidth(coll)),
         "collective_warnings": collective_warnings(coll),
-        "kernels": json_rows(top_kernels(p)), "kernels_by_step": json_rows(kernels_by_step(p)),
+        "kernels": json_rows(top_kernels(p)),
     })
-    return out
+    return AnalysisReport(out, tables)
 
 
 def _comm_summary(run_dir: str | Path, ranks: list[int]) -> dict[str, pl.DataFrame]:
@@ -286,7 +287,7 @@ class RunAnalysis:
     ``per_group`` found, and the communication kernels' counts (:func:`comm_kernel_counts`)."""
 
     clock: ClockEstimate
-    sections: dict[str, Any]
+    sections: AnalysisReport
     windows: dict[int, int]
     extra: list[Any]
     comm_kernel_counts: pl.DataFrame

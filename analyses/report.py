@@ -3,14 +3,19 @@
 :func:`build_report` returns one dict of plain JSON values: the ``run`` summary (with ``per_rank`` and
 ``failed``), every section, the ``hang`` section from the dumps, the verdicts in their final order and
 the ``status`` the exit code follows. ``ddprof analyze --format json`` prints exactly this dict, and every
-other output (text, HTML, dashboard, check) renders or reads it. :func:`analyze` opens what a user names
+other output (text, HTML, dashboard, check) renders or reads it. The dict is small: the sections with a
+row per step or per collective instance hold summaries (:mod:`.summaries`), and their rows are its detail
+tables (:class:`ddprof.report_tables.AnalysisReport`: ``report.table("bubbles")``), written as Parquet
+beside the JSON. :func:`analyze` opens what a user names
 (:func:`ddprof.sources.open_source`) and builds its report: ``ddprof.analyze(path)``.
 
 Contract sections are filled with their contract keys (plus extra keys); ``breakdown_by_step``,
 ``idle_by_step``, ``pipeline``, ``step_times`` (step time and work counts per rank and step:
 :mod:`.steptimes`), ``kernels`` and ``kernels_by_step`` (the top kernels: :mod:`.kernels`), ``clocks``
 (per-host clock offsets, estimated and applied before the analyses when the evidence holds: :mod:`.clocks`),
-``verdicts`` and ``status`` are additions.
+``verdicts`` and ``status`` are additions. ``report_version`` (:data:`ddprof.report_schema.REPORT_VERSION`,
+just before the verdicts) says which contract the report follows: its every section and row is declared in
+:mod:`ddprof.report_schema` (a report without it is version 1).
 """
 
 from __future__ import annotations
@@ -21,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from ddprof.analyses.clocks import NOT_ESTIMATED
 from ddprof.analyses.comm_kernels import comm_kernels, rules_of
 from ddprof.analyses.frames.memo import Events, Prepared, prepare
 from ddprof.analyses.hang.diagnose import backend_of, diagnose
@@ -29,32 +33,18 @@ from ddprof.analyses.health import ORDER as HEALTH_ORDER
 from ddprof.analyses.health import health
 from ddprof.analyses.rank_groups import COLUMNS, analyse_run, cross_rank_sections, per_rank_frames, read_ranks
 from ddprof.analyses.rank_groups import json_rows as _rows  # noqa: F401 - callers format frames as the report does
+from ddprof.analyses.sections import EMPTY_SECTIONS, SECTION_ORDER  # noqa: F401 - the report's sections, declared once
 from ddprof.analyses.verdicts import verdicts
 
 from ddprof.errors import UsageError
 from ddprof.executors import Executor
 from ddprof.flightrec.load import DumpSet
+from ddprof.report_schema import REPORT_VERSION
+from ddprof.report_tables import DETAIL, AnalysisReport
 from ddprof.rundir import Run
 from ddprof.schema import EVENT_SCHEMA
 from ddprof.sources import IngestProgress, open_source
 
-EMPTY_SECTIONS: dict[str, Any] = {
-    "overlap": [],
-    "overlap_by_step": [],
-    "breakdown": [],
-    "idle": [],
-    "bubbles": [],
-    "stragglers": {"ranks": [], "per_rank": []},
-    "collectives": [],
-    "bandwidth": [],
-    "hang": {"collectives": []},
-    "comm_kernels": [],
-    "step_times": [],
-    "kernels": [],
-    "kernels_by_step": [],
-    "clocks": NOT_ESTIMATED.section(),
-    "health": [],
-}
 
 def read_events(run: Run) -> Prepared:
     """Every rank's events as the analyses use them (:func:`.rank_groups.read_ranks`): for a small run,
@@ -62,17 +52,13 @@ def read_events(run: Run) -> Prepared:
     return read_ranks(run, run.ranks)
 
 
-SECTION_ORDER = ("overlap", "overlap_by_step", "breakdown", "breakdown_by_step", "idle", "idle_by_step",
-                 "bubbles", "pipeline", "stragglers", "collectives", "bandwidth", "collective_warnings",
-                 "step_times", "kernels", "kernels_by_step")
-
-
-def analyse(events: Events, world_size: int | None = None) -> dict[str, Any]:
+def analyse(events: Events, world_size: int | None = None) -> AnalysisReport:
     """Every section computed from an event table (no run dir needed): its per-rank frames and summaries
     (:func:`.rank_groups.per_rank_frames`, computed once each and shared by the sections), then the
-    cross-rank sections on the summaries, exactly as a run analysed a group of ranks at a time."""
+    cross-rank sections on the summaries, exactly as a run analysed a group of ranks at a time; with the
+    detail tables (``.table(name)``)."""
     sections = cross_rank_sections(per_rank_frames(prepare(events)), world_size)
-    return {k: sections[k] for k in SECTION_ORDER}
+    return AnalysisReport({k: sections[k] for k in SECTION_ORDER}, sections.tables)
 
 
 def _dumps_summary(dumps: DumpSet, hang: dict[str, Any]) -> dict[str, Any]:
@@ -111,18 +97,21 @@ def _health_order(finding: dict[str, Any]) -> tuple[int, int]:
     return HEALTH_ORDER.index(finding["finding"]), -1 if finding["rank"] is None else finding["rank"]
 
 
-def build_report(run: Run | None, *, dumps: DumpSet | None = None, executor: Executor | None = None) -> dict[str, Any]:
-    """The complete report of a run (None: of Flight Recorder dumps alone) and its dumps (module doc).
+def build_report(run: Run | None, *, dumps: DumpSet | None = None, executor: Executor | None = None) -> AnalysisReport:
+    """The complete report of a run (None: of Flight Recorder dumps alone) and its dumps (module doc), with
+    its detail tables (:mod:`ddprof.report_tables`; empty for dumps alone).
 
     The run is analysed a group of ranks at a time (:mod:`.rank_groups`), on ``executor`` (default: in
     this process); health findings are per rank, found in each group's events as traced, and run-wide."""
     hang = diagnose(dumps) if dumps is not None else None
+    tables = {name: pl.DataFrame() for name in DETAIL}
     if run is not None:
         report: dict[str, Any] = {"run": run.summary(), **copy.deepcopy(EMPTY_SECTIONS)}
         analysis = analyse_run(run, executor=executor, per_group=health)  # clocks aligned before cross-rank work
         clock = analysis.clock
         report["clocks"] = clock.section()
         sections = {k: analysis.sections[k] for k in SECTION_ORDER}
+        tables = analysis.sections.tables
         for row in report["run"]["per_rank"]:
             row["windows"] = analysis.windows.get(row["rank"], 0)
         whole_run = health(pl.LazyFrame(schema={c: EVENT_SCHEMA[c] for c in COLUMNS}), ranks=run.ranks,
@@ -143,14 +132,15 @@ def build_report(run: Run | None, *, dumps: DumpSet | None = None, executor: Exe
         raise UsageError("nothing to report on: give a run, Flight Recorder dumps, or both")
     if hang is not None:
         report["hang"] = hang
+    report["report_version"] = REPORT_VERSION
     report["verdicts"] = verdicts(report)
     report["status"] = status(report)
-    return report
+    return AnalysisReport(report, tables)
 
 
 def analyze(*sources: str | Path, cache: str | Path | None = None, rank_map: dict[str, int] | None = None,
             progress: IngestProgress | None = None, comm_kernels: Sequence[str] | None = None,
-            executor: Executor | None = None) -> dict[str, Any]:
+            executor: Executor | None = None) -> AnalysisReport:
     """The report of what the user names: raw traces (ingested into ``cache``, by default beside them),
     a run dir, or a directory of Flight Recorder dumps; exactly what ``ddprof analyze SOURCES --format json``
     prints. ``rank_map`` gives the rank of traces that do not say (``{"trace.json": 3}``); ``comm_kernels``

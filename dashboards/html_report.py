@@ -89,7 +89,9 @@ def render_html(report: dict[str, Any], run: Run | None = None, title: str = "dd
                  + "</div>")
     sections = [("Overlap", report.get("overlap")), ("Breakdown", report.get("breakdown")),
                 ("Stragglers", (report.get("stragglers") or {}).get("per_rank")),
-                ("Collectives", [{k: c.get(k) for k in COLLECTIVE_COLUMNS} for c in report.get("collectives") or []]), ("Bandwidth", report.get("bandwidth")),
+                ("Collectives, largest arrival skew first", [{k: c.get(k) for k in COLLECTIVE_COLUMNS}
+                                                             for c in (report.get("collectives") or {}).get("worst") or []]),
+                ("Bandwidth", report.get("bandwidth")),
                 ("Pipeline", report.get("pipeline")), ("Health", report.get("health")),
                 ("Hang", hang_rows(report))]
     for name, rows in sections:

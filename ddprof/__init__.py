@@ -4,7 +4,8 @@ Public API::
 
     ddprof.ingest(sources, out_dir)      # Kineto traces -> run dir (Parquet store)
     ddprof.open_run(run_dir)             # run dir -> Run (LazyFrames of events, manifest)
-    ddprof.analyze(path)                 # traces, run dir or Flight Recorder dumps -> the report (a dict)
+    ddprof.analyze(path)                 # traces, run dir or Flight Recorder dumps -> the report (a dict;
+                                         # .table("bubbles"): its per-step rows, a Polars DataFrame)
     ddprof.profile(run_dir)              # capture inside a training script (needs the `torch` extra)
 
 ``import ddprof`` loads neither Polars nor torch: names that need them are imported on first use, so the
@@ -20,6 +21,7 @@ from ddprof.errors import BadInputError, DdprofError, PartialRunError, RankError
 from ddprof.version import __version__
 
 if TYPE_CHECKING:
+    from ddprof.report_tables import AnalysisReport
     from ddprof.rundir import Run, open_run
     from ddprof.schema import EVENT_SCHEMA, SCHEMA_VERSION, validate
 
@@ -36,8 +38,9 @@ def ingest(*args: Any, **kwargs: Any) -> Run:
     return _ingest(*args, **kwargs)
 
 
-def analyze(*args: Any, **kwargs: Any) -> dict[str, Any]:
-    """See :func:`ddprof.analyses.report.analyze`: what ``ddprof analyze PATH --format json`` prints."""
+def analyze(*args: Any, **kwargs: Any) -> AnalysisReport:
+    """See :func:`ddprof.analyses.report.analyze`: what ``ddprof analyze PATH --format json`` prints, with its
+    detail tables (``.table(name)``: :mod:`ddprof.report_tables`)."""
     from ddprof.analyses.report import analyze as _analyze
 
     return _analyze(*args, **kwargs)

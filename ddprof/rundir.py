@@ -18,7 +18,7 @@ import polars as pl
 
 from ddprof.errors import BadInputError, SchemaError
 from ddprof.schema import EVENT_SCHEMA, check_version, empty_events
-from ddprof.units import NS_PER_US
+from ddprof.units import NS_PER_US, step_ranges
 
 MANIFEST = "manifest.json"
 RUN_FORMAT = "ddprof-run"
@@ -129,10 +129,18 @@ class Run:
     def steps(self) -> list[int]:
         return sorted({s for info in self.manifest.get("per_rank", {}).values() for s in info.get("steps", [])})
 
+    def table(self, name: str) -> Any:
+        """A detail table (a Polars DataFrame) of the report ``ddprof analyze`` last wrote for this run dir
+        (``report/tables/NAME.parquet``: :mod:`ddprof.report_tables`), e.g. ``open_run(p).table("bubbles")``."""
+        from ddprof.report_tables import AnalysisReport, run_tables_dir
+
+        return AnalysisReport({}, directory=run_tables_dir(self.path)).table(name)
+
     def summary(self) -> dict[str, Any]:
         """What was ingested, from the manifest (no event scan): the report's ``run`` section before the
         analyses add their warnings. World size, ranks, backend, device, steps; per rank its event,
-        kernel and communication counts, steps, span, devices, host and warnings; the inputs that failed
+        kernel and communication counts, steps (as ranges: ``[[first, last], ...]``), span, devices, host
+        and warnings; the inputs that failed
         (``{path, rank, error}``, the error naming the file) and the run's warnings."""
         per_rank = []
         for r in self.ranks:
@@ -144,7 +152,7 @@ class Run:
                 "kernels": info.get("kernels", 0),
                 "comm_kernels": info.get("comm_kernels", 0),
                 "comm_events": info.get("comm_events", info.get("comm_kernels", 0)),
-                "steps": info.get("steps", []),
+                "step_ranges": step_ranges(info.get("steps", [])),
                 "span_us": round((last - first) / NS_PER_US, 3) if first is not None and last is not None else None,
                 "device_names": sorted(set(info.get("device_names", []))),
                 "host": self.manifest.get("hosts", {}).get(str(r)),

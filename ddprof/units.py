@@ -37,3 +37,15 @@ def fmt_bytes(n: float | None) -> str:
     if abs(n) < 1 << 10:
         return f"{int(n)} B"
     return _in_units(float(n), _SIZE)
+
+
+def step_ranges(steps: list[int]) -> list[list[int]]:
+    """Step numbers as inclusive ranges of consecutive steps: ``[1, 2, 3, 7]`` -> ``[[1, 3], [7, 7]]`` (a
+    rank's steps in the report: their size does not grow with the steps of a run that has no gaps)."""
+    spans: list[list[int]] = []
+    for x in sorted(set(steps)):
+        if spans and spans[-1][1] == x - 1:
+            spans[-1][1] = x
+        else:
+            spans.append([x, x])
+    return spans

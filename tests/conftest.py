@@ -1,8 +1,10 @@
 """Shared fixtures: where the real traces are (in the repository: :mod:`tests.support.paths`), and a
-session cache of ingested runs."""
+session cache of ingested runs. Every report the suite builds is validated against the declared contract
+(:func:`pytest_configure`)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 from collections.abc import Callable, Iterator
@@ -11,6 +13,28 @@ from pathlib import Path
 import pytest
 
 from tests.support.paths import TRACES, trace_set
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Wrap :func:`ddprof.analyses.report.build_report` for the session, before any test module imports it,
+    so that every report a test builds (directly, through ``ddprof.analyze`` or the CLI in-process) is
+    converted into :class:`ddprof.report_schema.Report`, and each of its detail tables into its rows' record:
+    a field that drifts from its declaration fails the test that built the report, naming the field's path."""
+    import ddprof.analyses.report as report_module
+
+    from ddprof.report_schema import TABLE_ROWS, parse, rows
+
+    original = report_module.build_report
+
+    @functools.wraps(original)
+    def build_report(*args, **kwargs):
+        report = original(*args, **kwargs)
+        parse(report)
+        for name, record in TABLE_ROWS.items():  # each detail table's rows as their declared record
+            rows(report.table(name).to_dicts(), record)
+        return report
+
+    report_module.build_report = build_report
 
 
 @pytest.fixture(scope="session")

@@ -114,9 +114,8 @@ def _relative_rules(base: dict[str, Any], run: dict[str, Any], rules: dict[str, 
                                 confidence=c, quantile=0.9))
     for rule, what, worse_high, get in (
             ("exposed_comm", "exposed communication (% of step)", True, S.exposed_pct),
-            ("overlap", "communication overlapped with compute", False,
-             lambda rep: S.per_step(rep, "overlap_by_step", "overlap_pct")),
-            ("idle", "idle share of the step", True, lambda rep: S.per_step(rep, "breakdown_by_step", "idle_pct"))):
+            ("overlap", "communication overlapped with compute", False, S.overlap_pct),
+            ("idle", "idle share of the step", True, S.idle_pct)):
         cfg = rules[rule]
         b_arr, r_arr = get(base), get(run)
         if cfg["enabled"] and b_arr.size:
@@ -170,9 +169,9 @@ def _absolute_sample(run: dict[str, Any], rule: dict[str, Any]) -> tuple[np.ndar
         return (S.busbw(run).get((rule["op"], rule["bytes"])), 0.5, "GB/s", f"{rule['op']} {fmt_bytes(rule['bytes'])}",
                 "instances")
     arrays = {"step_time_us": S.step_us(run).get(None), "step_time_p90_us": S.step_us(run).get(None),
-              "exposed_comm_pct": S.exposed_pct(run), "overlap_pct": S.per_step(run, "overlap_by_step", "overlap_pct"),
-              "idle_pct": S.per_step(run, "breakdown_by_step", "idle_pct"),
-              "bubble_pct": S.per_step(run, "bubbles", "bubble_pct")}
+              "exposed_comm_pct": S.exposed_pct(run), "overlap_pct": S.overlap_pct(run),
+              "idle_pct": S.idle_pct(run),
+              "bubble_pct": S.bubble_pct(run)}
     return (arrays[m], 0.9 if m == "step_time_p90_us" else 0.5, "us" if m.endswith("_us") else "%", "all ranks",
             "(rank, step) values")
 

@@ -22,6 +22,9 @@ from typing import Any
 
 from ddprof.analyses.compare.check import describe
 
+from ddprof.report_schema import CollectiveRow, StepTimeRow, rows
+from ddprof.report_tables import detail_rows
+
 
 def _change(b: float | None, r: float | None) -> tuple[float | None, float | None]:
     if b is None and r is None:
@@ -32,15 +35,15 @@ def _change(b: float | None, r: float | None) -> tuple[float | None, float | Non
 
 def _collectives(report: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
     steps = max(len(report["run"].get("steps") or []), 1)
-    per: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
-    for c in report["collectives"]:
-        if c.get("bytes") is not None:
-            per[(c["op"], c["bytes"])].append(c)
+    per: dict[tuple[str, int], list[CollectiveRow]] = defaultdict(list)
+    for c in rows(detail_rows(report, "collectives"), CollectiveRow):
+        if c.bytes is not None:
+            per[(c.op, c.bytes)].append(c)
     out = {}
-    for key, rows in per.items():
-        total = sum(c["duration_us"] or 0.0 for c in rows)
-        bw = [c["busbw_gbps"] for c in rows if c.get("busbw_gbps") is not None]
-        out[key] = {"count": len(rows), "total_us": total, "per_step_us": total / steps,
+    for key, instances in per.items():
+        total = sum(c.duration_us or 0.0 for c in instances)
+        bw = [c.busbw_gbps for c in instances if c.busbw_gbps is not None]
+        out[key] = {"count": len(instances), "total_us": total, "per_step_us": total / steps,
                     "busbw_gbps": float(median(bw)) if bw else None}
     return out
 
@@ -87,8 +90,8 @@ def diff(run: dict[str, Any], base: dict[str, Any], *, run_source: str = "run", 
     that is a saved report."""
     run_k, base_k, scope = _kernel_sides(run, base, run_kernels, base_kernels)
 
-    bs = [s["step_us"] for s in base["step_times"]]
-    rs = [s["step_us"] for s in run["step_times"]]
+    bs = [s.step_us for s in rows(detail_rows(base, "step_times"), StepTimeRow)]
+    rs = [s.step_us for s in rows(detail_rows(run, "step_times"), StepTimeRow)]
     bm, rm = (float(median(bs)) if bs else None), (float(median(rs)) if rs else None)
     change, pct = _change(bm, rm) if bm is not None and rm is not None else (None, None)
     return {

@@ -14,15 +14,18 @@ from __future__ import annotations
 from statistics import median
 from typing import Any
 
+from ddprof.report_schema import BandwidthRow, CollectiveRow, PipelineRow, StepTimeRow, rows
+from ddprof.report_tables import detail_rows
 from ddprof.units import fmt_bytes
 
 
 def collective_ops(report: dict[str, Any]) -> list[str]:
-    return sorted({c["op"] for c in report["collectives"]} | {b["op"] for b in report["bandwidth"]})
+    return sorted({c.op for c in rows(detail_rows(report, "collectives"), CollectiveRow)}
+                  | {b.op for b in rows(report["bandwidth"], BandwidthRow)})
 
 
 def stage_count(report: dict[str, Any]) -> int:
-    return len({p.get("stage") for p in report.get("pipeline", [])})
+    return len({p.stage for p in rows(report.get("pipeline", []), PipelineRow)})
 
 
 def job_differences(base: dict[str, Any], run: dict[str, Any]) -> list[str]:
@@ -41,12 +44,13 @@ def job_differences(base: dict[str, Any], run: dict[str, Any]) -> list[str]:
 
 
 def per_step_median(report: dict[str, Any], key: str) -> float | None:
-    values = [s[key] for s in report["step_times"]]
+    """The median over ranks and steps of ``key``, a field of :class:`StepTimeRow` (``collectives``, ...)."""
+    values = [getattr(s, key) for s in rows(detail_rows(report, "step_times"), StepTimeRow)]
     return float(median(values)) if values else None
 
 
 def message_sizes(report: dict[str, Any]) -> set[tuple[str, int]]:
-    return {(b["op"], b["bytes"]) for b in report["bandwidth"] if b.get("bytes") is not None}
+    return {(b.op, b.bytes) for b in rows(report["bandwidth"], BandwidthRow)}
 
 
 def workload_changes(base: dict[str, Any], run: dict[str, Any], rule: dict[str, Any]) -> list[str]:

@@ -2,7 +2,11 @@
 file a repository can keep), a run dir, or raw traces (ingested like ``ddprof analyze`` does).
 
 :func:`load_with_kernels` also reads every kernel from the store (:mod:`.all_kernels`) when there is one:
-a saved report keeps only its top kernels."""
+a saved report keeps only its top kernels.
+
+A saved report without ``report_version`` (version 1, written before the contract was declared) holds its
+per-step and per-instance rows in the JSON and is read as it is; a version 2 report's rows are its detail
+tables, ``FILE.tables/`` beside it; one of a newer version is refused, saying how to remake it."""
 
 from __future__ import annotations
 
@@ -15,6 +19,8 @@ from ddprof.analyses.compare.all_kernels import every_kernel
 from ddprof.analyses.report import analyze, build_report
 
 from ddprof.errors import BadInputError
+from ddprof.report_schema import REPORT_VERSION, version_of
+from ddprof.report_tables import AnalysisReport, tables_dir
 from ddprof.sources import open_source
 
 #: Sections a comparison reads that reports written before them lack.
@@ -35,11 +41,18 @@ def check_report(report: Any, path: str | Path) -> dict[str, Any]:
     """``report`` if it is a report a comparison can read, else a BadInputError naming the file."""
     if not isinstance(report, dict) or not isinstance(report.get("run"), dict):
         raise BadInputError("not a ddprof report (no 'run' section)", path=path)
+    version = version_of(report)
+    if version > REPORT_VERSION:
+        raise BadInputError(f"this report follows report_version {version}, newer than this ddprof reads "
+                            f"({REPORT_VERSION}); save it again with this ddprof: "
+                            "`ddprof analyze RUN --format json -o FILE`", path=path)
     missing = [k for k in NEEDED if k not in report]
     if missing:
         raise BadInputError(f"this report lacks {', '.join(missing)} (written by an older ddprof); save it again "
                             "with `ddprof analyze RUN --format json -o FILE`", path=path)
-    if not report["step_times"] and not report["collectives"]:
+    steps, coll = report["step_times"], report["collectives"]  # version 1: the rows; later: their summaries
+    if not (steps.get("per_rank") if isinstance(steps, dict) else steps) and not (
+            coll.get("instances") if isinstance(coll, dict) else coll):
         raise BadInputError("nothing to compare: the report has no profiler steps and no collectives", path=path)
     return report
 
@@ -49,14 +62,20 @@ def load_report(path: str | Path, *, cache: str | Path | None = None) -> dict[st
     p = Path(path)
     if not p.exists():
         raise BadInputError("no such file or directory", path=p)
-    if is_saved_report(p):
-        try:
-            report = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise BadInputError(f"cannot read this saved report ({exc})", path=p) from exc
-    else:
-        report = analyze(p, cache=cache)
+    report = _saved(p) if is_saved_report(p) else analyze(p, cache=cache)
     return check_report(report, p)
+
+
+def _saved(path: Path) -> dict[str, Any]:
+    """A saved report: version 1 as it is (its rows are in the JSON), a later one with the detail tables
+    written beside it (``FILE.tables/``, read when a comparison asks for them)."""
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadInputError(f"cannot read this saved report ({exc})", path=path) from exc
+    if isinstance(report, dict) and "report_version" in report:
+        return AnalysisReport(report, directory=tables_dir(path))
+    return report
 
 
 def load_with_kernels(path: str | Path, *, cache: str | Path | None = None) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:

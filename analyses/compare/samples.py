@@ -12,66 +12,100 @@ Each value is one (rank, step) unless said otherwise:
   the report ties to ranks (a collective's busbw is one number for its whole group);
 * ``kernel_steps``: per top kernel (name, kind), its time in each step of the run summed over ranks
   (``kernels_by_step``; 0 in a step where it did not run).
+
+Each section's rows are read from the report's detail tables (a report of version 1: from its JSON;
+:func:`ddprof.report_tables.detail_rows`) as their declared records (:mod:`ddprof.report_schema`).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
+
+from ddprof.report_schema import (
+    BreakdownStepRow,
+    BubbleRow,
+    CollectiveRow,
+    KernelStepRow,
+    OverlapStepRow,
+    StepTimeRow,
+    rows,
+)
+from ddprof.report_tables import detail_rows
+
+T = TypeVar("T")
 
 
 def _arr(values: list[Any]) -> np.ndarray:
     return np.asarray([v for v in values if v is not None], dtype=np.float64)
 
 
+def _detail(report: dict[str, Any], name: str, record: type[T]) -> list[T]:
+    return rows(detail_rows(report, name), record)
+
+
+def _step_times(report: dict[str, Any]) -> list[StepTimeRow]:
+    return _detail(report, "step_times", StepTimeRow)
+
+
 def step_us(report: dict[str, Any]) -> dict[int | None, np.ndarray]:
     per: dict[int | None, list[float]] = defaultdict(list)
-    for s in report["step_times"]:
-        per[s["rank"]].append(s["step_us"])
-        per[None].append(s["step_us"])
+    for s in _step_times(report):
+        per[s.rank].append(s.step_us)
+        per[None].append(s.step_us)
     return {k: _arr(v) for k, v in per.items()}
 
 
 def exposed_pct(report: dict[str, Any]) -> np.ndarray:
-    step = {(s["rank"], s["step"]): s["step_us"] for s in report["step_times"]}
-    return _arr([100 * o["exposed_comm_us"] / step[(o["rank"], o["step"])] for o in report["overlap_by_step"]
-                 if o.get("exposed_comm_us") is not None and step.get((o["rank"], o["step"]))])
+    step = {(s.rank, s.step): s.step_us for s in _step_times(report)}
+    return _arr([100 * o.exposed_comm_us / step[(o.rank, o.step)] for o in _detail(report, "overlap_by_step", OverlapStepRow)
+                 if step.get((o.rank, o.step))])
 
 
-def per_step(report: dict[str, Any], section: str, key: str) -> np.ndarray:
-    return _arr([row.get(key) for row in report.get(section, [])])
+def overlap_pct(report: dict[str, Any]) -> np.ndarray:
+    """Per rank and step: the share of communication that overlaps compute (``overlap_by_step``)."""
+    return _arr([o.overlap_pct for o in _detail(report, "overlap_by_step", OverlapStepRow)])
+
+
+def idle_pct(report: dict[str, Any]) -> np.ndarray:
+    """Per rank and step: the idle share of the step (``breakdown_by_step``)."""
+    return _arr([b.idle_pct for b in _detail(report, "breakdown_by_step", BreakdownStepRow)])
+
+
+def bubble_pct(report: dict[str, Any]) -> np.ndarray:
+    """Per rank and step: the share of the step without compute (``bubbles``)."""
+    return _arr([b.bubble_pct for b in _detail(report, "bubbles", BubbleRow)])
 
 
 def bubble_by_stage(report: dict[str, Any]) -> dict[int, np.ndarray]:
     per: dict[int, list[float]] = defaultdict(list)
-    for b in report["bubbles"]:
-        if b.get("stage") is not None and b.get("bubble_pct") is not None:
-            per[b["stage"]].append(b["bubble_pct"])
+    for b in _detail(report, "bubbles", BubbleRow):
+        if b.stage is not None and b.bubble_pct is not None:
+            per[b.stage].append(b.bubble_pct)
     return {k: _arr(v) for k, v in sorted(per.items())}
 
 
 def busbw(report: dict[str, Any]) -> dict[tuple[str, int], np.ndarray]:
     per: dict[tuple[str, int], list[float]] = defaultdict(list)
-    for c in report["collectives"]:
-        if c.get("busbw_gbps") is not None and c.get("bytes") is not None:
-            per[(c["op"], c["bytes"])].append(c["busbw_gbps"])
+    for c in _detail(report, "collectives", CollectiveRow):
+        if c.busbw_gbps is not None and c.bytes is not None:
+            per[(c.op, c.bytes)].append(c.busbw_gbps)
     return {k: _arr(v) for k, v in sorted(per.items())}
 
 
 def busbw_links(report: dict[str, Any]) -> dict[tuple[str, int, int, int], np.ndarray]:
     per: dict[tuple[str, int, int, int], list[float]] = defaultdict(list)
-    for c in report["collectives"]:
-        if (c.get("busbw_gbps") is not None and c.get("bytes") is not None and c.get("src") is not None
-                and c.get("dst") is not None):
-            per[(c["op"], c["bytes"], c["src"], c["dst"])].append(c["busbw_gbps"])
+    for c in _detail(report, "collectives", CollectiveRow):
+        if c.busbw_gbps is not None and c.bytes is not None and c.src is not None and c.dst is not None:
+            per[(c.op, c.bytes, c.src, c.dst)].append(c.busbw_gbps)
     return {k: _arr(v) for k, v in sorted(per.items())}
 
 
 def kernel_steps(report: dict[str, Any]) -> dict[tuple[str, str], np.ndarray]:
-    steps = sorted({s["step"] for s in report["step_times"]})
+    steps = sorted({s.step for s in _step_times(report)})
     per: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
-    for k in report["kernels_by_step"]:
-        per[(k["name"], k["kind"])][k["step"]] = k["total_us"]
+    for k in _detail(report, "kernels_by_step", KernelStepRow):
+        per[(k.name, k.kind)][k.step] = k.total_us
     return {key: np.asarray([v.get(s, 0.0) for s in steps], dtype=np.float64) for key, v in per.items()}

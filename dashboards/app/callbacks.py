@@ -17,6 +17,8 @@ from ddprof.dashboards.panels import clickable, panel_figures, panel_ids
 from ddprof.dashboards.timeline.figure import MS, timeline_figure
 from ddprof.dashboards.timeline.lod import view
 
+from ddprof.report_tables import detail_rows
+
 
 def window_of_relayout(relayout: dict[str, Any] | None) -> tuple[float, float] | None | bool:
     """(t0, t1) ns from a zoom, False for a reset (autorange), None when the x axis did not change."""
@@ -65,7 +67,7 @@ def register(app: dash.Dash, state: DashboardState) -> None:
             lo, hi = int(rows["start"].min()), int(rows["end"].max())  # type: ignore[arg-type]
             return {"window": [lo, hi], "rank": None}, no_update, no_update
         if trigger in clickable("instance") and state.report is not None:
-            colls = state.report.get("collectives") or []
+            colls = detail_rows(state.report, "collectives")
             if not 0 <= key < len(colls):
                 return no_update, no_update, no_update
             c = colls[key]

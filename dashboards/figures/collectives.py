@@ -8,13 +8,15 @@ from typing import Any
 import plotly.graph_objects as go
 from ddprof.dashboards.figures.style import COMM, NORMAL, STRAGGLER, WAIT, empty, finish
 
+from ddprof.report_tables import detail_rows
+
 OP_COLOURS = ["#4C78A8", "#E45756", "#54A24B", "#F58518", "#B279A2", "#72B7B2", "#9D755D", "#FF9DA6"]
 
 
 def skew_figure(report: dict[str, Any]) -> go.Figure:
-    """Every collective instance (``collectives``) as a point: its order on the x axis, arrival skew
+    """Every collective instance (the ``collectives`` detail table) as a point: its order on the x axis, arrival skew
     (last arrival − first arrival, µs) on the y axis, one colour per op; customdata = its position."""
-    rows = report.get("collectives") or []
+    rows = detail_rows(report, "collectives")
     if not rows:
         return empty("Collectives", "no collective instances in this run")
     fig = go.Figure()
@@ -36,7 +38,7 @@ def instance_figure(report: dict[str, Any], position: int | None = None) -> go.F
     """One instance rank by rank: each rank waits (amber) from its arrival to the last arrival, then the
     transfer (``duration_us``, the instance's time without the wait) runs; the last arriver is red and
     labelled. Default: the instance with the largest skew. Times in ms from the first arrival."""
-    rows = report.get("collectives") or []
+    rows = detail_rows(report, "collectives")
     if not rows:
         return empty("Collective instance", "no collective instances in this run")
     if position is None or not 0 <= position < len(rows):

@@ -8,6 +8,8 @@ from typing import Any
 import plotly.graph_objects as go
 from ddprof.dashboards.figures.style import COMM, COMPUTE, IDLE, NORMAL, STRAGGLER, empty, finish
 
+from ddprof.report_tables import detail_rows
+
 
 def _rank_axis(fig: go.Figure, ranks: list[int]) -> None:
     few = len(ranks) <= 32
@@ -75,9 +77,9 @@ def stragglers_figure(report: dict[str, Any]) -> go.Figure:
 
 
 def step_time_figure(report: dict[str, Any]) -> go.Figure:
-    """Step time per step and rank (``breakdown_by_step``: the step window's span), one line per rank
+    """Step time per step and rank (the ``breakdown_by_step`` detail table: the step window's span), one line per rank
     when there are at most 16 ranks, else the median and the slowest rank per step."""
-    rows = report.get("breakdown_by_step") or []
+    rows = detail_rows(report, "breakdown_by_step")
     if not rows:
         return empty("Step time", "no ProfilerStep marks in this run")
     fig = go.Figure()

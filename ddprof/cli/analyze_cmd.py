@@ -3,6 +3,7 @@ renders it, and maps its status to the exit code."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -41,15 +42,26 @@ def analyze(sources: tuple[str, ...], fmt: str, output: str | None, cache: str |
     runner = get_executor(executor, address)
     if fmt == "html":
         return _html(sources, output, cache, ranks, rules_in_force(comm_kernels), runner)
-    from ddprof.analyses.report import analyze as build_report
+    from ddprof.analyses.report import build_report
+    from ddprof.report_tables import run_tables_dir, tables_dir
+    from ddprof.sources import _writable as writable  # the rule that keeps a read-only source untouched
+    from ddprof.sources import open_source
 
-    report = build_report(*sources, cache=cache, rank_map=parse_rank_map(ranks),
-                          comm_kernels=rules_in_force(comm_kernels),
-                          progress=ingest_progress(fmt == "text" and output is None), executor=runner)
+    with open_source(sources, cache=cache, rank_map=parse_rank_map(ranks), comm_kernels=rules_in_force(comm_kernels),
+                     progress=ingest_progress(fmt == "text" and output is None), executor=runner) as src:
+        report = build_report(src.run, dumps=src.dumps, executor=runner)
+        if src.run is not None and writable(src.run.path):  # the run dir keeps its report's detail tables
+            report.write_tables(run_tables_dir(src.run.path))
     if fmt == "json":
-        from ddprof.atomic import json_text
+        from ddprof.report_tables import report_json
 
-        emit(json_text(report), output)
+        emit(report_json(report), output)  # first: a file that cannot be written is named as before
+        if output and output != "-":  # then the detail tables beside it; without them, no report either
+            try:
+                report.write_tables(tables_dir(output))
+            except BaseException:
+                Path(output).unlink(missing_ok=True)
+                raise
     else:
         from ddprof.render_text import render_text
 

@@ -42,7 +42,7 @@ def test_cpu_sections(ddp_report):
     assert max(o["overlapped_us"] for o in ddp_report["overlap"]) > 0
     for b in ddp_report["breakdown"]:
         assert b["idle_pct"] + b["compute_pct"] + b["non_compute_pct"] == pytest.approx(100.0)
-    coll = ddp_report["collectives"]
+    coll = ddp_report.table("collectives").to_dicts()  # every instance: the detail table
     assert coll and {c["op"] for c in coll} == {"all_reduce"} and all(c["ranks_seen"] == [0, 1, 2] for c in coll)
     assert all(c["bytes"] and c["busbw_gbps"] > 0 for c in coll)
     assert not [w for w in ddp_report["run"]["warnings"] if "process group" in w]
@@ -56,7 +56,7 @@ def test_gpipe_over_gloo(tmp_path):
     report = build_report(ddprof.open_run(run_dir))
     # Blocking send/recv run on the main thread; the compute around them is still found.
     assert all(b["compute_us"] > 0 for b in report["breakdown"])
-    assert all(0 < b["bubble_pct"] < 100 for b in report["bubbles"])
+    assert all(0 < b["bubble_pct"] < 100 for b in report.table("bubbles").to_dicts())
     # Waiting on a pipeline neighbour is a bubble, not straggling.
     assert report["stragglers"]["ranks"] == []
     assert not [w for w in report["run"]["warnings"] if "process group" in w]
@@ -64,6 +64,6 @@ def test_gpipe_over_gloo(tmp_path):
     assert [p["rank"] for p in stages] == [0, 1, 2]
     assert all(p["stages"] == 3 and p["micro_batches"] == 4 for p in stages)
     assert all(p["theoretical_pct"] == pytest.approx(100 * 2 / 6) and 0 < p["bubble_pct"] < 100 for p in stages)
-    p2p = report["collectives"]
+    p2p = report.table("collectives").to_dicts()
     assert {(c["src"], c["dst"]) for c in p2p} == {(0, 1), (1, 2), (2, 1), (1, 0)}
     assert all(len(c["ranks_seen"]) == 2 and c["bytes"] for c in p2p)

@@ -51,7 +51,7 @@ def test_the_slow_rank_sample_is_the_same_job_with_a_straggler(fresh, sample):
     the sample fails with rank 2 named the straggler and the step time about 100 ms longer."""
     assert job_differences(sample, fresh) == []
     assert workload_changes(sample, fresh, DEFAULTS["workload"]) == [], fresh["step_times"]
-    sizes = sorted({c["bytes"] for c in fresh["collectives"] if c["op"] == "all_reduce"})
+    sizes = sorted({c["bytes"] for c in fresh.table("collectives").to_dicts() if c["op"] == "all_reduce"})
     assert sizes == [526336, 1071144]
     better = check(fresh, sample)
     # no step time or workload rule fails: the fresh run is ~100 ms faster per step. The CPU ops' own times,

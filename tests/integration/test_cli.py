@@ -13,13 +13,22 @@ from pathlib import Path
 import pytest
 
 from ddprof.cli import main
-from tests.support.paths import DLRM, SAMPLES, trace_set
+from ddprof.report_schema import SCHEMA_PATH
+from tests.support.paths import DLRM, REPO, SAMPLES, trace_set
 
 CONTRACT = {
     "run": {"world_size", "ranks", "backend", "device", "steps", "warnings"},
-    "overlap": list, "overlap_by_step": list, "breakdown": list, "idle": list, "bubbles": list,
-    "stragglers": {"ranks", "per_rank"}, "collectives": list, "bandwidth": list, "hang": {"collectives"},
+    "overlap": list, "overlap_by_step": {"per_rank", "worst"}, "breakdown": list, "idle": list,
+    "bubbles": {"per_rank", "worst"},
+    "stragglers": {"ranks", "per_rank"}, "collectives": {"instances", "by_op", "worst"}, "bandwidth": list,
+    "hang": {"collectives"},
 }
+
+
+def check_schema(report: dict) -> None:
+    """The printed JSON against the committed JSON Schema (``docs/report.schema.json``)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.validate(report, json.loads((REPO / SCHEMA_PATH).read_text()))
 
 
 def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
@@ -40,6 +49,7 @@ def test_analyze_json_follows_the_contract(dlrm_copy, capsys):
     rc, out, _ = run_cli(["analyze", str(dlrm_copy), "--format", "json"], capsys)
     assert rc == 0
     report = json.loads(out)
+    check_schema(report)
     for key, shape in CONTRACT.items():
         assert key in report, key
         if isinstance(shape, set):
@@ -198,6 +208,7 @@ def test_the_python_report_is_what_the_json_output_prints(source, tmp_path, trac
     rc, out, _ = run_cli(["analyze", str(src), "--format", "json", "--cache", str(tmp_path / "c")], capsys)
     report = ddprof.analyze(src, cache=tmp_path / "c")
     assert json.loads(out) == json.loads(json.dumps(report))
+    check_schema(json.loads(out))
     assert rc == {"ok": 0, "problem": 1, "partial": 3}[report["status"]]
     assert list(report)[:2] == ["run", "overlap"] and list(report)[-2:] == ["verdicts", "status"]
     assert {"per_rank", "failed"} <= set(report["run"])

@@ -104,7 +104,7 @@ def click_collective(driver: Any, state: DashboardState) -> None:
     point = driver.execute_script(
         "const g = document.querySelector('#skew .js-plotly-plot');"
         "return g.data[0].customdata[0][0];")
-    inst = state.report["collectives"][int(point)]
+    inst = state.report.table("collectives").row(int(point), named=True)
     start = inst["start_us"] * 1e3 - state.data.t0_ns
     end = start + (max(inst.get("arrival_us") or [0]) + (inst.get("duration_us") or 0)) * 1e3
     meta = click_until(driver, "#skew .scatterlayer .trace:first-child .points path", 0,

@@ -13,6 +13,7 @@ from ddprof.analyses.report import analyse, build_report, read_events
 from ddprof.atomic import json_text
 from ddprof.errors import UsageError
 from ddprof.ingestion import ingest
+from ddprof.report_tables import DETAIL
 from ddprof.rundir import Run, open_run
 from ddprof.synth import Spec, generate
 from tests.support.paths import SAMPLES, TRACES
@@ -36,13 +37,16 @@ def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     return ingest([traces], d / "run")
 
 
-def _report(run: Run, budget: str, monkeypatch: pytest.MonkeyPatch) -> str:
+def _report(run: Run, budget: str, monkeypatch: pytest.MonkeyPatch) -> tuple[str, dict[str, Any]]:
+    """The JSON text of the report, and its detail tables' rows."""
     monkeypatch.setenv("DDPROF_GROUP_EVENTS", budget)
-    return json_text(build_report(open_run(run.path)))
+    report = build_report(open_run(run.path))
+    return json_text(report), {name: report.table(name).to_dicts() for name in DETAIL}
 
 
 def test_same_report_whatever_the_groups(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
-    """One group, groups of a few ranks, and the whole event table at once: the same bytes."""
+    """One group, groups of a few ranks, and the whole event table at once: the same bytes (and the same
+    detail tables)."""
     whole = _report(run, "1000000000", monkeypatch)
     assert _report(run, "1", monkeypatch) == whole
     assert _report(run, str(max(1, sum(run.rank_info(r)["events"] for r in run.ranks) // 3)), monkeypatch) == whole

@@ -20,6 +20,7 @@ from ddprof.analyses.stragglers import stragglers
 
 import ddprof
 from ddprof.render_text import render_text
+from ddprof.report_tables import DETAIL
 from ddprof.synth import DataParallel, Pipeline, ingest_generated, to_kineto, write_kineto, write_traces
 from ddprof.units import fmt_bytes, fmt_us
 from tests.support.paths import SAMPLES
@@ -41,7 +42,7 @@ CONTRACT = {
 
 def check_contract(report: dict) -> None:
     for key, fields in CONTRACT.items():
-        section = report[key]
+        section = report.table(key).to_dicts() if key in DETAIL else report[key]  # per-step rows: a detail table
         rows = section if isinstance(section, list) else [section]
         for row in rows:
             assert fields <= set(row), (key, fields - set(row))
@@ -63,10 +64,11 @@ def test_generated_run_through_ingest_recovers_the_truth(sc, tmp_path):
     for row in report["breakdown"]:
         for key, value in truth["breakdown"][row["rank"]].items():
             assert row[key] == pytest.approx(value), key
-    for row in report["bubbles"]:
+    for row in report.table("bubbles").to_dicts():
         assert row["bubble_us"] == pytest.approx(truth["bubble"][row["rank"]][row["step"]])
-    assert [c["arrival_skew_us"] for c in report["collectives"]] == [c["arrival_skew_us"] for c in truth["collectives"]]
-    assert [c["busbw_gbps"] for c in report["collectives"]] == pytest.approx(
+    instances = report.table("collectives").to_dicts()
+    assert [c["arrival_skew_us"] for c in instances] == [c["arrival_skew_us"] for c in truth["collectives"]]
+    assert [c["busbw_gbps"] for c in instances] == pytest.approx(
         [c["busbw_gbps"] for c in truth["collectives"]])
     assert report["stragglers"]["ranks"] == [sc.slow_rank]
     if sc.device == "gpu":
@@ -140,7 +142,8 @@ def test_dlrm_report(ingested):
     report = build_report(ingested("dlrm-8xV100-nccl"))
     check_contract(report)
     assert report["verdicts"][0].startswith("rank 7 is the straggler")
-    assert len(report["overlap"]) == 8 and len(report["collectives"]) == 8
+    assert len(report["overlap"]) == 8 and report.table("collectives").height == 8
+    assert report["collectives"]["instances"] == 8 and len(report["collectives"]["worst"]) == 8
     assert {b["op"] for b in report["bandwidth"]} == {"all_reduce", "all_to_all"}
     assert max(len(line) for line in render_text(report).splitlines()) <= 100
 
@@ -201,10 +204,10 @@ def test_sections_from_shared_frames_equal_each_analysis_alone(make):
     alone = {"overlap": overlap, "overlap_by_step": overlap_by_step, "breakdown": temporal_breakdown,
              "breakdown_by_step": breakdown_by_step, "idle": idle_breakdown, "idle_by_step": idle_by_step,
              "pipeline": pipeline_stages}
-    for key, fn in alone.items():
-        assert sections[key] == _rows(fn(lf)), key
+    for key, fn in alone.items():  # a per-step section's rows are its detail table
+        assert (_rows(sections.table(key)) if key in DETAIL else sections[key]) == _rows(fn(lf)), key
     coll = collectives(lf, 4)
-    assert sections["collectives"] == _rows(coll.drop("ops_seen"))
+    assert _rows(sections.table("collectives")) == _rows(coll.drop("ops_seen"))
     assert sections["bandwidth"] == _rows(bandwidth(coll))
     assert sections["stragglers"] == stragglers(lf)
     shared = sets.work(lf)
@@ -306,14 +309,26 @@ def test_tables_and_verdicts_format_a_wait_alike(tmp_path):
 
 def _comm_report(with_steps: tuple[int, ...]) -> dict:
     """Two ranks: 100 µs of comm each, 60 µs exposed over the trace (300 µs), of which 40 µs inside two
-    100 µs steps; only the ranks in ``with_steps`` have steps."""
+    100 µs steps (20 µs each); only the ranks in ``with_steps`` have steps."""
     return {"run": {"steps": [0, 1], "warnings": []}, **EMPTY_SECTIONS,
             "overlap": [{"rank": r, "device": "gpu", "overlap_pct": 40.0, "comm_us": 100.0, "overlapped_us": 40.0,
                          "exposed_comm_us": 60.0} for r in (0, 1)],
-            "breakdown": [{"rank": r, "span_us": 300.0, "idle_pct": 0.0} for r in (0, 1)],
-            "overlap_by_step": [{"rank": r, "step": s, "overlap_pct": 50.0, "exposed_comm_us": 20.0}
-                                for r in with_steps for s in (0, 1)],
-            "breakdown_by_step": [{"rank": r, "step": s, "span_us": 100.0} for r in with_steps for s in (0, 1)]}
+            "breakdown": [_breakdown(r, 300.0) for r in (0, 1)],
+            "overlap_by_step": {"per_rank": [{"rank": r, "steps": 2, "exposed_comm_us": _dist([20.0, 20.0]),
+                                              "overlap_pct": _dist([50.0, 50.0])} for r in with_steps], "worst": []},
+            "breakdown_by_step": {"per_rank": [{"rank": r, "steps": 2, "span_us": _dist([100.0, 100.0]),
+                                                "idle_pct": _dist([0.0, 0.0])} for r in with_steps], "worst": []}}
+
+
+def _dist(values: list[float]) -> dict:
+    """The summary of ``values`` over steps (analyses/summaries.py); here every value is the same."""
+    return {"mean": values[0], "p50": values[0], "p95": values[0], "max": values[0], "total": sum(values)}
+
+
+def _breakdown(rank: int, span_us: float) -> dict:
+    """A breakdown row (every declared field) of ``span_us`` with no idle time."""
+    return {"rank": rank, "span_us": span_us, "idle_us": 0.0, "compute_us": span_us, "non_compute_us": 0.0,
+            "idle_pct": 0.0, "compute_pct": 100.0, "non_compute_pct": 0.0}
 
 
 @pytest.mark.parametrize("with_steps,text", [

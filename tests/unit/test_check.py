@@ -9,6 +9,7 @@ import os
 import xml.etree.ElementTree as ET
 
 import numpy as np
+import polars as pl
 import pytest
 from ddprof.analyses.compare.check import DifferentJobError, check
 from ddprof.analyses.compare.load import load_report
@@ -16,6 +17,9 @@ from ddprof.analyses.compare.rules import merge_rules, parse_bytes
 from ddprof.analyses.compare.stats import hodges_lehmann, quantile_shift
 
 from ddprof.cli import main
+from ddprof.errors import BadInputError
+from ddprof.report_schema import REPORT_VERSION
+from ddprof.report_tables import DETAIL, tables_dir
 from ddprof.synth import NoisyDP, ingest_generated
 from ddprof.testing import RegressionError, assert_no_regression
 from ddprof.testing import ddprof_check as ddprof_check  # the fixture, as a user's conftest gets it
@@ -110,6 +114,33 @@ def test_a_saved_json_baseline_works_as_the_run_dir(runs, reports, tmp_path):
     from_dir = check(reports["slow"], reports["base"])
     assert from_file["outcomes"] == json.loads(json.dumps(from_dir["outcomes"]))
     assert main(["check", str(runs["noise"]), "--baseline", str(saved)]) == 0
+
+
+def test_a_saved_baseline_is_read_by_its_version(runs, reports, tmp_path, capsys):
+    """A version 1 baseline (no ``report_version``: saved before the contract was declared, its per-step and
+    per-instance rows in the JSON) still loads and compares alike; a version 2 one reads its detail tables
+    beside it (and says which is missing); a newer version than this ddprof reads is refused, saying how to
+    remake it."""
+    saved = tmp_path / "baseline.json"
+    assert main(["analyze", str(runs["base"]), "--format", "json", "-o", str(saved)]) == 0
+    report = json.loads(saved.read_text())
+    assert report["report_version"] == REPORT_VERSION
+    tables = tables_dir(saved)
+    assert sorted(p.name for p in tables.iterdir()) == sorted(f"{name}.parquet" for name in DETAIL)
+    old = tmp_path / "v1.json"
+    old.write_text(json.dumps({**{k: v for k, v in report.items() if k != "report_version"},
+                               **{name: pl.read_parquet(tables / f"{name}.parquet").to_dicts() for name in DETAIL}}))
+    assert check(reports["slow"], load_report(old))["outcomes"] == check(reports["slow"], load_report(saved))["outcomes"]
+    (tables / "step_times.parquet").unlink()
+    with pytest.raises(BadInputError, match="step_times.parquet is missing"):
+        check(reports["slow"], load_report(saved))
+    newer = tmp_path / "v99.json"
+    newer.write_text(json.dumps({**report, "report_version": 99}))
+    with pytest.raises(BadInputError, match=r"report_version 99, newer than this ddprof reads \(2\); save it again"):
+        load_report(newer)
+    capsys.readouterr()
+    assert main(["check", str(runs["noise"]), "--baseline", str(newer)]) == 2
+    assert "v99.json" in capsys.readouterr().err
 
 
 def test_cli_exit_codes_and_junit(runs, tmp_path, capsys):

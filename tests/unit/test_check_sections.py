@@ -47,11 +47,12 @@ def test_top_kernels_keep_the_largest(tmp_path):
 
 def test_report_carries_the_sections_on_a_real_gloo_capture(tmp_path):
     report = ddprof.analyze(SAMPLES / "gloo-ddp-4rank-slow-rank", cache=tmp_path / "c")
-    steps = report["step_times"]
+    steps = report.table("step_times").to_dicts()  # rows per rank and step: a detail table
     assert {(r["rank"], r["step"]) for r in steps} == {(r, s) for r in range(4) for s in report["run"]["steps"]}
     assert all(r["step_us"] > 0 and r["kernels"] > 0 for r in steps)
     # DDP on this model: two gradient buckets, one all-reduce each, in every step
     assert {r["collectives"] for r in steps} == {2}
     names = [k["name"] for k in report["kernels"]]
     assert "gloo:all_reduce" in names and len(names) <= 20
-    assert {k["name"] for k in report["kernels_by_step"]} <= set(names)
+    assert {k["name"] for k in report.table("kernels_by_step").to_dicts()} <= set(names)
+    assert {k["name"] for k in report["kernels_by_step"]["per_kernel"]} <= set(names)  # and their summaries

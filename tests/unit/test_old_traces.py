@@ -176,4 +176,4 @@ def test_a_real_pytorch_1_8_era_trace(tmp_path):
     assert (row["idle_us"], row["compute_us"], row["non_compute_us"]) == (11_896.0, 48.0, 2.0)
     idle = {(r["stream"], r["category"]): r["idle_us"] for r in report["idle"]}
     assert idle[(7, "host_wait")] == 11_896.0 and idle[(7, "other")] == 0.0
-    assert report["run"]["per_rank"][0]["steps"] == [2]
+    assert report["run"]["per_rank"][0]["step_ranges"] == [[2, 2]]  # steps [2]

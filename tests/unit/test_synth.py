@@ -59,12 +59,13 @@ def test_overlap_and_breakdown_equal_truth(synth_run: tuple[Spec, dict[str, Any]
 def test_steps_and_bubbles_equal_truth(synth_run: tuple[Spec, dict[str, Any], dict[str, Any]]) -> None:
     spec, truth, report = synth_run
     assert report["run"]["steps"] == list(range(spec.steps))
-    assert len(report["bubbles"]) == len(truth["per_step"]) == spec.ranks * spec.steps
-    for got, want in zip(report["bubbles"], truth["per_step"]):
+    bubbles = report.table("bubbles").to_dicts()  # rows per rank and step: a detail table
+    assert len(bubbles) == len(truth["per_step"]) == spec.ranks * spec.steps
+    for got, want in zip(bubbles, truth["per_step"]):
         assert (got["rank"], got["step"]) == (want["rank"], want["step"])
         for k in ("window_us", "compute_us", "bubble_us", "bubble_pct"):
             assert _close(got[k], want[k]), (got["rank"], got["step"], k)
-    by_step = {(r["rank"], r["step"]): r for r in report["overlap_by_step"]}
+    by_step = {(r["rank"], r["step"]): r for r in report.table("overlap_by_step").to_dicts()}
     for want in truth["per_step"]:
         got = by_step[(want["rank"], want["step"])]
         assert _close(got["overlap_pct"], want["overlap_pct"]) and _close(got["exposed_comm_us"], want["exposed_comm_us"])
@@ -76,7 +77,7 @@ def test_collectives_equal_truth(synth_run: tuple[Spec, dict[str, Any], dict[str
     """All-reduce instances: ranks, skew, transfer time and bandwidth; every send/recv kernel is counted."""
     spec, truth, report = synth_run
     want = {(c["pg"], c["index"]): c for c in truth["collectives"] if c["src"] is None}
-    got = {(c["pg"], c["index"]): c for c in report["collectives"] if c["op"] == "all_reduce"}
+    got = {(c["pg"], c["index"]): c for c in report.table("collectives").to_dicts() if c["op"] == "all_reduce"}
     assert got.keys() == want.keys()
     for key, w in want.items():
         g = got[key]
@@ -84,7 +85,7 @@ def test_collectives_equal_truth(synth_run: tuple[Spec, dict[str, Any], dict[str
         assert _close(g["duration_us"], w["duration_us"]) and _close(g["arrival_skew_us"], w["arrival_skew_us"])
         assert _close(g["algbw_gbps"], w["bytes"] / (w["duration_us"] * 1000))
     p2p_truth = sum(1 for c in truth["collectives"] if c["src"] is not None)
-    p2p_kernels = sum(len(c["ranks_seen"]) for c in report["collectives"] if c["op"] == "sendrecv")
+    p2p_kernels = sum(len(c["ranks_seen"]) for c in report.table("collectives").to_dicts() if c["op"] == "sendrecv")
     assert p2p_kernels == 2 * p2p_truth  # a sender and a receiver per transfer, however they are paired
 
 

@@ -116,7 +116,7 @@ def test_two_windows_add_up(shape, request, single):
         row = by_rank(rep["overlap"])[r]
         assert row["comm_us"] == pytest.approx(2 * want["comm_us"], **APPROX)
         assert row["overlap_pct"] == pytest.approx(want["overlap_pct"], **APPROX)
-    assert len(rep["breakdown_by_step"]) == 2 * SC.ranks * SC.steps
+    assert rep.table("breakdown_by_step").height == 2 * SC.ranks * SC.steps
     idle_verdicts = [v for v in rep["verdicts"] if "idle" in v and "% of the traced time" in v]
     assert idle_verdicts == [v for v in single["verdicts"] if "idle" in v and "% of the traced time" in v]
 

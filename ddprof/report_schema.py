@@ -1,0 +1,648 @@
+"""The report contract: every section's rows declared once, as typed records with their field docs.
+
+``ddprof analyze --format json`` prints a dict (:func:`ddprof.analyses.report.build_report`); its shape is
+:class:`Report`. Each section's rows are a :class:`msgspec.Struct` here, and nowhere else: the JSON Schema
+committed as ``docs/report.schema.json`` is generated from these declarations (``python -m
+ddprof.report_schema`` rewrites it; a test fails while the committed one is stale), and a consumer that
+wants typed rows converts a report with :func:`parse` and reads attributes, not string keys.
+
+Why msgspec: it is already a core dependency, it validates and converts a decoded JSON document (or the
+dict ``build_report`` returns) into these records at C speed (:func:`msgspec.convert`), rejects a missing
+field, a wrong type or an unknown key (``forbid_unknown_fields``) with a message that names the path
+(``Expected `int`, got `str` - at `$.overlap[3].rank```), and generates JSON Schema from the same classes
+(:func:`msgspec.json.schema`). A dataclass would need a validator beside it; pydantic is a heavier
+dependency the core does not carry.
+
+Versions: :data:`REPORT_VERSION` is in every report as ``report_version``. A report without it is
+version 1 (ddprof before the contract was declared): it held the per-step and per-instance rows in the
+JSON, where version 2 keeps their summaries (``OverlapSteps``, ``Collectives``, ...) and writes the rows as
+detail tables beside it (:mod:`ddprof.report_tables`, rows declared in :data:`TABLE_ROWS`);
+:func:`version_of` says which.
+
+Floats computed as ratios (percentages, bandwidths, ratios) are ``null`` where the ratio is undefined
+(a zero denominator: the analyses write NaN as null).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+import msgspec
+from msgspec import Meta
+
+#: The contract's version, written into every report as ``report_version``.
+REPORT_VERSION = 2
+#: The committed schema, relative to the repository root.
+SCHEMA_PATH = Path("docs") / "report.schema.json"
+
+
+class Row(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A record of the report: an unknown key is an error, so the declarations stay complete."""
+
+
+Rank = Annotated[int, Meta(description="global rank")]
+Step = Annotated[int, Meta(description="profiler step number (ProfilerStep#N)")]
+Pct = Annotated[float | None, Meta(description="percentage, 0-100; null where undefined")]
+
+
+# --- run --------------------------------------------------------------------------------------------------
+
+
+class RankSummary(Row):
+    """One traced rank, from the run dir's manifest (no event scan)."""
+
+    rank: Rank
+    events: Annotated[int, Meta(description="events ingested")]
+    kernels: Annotated[int, Meta(description="GPU kernels (compute and communication)")]
+    comm_kernels: Annotated[int, Meta(description="communication kernels")]
+    comm_events: Annotated[int, Meta(description="communication events (kernels, or gloo ops on a CPU trace)")]
+    step_ranges: Annotated[list[list[int]], Meta(description="profiler steps the rank traced, as inclusive "
+                                                              "ranges [first, last] of consecutive steps")]
+    span_us: Annotated[float | None, Meta(description="first start to last end of any event, µs")]
+    device_names: Annotated[list[str], Meta(description="GPU names the trace reports")]
+    host: Annotated[str | None, Meta(description="host the rank ran on, when known")]
+    warnings: Annotated[list[str], Meta(description="what ingest noticed about this rank's traces")]
+    windows: Annotated[int, Meta(description="profiling windows (ddprof/windows.py)")] = 0
+
+
+class FailedInput(Row):
+    """An input that could not be read; the others were analysed (status ``partial``)."""
+
+    path: Annotated[str | None, Meta(description="the file")]
+    rank: Annotated[int | None, Meta(description="its rank, when known")]
+    error: Annotated[str | None, Meta(description="why, naming the file")]
+
+
+class RunSection(Row):
+    """What was analysed."""
+
+    world_size: Annotated[int | None, Meta(description="ranks in the job, as the traces say")]
+    ranks: Annotated[list[int], Meta(description="traced ranks")]
+    backend: Annotated[str | None, Meta(description="nccl, gloo, ...")]
+    device: Annotated[str | None, Meta(description="gpu or cpu: what the analyses measured; null when dumps "
+                                                    "alone do not tell")]
+    steps: Annotated[list[int], Meta(description="profiler steps of the run")]
+    warnings: Annotated[list[str], Meta(description="one sentence each, for the reader")]
+    per_rank: list[RankSummary] = []
+    failed: list[FailedInput] = []
+
+
+# --- per-rank sections ------------------------------------------------------------------------------------
+
+
+class OverlapRow(Row):
+    """Communication hidden behind compute on one rank: U(comm) ∩ U(compute) over U(comm)."""
+
+    rank: Rank
+    overlap_pct: Annotated[float | None, Meta(description="100 × overlapped / comm; null without communication")]
+    comm_us: Annotated[float, Meta(description="length of the union of communication intervals, µs")]
+    overlapped_us: Annotated[float, Meta(description="communication time with compute running, µs")]
+    exposed_comm_us: Annotated[float, Meta(description="communication time without compute, µs")]
+    device: Annotated[str, Meta(description="gpu (kernels) or cpu (gloo ops and CPU compute)")]
+
+
+class OverlapStepRow(Row):
+    """:class:`OverlapRow` for one step of one rank."""
+
+    rank: Rank
+    step: Step
+    overlap_pct: Annotated[float | None, Meta(description="100 × overlapped / comm; null without communication")]
+    comm_us: Annotated[float, Meta(description="communication time in the step, µs")]
+    overlapped_us: Annotated[float, Meta(description="communication time with compute running, µs")]
+    exposed_comm_us: Annotated[float, Meta(description="communication time without compute, µs")]
+
+
+class BreakdownRow(Row):
+    """A rank's traced span cut into idle, compute and non-compute (communication, copies) time (HTA's)."""
+
+    rank: Rank
+    idle_us: Annotated[float, Meta(description="no GPU (or CPU) work at all, µs")]
+    compute_us: Annotated[float, Meta(description="compute work, µs")]
+    non_compute_us: Annotated[float, Meta(description="communication and memory work without compute, µs")]
+    span_us: Annotated[float, Meta(description="traced time, summed over profiling windows, µs")]
+    idle_pct: Pct
+    compute_pct: Pct
+    non_compute_pct: Pct
+
+
+class BreakdownStepRow(BreakdownRow):
+    """:class:`BreakdownRow` for one step of one rank."""
+
+    step: Step
+
+
+class IdleRow(Row):
+    """Idle gaps on one stream of one rank, by cause."""
+
+    rank: Rank
+    stream: Annotated[int, Meta(description="GPU stream (or CPU thread) id")]
+    category: Annotated[Literal["host_wait", "kernel_wait", "other"], Meta(description="what the stream waited for")]
+    idle_us: Annotated[float, Meta(description="idle time of this category, µs")]
+    ratio: Annotated[float | None, Meta(description="share of the stream's idle time, 0-1")]
+
+
+class IdleStepRow(IdleRow):
+    """:class:`IdleRow` for one step."""
+
+    step: Step
+
+
+class BubbleRow(Row):
+    """The share of a rank's step with no compute (a pipeline bubble where pipeline stages were found)."""
+
+    rank: Rank
+    step: Step
+    window_us: Annotated[float, Meta(description="the step's length, µs")]
+    compute_us: Annotated[float, Meta(description="compute time in the step, µs")]
+    bubble_us: Annotated[float, Meta(description="time without compute, µs")]
+    bubble_pct: Pct
+    stage: Annotated[int | None, Meta(description="pipeline stage of the rank, where pipelines were found")] = None
+    stages: Annotated[int | None, Meta(description="pipeline stages (P)")] = None
+    micro_batches: Annotated[float | None, Meta(description="micro-batches per step (M)")] = None
+    theoretical_pct: Annotated[float | None, Meta(description="100 × (P−1)/(M+P−1)")] = None
+
+
+class PipelineRow(Row):
+    """A rank's place in a pipeline found from its send/recv chains, and its mean bubble."""
+
+    rank: Rank
+    pipeline: Annotated[int, Meta(description="pipeline number (several in a run with data parallelism)")]
+    stage: Annotated[int, Meta(description="stage of the rank, 0 first")]
+    stages: Annotated[int, Meta(description="stages in the pipeline (P)")]
+    micro_batches: Annotated[float, Meta(description="micro-batches per step (M)")]
+    bubble_pct: Pct
+    theoretical_pct: Annotated[float | None, Meta(description="100 × (P−1)/(M+P−1)")]
+
+
+class StepTimeRow(Row):
+    """One step of one rank: its length and work."""
+
+    rank: Rank
+    step: Step
+    step_us: Annotated[float, Meta(description="the step's length, µs")]
+    kernels: Annotated[int, Meta(description="kernels (or CPU ops) in the step")]
+    collectives: Annotated[int, Meta(description="communication events in the step")]
+    comm_bytes: Annotated[int, Meta(description="bytes the step's collectives moved")]
+
+
+# --- cross-rank sections ----------------------------------------------------------------------------------
+
+
+class StragglerRank(Row):
+    """How often one rank arrived last at a collective, and what it cost the others."""
+
+    rank: Rank
+    times_last: Annotated[int, Meta(description="collective instances this rank arrived at last")]
+    wait_caused_us: Annotated[float, Meta(description="time the other ranks waited for it, summed, µs")]
+    waiting_ranks: Annotated[int, Meta(description="ranks that waited for it")]
+    instances: Annotated[int, Meta(description="collective instances it took part in")]
+    step_us: Annotated[float | None, Meta(description="its mean step time, µs")]
+
+
+class Stragglers(Row):
+    """The ranks that stand out (median + MAD rule) and every rank's figures."""
+
+    ranks: Annotated[list[int], Meta(description="the stragglers")] = []
+    per_rank: list[StragglerRank] = []
+
+
+class CollectiveRow(Row):
+    """One collective instance matched across the ranks of its process group."""
+
+    pg: Annotated[str, Meta(description="process group")]
+    src: Annotated[int | None, Meta(description="sender of a point-to-point transfer")]
+    dst: Annotated[int | None, Meta(description="receiver of a point-to-point transfer")]
+    index: Annotated[int, Meta(description="position among the group's instances")]
+    op: Annotated[str, Meta(description="all_reduce, all_gather, send, ...")]
+    bytes: Annotated[int | None, Meta(description="message size")]
+    group_size: Annotated[int | None, Meta(description="ranks in the process group")]
+    ranks_seen: Annotated[list[int], Meta(description="ranks whose traces hold the instance")]
+    arrival_us: Annotated[list[float], Meta(description="each seen rank's arrival after the first, µs")]
+    start_us: Annotated[float, Meta(description="first arrival, µs on the run's clock")]
+    arrival_skew_us: Annotated[float, Meta(description="last arrival − first arrival, µs")]
+    duration_us: Annotated[float, Meta(description="duration without the wait for the last rank, µs")]
+    clock_aligned: Annotated[bool, Meta(description="the ranks' clocks agree (one host or aligned)")]
+    last_rank: Annotated[int | None, Meta(description="the rank that arrived last")]
+    n: Annotated[int, Meta(description="ranks taking part (nccl-tests' n)")]
+    missing_ranks: Annotated[list[int], Meta(description="group members with no record of it")]
+    algbw_gbps: Annotated[float | None, Meta(description="bytes / duration, GB/s")]
+    busbw_gbps: Annotated[float | None, Meta(description="algbw × nccl-tests' bus factor, GB/s")]
+
+
+class BandwidthRow(Row):
+    """nccl-tests' algbw/busbw for one op, message size and group size: bytes / mean duration."""
+
+    op: Annotated[str, Meta(description="collective op")]
+    bytes: Annotated[int, Meta(description="message size")]
+    n: Annotated[int, Meta(description="ranks taking part")]
+    count: Annotated[int, Meta(description="instances")]
+    duration_us: Annotated[float, Meta(description="mean duration without the wait, µs")]
+    algbw_gbps: Annotated[float | None, Meta(description="GB/s")]
+    busbw_gbps: Annotated[float | None, Meta(description="GB/s")]
+
+
+class CommKernelRow(Row):
+    """The kernel names one rule made communication."""
+
+    rule: Annotated[str, Meta(description="rule name (a built-in family or the user's pattern)")]
+    source: Annotated[str, Meta(description="built-in, user, or metadata")]
+    pattern: Annotated[str, Meta(description="the regular expression")]
+    op: Annotated[str | None, Meta(description="the op it gave; null for a rule of yours without one (the op "
+                                               "read from the name) that matched nothing")]
+    name: Annotated[str | None, Meta(description="kernel name; null for a rule that matched nothing")]
+    count: Annotated[int, Meta(description="kernels of that name")]
+    ranks: Annotated[int, Meta(description="ranks they ran on")]
+
+
+class KernelRow(Row):
+    """One of the top kernels by total time."""
+
+    name: Annotated[str, Meta(description="kernel name")]
+    kind: Annotated[str, Meta(description="compute, comm or memory")]
+    count: Annotated[int, Meta(description="launches on every rank")]
+    total_us: Annotated[float, Meta(description="time on every rank, µs")]
+    mean_us: Annotated[float, Meta(description="per launch, µs")]
+    ranks: Annotated[int, Meta(description="ranks it ran on")]
+    per_step_us: Annotated[float | None, Meta(description="time per rank and step, µs")]
+    per_step_count: Annotated[float | None, Meta(description="launches per rank and step")]
+
+
+class KernelStepRow(Row):
+    """A top kernel's time in one step, every rank together."""
+
+    name: Annotated[str, Meta(description="kernel name")]
+    kind: Annotated[str, Meta(description="compute, comm or memory")]
+    step: Step
+    count: Annotated[int, Meta(description="launches")]
+    total_us: Annotated[float, Meta(description="µs")]
+
+
+class HostClockRow(Row):
+    """One host's clock against the reference host's: offset(t) = offset_ns + drift · (t − t0_ns)."""
+
+    host: str
+    ranks: list[int]
+    offset_ns: int
+    drift_ppm: float
+    t0_ns: int
+    bound_ns: Annotated[int, Meta(description="the estimate's error bound, ns")]
+    instances: Annotated[int, Meta(description="collectives shared with the reference host")]
+    applied: bool
+    reason: str
+
+
+class Clocks(Row):
+    """Per-host clock offsets, estimated and applied before the analyses when the evidence holds."""
+
+    applied: bool
+    reason: str
+    reference: Annotated[str | None, Meta(description="the reference host")]
+    hosts: list[HostClockRow] = []
+
+
+class HealthFinding(Row):
+    """What the trace cannot tell (ddprof/analyses/health.py lists the codes)."""
+
+    finding: Annotated[str, Meta(description="its code")]
+    rank: Annotated[int | None, Meta(description="the rank; null for a finding about the run")]
+    ranks: Annotated[list[int], Meta(description="the ranks concerned")]
+    count: Annotated[int, Meta(description="events, ranks or notices that show it")]
+    example: Annotated[str, Meta(description="one of them")]
+    affects: Annotated[str, Meta(description="the metrics it bends, and how")]
+    headline: Annotated[bool, Meta(description="it changes a headline number (also a verdict)")]
+
+
+# --- hang -------------------------------------------------------------------------------------------------
+
+
+class HangRankState(Row):
+    """One member rank's state at a stuck collective, from its Flight Recorder dump."""
+
+    rank: Rank
+    state: str
+    entered_upto: Annotated[int | None, Meta(description="last sequence number it entered; null when unknown")]
+    completed_upto: Annotated[int | None, Meta(description="last it completed; null when unknown")]
+    input_sizes: list[list[int]] | None = None
+    input_dtypes: list[str] | None = None
+    time_created_ns: int | None = None
+
+
+class HangFirstIncomplete(Row):
+    """The first collective of the group some member never completed."""
+
+    index: int
+    op: str
+    op_name: str
+    not_completed_ranks: list[int]
+    completed_ranks: list[int]
+
+
+class HangChannel(Row):
+    """Unmatched sends and receives between two ranks."""
+
+    src: int
+    dst: int
+    pending_sends: int
+    pending_recvs: int
+
+
+class HangCollective(Row):
+    """Per process group: the first collective (or send/recv) some ranks never reached or finished."""
+
+    pg: Annotated[str, Meta(description="process group")]
+    op: Annotated[str, Meta(description="the op, normalised as in other sections")]
+    index: Annotated[int, Meta(description="its sequence number in the group")]
+    pg_desc: Annotated[str, Meta(description="its description (default_pg, PP, ...)")] = ""
+    pg_ranks: list[int] = []
+    kind: Literal["collective", "p2p"] = "collective"
+    op_name: Annotated[str, Meta(description="Flight Recorder's name (nccl:send 1->2)")] = ""
+    seq_id: int | None = None
+    seq_rank: int | None = None
+    status: Annotated[str, Meta(description="missing, not_completed or unknown_peer")] = ""
+    missing_ranks: Annotated[list[int], Meta(description="never entered it")] = []
+    not_completed_ranks: Annotated[list[int], Meta(description="entered, not completed")] = []
+    completed_ranks: list[int] = []
+    unknown_ranks: Annotated[list[int], Meta(description="no dump, or no record")] = []
+    waiting_ranks: list[int] = []
+    waits: Annotated[list[list[int]], Meta(description="[rank, peer] pairs waiting")] = []
+    channels: list[HangChannel] = []
+    absent_reasons: dict[str, str] = {}
+    waiting_since_ns: int | None = None
+    per_rank: list[HangRankState] = []
+    first_incomplete: HangFirstIncomplete | None = None
+    verdict: str = ""
+
+
+class HangFailure(Row):
+    """A dump that could not be read."""
+
+    path: str | None
+    rank: int | None
+    reason: str
+
+
+class Hang(Row):
+    """From NCCL Flight Recorder dumps; ``{collectives: []}`` without dumps."""
+
+    collectives: list[HangCollective] = []
+    source: str | None = None
+    format_versions: list[str] = []
+    world_size: int | None = None
+    ranks: list[int] = []
+    missing_dumps: list[int] = []
+    failed: list[HangFailure] = []
+    skipped_files: list[str] = []
+    suspect_ranks: Annotated[list[int], Meta(description="ranks others wait for, waiting for nobody")] = []
+    unaccounted_ranks: Annotated[list[int], Meta(description="ranks others wait for that left no dump")] = []
+    deadlock_cycles: Annotated[list[list[int]], Meta(description="groups of ranks waiting for each other")] = []
+    lagging_completion_ranks: list[int] = []
+    verdict: str | None = None
+    warnings: list[str] = []
+
+
+# --- summaries of the detail tables ---------------------------------------------------------------------
+
+
+class Distribution(Row):
+    """A measure over the steps (or instances) of a group: nulls left out, percentiles interpolated."""
+
+    mean: float | None
+    p50: float | None
+    p95: float | None
+    max: float | None
+    total: Annotated[float | None, Meta(description="sum of the values")]
+
+
+class WorstStep(Row):
+    """One of the run's worst steps of a section, by its headline measure."""
+
+    rank: Rank
+    step: Step
+    value: float | None
+
+
+class WorstIdleStep(Row):
+    """One of the run's steps with the most idle time of one cause (every stream of the step added)."""
+
+    rank: Rank
+    category: Annotated[Literal["host_wait", "kernel_wait", "other"], Meta(description="what the streams waited for")]
+    step: Step
+    value: float | None
+
+
+class WorstKernelStep(Row):
+    """One of the steps in which a top kernel took the most time (every rank together)."""
+
+    name: Annotated[str, Meta(description="kernel name")]
+    kind: Annotated[str, Meta(description="compute, comm or memory")]
+    step: Step
+    value: float | None
+
+
+class OverlapSteps(Row):
+    """A rank's ``overlap_by_step`` rows (detail table), summarised."""
+
+    rank: Rank
+    steps: Annotated[int, Meta(description="rows in the detail table")]
+    exposed_comm_us: Distribution
+    overlap_pct: Distribution
+
+
+class OverlapStepSummary(Row):
+    """``overlap_by_step``: per rank, its steps' distributions; the run's worst steps by exposed communication."""
+
+    per_rank: list[OverlapSteps]
+    worst: list[WorstStep]
+
+
+class BreakdownSteps(Row):
+    """A rank's ``breakdown_by_step`` rows (detail table), summarised."""
+
+    rank: Rank
+    steps: Annotated[int, Meta(description="rows in the detail table")]
+    span_us: Distribution
+    idle_pct: Distribution
+
+
+class BreakdownStepSummary(Row):
+    """``breakdown_by_step``: per rank, its steps' distributions; the run's worst steps by idle share."""
+
+    per_rank: list[BreakdownSteps]
+    worst: list[WorstStep]
+
+
+class IdleSteps(Row):
+    """A rank's ``idle_by_step`` rows (detail table) of one cause, every stream of a step added, summarised."""
+
+    rank: Rank
+    category: Annotated[Literal["host_wait", "kernel_wait", "other"], Meta(description="what the stream waited for")]
+    steps: Annotated[int, Meta(description="rows in the detail table")]
+    idle_us: Distribution
+
+
+class IdleStepSummary(Row):
+    """``idle_by_step``: per rank and cause, its steps' distribution; the run's worst (rank, cause, step)."""
+
+    per_rank: list[IdleSteps]
+    worst: list[WorstIdleStep]
+
+
+class BubbleSteps(Row):
+    """A rank's ``bubbles`` rows (detail table), summarised."""
+
+    rank: Rank
+    steps: Annotated[int, Meta(description="rows in the detail table")]
+    bubble_us: Distribution
+    bubble_pct: Distribution
+
+
+class BubbleStepSummary(Row):
+    """``bubbles``: per rank, its steps' distributions; the run's worst steps by the share without compute."""
+
+    per_rank: list[BubbleSteps]
+    worst: list[WorstStep]
+
+
+class StepTimeSteps(Row):
+    """A rank's ``step_times`` rows (detail table), summarised."""
+
+    rank: Rank
+    steps: Annotated[int, Meta(description="rows in the detail table")]
+    step_us: Distribution
+
+
+class StepTimeSummary(Row):
+    """``step_times``: per rank, its steps' distribution; the run's slowest steps."""
+
+    per_rank: list[StepTimeSteps]
+    worst: list[WorstStep]
+
+
+class KernelSteps(Row):
+    """A top kernel's ``kernels_by_step`` rows (detail table), summarised."""
+
+    name: Annotated[str, Meta(description="kernel name")]
+    kind: Annotated[str, Meta(description="compute, comm or memory")]
+    steps: Annotated[int, Meta(description="rows in the detail table")]
+    total_us: Distribution
+
+
+class KernelStepSummary(Row):
+    """``kernels_by_step``: per top kernel, its steps' distribution; the steps where a kernel took longest."""
+
+    per_kernel: list[KernelSteps]
+    worst: list[WorstKernelStep]
+
+
+class CollectiveOp(Row):
+    """The instances of one op and message size (``collectives`` detail table), summarised."""
+
+    op: Annotated[str, Meta(description="collective op")]
+    bytes: Annotated[int | None, Meta(description="message size")]
+    count: Annotated[int, Meta(description="instances")]
+    arrival_skew_us: Distribution
+    duration_us: Distribution
+    busbw_gbps: Distribution
+
+
+class Collectives(Row):
+    """Every collective instance matched across ranks is a row of the ``collectives`` detail table; here,
+    their count, per op and size their distributions, and the instances with the largest arrival skew."""
+
+    instances: Annotated[int, Meta(description="rows in the detail table")]
+    by_op: list[CollectiveOp]
+    worst: Annotated[list[CollectiveRow], Meta(description="largest arrival skew first (ties: earlier first)")]
+
+
+# --- the report -------------------------------------------------------------------------------------------
+
+
+class Report(Row, kw_only=True):
+    """``ddprof analyze --format json``: what was analysed, what the trace cannot tell, every section, the
+    verdicts and the status the exit code follows (0 ok, 1 problem, 3 partial). A report on Flight Recorder
+    dumps alone has no ``breakdown_by_step``, ``idle_by_step`` or ``pipeline``."""
+
+    run: RunSection
+    overlap: list[OverlapRow]
+    overlap_by_step: OverlapStepSummary
+    breakdown: list[BreakdownRow]
+    breakdown_by_step: BreakdownStepSummary = msgspec.field(
+        default_factory=lambda: BreakdownStepSummary(per_rank=[], worst=[]))
+    idle: list[IdleRow]
+    idle_by_step: IdleStepSummary = msgspec.field(default_factory=lambda: IdleStepSummary(per_rank=[], worst=[]))
+    bubbles: BubbleStepSummary
+    pipeline: list[PipelineRow] = []
+    stragglers: Stragglers
+    collectives: Collectives
+    bandwidth: list[BandwidthRow]
+    hang: Hang
+    comm_kernels: list[CommKernelRow]
+    step_times: StepTimeSummary
+    kernels: list[KernelRow]
+    kernels_by_step: KernelStepSummary
+    clocks: Clocks
+    health: list[HealthFinding]
+    report_version: Annotated[int, Meta(description="the contract's version; absent: version 1")]
+    verdicts: Annotated[list[str], Meta(description="one sentence each, most important first")]
+    status: Annotated[Literal["ok", "problem", "partial"], Meta(description="what the exit code follows")]
+
+
+#: Each detail table (:mod:`ddprof.report_tables`) and the record of its rows.
+TABLE_ROWS: dict[str, type[Row]] = {
+    "overlap_by_step": OverlapStepRow, "breakdown_by_step": BreakdownStepRow, "idle_by_step": IdleStepRow,
+    "bubbles": BubbleRow, "collectives": CollectiveRow, "step_times": StepTimeRow, "kernels_by_step": KernelStepRow,
+}
+
+T = TypeVar("T")
+
+
+def version_of(report: dict[str, Any]) -> int:
+    """The contract version a decoded report follows: its ``report_version``, 1 when it has none."""
+    version = report.get("report_version", 1)
+    return version if isinstance(version, int) and not isinstance(version, bool) else 1
+
+
+def parse(report: dict[str, Any]) -> Report:
+    """The report as typed records (validated: a wrong or missing field raises :class:`msgspec.ValidationError`
+    naming its path)."""
+    return msgspec.convert(dict(report), Report)
+
+
+def rows(items: list[dict[str, Any]], record: type[T]) -> list[T]:
+    """One section's rows as ``record`` instances (validated)."""
+    return msgspec.convert(items, list[record])  # type: ignore[valid-type]
+
+
+def schema() -> dict[str, Any]:
+    """The JSON Schema of :class:`Report`, generated from the declarations; the rows of each detail table
+    (a Parquet file beside the report) are declared under ``$defs`` too (:data:`TABLE_ROWS`)."""
+    (report, *_), defs = msgspec.json.schema_components((Report, *TABLE_ROWS.values()))
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "ddprof report",
+            "description": f"ddprof analyze --format json, report_version {REPORT_VERSION} (ddprof/report_schema.py); "
+                           "detail tables NAME.parquet beside it: " + ", ".join(
+                               f"{name} ({record.__name__})" for name, record in TABLE_ROWS.items()),
+            **report, "$defs": defs}
+
+
+def schema_text() -> str:
+    """:func:`schema` as the committed file's text."""
+    return json.dumps(schema(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m ddprof.report_schema [PATH]``: write the schema (default ``docs/report.schema.json``)."""
+    from ddprof.atomic import write_text_atomic
+
+    args = sys.argv[1:] if argv is None else argv
+    path = Path(args[0]) if args else SCHEMA_PATH
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, schema_text())
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
