@@ -14,7 +14,7 @@ import polars as pl
 from ddprof.analyses.frames.lengths import rank_lengths, window_lengths
 from ddprof.analyses.frames.memo import Events, collect
 
-from ddprof.units import NS_PER_US
+from ddprof.vocabulary.units import NS_PER_US
 
 
 def _breakdown(t: pl.DataFrame, by: Sequence[str]) -> pl.DataFrame:

@@ -16,7 +16,7 @@ from ddprof.analyses.collectives import comm_rows
 from ddprof.analyses.frames.lengths import window_lengths
 from ddprof.analyses.frames.memo import Events, Prepared, collect, derived, prepare
 
-from ddprof.units import NS_PER_US
+from ddprof.vocabulary.units import NS_PER_US
 
 
 @derived

@@ -64,7 +64,7 @@ from ddprof.analyses.frames.memo import Events, Prepared, collect, prepare
 from ddprof.analyses.frames.sets import rank_spans
 from ddprof.analyses.frames.windows import trace_windows
 
-from ddprof.units import NS_PER_US
+from ddprof.vocabulary.units import NS_PER_US
 
 #: Fewest collective instances a host must share with the reference to be aligned.
 MIN_INSTANCES = 8

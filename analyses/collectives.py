@@ -24,8 +24,8 @@ import polars as pl
 from ddprof.analyses.frames.memo import Events, Prepared, collect, derived
 from ddprof.analyses.frames.sets import kernels
 
-from ddprof.collective_ops import P2P, busbw_factor
-from ddprof.units import NS_PER_US
+from ddprof.vocabulary.collective_ops import P2P, busbw_factor
+from ddprof.vocabulary.units import NS_PER_US
 
 _CLOCK_SLACK_NS = 2_000
 

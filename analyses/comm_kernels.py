@@ -2,7 +2,7 @@
 
 A kernel is communication by its collective metadata, or by a rule on its name: a user's
 (``--comm-kernel``, the project's ``ddprof.toml``) or a built-in family
-(:data:`ddprof.collective_ops.KERNEL_FAMILIES`). Each communication kernel name is attributed to the
+(:data:`ddprof.vocabulary.collective_ops.KERNEL_FAMILIES`). Each communication kernel name is attributed to the
 first rule that matches it (the order ingest tried them), else to ``collective metadata``. One row per
 (rule, kernel name, op), most frequent first within a rule; a user rule that matched no kernel gets a
 row with ``count`` 0 and no name, so a mistyped rule shows.
@@ -18,8 +18,8 @@ from typing import Any
 import polars as pl
 from ddprof.analyses.frames.memo import Prepared, collect, derived
 
-from ddprof.collective_ops import CommRule, RuleError, kernel_rules, match_kernel
 from ddprof.errors import BadInputError
+from ddprof.vocabulary.collective_ops import CommRule, RuleError, kernel_rules, match_kernel
 
 METADATA = "collective metadata"
 

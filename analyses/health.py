@@ -20,7 +20,7 @@ Findings, in the order the report lists them (codes are API):
 * ``dropped_events``: complete events ingest could not keep (negative duration, longer than a day, a
   timestamp out of range, malformed), per reason.
 * ``profiler_notices``: the profiler's other warnings and errors written into the trace.
-* ``untraced_gaps``: a rank traced in several profiling windows (:mod:`ddprof.windows`); the time between
+* ``untraced_gaps``: a rank traced in several profiling windows (:mod:`ddprof.store.windows`); the time between
   them is left out of spans and idle time.
 * ``graph_capture``: launches inside a CUDA/HIP stream-capture region (``cudaStreamBeginCapture`` ..
   ``cudaStreamEndCapture`` on the same thread): captured into a graph, not executed there.
@@ -50,7 +50,7 @@ from ddprof.analyses.frames.memo import Events, Prepared, collect, prepare
 from ddprof.analyses.frames.sets import kernels, steps, work
 from ddprof.analyses.frames.windows import trace_windows
 
-from ddprof.units import NS_PER_US, fmt_us
+from ddprof.vocabulary.units import NS_PER_US, fmt_us
 
 #: Host calls that put work on a GPU: kernel and graph launches, asynchronous copies and sets.
 LAUNCH: Final = r"^(cuda|cu|hip)\w*(LaunchKernel|LaunchCooperativeKernel|GraphLaunch|Memcpy\w*Async|Memset\w*Async)"

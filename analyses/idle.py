@@ -24,8 +24,8 @@ from ddprof.analyses.frames.memo import Events, Prepared, collect, derived, prep
 from ddprof.analyses.frames.sets import kernels
 from ddprof.analyses.frames.windows import several_windows, trace_windows, window_of
 
-from ddprof.keyjoin import find, first_by_key, pair_keys, sorted_rows
-from ddprof.units import NS_PER_US
+from ddprof.frames.keyjoin import find, first_by_key, pair_keys, sorted_rows
+from ddprof.vocabulary.units import NS_PER_US
 
 CATEGORIES = ("host_wait", "kernel_wait", "other")
 

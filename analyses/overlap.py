@@ -12,7 +12,7 @@ import polars as pl
 from ddprof.analyses.frames.lengths import rank_lengths, step_lengths
 from ddprof.analyses.frames.memo import Events, collect
 
-from ddprof.units import NS_PER_US
+from ddprof.vocabulary.units import NS_PER_US
 
 
 def _overlap(t: pl.DataFrame, by: Sequence[str], *extra: pl.Expr) -> pl.DataFrame:

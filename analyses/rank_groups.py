@@ -12,7 +12,7 @@ trace spans and windows, per-step bubbles, kernel totals) from which the cross-r
 Example: 1,024 ranks of 50,000 events each, 1,000,000 events per group -> 51 groups of 20 ranks and
 a last one of 4; each is read, analysed and dropped before the next.
 
-:func:`group_frames` is the unit of work an executor runs (:mod:`ddprof.executors`): it opens the run
+:func:`group_frames` is the unit of work an executor runs (:mod:`ddprof.runtime.executors`): it opens the run
 dir itself, so it runs in another process or on another machine that sees the same storage.
 """
 
@@ -45,11 +45,11 @@ from ddprof.analyses.stragglers import stragglers
 from ddprof.analyses.summaries import collectives_summary, summary
 
 from ddprof.errors import UsageError
-from ddprof.executors import Executor, run_each
-from ddprof.memory import collector_paused
-from ddprof.report_tables import AnalysisReport, null_nonfinite
-from ddprof.rundir import MANIFEST, Run, open_run
-from ddprof.schema import EVENT_SCHEMA, STEP_PREFIX
+from ddprof.report.tables import AnalysisReport, null_nonfinite
+from ddprof.runtime.executors import Executor, run_each
+from ddprof.runtime.memory import collector_paused
+from ddprof.store.rundir import MANIFEST, Run, open_run
+from ddprof.store.schema import EVENT_SCHEMA, STEP_PREFIX
 
 #: Events (the manifest's count per rank) read at once, at most, unless a group would hold fewer than
 #: :data:`MIN_GROUP_RANKS` ranks; ``DDPROF_GROUP_EVENTS`` sets another bound.
@@ -157,7 +157,7 @@ def per_rank_frames(p: Prepared) -> dict[str, pl.DataFrame]:
 
     The families of frames run on threads of their own: Polars releases the GIL while it computes, so
     they overlap on a machine with several cores. The cyclic collector is paused meanwhile
-    (:func:`ddprof.memory.collector_paused`).
+    (:func:`ddprof.runtime.memory.collector_paused`).
     """
     with collector_paused(), ThreadPoolExecutor(max_workers=4) as pool:
         futures = [pool.submit(f, p) for f in (_intervals, _steps, _idle, _summaries)]
@@ -231,7 +231,7 @@ def json_rows(df: pl.DataFrame) -> list[dict[str, Any]]:
 def cross_rank_sections(frames: dict[str, pl.DataFrame], world_size: int | None) -> AnalysisReport:
     """Every section, from a run's per-rank frames and summaries: the per-rank sections as they are, the
     cross-rank ones computed on the summaries alone (no event is read here). The sections with a row per
-    step or per collective instance are detail tables (:data:`ddprof.report_tables.DETAIL`, NaN as null)
+    step or per collective instance are detail tables (:data:`ddprof.report.tables.DETAIL`, NaN as null)
     and, in the sections, their summaries (:mod:`.summaries`)."""
     p = Prepared(pl.LazyFrame(schema={c: EVENT_SCHEMA[c] for c in COLUMNS}))
     for name, frame in SUMMARIES.items():

@@ -5,24 +5,22 @@
 the ``status`` the exit code follows. ``ddprof analyze --format json`` prints exactly this dict, and every
 other output (text, HTML, dashboard, check) renders or reads it. The dict is small: the sections with a
 row per step or per collective instance hold summaries (:mod:`.summaries`), and their rows are its detail
-tables (:class:`ddprof.report_tables.AnalysisReport`: ``report.table("bubbles")``), written as Parquet
+tables (:class:`ddprof.report.tables.AnalysisReport`: ``report.table("bubbles")``), written as Parquet
 beside the JSON. :func:`analyze` opens what a user names
-(:func:`ddprof.sources.open_source`) and builds its report: ``ddprof.analyze(path)``.
+(:func:`ddprof.inputs.sources.open_source`) and builds its report: ``ddprof.analyze(path)``.
 
 Contract sections are filled with their contract keys (plus extra keys); ``breakdown_by_step``,
 ``idle_by_step``, ``pipeline``, ``step_times`` (step time and work counts per rank and step:
 :mod:`.steptimes`), ``kernels`` and ``kernels_by_step`` (the top kernels: :mod:`.kernels`), ``clocks``
 (per-host clock offsets, estimated and applied before the analyses when the evidence holds: :mod:`.clocks`),
-``verdicts`` and ``status`` are additions. ``report_version`` (:data:`ddprof.report_schema.REPORT_VERSION`,
+``verdicts`` and ``status`` are additions. ``report_version`` (:data:`ddprof.report.schema.REPORT_VERSION`,
 just before the verdicts) says which contract the report follows: its every section and row is declared in
-:mod:`ddprof.report_schema` (a report without it is version 1).
+:mod:`ddprof.report.schema` (a report without it is version 1).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -37,13 +35,12 @@ from ddprof.analyses.sections import EMPTY_SECTIONS, SECTION_ORDER  # noqa: F401
 from ddprof.analyses.verdicts import verdicts
 
 from ddprof.errors import UsageError
-from ddprof.executors import Executor
-from ddprof.flightrec.load import DumpSet
-from ddprof.report_schema import REPORT_VERSION
-from ddprof.report_tables import DETAIL, AnalysisReport
-from ddprof.rundir import Run
-from ddprof.schema import EVENT_SCHEMA
-from ddprof.sources import IngestProgress, open_source
+from ddprof.readers.flightrec.load import DumpSet
+from ddprof.report.schema import REPORT_VERSION
+from ddprof.report.tables import DETAIL, AnalysisReport
+from ddprof.runtime.executors import Executor
+from ddprof.store.rundir import Run
+from ddprof.store.schema import EVENT_SCHEMA
 
 
 def read_events(run: Run) -> Prepared:
@@ -99,7 +96,7 @@ def _health_order(finding: dict[str, Any]) -> tuple[int, int]:
 
 def build_report(run: Run | None, *, dumps: DumpSet | None = None, executor: Executor | None = None) -> AnalysisReport:
     """The complete report of a run (None: of Flight Recorder dumps alone) and its dumps (module doc), with
-    its detail tables (:mod:`ddprof.report_tables`; empty for dumps alone).
+    its detail tables (:mod:`ddprof.report.tables`; empty for dumps alone).
 
     The run is analysed a group of ranks at a time (:mod:`.rank_groups`), on ``executor`` (default: in
     this process); health findings are per rank, found in each group's events as traced, and run-wide."""
@@ -136,16 +133,3 @@ def build_report(run: Run | None, *, dumps: DumpSet | None = None, executor: Exe
     report["verdicts"] = verdicts(report)
     report["status"] = status(report)
     return AnalysisReport(report, tables)
-
-
-def analyze(*sources: str | Path, cache: str | Path | None = None, rank_map: dict[str, int] | None = None,
-            progress: IngestProgress | None = None, comm_kernels: Sequence[str] | None = None,
-            executor: Executor | None = None) -> AnalysisReport:
-    """The report of what the user names: raw traces (ingested into ``cache``, by default beside them),
-    a run dir, or a directory of Flight Recorder dumps; exactly what ``ddprof analyze SOURCES --format json``
-    prints. ``rank_map`` gives the rank of traces that do not say (``{"trace.json": 3}``); ``comm_kernels``
-    the rules naming communication kernels (:func:`ddprof.sources.open_source`); ``executor`` where the
-    per-rank work runs (:mod:`ddprof.executors`; default: here)."""
-    with open_source(sources, cache=cache, rank_map=rank_map, progress=progress, comm_kernels=comm_kernels,
-                     executor=executor) as src:
-        return build_report(src.run, dumps=src.dumps, executor=executor)

@@ -8,11 +8,11 @@ when they are a detail table (``summary``: keys, measures, the measure the run's
 by: :mod:`.summaries`), and whether :func:`.report.analyse` computes it from the events (``analysed``; the
 others come from the run's manifest, its clocks or its Flight Recorder dumps). :data:`EMPTY_SECTIONS`,
 :data:`SECTION_ORDER`, :data:`PER_RANK` and :data:`STEP_SECTIONS` are read from it. The section's rows are
-typed in :mod:`ddprof.report_schema` (the ``Report`` field of the same name; a detail table's rows in its
-``TABLE_ROWS``), and its text table, if it has one, in :mod:`ddprof.render_text`.
+typed in :mod:`ddprof.report.schema` (the ``Report`` field of the same name; a detail table's rows in its
+``TABLE_ROWS``), and its text table, if it has one, in :mod:`ddprof.render.text`.
 
 A new section: its module (the analysis and its test), one entry here, its record in
-:mod:`ddprof.report_schema` (then ``python -m ddprof.report_schema``), and its table in the renderers if it
+:mod:`ddprof.report.schema` (then ``python -m ddprof.report.schema``), and its table in the renderers if it
 is to be shown. A per-rank section needs nothing else; a cross-rank one is computed in
 :func:`.rank_groups.cross_rank_sections`.
 """

@@ -21,7 +21,7 @@ from ddprof.analyses.collectives import comm_rows
 from ddprof.analyses.frames.memo import Events, collect, prepare
 from ddprof.analyses.frames.sets import kernels, steps
 
-from ddprof.units import NS_PER_US
+from ddprof.vocabulary.units import NS_PER_US
 
 
 def step_times(events: Events) -> pl.DataFrame:

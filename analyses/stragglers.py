@@ -41,7 +41,7 @@ from ddprof.analyses.frames.intervals import union_lengths
 from ddprof.analyses.frames.memo import Events, Prepared, collect, derived
 from ddprof.analyses.frames.sets import rank_spans, steps
 
-from ddprof.units import NS_PER_US
+from ddprof.vocabulary.units import NS_PER_US
 
 _INST = ["group", "src", "dst", "index"]
 

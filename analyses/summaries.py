@@ -1,6 +1,6 @@
 """What the JSON report says of its per-step and per-instance rows: distributions, and the worst few.
 
-The rows themselves are the detail tables (:mod:`ddprof.report_tables`); the report keeps ``per_rank``
+The rows themselves are the detail tables (:mod:`ddprof.report.tables`); the report keeps ``per_rank``
 (per rank and cause for idle time, every stream of a step together; ``per_kernel`` for the top kernels) the
 number of steps and for each measure its distribution over the steps, ``{mean, p50, p95, max, total}``
 (nulls left out; percentiles by linear interpolation), and, over the whole run, the :data:`WORST_STEPS`
@@ -23,7 +23,7 @@ from typing import Any
 import polars as pl
 from ddprof.analyses.sections import STEP_SECTIONS
 
-from ddprof.report_tables import null_nonfinite
+from ddprof.report.tables import null_nonfinite
 
 #: Steps listed by name per section, the worst first (whatever the ranks: the JSON stays bounded).
 WORST_STEPS = 5
@@ -67,7 +67,7 @@ def summary(name: str, table: pl.DataFrame) -> dict[str, Any]:
 def per_step(df: pl.DataFrame, keys: Sequence[str], measures: Sequence[str], by: str) -> dict[str, Any]:
     """``{per_rank (or per_kernel): [per keys, in their first appearance's order: steps (rows), each
     measure's distribution], worst: the worst steps by ``by``}``. ``df`` has no NaN
-    (:func:`ddprof.report_tables.null_nonfinite`), so a mean of no value is null, not NaN."""
+    (:func:`ddprof.report.tables.null_nonfinite`), so a mean of no value is null, not NaN."""
     if not df.height:
         return {list_name(keys): [], "worst": []}
     aggs = [pl.len().alias("steps"), *(distribution(m) for m in measures)]

@@ -1,6 +1,6 @@
 """Short sentences that say what the report's numbers mean, most important first.
 
-Pure: reads the report sections as their declared records (:mod:`ddprof.report_schema`: each section it
+Pure: reads the report sections as their declared records (:mod:`ddprof.report.schema`: each section it
 reads is converted, so a field's name is written once, there), returns a list of strings. Each rule names
 its threshold; a rule whose section is empty says nothing.
 """
@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from ddprof.report_schema import (
+from ddprof.report.schema import (
     BandwidthRow,
     BreakdownRow,
     BreakdownStepSummary,
@@ -25,7 +25,7 @@ from ddprof.report_schema import (
     Stragglers,
     rows,
 )
-from ddprof.units import fmt_bytes, fmt_us
+from ddprof.vocabulary.units import fmt_bytes, fmt_us
 
 IDLE_WORTH_MENTIONING_PCT = 5.0
 CAUSES = {

@@ -4,7 +4,7 @@
                                    [--events-deep 1000000] [--keep DIR]
 
 Two runs are built as a captured run is: generated traces (:mod:`ddprof.synth`, gzip), ingested into the
-store with the timeline summary of each rank's part (:mod:`ddprof.timeline_summary`), the traces then
+store with the timeline summary of each rank's part (:mod:`ddprof.store.timeline_summary`), the traces then
 removed; the time each takes is printed (ingest has its own benchmark). 1,024 ranks × 2,000 GPU events and
 64 ranks × 1,000,000 GPU events (64 M): each rank runs 10 data-parallel steps of compute kernels on one
 stream, about every 50th kernel an all-reduce on another, each kernel with the CPU op and the launch that
@@ -37,9 +37,9 @@ from ddprof.dashboards.timeline.figure import timeline_figure
 from ddprof.dashboards.timeline.lod import view
 
 from ddprof.ingestion import ingest
-from ddprof.rundir import open_run
+from ddprof.store.rundir import open_run
+from ddprof.store.timeline_summary import SUFFIX
 from ddprof.synth import Spec, generate
-from ddprof.timeline_summary import SUFFIX
 
 STEPS = 10
 #: About one GPU kernel in this many is an all-reduce.

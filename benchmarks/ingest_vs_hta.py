@@ -4,7 +4,7 @@ For each trace set, in a fresh subprocess each (so imports and peak memory are n
 
 * hta:      ``TraceAnalysis(trace_dir=...)``  (parse only)
 * cold:     what ``ddprof ingest SRC -o RUN_DIR`` runs, into an empty run dir, in a process set up as that
-            command sets itself up (one allocator arena for every thread: ``ddprof.memory``)
+            command sets itself up (one allocator arena for every thread: ``ddprof.runtime.memory``)
 * warm:     what ``ddprof analyze RUN_DIR --format json`` runs on a run dir ingested beforehand by another
             process: open it, build the full report (every analysis: overlap, breakdown, idle, bubbles,
             collectives, stragglers, bandwidth), write the JSON
@@ -78,7 +78,7 @@ logging.disable(logging.CRITICAL)
 from hta.trace_analysis import TraceAnalysis
 """, "TraceAnalysis(trace_dir=SRC_)"),
     "cold": ("""
-from ddprof.memory import use_ingest_allocator
+from ddprof.runtime.memory import use_ingest_allocator
 use_ingest_allocator()  # as `ddprof ingest` does, before Polars loads
 from ddprof.cli import main as cli
 import ddprof.ingestion.pipeline, ddprof.readers.kineto.build

@@ -24,7 +24,7 @@ from typing import Any
 
 from ddprof.collectors.autocapture import CONFIG_ENV
 
-from ddprof.atomic import write_json_atomic, write_text_atomic
+from ddprof.store.atomic import write_json_atomic, write_text_atomic
 
 BOOTSTRAP_DIR = ".bootstrap"
 

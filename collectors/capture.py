@@ -30,7 +30,7 @@ from ddprof.collectors.status import ProcessStatus
 from ddprof.collectors.watch import DumpWatch
 
 from ddprof.errors import UsageError
-from ddprof.rundir import Run
+from ddprof.store.rundir import Run
 
 log = logging.getLogger("ddprof.collectors")
 
@@ -48,7 +48,7 @@ class _ProfilerOptions(TypedDict):
 class Profile(contextlib.ContextDecorator):
     """Profile the ranks of a training job into ``run_dir`` (see :func:`profile` for the options).
 
-    After exit: :attr:`run` is the ingested :class:`~ddprof.rundir.Run` when ``wait_ingest=True`` and
+    After exit: :attr:`run` is the ingested :class:`~ddprof.store.rundir.Run` when ``wait_ingest=True`` and
     this is rank 0; :attr:`ingest_process` the background ingest otherwise; :attr:`failures` what went
     wrong, each ``{"stage", "error"}``.
     """

@@ -19,7 +19,7 @@ from typing import Any
 
 from ddprof.collectors import layout
 
-from ddprof.rundir import Run
+from ddprof.store.rundir import Run
 
 log = logging.getLogger("ddprof.collectors")
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from ddprof.collectors import layout
 from ddprof.collectors.rankinfo import RankInfo, detect_rank
 
-from ddprof.atomic import write_atomic
+from ddprof.store.atomic import write_atomic
 
 log = logging.getLogger("ddprof.collectors")
 

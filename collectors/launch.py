@@ -30,9 +30,9 @@ from ddprof.collectors import layout
 from ddprof.collectors.bootstrap import bootstrap_env, write_bootstrap
 from ddprof.collectors.flight_recorder import DEFAULT_BUFFER, fr_env
 
-from ddprof.capture_status import read_statuses
 from ddprof.errors import UsageError
-from ddprof.rundir import MANIFEST
+from ddprof.store.capture_status import read_statuses
+from ddprof.store.rundir import MANIFEST
 
 
 def launch_env(run_dir: Path, environ: Mapping[str, str], *, fr_buffer: int) -> dict[str, str]:

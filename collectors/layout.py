@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 
 from ddprof.errors import UsageError
-from ddprof.rundir import MANIFEST
+from ddprof.store.rundir import MANIFEST
 
 RUN_DIR_ENV = "DDPROF_RUN_DIR"
 FR_FILE_STEM = "fr_trace_rank_"

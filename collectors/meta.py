@@ -12,7 +12,8 @@ from typing import Any
 
 from ddprof.collectors.rankinfo import RankInfo
 
-from ddprof.atomic import write_json_atomic
+from ddprof.store.atomic import write_json_atomic
+from ddprof.store.sidecar import META_FORMAT  # the format ingest reads (a light module: no Polars)
 
 log = logging.getLogger("ddprof.collectors")
 
@@ -70,7 +71,6 @@ def process_groups() -> list[dict[str, Any]]:
 
 
 def base_meta(info: RankInfo, enabled: dict[str, Any]) -> dict[str, Any]:
-    from ddprof.ingestion.sidecar import META_FORMAT  # the format ingest reads; imported once a rank records
     from ddprof.version import __version__
 
     return {

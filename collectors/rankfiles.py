@@ -21,7 +21,7 @@ from ddprof.collectors import flight_recorder, layout
 from ddprof.collectors.meta import base_meta, clocks, process_groups, write_meta
 from ddprof.collectors.rankinfo import RankInfo
 
-from ddprof.atomic import output_error, write_atomic
+from ddprof.store.atomic import output_error, write_atomic
 
 log = logging.getLogger("ddprof.collectors")
 

@@ -4,7 +4,7 @@ Written by every process of a job under ``ddprof launch`` and by ``ddprof.profil
 start, when capture starts, when a window begins or is written, at exit, and in between at most every
 ``min_interval_s`` (2 s) at a step boundary. ``ddprof trigger`` reads it (which processes run where,
 their step, the windows they began) and ``ddprof analyze`` explains from it a run dir without a trace
-(:mod:`ddprof.capture_status`). Writes are atomic (a temporary sibling named as :mod:`ddprof.atomic`
+(:mod:`ddprof.store.capture_status`). Writes are atomic (a temporary sibling named as :mod:`ddprof.store.atomic`
 names its own, then a rename; written here with the standard library alone because every process of a
 launched job loads this module at start-up); a write that fails is logged once and capture goes on.
 """
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ddprof.capture_status import STATUS_DIR
+from ddprof.store.capture_status import STATUS_DIR
 
 log = logging.getLogger("ddprof.collectors")
 

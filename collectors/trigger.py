@@ -25,8 +25,8 @@ from typing import Any
 
 from ddprof.collectors.ondemand import TRIGGER_SIGNAL, trigger_dir, trigger_path
 
-from ddprof.capture_status import read_statuses
 from ddprof.errors import UsageError
+from ddprof.store.capture_status import read_statuses
 
 
 @dataclass

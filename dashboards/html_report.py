@@ -18,7 +18,7 @@ from ddprof.dashboards.timeline.figure import timeline_figure
 from ddprof.dashboards.timeline.lod import view
 from plotly.offline import get_plotlyjs
 
-from ddprof.rundir import Run
+from ddprof.store.rundir import Run
 
 CSS = """body{font-family:system-ui,sans-serif;margin:16px 24px;background:#fafafa;color:#222}
 h1{margin:0 0 8px}.card{background:#fff;border:1px solid #ddd;border-radius:6px;padding:8px 12px;margin:10px 0}

@@ -9,7 +9,7 @@ Public API::
     ddprof.profile(run_dir)              # capture inside a training script (needs the `torch` extra)
 
 ``import ddprof`` loads neither Polars nor torch: names that need them are imported on first use, so the
-``ddprof`` program can set Polars' allocator up before it loads (:mod:`ddprof.memory`).
+``ddprof`` program can set Polars' allocator up before it loads (:mod:`ddprof.runtime.memory`).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from ddprof.errors import BadInputError, DdprofError, PartialRunError, RankError
 from ddprof.version import __version__
 
 if TYPE_CHECKING:
-    from ddprof.report_tables import AnalysisReport
-    from ddprof.rundir import Run, open_run
-    from ddprof.schema import EVENT_SCHEMA, SCHEMA_VERSION, validate
+    from ddprof.report.tables import AnalysisReport
+    from ddprof.store.rundir import Run, open_run
+    from ddprof.store.schema import EVENT_SCHEMA, SCHEMA_VERSION, validate
 
 __all__ = [
     "EVENT_SCHEMA", "SCHEMA_VERSION", "BadInputError", "DdprofError", "PartialRunError", "RankError",
@@ -39,15 +39,15 @@ def ingest(*args: Any, **kwargs: Any) -> Run:
 
 
 def analyze(*args: Any, **kwargs: Any) -> AnalysisReport:
-    """See :func:`ddprof.analyses.report.analyze`: what ``ddprof analyze PATH --format json`` prints, with its
-    detail tables (``.table(name)``: :mod:`ddprof.report_tables`)."""
-    from ddprof.analyses.report import analyze as _analyze
+    """See :func:`ddprof.inputs.analyze.analyze`: what ``ddprof analyze PATH --format json`` prints, with its
+    detail tables (``.table(name)``: :mod:`ddprof.report.tables`)."""
+    from ddprof.inputs.analyze import analyze as _analyze
 
     return _analyze(*args, **kwargs)
 
 
-_CORE = {"Run": "ddprof.rundir", "open_run": "ddprof.rundir", "EVENT_SCHEMA": "ddprof.schema",
-         "SCHEMA_VERSION": "ddprof.schema", "validate": "ddprof.schema"}
+_CORE = {"Run": "ddprof.store.rundir", "open_run": "ddprof.store.rundir", "EVENT_SCHEMA": "ddprof.store.schema",
+         "SCHEMA_VERSION": "ddprof.store.schema", "validate": "ddprof.store.schema"}
 
 
 def __getattr__(name: str) -> Any:

@@ -7,7 +7,7 @@ import sys
 
 def main() -> int:
     if sys.argv[1:2] in (["ingest"], ["finish"]):  # a process that only ingests: before anything loads Polars
-        from ddprof.memory import use_ingest_allocator
+        from ddprof.runtime.memory import use_ingest_allocator
 
         use_ingest_allocator()
     from ddprof.cli import main as cli_main

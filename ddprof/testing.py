@@ -34,9 +34,9 @@ def assert_no_regression(run: str | Path, baseline: str | Path, rules: str | Pat
     :class:`RegressionError` with the explanation otherwise, and BadInputError (with its reason) for a
     baseline of another job unless ``allow_different_job``."""
     from ddprof.analyses.compare.check import check
-    from ddprof.analyses.compare.load import load_report
-    from ddprof.analyses.compare.render import check_text
     from ddprof.analyses.compare.rules import load_rules, merge_rules
+    from ddprof.inputs.reports import load_report
+    from ddprof.render.compare import check_text
 
     cfg = merge_rules(rules) if isinstance(rules, dict) else load_rules(rules)
     result = check(load_report(run, cache=cache), load_report(baseline, cache=cache), cfg,

@@ -18,11 +18,11 @@ from tests.support.paths import TRACES, trace_set
 def pytest_configure(config: pytest.Config) -> None:
     """Wrap :func:`ddprof.analyses.report.build_report` for the session, before any test module imports it,
     so that every report a test builds (directly, through ``ddprof.analyze`` or the CLI in-process) is
-    converted into :class:`ddprof.report_schema.Report`, and each of its detail tables into its rows' record:
+    converted into :class:`ddprof.report.schema.Report`, and each of its detail tables into its rows' record:
     a field that drifts from its declaration fails the test that built the report, naming the field's path."""
     import ddprof.analyses.report as report_module
 
-    from ddprof.report_schema import TABLE_ROWS, parse, rows
+    from ddprof.report.schema import TABLE_ROWS, parse, rows
 
     original = report_module.build_report
 

@@ -19,8 +19,8 @@ from ddprof.analyses.frames.sets import steps
 from ddprof.analyses.kernels import add_totals, kernel_totals
 from ddprof.analyses.rank_groups import rank_groups, read_ranks
 
-from ddprof.rundir import Run
-from ddprof.units import NS_PER_US
+from ddprof.store.rundir import Run
+from ddprof.vocabulary.units import NS_PER_US
 
 
 def every_kernel(run: Run) -> list[dict[str, Any]]:

@@ -29,7 +29,7 @@ from ddprof.analyses.compare.rules import DEFAULTS
 from ddprof.analyses.compare.stats import Shift, hodges_lehmann, quantile_interval, quantile_shift
 
 from ddprof.errors import BadInputError
-from ddprof.units import fmt_bytes, fmt_us
+from ddprof.vocabulary.units import fmt_bytes, fmt_us
 
 WORKLOAD_BOUND = ("step_time", "step_time_p90", "exposed_comm", "overlap", "idle", "bubble", "kernels")
 

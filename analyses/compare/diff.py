@@ -22,8 +22,8 @@ from typing import Any
 
 from ddprof.analyses.compare.check import describe
 
-from ddprof.report_schema import CollectiveRow, StepTimeRow, rows
-from ddprof.report_tables import detail_rows
+from ddprof.report.schema import CollectiveRow, StepTimeRow, rows
+from ddprof.report.tables import detail_rows
 
 
 def _change(b: float | None, r: float | None) -> tuple[float | None, float | None]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddprof.units import fmt_us
+from ddprof.vocabulary.units import fmt_us
 
 _ORDER = ("straggler", "busbw", "kernels:compute", "kernels", "exposed_comm", "idle", "overlap", "bubble")
 

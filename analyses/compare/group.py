@@ -25,7 +25,7 @@ from typing import Any
 
 from ddprof.analyses.compare.explain import evidence_key
 
-from ddprof.units import fmt_us
+from ddprof.vocabulary.units import fmt_us
 
 PER_RANK = ("step_time", "step_time_p90")
 _WHAT = {"step_time": "median step time", "step_time_p90": "p90 step time"}

@@ -14,9 +14,9 @@ from __future__ import annotations
 from statistics import median
 from typing import Any
 
-from ddprof.report_schema import BandwidthRow, CollectiveRow, PipelineRow, StepTimeRow, rows
-from ddprof.report_tables import detail_rows
-from ddprof.units import fmt_bytes
+from ddprof.report.schema import BandwidthRow, CollectiveRow, PipelineRow, StepTimeRow, rows
+from ddprof.report.tables import detail_rows
+from ddprof.vocabulary.units import fmt_bytes
 
 
 def collective_ops(report: dict[str, Any]) -> list[str]:

@@ -14,7 +14,7 @@ Each value is one (rank, step) unless said otherwise:
   (``kernels_by_step``; 0 in a step where it did not run).
 
 Each section's rows are read from the report's detail tables (a report of version 1: from its JSON;
-:func:`ddprof.report_tables.detail_rows`) as their declared records (:mod:`ddprof.report_schema`).
+:func:`ddprof.report.tables.detail_rows`) as their declared records (:mod:`ddprof.report.schema`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ddprof.report_schema import (
+from ddprof.report.schema import (
     BreakdownStepRow,
     BubbleRow,
     CollectiveRow,
@@ -33,7 +33,7 @@ from ddprof.report_schema import (
     StepTimeRow,
     rows,
 )
-from ddprof.report_tables import detail_rows
+from ddprof.report.tables import detail_rows
 
 T = TypeVar("T")
 

@@ -11,7 +11,7 @@ GPU rank (the sets HTA uses, classified by ``kind`` instead of kernel-name regex
 CPU rank (gloo, no GPU rows):
   * comm: the ``gloo:*`` rows (``kind == "comm"``, no stream) on the gloo worker threads;
   * compute: the time of ``cpu_op`` rows that are not collectives (``coll_op`` null, name not a
-    collective marker: :data:`ddprof.collective_ops.MARKER_PATTERN`), minus the time of the gloo rows on
+    collective marker: :data:`ddprof.vocabulary.collective_ops.MARKER_PATTERN`), minus the time of the gloo rows on
     the same thread (blocking send/recv run on the caller's thread; an op around or inside one is
     waiting, not computing). Nested ops are merged, so a parent op and its children count once.
 
@@ -26,8 +26,8 @@ import polars as pl
 from ddprof.analyses.frames import intervals as iv
 from ddprof.analyses.frames.memo import Prepared, collect, derived
 
-from ddprof.collective_ops import MARKER_PATTERN
-from ddprof.schema import STEP_PREFIX, step_number
+from ddprof.store.schema import STEP_PREFIX, step_number
+from ddprof.vocabulary.collective_ops import MARKER_PATTERN
 
 WORK_KINDS = ("compute", "comm", "memcpy", "memset")
 
@@ -87,7 +87,7 @@ def work(p: Prepared) -> pl.DataFrame:
 def steps(p: Prepared) -> pl.DataFrame:
     """The ``ProfilerStep#N`` annotations on CPU threads: rank, step, start, end (duplicates merged).
 
-    N is read by :func:`ddprof.schema.step_number`, the parser ingest uses: a name that is not exactly
+    N is read by :func:`ddprof.store.schema.step_number`, the parser ingest uses: a name that is not exactly
     ``ProfilerStep#<digits>``, or whose number does not fit Int32 (``ProfilerStep#99999999999``), is no step.
     """
     return collect(

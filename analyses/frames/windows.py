@@ -1,4 +1,4 @@
-"""Profiling windows per rank (:mod:`ddprof.windows`), and the window each row falls in.
+"""Profiling windows per rank (:mod:`ddprof.store.windows`), and the window each row falls in.
 
 A run's windows come from its manifest (ingest cuts every trace file, which saw every row; the report
 provides them); an event table without one has them derived here from its own rows by the same rule,
@@ -17,7 +17,7 @@ import polars as pl
 from ddprof.analyses.frames.memo import Prepared, collect, derived
 from ddprof.analyses.frames.sets import steps
 
-from ddprof.windows import gap_threshold_ns, split_windows
+from ddprof.store.windows import gap_threshold_ns, split_windows
 
 SCHEMA = {"rank": pl.Int32(), "window": pl.Int32(), "t_start": pl.Int64(), "t_end": pl.Int64()}
 

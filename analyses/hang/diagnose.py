@@ -8,7 +8,7 @@ across groups to name the ranks the hang started from.
 This module assembles the ``hang`` section. The steps live in :mod:`.views` (what each rank's dump says
 about a group), :mod:`.collectives` and :mod:`.p2p` (one record per group and kind), :mod:`.waits` (the
 wait graph and its suspects) and :mod:`.verdicts` (the one-line verdicts). Reading the dumps is an input
-format, :mod:`ddprof.flightrec`.
+format, :mod:`ddprof.readers.flightrec`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from ddprof.analyses.hang.verdicts import lagging_completion_ranks, overall_verd
 from ddprof.analyses.hang.views import FAILED, NO_DUMP, group_catalog, group_has_p2p, rank_view
 from ddprof.analyses.hang.waits import find_suspects
 
-from ddprof.flightrec.load import DumpSet
+from ddprof.readers.flightrec.load import DumpSet
 
 __all__ = ["diagnose", "backend_of"]
 

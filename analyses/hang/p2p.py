@@ -15,7 +15,7 @@ from typing import Any
 from ddprof.analyses.hang.verdicts import record_verdict
 from ddprof.analyses.hang.views import NO_DUMP, Group, op_names
 
-from ddprof.flightrec.records import FRDump, FREntry
+from ddprof.readers.flightrec.records import FRDump, FREntry
 
 __all__ = ["P2POp", "parse_p2p", "p2p_finding"]
 

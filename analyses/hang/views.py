@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ddprof.collective_ops import profiling_op
-from ddprof.flightrec.records import FRDump, FREntry
+from ddprof.readers.flightrec.records import FRDump, FREntry
+from ddprof.vocabulary.collective_ops import profiling_op
 
 #: Per-rank states at a collective. "scheduled"/"started" come from the rank's own entry.
 ENTERED = "entered"  # no record (evicted), but the rank's frontier is past it
@@ -36,7 +36,7 @@ _NOT_RUNNING = NO_RECORD | {COMPLETED, NOT_ENTERED}
 
 
 def op_names(raw: str) -> dict[str, str]:
-    """``op`` (the normalised name other report sections use: :func:`ddprof.collective_ops.profiling_op`)
+    """``op`` (the normalised name other report sections use: :func:`ddprof.vocabulary.collective_ops.profiling_op`)
     and ``op_name`` (Flight Recorder's own): ``nccl:send 1->2`` -> ``{"op": "send", "op_name": "nccl:send 1->2"}``."""
     return {"op": profiling_op(raw), "op_name": raw}
 

@@ -17,7 +17,7 @@ from ddprof.dashboards.panels import clickable, panel_figures, panel_ids
 from ddprof.dashboards.timeline.figure import MS, timeline_figure
 from ddprof.dashboards.timeline.lod import view
 
-from ddprof.report_tables import detail_rows
+from ddprof.report.tables import detail_rows
 
 
 def window_of_relayout(relayout: dict[str, Any] | None) -> tuple[float, float] | None | bool:

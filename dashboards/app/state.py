@@ -11,8 +11,8 @@ from typing import Any
 from ddprof.analyses.report import build_report
 from ddprof.dashboards.timeline.data import TimelineData, load
 
-from ddprof.flightrec.load import DumpSet
-from ddprof.rundir import Run
+from ddprof.readers.flightrec.load import DumpSet
+from ddprof.store.rundir import Run
 
 
 @dataclass

@@ -8,7 +8,7 @@ from typing import Any
 import plotly.graph_objects as go
 from ddprof.dashboards.figures.style import COMM, NORMAL, STRAGGLER, WAIT, empty, finish
 
-from ddprof.report_tables import detail_rows
+from ddprof.report.tables import detail_rows
 
 OP_COLOURS = ["#4C78A8", "#E45756", "#54A24B", "#F58518", "#B279A2", "#72B7B2", "#9D755D", "#FF9DA6"]
 

@@ -8,7 +8,7 @@ from typing import Any
 import plotly.graph_objects as go
 from ddprof.dashboards.figures.style import COMM, COMPUTE, IDLE, NORMAL, STRAGGLER, empty, finish
 
-from ddprof.report_tables import detail_rows
+from ddprof.report.tables import detail_rows
 
 
 def _rank_axis(fig: go.Figure, ranks: list[int]) -> None:

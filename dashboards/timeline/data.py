@@ -21,7 +21,7 @@ cells 0, 1, 2 get 5, 10, 7. ``cell_ns`` is the smallest power of two giving the 
 ``FINE_CELLS / (ranks × 5)`` cells (1,024 to 65,536), and no more than the summary of the rank with fewest
 events has: a rank's summary is exact at any coarser power of two (below), never at a finer one.
 
-The grid is assembled from each rank's timeline summary (:mod:`ddprof.timeline_summary`), one rank at a
+The grid is assembled from each rank's timeline summary (:mod:`ddprof.store.timeline_summary`), one rank at a
 time (memory: one rank's summary and the grid, memory-mapped): aligned power-of-two cells nest, so a
 summary's finer cells sum exactly into the grid's. Ingest writes the summary beside each Parquet part;
 a rank without a valid one (a store ingested before summaries, a rank of several parts) is summarised
@@ -50,10 +50,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ddprof import timeline_summary as ts
-from ddprof.atomic import write_atomic
-from ddprof.rundir import Run
-from ddprof.timeline_summary import CLASSES, CPU_KINDS, DETAIL_COLUMNS, Summary, occupancy, outermost
+from ddprof.store import timeline_summary as ts
+from ddprof.store.atomic import write_atomic
+from ddprof.store.rundir import Run
+from ddprof.store.timeline_summary import CLASSES, CPU_KINDS, DETAIL_COLUMNS, Summary, occupancy, outermost
 
 __all__ = ["CLASSES", "CPU_KINDS", "DETAIL_COLUMNS", "occupancy", "load", "TimelineData", "RankEvents"]
 
@@ -206,7 +206,7 @@ _outermost = outermost
 
 def _fine_bins(run: Run) -> int:
     """The most cells a rank's row may get: the grid's budget shared by the ranks, 1,024 to 65,536, and no
-    more than the summary of the rank with fewest events has (:func:`ddprof.timeline_summary.cells_for`,
+    more than the summary of the rank with fewest events has (:func:`ddprof.store.timeline_summary.cells_for`,
     at least 8,192), so that every rank's summary written at ingest serves."""
     budget = max(1024, min(MAX_FINE_BINS, FINE_CELLS // (max(1, len(run.ranks)) * (STARTS + 1))))
     events = [run.rank_info(r).get("events") for r in run.ranks]

@@ -20,7 +20,7 @@ from ddprof.cli.common import (
 from ddprof.cli.progress import ingest_progress
 
 if TYPE_CHECKING:
-    from ddprof.executors import Executor
+    from ddprof.runtime.executors import Executor
 
 
 @click.command()
@@ -37,15 +37,17 @@ def analyze(sources: tuple[str, ...], fmt: str, output: str | None, cache: str |
             ranks: tuple[str, ...], comm_kernels: tuple[str, ...] = (), executor: str = "local",
             address: str | None = None) -> int:
     """Analyse a run: raw traces, a run dir, or a directory of NCCL Flight Recorder dumps."""
-    from ddprof.executors import get_executor
+    from ddprof.runtime.executors import get_executor
 
     runner = get_executor(executor, address)
     if fmt == "html":
         return _html(sources, output, cache, ranks, rules_in_force(comm_kernels), runner)
     from ddprof.analyses.report import build_report
-    from ddprof.report_tables import run_tables_dir, tables_dir
-    from ddprof.sources import _writable as writable  # the rule that keeps a read-only source untouched
-    from ddprof.sources import open_source
+    from ddprof.inputs.sources import (
+        _writable as writable,  # the rule that keeps a read-only source untouched
+    )
+    from ddprof.inputs.sources import open_source
+    from ddprof.report.tables import run_tables_dir, tables_dir
 
     with open_source(sources, cache=cache, rank_map=parse_rank_map(ranks), comm_kernels=rules_in_force(comm_kernels),
                      progress=ingest_progress(fmt == "text" and output is None), executor=runner) as src:
@@ -53,7 +55,7 @@ def analyze(sources: tuple[str, ...], fmt: str, output: str | None, cache: str |
         if src.run is not None and writable(src.run.path):  # the run dir keeps its report's detail tables
             report.write_tables(run_tables_dir(src.run.path))
     if fmt == "json":
-        from ddprof.report_tables import report_json
+        from ddprof.report.tables import report_json
 
         emit(report_json(report), output)  # first: a file that cannot be written is named as before
         if output and output != "-":  # then the detail tables beside it; without them, no report either
@@ -63,7 +65,7 @@ def analyze(sources: tuple[str, ...], fmt: str, output: str | None, cache: str |
                 Path(output).unlink(missing_ok=True)
                 raise
     else:
-        from ddprof.render_text import render_text
+        from ddprof.render.text import render_text
 
         emit(render_text(report), output)
     return exit_for_status(report)
@@ -77,7 +79,7 @@ def _html(sources: tuple[str, ...], output: str | None, cache: str | None, ranks
     require("plotly", what="--format html")
     from ddprof.analyses.report import build_report
     from ddprof.dashboards.html_report import render_html
-    from ddprof.sources import open_source
+    from ddprof.inputs.sources import open_source
 
     with open_source(sources, cache=cache, rank_map=parse_rank_map(ranks), progress=ingest_progress(False),
                      comm_kernels=comm_kernels, executor=runner) as src:

@@ -24,10 +24,10 @@ def check(run: str, baseline: str, rules: str | None, fmt: str, output: str | No
           cache: str | None) -> int:
     """Check a run against a baseline: exit 1 when it regressed beyond tolerance and noise."""
     from ddprof.analyses.compare.check import check as run_check
-    from ddprof.analyses.compare.load import load_report
-    from ddprof.analyses.compare.render import check_text, junit_xml
     from ddprof.analyses.compare.rules import load_rules
-    from ddprof.atomic import json_text
+    from ddprof.inputs.reports import load_report
+    from ddprof.render.compare import check_text, junit_xml
+    from ddprof.store.atomic import json_text
 
     cfg = load_rules(rules)
     result = run_check(load_report(run, cache=cache), load_report(baseline, cache=cache), cfg,

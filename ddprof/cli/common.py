@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 
 import click
 
-from ddprof.atomic import write_text_atomic
 from ddprof.errors import BadInputError, PartialRunError, ProblemFound, UsageError
+from ddprof.store.atomic import write_text_atomic
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -42,16 +42,16 @@ def comm_kernel_option(f: F) -> F:
 
 
 def rules_in_force(cli: tuple[str, ...]) -> tuple[str, ...] | None:
-    """The communication kernel rules for :func:`ddprof.sources.open_source`: the command line's and the
+    """The communication kernel rules for :func:`ddprof.inputs.sources.open_source`: the command line's and the
     project file's (each checked), or None when neither gives one, so a run dir ingested with rules is
     analysed as it stands instead of being refused for rules nobody asked to change."""
-    from ddprof.config import comm_kernel_rules
+    from ddprof.cli.config import comm_kernel_rules
 
     return comm_kernel_rules(cli) or None
 
 
 def executor_option(f: F) -> F:
-    """``--executor local|ray`` and ``--address``: where the per-rank work runs (:mod:`ddprof.executors`)."""
+    """``--executor local|ray`` and ``--address``: where the per-rank work runs (:mod:`ddprof.runtime.executors`)."""
     f = click.option("--address", metavar="ADDRESS", default=None,
                      help="Ray cluster to join (ray://HEAD:10001, HEAD:6379 or auto); default: start Ray here.")(f)
     return click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,

@@ -26,7 +26,7 @@ def dashboard(sources: tuple[str, ...], host: str, port: int, open_browser: bool
     from ddprof.cli.progress import ingest_progress
     from ddprof.dashboards.app.server import create_app, exposure_warning, make, url_of
     from ddprof.dashboards.app.state import DashboardState
-    from ddprof.sources import open_source
+    from ddprof.inputs.sources import open_source
 
     with open_source(sources, cache=cache, rank_map=parse_rank_map(ranks), progress=ingest_progress(True),
                      comm_kernels=rules_in_force(comm_kernels)) as src:

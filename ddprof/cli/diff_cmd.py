@@ -18,9 +18,9 @@ from ddprof.cli.common import emit
 def diff(run: str, base: str, fmt: str, output: str | None, cache: str | None) -> int:
     """Compare two runs side by side: per kernel and collective, count, total and per-step time."""
     from ddprof.analyses.compare.diff import diff as make_diff
-    from ddprof.analyses.compare.load import load_with_kernels
-    from ddprof.analyses.compare.render import diff_text
-    from ddprof.atomic import json_text
+    from ddprof.inputs.reports import load_with_kernels
+    from ddprof.render.compare import diff_text
+    from ddprof.store.atomic import json_text
 
     run_report, run_kernels = load_with_kernels(run, cache=cache)
     base_report, base_kernels = load_with_kernels(base, cache=cache)

@@ -1,5 +1,5 @@
 """``ddprof export SRC|RUN_DIR --perfetto OUT [--ranks 0,2-5] [--steps 10,11] [--raw-clocks]``: the run's
-ranks merged into one Chrome trace / Perfetto JSON file (:mod:`ddprof.export.perfetto`), on one clock:
+ranks merged into one Chrome trace / Perfetto JSON file (:mod:`ddprof.render.perfetto`), on one clock:
 the per-host offsets :mod:`ddprof.analyses.clocks` estimates are applied where the evidence holds."""
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ def export(sources: tuple[str, ...], out: str, rank_sel: str | None, step_sel: s
     from ddprof.analyses.clocks import aligned_ts
     from ddprof.analyses.rank_groups import estimate_clock, rank_groups
     from ddprof.errors import UsageError
-    from ddprof.export.perfetto import export_perfetto, parse_selection
-    from ddprof.sources import open_source
+    from ddprof.inputs.sources import open_source
+    from ddprof.render.perfetto import export_perfetto, parse_selection
 
     chosen = parse_selection(rank_sel, "ranks") if rank_sel else None
     steps = parse_selection(step_sel, "steps") if step_sel else None

@@ -11,10 +11,10 @@ from ddprof.cli.common import (
     partial_failure,
     rank_option,
 )
+from ddprof.cli.config import comm_kernel_rules
 from ddprof.cli.progress import ingest_progress
-from ddprof.config import comm_kernel_rules
 from ddprof.ingestion import ingest as run_ingest
-from ddprof.render_text import render_run
+from ddprof.render.text import render_run
 
 
 @click.command()
@@ -30,7 +30,7 @@ from ddprof.render_text import render_run
 def ingest(sources: tuple[str, ...], out_dir: str, ranks: tuple[str, ...], jobs: int | None, force: bool,
            quiet: bool, comm_kernels: tuple[str, ...] = (), executor: str = "local", address: str | None = None) -> int:
     """Ingest Kineto traces (files, directories, .json or .json.gz) into a run dir."""
-    from ddprof.executors import get_executor
+    from ddprof.runtime.executors import get_executor
 
     run = run_ingest(list(sources), out_dir, rank_map=parse_rank_map(ranks), jobs=jobs,
                      progress=ingest_progress(not quiet), force=force,

@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 import click
 
-from ddprof.units import fmt_bytes
+from ddprof.vocabulary.units import fmt_bytes
 
 
 class IngestBar:

@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ddprof.capture_status import explain_no_trace
 from ddprof.errors import UsageError
 from ddprof.readers import registry
+from ddprof.store.capture_status import explain_no_trace
 
 
 def discover(sources: Sequence[str | Path]) -> list[Path]:
@@ -20,7 +20,7 @@ def discover(sources: Sequence[str | Path]) -> list[Path]:
     files an event reader claims by name are taken (Kineto: ``*.json``/``*.json.gz``, except
     ``manifest.json`` and ``*.meta.json``), except under a hidden folder (caches) or a run dir's
     ``events/``. When nothing is found in a capture's run dir, the error is what its processes' status
-    files say (:func:`ddprof.capture_status.explain_no_trace`), not a bare "no trace files"; elsewhere, it
+    files say (:func:`ddprof.store.capture_status.explain_no_trace`), not a bare "no trace files"; elsewhere, it
     names the files of a format ddprof knows but reads not (an Nsight Systems export...).
     """
     found: dict[Path, None] = {}

@@ -23,18 +23,18 @@ from typing import Any, TypeVar
 import numpy as np
 import polars as pl
 
-from ddprof.atomic import write_atomic
-from ddprof.collective_ops import CommRule, kernel_rules
 from ddprof.errors import BadInputError, DdprofError, OutputError, SchemaError
 from ddprof.ingestion.world import MAX_WORLD_SIZE, checked_world_size
-from ddprof.ranks import trace_rank
 from ddprof.readers import registry
 from ddprof.readers.base import EventReader, Opened, reads_dumps, reads_events
+from ddprof.readers.ranks import trace_rank
 from ddprof.readers.source import quick_digest
-from ddprof.rundir import rank_dir
-from ddprof.schema import GPU_KINDS, STEP_PREFIX, step_number, validate
-from ddprof.timeline_summary import lanes, summary_path, write_summary
-from ddprof.windows import gap_threshold_ns, split_windows
+from ddprof.store.atomic import write_atomic
+from ddprof.store.rundir import rank_dir
+from ddprof.store.schema import GPU_KINDS, STEP_PREFIX, step_number, validate
+from ddprof.store.timeline_summary import lanes, summary_path, write_summary
+from ddprof.store.windows import gap_threshold_ns, split_windows
+from ddprof.vocabulary.collective_ops import CommRule, kernel_rules
 
 #: Rows per Parquet row group. The writer holds a row group's encoded columns at once: on the 54 MB
 #: trace (123k rows), one group took 8 MB more peak memory than groups of 32k rows. Readers still get
@@ -68,7 +68,7 @@ class FileResult:
     steps: list[int] = field(default_factory=list)
     first_ns: int | None = None
     last_ns: int | None = None
-    windows: list[list[int]] = field(default_factory=list)  # profiling windows [start_ns, end_ns] (ddprof.windows)
+    windows: list[list[int]] = field(default_factory=list)  # profiling windows [start_ns, end_ns] (ddprof.store.windows)
     dropped: dict[str, int] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)  # the profiler's warnings and errors in the trace
     warnings: list[str] = field(default_factory=list)
@@ -240,8 +240,8 @@ def _valid(df: pl.DataFrame) -> bool:
 def _write(out_dir: Path, df: pl.DataFrame, drawn: pl.DataFrame | None, res: FileResult,
            facts: dict[str, Any] | None, valid: bool, created: list[Path]) -> None:
     """Check one trace's events, then write its part and timeline summary (``drawn``: its events'
-    :func:`~ddprof.timeline_summary.lanes`, or None to make them); its counts into ``res``. ``valid``: all
-    the traces built with it passed :func:`~ddprof.schema.validate` (else it is asked for this one, to
+    :func:`~ddprof.store.timeline_summary.lanes`, or None to make them); its counts into ``res``. ``valid``: all
+    the traces built with it passed :func:`~ddprof.store.schema.validate` (else it is asked for this one, to
     name it)."""
     path = Path(res.path)
     if not valid:
@@ -313,7 +313,7 @@ def _summarise(df: pl.DataFrame, s: dict[str, Any], res: FileResult) -> None:
 
 
 def _windows(df: pl.DataFrame, step_durations: np.ndarray) -> list[list[int]]:
-    """The trace's profiling windows, cut at gaps with no event at all (:mod:`ddprof.windows`);
+    """The trace's profiling windows, cut at gaps with no event at all (:mod:`ddprof.store.windows`);
     ``step_durations``: those of its ``ProfilerStep#N`` annotations."""
     ts = df.get_column("ts_ns").to_numpy()
     return split_windows(ts, ts + df.get_column("dur_ns").to_numpy(), gap_threshold_ns(step_durations))

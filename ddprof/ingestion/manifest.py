@@ -20,8 +20,8 @@ from typing import Any
 
 from ddprof.ingestion.job import FileResult
 from ddprof.ingestion.world import checked_world_size, format_ranges, missing_ranges
-from ddprof.rundir import RUN_FORMAT
-from ddprof.schema import SCHEMA_VERSION
+from ddprof.store.rundir import RUN_FORMAT
+from ddprof.store.schema import SCHEMA_VERSION
 from ddprof.version import __version__
 
 

@@ -3,7 +3,7 @@ ranks in parallel, reconcile, write the manifest last (atomically), then drop Pa
 refers to.
 
 The run dir is checked writable before any parsing, and the temporary files of killed runs are removed
-(:func:`ddprof.atomic.remove_stale_tmp`). A full disk or an unwritable run dir stops the ingest with one
+(:func:`ddprof.store.atomic.remove_stale_tmp`). A full disk or an unwritable run dir stops the ingest with one
 :class:`~ddprof.errors.OutputError`, the parts this run wrote removed. A bug met on one trace lets the
 others finish and their manifest be written, then raises :class:`~ddprof.errors.InternalError`.
 
@@ -27,19 +27,19 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Protocol
 
-from ddprof.atomic import output_error, remove_stale_tmp, write_json_atomic
-from ddprof.collective_ops import RuleError, kernel_rules
 from ddprof.errors import BadInputError, InternalError, OutputError, UsageError
-from ddprof.executors import Executor
 from ddprof.ingestion.discover import discover
 from ddprof.ingestion.job import FileResult, ingest_files
 from ddprof.ingestion.manifest import build_manifest
-from ddprof.ingestion.sidecar import read_sidecars
 from ddprof.ingestion.store_version import store_fingerprint
-from ddprof.memory import for_child_processes
 from ddprof.readers.source import file_sha1, quick_digest
-from ddprof.rundir import MANIFEST, RUN_FORMAT, Run, open_run
-from ddprof.timeline_summary import summary_path
+from ddprof.runtime.executors import Executor
+from ddprof.runtime.memory import for_child_processes
+from ddprof.store.atomic import output_error, remove_stale_tmp, write_json_atomic
+from ddprof.store.rundir import MANIFEST, RUN_FORMAT, Run, open_run
+from ddprof.store.sidecar import read_sidecars
+from ddprof.store.timeline_summary import summary_path
+from ddprof.vocabulary.collective_ops import RuleError, kernel_rules
 
 #: Below this much input, worker start-up costs more than it saves.
 PARALLEL_MIN_BYTES = 8 << 20
@@ -91,7 +91,7 @@ def ingest(sources: str | Path | Iterable[str | Path], out_dir: str | Path, *,
     listing every failure.
 
     ``comm_kernels``: the user's rules naming communication kernels, ``REGEX[=op]`` each, tried before
-    the built-in families (:func:`ddprof.collective_ops.kernel_rules`); an invalid one is a
+    the built-in families (:func:`ddprof.vocabulary.collective_ops.kernel_rules`); an invalid one is a
     :class:`UsageError` naming it. They shape the store: the manifest records them, and a store made
     with other rules is rebuilt, not reused.
 
@@ -99,7 +99,7 @@ def ingest(sources: str | Path | Iterable[str | Path], out_dir: str | Path, *,
     ``None``, ``False`` and ``True`` (accepted from callers written before the reporter existed) all
     mean no report.
 
-    ``executor``: where each trace is parsed (:mod:`ddprof.executors`); default (None or ``local``): a
+    ``executor``: where each trace is parsed (:mod:`ddprof.runtime.executors`); default (None or ``local``): a
     process pool here. On Ray each trace is a task that writes its Parquet part into ``out_dir`` itself,
     so ``out_dir`` and the traces must be on storage every node mounts at the same path.
     """

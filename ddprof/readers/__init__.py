@@ -4,6 +4,6 @@
 * :mod:`.flightrec`: NCCL Flight Recorder dumps -> the hang diagnosis' records;
 * :mod:`.unread`: formats recognised only to be refused by name (Nsight Systems, Perfetto, ...).
 
-The ingest pipeline (:mod:`ddprof.ingestion`), the discovery of files and :mod:`ddprof.sources` know
+The ingest pipeline (:mod:`ddprof.ingestion`), the discovery of files and :mod:`ddprof.inputs.sources` know
 formats only through :mod:`.registry`; nothing outside this package imports a reader's folder.
 """

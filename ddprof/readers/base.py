@@ -3,7 +3,7 @@
 Two kinds of reader, one shape:
 
 * an :class:`EventReader` reads a file of events (a profiler trace) into the store's event table
-  (:mod:`ddprof.schema`): :meth:`~EventReader.open` decodes it and says who wrote it (an :class:`Opened`
+  (:mod:`ddprof.store.schema`): :meth:`~EventReader.open` decodes it and says who wrote it (an :class:`Opened`
   with its :class:`Identity`), :meth:`~EventReader.read` turns opened files into rows. ``read`` takes
   several files at once: the ingest pipeline builds many small traces as one frame (a frame operation
   costs about the same on a hundred rows as on ten thousand), each file's rows tagged ``_trace``.
@@ -45,7 +45,7 @@ from typing import Any, Protocol, TypeGuard, runtime_checkable
 import numpy as np
 import polars as pl
 
-from ddprof.collective_ops import CommRule
+from ddprof.vocabulary.collective_ops import CommRule
 
 
 @dataclass
@@ -108,10 +108,10 @@ class EventReader(Recogniser, Protocol):
 
     def read(self, opened: Sequence[Opened], ranks: Sequence[int],
              rules: tuple[CommRule, ...]) -> tuple[pl.DataFrame, list[list[str]]]:
-        """The event table of the ``opened`` files (:mod:`ddprof.schema`, ``rank`` from ``ranks``) as one
+        """The event table of the ``opened`` files (:mod:`ddprof.store.schema`, ``rank`` from ``ranks``) as one
         frame, each file's rows after the previous one's and in their own order, with a ``_trace``
         column (the file's index in ``opened``, UInt32) after the schema's; and each file's warnings.
-        ``rules`` name communication kernels (:func:`ddprof.collective_ops.kernel_rules`). A file's rows
+        ``rules`` name communication kernels (:func:`ddprof.vocabulary.collective_ops.kernel_rules`). A file's rows
         must be those it gets read alone."""
         ...
 

@@ -29,11 +29,11 @@ try:
 except ImportError:  # pragma: no cover - isal is a dependency; the standard library writes the same format
     import gzip as igzip  # type: ignore[no-redef]
 
-from ddprof.atomic import write_atomic
 from ddprof.readers.kineto.structs import Args
+from ddprof.store.atomic import write_atomic
 from ddprof.synth.schedule import COMPUTE_STREAM, Comm, Group, Timeline, block_kernels, groups
 from ddprof.synth.spec import Spec
-from ddprof.units import NS_PER_US
+from ddprof.vocabulary.units import NS_PER_US
 
 PID = 4242
 GPU_PID = 0

@@ -33,7 +33,7 @@ from typing import Any
 
 import polars as pl
 
-from ddprof.schema import conform
+from ddprof.store.schema import conform
 from ddprof.synth.kineto import NCCL_KERNEL, to_kineto
 from ddprof.synth.schedule import US
 

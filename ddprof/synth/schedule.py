@@ -24,7 +24,7 @@ import numpy as np
 
 from ddprof.errors import UsageError
 from ddprof.synth.spec import Spec
-from ddprof.units import NS_PER_US
+from ddprof.vocabulary.units import NS_PER_US
 
 COMPUTE_STREAM = 7
 DP_STREAM = 20

@@ -15,10 +15,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from ddprof.atomic import write_json_atomic
 from ddprof.ingestion import ingest
-from ddprof.ingestion.sidecar import META_FORMAT
-from ddprof.rundir import Run
+from ddprof.store.atomic import write_json_atomic
+from ddprof.store.rundir import Run
+from ddprof.store.sidecar import META_FORMAT
 from ddprof.synth.kineto import write_json_trace, write_trace
 from ddprof.synth.schedule import groups, simulate
 from ddprof.synth.spec import Spec

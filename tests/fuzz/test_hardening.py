@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 import ddprof
-from ddprof.atomic import remove_stale_tmp, write_atomic
 from ddprof.cli import main
 from ddprof.errors import OutputError
 from ddprof.ingestion import pipeline
 from ddprof.ingestion.world import MAX_WORLD_SIZE, checked_world_size, format_ranges, missing_ranges
 from ddprof.readers.kineto.depth import flatten_deep
+from ddprof.store.atomic import remove_stale_tmp, write_atomic
 from tests.support.paths import SAMPLES
 
 GLOO = SAMPLES / "gloo-ddp-4rank-slow-rank"
@@ -233,7 +233,7 @@ def test_full_disk_while_writing_the_report_or_the_manifest(tmp_path, small_fs, 
 
 
 def test_temporary_files_of_a_dead_writer_are_removed_a_live_ones_kept(tmp_path):
-    from ddprof import atomic
+    from ddprof.store import atomic
 
     sleeper = subprocess.Popen(["sleep", "60"])
     dead = subprocess.Popen(["true"])

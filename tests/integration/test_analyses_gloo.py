@@ -9,7 +9,7 @@ pytest.importorskip("torch", reason="real gloo runs need torch (pip install 'ddp
 from ddprof.analyses.report import build_report  # noqa: E402
 
 import ddprof  # noqa: E402
-from ddprof.render_text import render_text  # noqa: E402
+from ddprof.render.text import render_text  # noqa: E402
 from tests.support.distributed_util import run_example  # noqa: E402
 
 pytestmark = pytest.mark.slow

@@ -1,5 +1,6 @@
-"""Dependency direction (docs/DESIGN.md §1): CLI -> dashboards -> analyses | collectors -> core, and inside
-the core, ingestion -> readers: the input formats (ddprof/readers) know nothing of the pipeline that uses them.
+"""Dependency direction (docs/DESIGN.md §1): cli -> dashboards -> render | inputs -> analyses | collectors ->
+core; inside the core, ingestion -> readers: the input formats (ddprof/readers) know nothing of the pipeline
+that uses them.
 
 Checked on the source with the AST, so a violation fails even if the import sits in a branch no test runs.
 """
@@ -17,30 +18,39 @@ LAYERS = {  # folder -> installed package
     "dashboards": "ddprof.dashboards",
 }
 HEAVY = {"torch", "dash", "plotly", "click"}
+#: Folders of ddprof/ that are layers of their own (the rest of ddprof/ is the core).
+SUBLAYERS = ("cli", "readers", "render", "inputs")
 
 FORBIDDEN = {
-    "core": {"ddprof.analyses", "ddprof.collectors", "ddprof.dashboards", "ddprof.cli"} | HEAVY,
+    "core": {"ddprof.analyses", "ddprof.collectors", "ddprof.dashboards", "ddprof.cli", "ddprof.render",
+             "ddprof.inputs"} | HEAVY,
     "readers": {"ddprof.analyses", "ddprof.collectors", "ddprof.dashboards", "ddprof.cli", "ddprof.ingestion",
-                "ddprof.sources", "ddprof.export", "ddprof.synth"} | HEAVY,
-    "analyses": {"ddprof.ingestion", "ddprof.collectors", "ddprof.dashboards", "ddprof.cli"} | HEAVY,
-    "collectors": {"ddprof.analyses", "ddprof.dashboards", "ddprof.cli", "dash", "plotly", "click"},
+                "ddprof.inputs", "ddprof.render", "ddprof.synth"} | HEAVY,
+    "analyses": {"ddprof.ingestion", "ddprof.collectors", "ddprof.dashboards", "ddprof.cli", "ddprof.render",
+                 "ddprof.inputs"} | HEAVY,
+    "render": {"ddprof.collectors", "ddprof.dashboards", "ddprof.cli", "ddprof.inputs"} | HEAVY,
+    "inputs": {"ddprof.collectors", "ddprof.dashboards", "ddprof.cli", "ddprof.render"} | HEAVY,
+    "collectors": {"ddprof.analyses", "ddprof.dashboards", "ddprof.cli", "ddprof.render", "ddprof.inputs", "dash",
+                   "plotly", "click"},
     "dashboards": {"ddprof.cli", "ddprof.collectors", "torch", "click"},
     "cli": {"torch"},
 }
 # The public face re-exports lazily (function-level imports in ddprof/__init__.py): `ddprof.analyze` from
-# the analyses, `ddprof.profile`/`ddprof.init` from the collectors, so `import ddprof` loads neither
-# Polars nor torch. The program's entry point runs the CLI.
-ALLOWED = {("ddprof/__init__.py", "ddprof.collectors"), ("ddprof/__init__.py", "ddprof.analyses"),
+# the inputs, `ddprof.profile`/`ddprof.init` from the collectors, so `import ddprof` loads neither Polars
+# nor torch. The program's entry point runs the CLI.
+ALLOWED = {("ddprof/__init__.py", "ddprof.collectors"), ("ddprof/__init__.py", "ddprof.inputs"),
            ("ddprof/__main__.py", "ddprof.cli"),
-           # The pytest helper runs the regression check: it imports the analyses inside its function.
-           ("ddprof/testing.py", "ddprof.analyses")}
+           # The pytest helper runs the regression check: it loads the reports, compares and renders them
+           # inside its function.
+           ("ddprof/testing.py", "ddprof.analyses"), ("ddprof/testing.py", "ddprof.inputs"),
+           ("ddprof/testing.py", "ddprof.render")}
 
 
 def layer_of(rel: Path) -> str:
     top = rel.parts[0]
     if top == "ddprof":
         sub = rel.parts[1] if len(rel.parts) > 1 else ""
-        return sub if sub in ("cli", "readers") else "core"
+        return sub if sub in SUBLAYERS else "core"
     return top
 
 
@@ -79,14 +89,15 @@ def test_the_public_face_imports_the_outer_layers_lazily():
     top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
     names = {a.name for n in top if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module for n in top if isinstance(n, ast.ImportFrom) and n.module}
-    assert not {m for m in names if m.startswith(("ddprof.analyses", "ddprof.collectors", "ddprof.cli"))}
+    assert not {m for m in names if m.startswith(("ddprof.analyses", "ddprof.collectors", "ddprof.cli", "ddprof.inputs"))}
 
 
 #: What code outside ddprof/readers may import of it: the interface, the registry, the formats it refuses,
-#: the file reading all readers share. The old Flight Recorder path (ddprof/flightrec) re-exports the dump
-#: records the hang analysis imports.
+#: the file reading all readers share, rank resolution, and the Flight Recorder dumps' data model that the
+#: hang analysis reads (the dump set and its records).
 READERS_FACE = {"ddprof.readers", "ddprof.readers.base", "ddprof.readers.registry", "ddprof.readers.unread",
-                "ddprof.readers.source"}
+                "ddprof.readers.source", "ddprof.readers.ranks", "ddprof.readers.flightrec.load",
+                "ddprof.readers.flightrec.records"}
 #: The run generator writes Kineto traces: it spells their args with the names the Kineto reader decodes.
 READERS_SHARED = {("ddprof/synth/kineto.py", "ddprof.readers.kineto.structs")}
 
@@ -96,12 +107,13 @@ def reader_internals() -> list[str]:
     for folder in LAYERS:
         for path in sorted((REPO / folder).rglob("*.py")):
             rel = path.relative_to(REPO)
-            if rel.parts[:2] in (("ddprof", "readers"), ("ddprof", "flightrec")):
+            if rel.parts[:2] == ("ddprof", "readers"):
                 continue
             for mod in imports(path):
                 shared = any(mod.startswith(m) for f, m in READERS_SHARED if f == str(rel))
-                if mod.startswith("ddprof.readers.") and ".".join(mod.split(".")[:3]) not in READERS_FACE \
-                        and not shared:
+                parent = mod.rsplit(".", 1)[0]  # a name imported from a module of the face
+                face = mod in READERS_FACE or (parent in READERS_FACE and parent != "ddprof.readers")
+                if mod.startswith("ddprof.readers.") and not face and not shared:
                     out.append(f"{rel} imports {mod}")
     return out
 
@@ -130,7 +142,7 @@ def test_the_rooms_are_where_the_layout_says():
     for path in ("ddprof/readers/flightrec/unpickle.py", "ddprof/readers/flightrec/dump.py",
                  "ddprof/readers/flightrec/records.py", "ddprof/readers/flightrec/load.py",
                  "ddprof/readers/kineto/decode.py", "ddprof/readers/kineto/build.py", "ddprof/readers/registry.py",
-                 "ddprof/readers/base.py", "ddprof/collective_ops.py", "analyses/hang/diagnose.py",
+                 "ddprof/readers/base.py", "ddprof/vocabulary/collective_ops.py", "analyses/hang/diagnose.py",
                  "analyses/frames/memo.py", "ddprof/cli/analyze_cmd.py", "ddprof/cli/ingest_cmd.py",
                  "ddprof/cli/launch_cmd.py"):
         assert (REPO / path).is_file(), path

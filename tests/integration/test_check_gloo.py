@@ -9,9 +9,9 @@ pytest.importorskip("torch", reason="real gloo runs need torch (pip install 'ddp
 
 from ddprof.analyses.compare.check import check  # noqa: E402
 from ddprof.analyses.compare.job import job_differences, workload_changes  # noqa: E402
-from ddprof.analyses.compare.load import load_report  # noqa: E402
 from ddprof.analyses.compare.rules import DEFAULTS  # noqa: E402
 
+from ddprof.inputs.reports import load_report  # noqa: E402
 from tests.support.distributed_util import run_example  # noqa: E402
 from tests.support.paths import SAMPLES
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ddprof.cli import main
-from ddprof.report_schema import SCHEMA_PATH
+from ddprof.report.schema import SCHEMA_PATH
 from tests.support.paths import DLRM, REPO, SAMPLES, trace_set
 
 CONTRACT = {

@@ -20,7 +20,7 @@ from ddprof.dashboards.figures.ranks import breakdown_figure, stragglers_figure 
 from ddprof.dashboards.timeline.data import STARTS, load, occupancy  # noqa: E402
 from ddprof.dashboards.timeline.lod import DEFAULT_BINS, ROW_CAP, view  # noqa: E402
 
-from ddprof.sources import open_source  # noqa: E402
+from ddprof.inputs.sources import open_source  # noqa: E402
 from tests.support.paths import FLIGHT_RECORDER, REPO
 
 FR_HANG = FLIGHT_RECORDER / "megatron-16rank-gpu_error_1st"
@@ -153,7 +153,7 @@ def test_failed_rank_with_a_known_rank_keeps_its_place(tmp_path):
     """A part that fails with its rank known (the meta file names it) sits in rank order."""
     from ddprof.dashboards.timeline.data import _failed
 
-    from ddprof.rundir import Run
+    from ddprof.store.rundir import Run
 
     run = Run(path=tmp_path, manifest={"ranks": [0, 2], "sources": {"x": {"status": "failed", "rank": 1,
                                                                           "error": "x: truncated"}}})

@@ -25,7 +25,7 @@ from ddprof.dashboards.app.server import create_app, start_in_thread  # noqa: E4
 from ddprof.dashboards.app.state import DashboardState  # noqa: E402
 from ddprof.dashboards.timeline.lod import DEFAULT_BINS, ROW_CAP  # noqa: E402
 
-from ddprof.sources import open_source  # noqa: E402
+from ddprof.inputs.sources import open_source  # noqa: E402
 
 FR_HANG = FLIGHT_RECORDER / "megatron-16rank-gpu_error_1st"
 BUDGET = max(ROW_CAP, DEFAULT_BINS)

@@ -10,7 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from ddprof.schema import validate
+from ddprof.store.schema import validate
 from tests.support.paths import DLRM, trace_set
 
 SETS = [

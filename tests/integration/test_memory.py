@@ -1,4 +1,4 @@
-"""Processes started to ingest share one allocator arena (ddprof.memory); analyses keep the default.
+"""Processes started to ingest share one allocator arena (ddprof.runtime.memory); analyses keep the default.
 The cyclic collector is paused while a report is built, and restored after, even on an error."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from ddprof.memory import INGEST_ALLOCATOR, JEMALLOC_CONF, collector_paused, for_child_processes
+from ddprof.runtime.memory import INGEST_ALLOCATOR, JEMALLOC_CONF, collector_paused, for_child_processes
 from tests.support.paths import DLRM
 
 
@@ -98,7 +98,7 @@ def test_the_analyses_run_with_the_collector_paused(monkeypatch):
     import polars as pl  # here: the tests above need a process where Polars is not loaded yet
     from ddprof.analyses import rank_groups, report
 
-    from ddprof.schema import EVENT_SCHEMA
+    from ddprof.store.schema import EVENT_SCHEMA
 
     seen = []
     real = rank_groups._idle

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from ddprof.analyses.report import build_report
 
-from ddprof.atomic import json_text
 from ddprof.cli import main
 from ddprof.errors import UsageError
-from ddprof.executors import LocalExecutor, get_executor, run_each
 from ddprof.ingestion import ingest
-from ddprof.rundir import open_run
+from ddprof.runtime.executors import LocalExecutor, get_executor, run_each
+from ddprof.store.atomic import json_text
+from ddprof.store.rundir import open_run
 from ddprof.synth import Spec, generate
 from tests.support.paths import SAMPLES
 

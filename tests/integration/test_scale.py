@@ -10,11 +10,11 @@ import pytest
 from ddprof.analyses import rank_groups
 from ddprof.analyses.report import analyse, build_report, read_events
 
-from ddprof.atomic import json_text
 from ddprof.errors import UsageError
 from ddprof.ingestion import ingest
-from ddprof.report_tables import DETAIL
-from ddprof.rundir import Run, open_run
+from ddprof.report.tables import DETAIL
+from ddprof.store.atomic import json_text
+from ddprof.store.rundir import Run, open_run
 from ddprof.synth import Spec, generate
 from tests.support.paths import SAMPLES, TRACES
 

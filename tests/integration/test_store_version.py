@@ -59,7 +59,8 @@ def test_every_module_that_shapes_the_store_is_fingerprinted():
     assert modules == _ast_closure()
     names = {str(p.relative_to(REPO)) for p in modules}
     # launch matching, the collective vocabulary, the schema, rank resolution: imported, so covered
-    assert {"keyjoin.py", "collective_ops.py", "schema.py", "ranks.py", "fields.py"} <= names
+    assert {"frames/keyjoin.py", "vocabulary/collective_ops.py", "store/schema.py", "readers/ranks.py",
+            "vocabulary/fields.py"} <= names
     # the readers, through the registry ingestion asks: Kineto's decoding and linking shape the store
     assert {"readers/registry.py", "readers/base.py", "readers/kineto/reader.py", "readers/kineto/decode.py",
             "readers/kineto/link.py", "readers/kineto/build.py"} <= names
@@ -92,7 +93,7 @@ def test_a_store_of_other_code_is_rebuilt_and_the_same_code_reuses_it(tmp_path, 
     assert len(parsed) == 2
     ddprof.ingest([traces], tmp_path / "run")
     assert len(parsed) == 2  # same code, unchanged traces: reused
-    keyjoin = REPO / "keyjoin.py"
+    keyjoin = REPO / "frames" / "keyjoin.py"
     real = store_version._source
     monkeypatch.setattr(store_version, "_source", lambda p: real(p) + (b"\n# changed" if p == keyjoin else b""))
     store_version.store_fingerprint.cache_clear()

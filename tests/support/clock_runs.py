@@ -10,7 +10,7 @@ from pathlib import Path
 import polars as pl
 
 import ddprof
-from ddprof.rundir import Run
+from ddprof.store.rundir import Run
 from ddprof.synth import US, CollectiveBench, DataParallel, to_kineto, write_meta, write_traces
 
 HOSTS8 = {r: "node-a" if r < 4 else "node-b" for r in range(8)}

@@ -47,7 +47,7 @@ def start_launch(run_dir: Path, launch_args: list[str], job: list[str], log: Pat
 
 def statuses(run_dir: Path) -> dict[int, dict[str, Any]]:
     """The status files of the ranks, by rank."""
-    from ddprof.capture_status import read_statuses
+    from ddprof.store.capture_status import read_statuses
 
     return {int(s["rank"]): s for s in read_statuses(run_dir) if s.get("rank") is not None}
 

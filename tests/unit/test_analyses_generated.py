@@ -13,7 +13,7 @@ from ddprof.analyses.idle import idle_breakdown, idle_by_step
 from ddprof.analyses.overlap import overlap, overlap_by_step
 from ddprof.analyses.stragglers import stragglers
 
-from ddprof.schema import validate
+from ddprof.store.schema import validate
 from ddprof.synth import CollectiveBench, DataParallel, Pipeline
 
 SCENARIOS = {
@@ -268,7 +268,7 @@ def test_analyses_do_not_mutate_and_return_json_ready_rows():
 
 
 def test_empty_store_gives_empty_sections():
-    from ddprof.schema import empty_events
+    from ddprof.store.schema import empty_events
 
     lf = empty_events().lazy()
     assert overlap(lf).height == 0 and temporal_breakdown(lf).height == 0 and idle_breakdown(lf).height == 0
@@ -278,7 +278,7 @@ def test_empty_store_gives_empty_sections():
 
 def test_cpu_compute_excludes_time_inside_blocking_gloo_ops():
     """gloo send/recv run on the caller's thread: the op around them waits, it does not compute."""
-    from ddprof.schema import conform
+    from ddprof.store.schema import conform
 
     us = 1000
     rows = [

@@ -19,10 +19,10 @@ from ddprof.analyses.report import COLUMNS, EMPTY_SECTIONS, _rows, analyse, buil
 from ddprof.analyses.stragglers import stragglers
 
 import ddprof
-from ddprof.render_text import render_text
-from ddprof.report_tables import DETAIL
+from ddprof.render.text import render_text
+from ddprof.report.tables import DETAIL
 from ddprof.synth import DataParallel, Pipeline, ingest_generated, to_kineto, write_kineto, write_traces
-from ddprof.units import fmt_bytes, fmt_us
+from ddprof.vocabulary.units import fmt_bytes, fmt_us
 from tests.support.paths import SAMPLES
 
 CONTRACT = {
@@ -289,7 +289,7 @@ def test_slow_rank_sample_wait_is_wall_clock_and_within_a_step(tmp_path):
 @pytest.mark.parametrize("us,text", [(1234.5, "1.23 ms"), (999.96, "1 ms"), (999.4, "999 µs"), (0.5, "0.5 µs"),
                                      (2.5e6, "2.5 s"), (99_500, "99.5 ms"), (999_999, "1 s"), (None, "-")])
 def test_durations_read_the_same_everywhere(us, text):
-    """One formatter (ddprof.units) for the verdicts and the tables; rounding never gives '1e+03 µs'."""
+    """One formatter (ddprof.vocabulary.units) for the verdicts and the tables; rounding never gives '1e+03 µs'."""
     assert fmt_us(us) == text
 
 

@@ -12,14 +12,14 @@ import numpy as np
 import polars as pl
 import pytest
 from ddprof.analyses.compare.check import DifferentJobError, check
-from ddprof.analyses.compare.load import load_report
 from ddprof.analyses.compare.rules import merge_rules, parse_bytes
 from ddprof.analyses.compare.stats import hodges_lehmann, quantile_shift
 
 from ddprof.cli import main
 from ddprof.errors import BadInputError
-from ddprof.report_schema import REPORT_VERSION
-from ddprof.report_tables import DETAIL, tables_dir
+from ddprof.inputs.reports import load_report
+from ddprof.report.schema import REPORT_VERSION
+from ddprof.report.tables import DETAIL, tables_dir
 from ddprof.synth import NoisyDP, ingest_generated
 from ddprof.testing import RegressionError, assert_no_regression
 from ddprof.testing import ddprof_check as ddprof_check  # the fixture, as a user's conftest gets it
@@ -272,10 +272,10 @@ def test_false_alarm_rate_on_noise_only_pairs(tmp_path):
 def test_diff_covers_every_kernel_from_run_dirs_and_says_when_a_saved_report_limits_it(tmp_path, capsys):
     import polars as pl
     from ddprof.analyses.compare.all_kernels import every_kernel
-    from ddprof.analyses.compare.load import load_with_kernels
     from ddprof.analyses.report import read_events
 
     import ddprof
+    from ddprof.inputs.reports import load_with_kernels
 
     sample = SAMPLES / "dlrm-8xV100-nccl"
     report, kernels = load_with_kernels(sample, cache=tmp_path / "c")

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 from ddprof.analyses.compare.check import DifferentJobError, check
 from ddprof.analyses.compare.group import family_line, grouped_summary
-from ddprof.analyses.compare.load import load_report
-from ddprof.analyses.compare.render import check_text, junit_xml
 from ddprof.analyses.compare.rules import merge_rules
 from ddprof.analyses.compare.stats import quantile_interval
 
 from ddprof.errors import UsageError
+from ddprof.inputs.reports import load_report
+from ddprof.render.compare import check_text, junit_xml
 from ddprof.synth import NoisyDP, NoisyPipeline, ingest_generated
-from ddprof.units import fmt_us
+from ddprof.vocabulary.units import fmt_us
 from tests.support.paths import SAMPLES
 
 

@@ -14,7 +14,7 @@ from ddprof.analyses.clocks import MIN_INSTANCES, align, estimate, run_hosts
 from ddprof.analyses.report import build_report, read_events
 
 import ddprof
-from ddprof.rundir import Run
+from ddprof.store.rundir import Run
 from ddprof.synth import US, CollectiveBench, DataParallel, write_meta
 from tests.support.clock_runs import HOSTS8, constant, hosts_run
 from tests.support.paths import SAMPLES
@@ -166,7 +166,7 @@ def test_missing_host_refused(tmp_path: Path) -> None:
 def test_real_traces_untouched(sample: str, tmp_path: Path) -> None:
     """A real run on one host (gloo, its sidecars say so) or with no hosts named (DLRM) is not aligned:
     the analyses get the very events they would without the clocks step."""
-    from ddprof.sources import open_source
+    from ddprof.inputs.sources import open_source
 
     with open_source([SAMPLES / sample], cache=tmp_path / "cache") as src:
         assert src.run is not None

@@ -112,3 +112,19 @@ def test_summary_warns_when_ranks_come_from_different_jobs():
              1: {"status": "complete", "world_size": 2, "job": {"MASTER_PORT": "200"}}}
     warnings = summarize(metas, waited_s=0.0, timeout_s=1.0)["warnings"]
     assert len(warnings) == 1 and warnings[0].startswith("ranks disagree on job")
+
+
+def test_a_rank_writes_its_meta_without_loading_polars():
+    """The collector runs in every training process: what a rank writes about itself (its meta file, in the
+    format ingest reads) must not load the analysis stack (Polars: ~0.5 s and tens of MB a rank)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from ddprof.collectors.meta import base_meta\n"
+            "from ddprof.collectors.rankinfo import RankInfo\n"
+            "meta = base_meta(RankInfo(rank=0, local_rank=0, world_size=1, source='test'), {})\n"
+            "assert meta['format'] == 'ddprof-collector-meta', meta\n"
+            "print(sorted(m for m in ('polars', 'pyarrow') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

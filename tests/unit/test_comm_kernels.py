@@ -13,14 +13,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ddprof.analyses.compare.load import load_report
-from ddprof.analyses.report import analyze
 
 import ddprof
 from ddprof.cli import main
-from ddprof.collective_ops import KERNEL_FAMILIES, RuleError, kernel_rules, match_kernel, parse_rule
 from ddprof.errors import UsageError
+from ddprof.inputs.analyze import analyze
+from ddprof.inputs.reports import load_report
 from ddprof.synth import DataParallel
+from ddprof.vocabulary.collective_ops import (
+    KERNEL_FAMILIES,
+    RuleError,
+    kernel_rules,
+    match_kernel,
+    parse_rule,
+)
 
 SC = DataParallel()
 DEEP_EP = "void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, int*, long const*)"

@@ -17,9 +17,9 @@ import pytest
 import ddprof
 from ddprof.cli import main
 from ddprof.errors import BadInputError, UsageError
-from ddprof.export.perfetto import export_perfetto, parse_selection
-from ddprof.rundir import Run
-from ddprof.sources import open_source
+from ddprof.inputs.sources import open_source
+from ddprof.render.perfetto import export_perfetto, parse_selection
+from ddprof.store.rundir import Run
 from ddprof.synth import US, DataParallel, ingest_generated
 from tests.support.clock_runs import HOSTS8, constant, hosts_run
 from tests.support.paths import SAMPLES

@@ -18,9 +18,9 @@ from ddprof.analyses.report import EMPTY_SECTIONS, build_report
 
 import ddprof
 from ddprof.errors import BadInputError, RankError
-from ddprof.ranks import rank_from_dump_name
 from ddprof.readers.flightrec.load import is_flight_recorder_dir, load_dump, load_dump_dir
 from ddprof.readers.flightrec.unpickle import SafeUnpickler
+from ddprof.readers.ranks import rank_from_dump_name
 from tests.support.paths import DLRM, FLIGHT_RECORDER, SAMPLES
 
 FR = FLIGHT_RECORDER
@@ -438,7 +438,7 @@ def test_op_is_normalised_and_the_raw_name_kept(raw, op):
 
 
 def test_hang_report_is_a_whole_report(tmp_path):
-    from ddprof.render_text import render_text
+    from ddprof.render.text import render_text
 
     waiting = lambda r: ([entry(TP, 10, record_id=100, t=r)], (10, 9))  # noqa: E731
     folder = write(tmp_path / "d", tp_world({0: waiting(0), 1: waiting(1), 2: waiting(2), 3: ([], (9, 9))}))

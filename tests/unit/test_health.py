@@ -14,7 +14,7 @@ from ddprof.analyses.health import AFFECTS, HEADLINE, ORDER, health
 from ddprof.analyses.report import build_report
 
 import ddprof
-from ddprof.render_text import render_text
+from ddprof.render.text import render_text
 from ddprof.synth import DataParallel
 from tests.support.paths import SAMPLES
 

@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ddprof import timeline_summary as ts
 from ddprof.ingestion import job, pipeline
 from ddprof.ingestion.discover import discover
 from ddprof.readers.kineto import reader as kineto
+from ddprof.store import timeline_summary as ts
 from ddprof.synth import Spec, generate
 from tests.support.paths import DLRM, SAMPLES
 

@@ -27,13 +27,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
-from ddprof.collective_ops import MARKER_RE
 from ddprof.errors import BadInputError, DdprofError
 from ddprof.readers import source
 from ddprof.readers.kineto import decode as kineto
 from ddprof.readers.kineto import stream
 from ddprof.readers.kineto.categories import CAT_KIND, canonical
 from ddprof.readers.kineto.events import RAW_SCHEMA
+from ddprof.vocabulary.collective_ops import MARKER_RE
 
 GZ_MAGIC = b"\x1f\x8b"
 #: Bytes per piece: the inflated block for gzip, the read size for plain JSON; None: the defaults.

@@ -1,4 +1,4 @@
-"""NumPy key lookups and sorts (ddprof.keyjoin) against plain Python, on the docstring example and random keys."""
+"""NumPy key lookups and sorts (ddprof.frames.keyjoin) against plain Python, on the docstring example and random keys."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import polars as pl
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ddprof.keyjoin import find, first_by_key, pair_keys, sorted_rows
+from ddprof.frames.keyjoin import find, first_by_key, pair_keys, sorted_rows
 
 
 def test_docstring_example():

@@ -210,7 +210,7 @@ def test_an_unwritable_run_dir_turns_capture_off_and_training_goes_on(tmp_path, 
 
 
 def test_a_run_dir_without_trace_is_explained_from_the_status_files(tmp_path):
-    from ddprof.capture_status import STATUS_DIR, explain_no_trace
+    from ddprof.store.capture_status import STATUS_DIR, explain_no_trace
 
     assert explain_no_trace(tmp_path) is None  # no status file: nothing to say beyond "no trace files"
     folder = tmp_path / STATUS_DIR

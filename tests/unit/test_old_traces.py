@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ddprof.analyses.report import analyze
 
 import ddprof
+from ddprof.inputs.analyze import analyze
 from ddprof.readers.kineto.categories import canonical
 from ddprof.readers.kineto.decode import decode
 from ddprof.synth import DataParallel

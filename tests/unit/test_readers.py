@@ -22,7 +22,7 @@ from ddprof.readers import registry
 from ddprof.readers.base import DumpReader, EventReader, Identity, Opened, with_trace_index
 from ddprof.readers.kineto.decode import decode
 from ddprof.readers.kineto.reader import from_pytorch
-from ddprof.schema import conform
+from ddprof.store.schema import conform
 from ddprof.synth import DataParallel, Spec, generate, write_kineto
 from tests.support.paths import FLIGHT_RECORDER, SAMPLES, TRACES
 

@@ -1,4 +1,4 @@
-"""The report contract (:mod:`ddprof.report_schema`): the committed JSON Schema is the one the declarations
+"""The report contract (:mod:`ddprof.report.schema`): the committed JSON Schema is the one the declarations
 generate, and a report that drifts from the declarations is refused naming the field."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ import json
 import msgspec
 import pytest
 
-from ddprof.report_schema import REPORT_VERSION, SCHEMA_PATH, Report, parse, schema_text, version_of
+from ddprof.report.schema import REPORT_VERSION, SCHEMA_PATH, Report, parse, schema_text, version_of
 from tests.support.paths import REPO
 
 
 def test_committed_schema_is_current():
     committed = (REPO / SCHEMA_PATH).read_text()
     assert committed == schema_text(), (
-        f"{SCHEMA_PATH} is stale: regenerate it with `python -m ddprof.report_schema` and commit it")
+        f"{SCHEMA_PATH} is stale: regenerate it with `python -m ddprof.report.schema` and commit it")
 
 
 def test_schema_names_every_section_with_its_row_docs():
@@ -56,7 +56,7 @@ def test_per_step_rows_are_detail_tables_beside_the_report(tmp_path, capsys):
 
     import ddprof
     from ddprof.cli import main
-    from ddprof.report_tables import DETAIL, tables_dir
+    from ddprof.report.tables import DETAIL, tables_dir
     from tests.support.paths import SAMPLES
 
     cache = tmp_path / "cache"
@@ -90,8 +90,8 @@ def test_each_detail_table_is_summarised():
     collective instances by collectives_summary."""
     from ddprof.analyses.sections import STEP_SECTIONS
 
-    from ddprof.report_schema import TABLE_ROWS
-    from ddprof.report_tables import DETAIL
+    from ddprof.report.schema import TABLE_ROWS
+    from ddprof.report.tables import DETAIL
 
     assert set(STEP_SECTIONS) | {"collectives"} == set(DETAIL) == set(TABLE_ROWS)
     assert set(DETAIL) <= set(Report.__struct_fields__)
@@ -113,8 +113,8 @@ def test_report_json_puts_arrays_of_scalars_on_one_line_and_nothing_else_changes
     """The JSON ddprof analyze writes: json_text's text, with each array of scalars on one line."""
     import msgspec
 
-    from ddprof.atomic import json_text
-    from ddprof.report_tables import report_json
+    from ddprof.report.tables import report_json
+    from ddprof.store.atomic import json_text
 
     report = {"run": {"ranks": [0, 1, 2], "warnings": ["a, b", "c"], "steps": [], "per_rank": [
         {"rank": 0, "step_ranges": [[0, 2], [5, 5]], "span_us": float("nan")}]}, "hang": {}, "status": "ok"}
@@ -143,7 +143,7 @@ def test_reports_with_the_same_summaries_but_other_rows_differ():
     """Two reports are equal when their JSON and their detail tables are (analyse() == analyse() compares rows)."""
     import polars as pl
 
-    from ddprof.report_tables import AnalysisReport
+    from ddprof.report.tables import AnalysisReport
 
     a = AnalysisReport({"x": 1}, {"bubbles": pl.DataFrame({"rank": [0], "bubble_pct": [1.0]})})
     b = AnalysisReport({"x": 1}, {"bubbles": pl.DataFrame({"rank": [0], "bubble_pct": [2.0]})})

@@ -9,10 +9,10 @@ from typing import Any
 
 import polars as pl
 import pytest
-from ddprof.analyses.report import analyze
 
 from ddprof.cli import main
 from ddprof.errors import UsageError
+from ddprof.inputs.analyze import analyze
 from ddprof.synth import US, DataParallel, NoisyPipeline, Pipeline, Spec, generate, ingest_generated
 from ddprof.synth.truth import events_truth, union_ns
 

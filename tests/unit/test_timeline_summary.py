@@ -1,4 +1,4 @@
-"""The timeline summary ingest writes beside each Parquet part (:mod:`ddprof.timeline_summary`): the
+"""The timeline summary ingest writes beside each Parquet part (:mod:`ddprof.store.timeline_summary`): the
 dashboard's grid assembled from it equals the grid built from the store's events, on a generated run
 whose busy times are known; a store without summaries (an older ingest) or with stale ones still opens."""
 
@@ -15,7 +15,7 @@ from ddprof.dashboards.timeline.data import CLASSES, GRID_DIR, STARTS, load
 from ddprof.dashboards.timeline.lod import view
 
 import ddprof
-from ddprof import timeline_summary as ts
+from ddprof.store import timeline_summary as ts
 from ddprof.synth import Spec, generate
 
 SPEC = Spec(ranks=4, steps=2, kernels=40, slow={2: 1.5})

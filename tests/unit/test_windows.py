@@ -16,8 +16,8 @@ from ddprof.analyses.frames.windows import trace_windows, window_of
 from ddprof.analyses.report import analyse, build_report
 
 import ddprof
+from ddprof.store.windows import GAP_STEPS, MIN_GAP_NS, gap_threshold_ns, split_windows
 from ddprof.synth import US, DataParallel
-from ddprof.windows import GAP_STEPS, MIN_GAP_NS, gap_threshold_ns, split_windows
 
 SC = DataParallel(ranks=2, steps=3, slow_rank=1)
 MINUTES = 180 * 10**6  # µs between the two windows: 3 minutes
@@ -125,7 +125,7 @@ def test_frames_without_a_manifest_find_the_gap():
     """An event table alone (no run dir): the windows are derived from its rows by the same rule."""
     import polars as pl
 
-    from ddprof.schema import conform
+    from ddprof.store.schema import conform
 
     first = SC.events()
     second = first.with_columns(pl.col("ts_ns") + MINUTES * US, pl.col("step") + 10,
@@ -165,7 +165,7 @@ def test_a_short_pause_stays_idle(tmp_path):
 
 
 def test_text_report_shows_the_windows(two_files, single):
-    from ddprof.render_text import render_text
+    from ddprof.render.text import render_text
 
     text = render_text(two_files)
     assert "windows" in text.splitlines()[2]

@@ -16,7 +16,7 @@ Things about the format that are easy to get wrong (seen in real 2.9 dumps):
 
 - There is no rank field. The rank comes from the content when the content pins it, else from the file
   name's trailing number; a file whose content and name disagree is refused, and there is no default
-  (:func:`ddprof.ranks.dump_rank`).
+  (:func:`ddprof.readers.ranks.dump_rank`).
 - ``pg_config`` is keyed by the group *name* (a counter shared by all ranks); ``pg_status`` is keyed by the
   local ``pg_id`` (a per-process counter). Entries carry both, which anchors the mapping; for groups without
   entries both counters grow in creation order, so the sorted names map onto the sorted ids.

@@ -6,7 +6,7 @@ Validates the top level (a dict with ``version`` 2.x and ``pg_config``), parses 
 - Rank: a dump has no rank field. The content pins it when it has a ``rank`` key (a producer may add one)
   or when exactly one rank is common to every group in ``pg_config`` (a process only records the groups it
   belongs to); else the file name's trailing number does. Content and name must agree, and there is no
-  default rank (:func:`ddprof.ranks.dump_rank`).
+  default rank (:func:`ddprof.readers.ranks.dump_rank`).
 - ``pg_config`` is keyed by the group *name* (a counter shared by all ranks), ``pg_status`` by the local
   ``pg_id`` (a per-process counter); :func:`map_status_to_names` joins the two.
 """
@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from ddprof.errors import BadInputError
-from ddprof.fields import brief, text_field
-from ddprof.ranks import dump_rank, rank_from_dump_name
 from ddprof.readers.flightrec.records import FRDump, FREntry, PGStatus, parse_entry, parse_ranks, parse_status
+from ddprof.readers.ranks import dump_rank, rank_from_dump_name
+from ddprof.vocabulary.fields import brief, text_field
 
 __all__ = ["SUPPORTED_MAJOR", "parse_dump", "map_status_to_names"]
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ddprof.fields import as_int, brief, int_field, text_field
+from ddprof.vocabulary.fields import as_int, brief, int_field, text_field
 
 __all__ = ["FREntry", "PGStatus", "FRDump", "parse_entry", "parse_status", "parse_ranks"]
 

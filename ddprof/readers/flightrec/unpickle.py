@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ddprof.errors import BadInputError
-from ddprof.ranks import rank_from_dump_name
+from ddprof.readers.ranks import rank_from_dump_name
 
 __all__ = ["SafeUnpickler", "looks_like_pickle", "read_dump_object"]
 

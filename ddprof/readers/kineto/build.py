@@ -1,4 +1,4 @@
-"""Turn one decoded Kineto trace into the canonical event table (:mod:`ddprof.schema`).
+"""Turn one decoded Kineto trace into the canonical event table (:mod:`ddprof.store.schema`).
 
 Classification (``kind``), once, here:
 
@@ -27,13 +27,13 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
-from ddprof.collective_ops import KERNEL_FAMILIES, CommRule, message_size
 from ddprof.readers.kineto.categories import CAT_KIND, GPU_CATS, KNOWN_CATS
 from ddprof.readers.kineto.comm_rows import communication
 from ddprof.readers.kineto.decode import Decoded
 from ddprof.readers.kineto.link import STORED, rows
 from ddprof.readers.kineto.steps import assign_steps
-from ddprof.schema import Kind, conform
+from ddprof.store.schema import Kind, conform
+from ddprof.vocabulary.collective_ops import KERNEL_FAMILIES, CommRule, message_size
 
 #: Expressions built once: building one costs a few microseconds, and a trace of a few hundred events is
 #: ingested in a few milliseconds.
@@ -61,7 +61,7 @@ _COLUMNS = {
 def build_events(decs: Sequence[Decoded], ranks: Sequence[int],
                  rules: tuple[CommRule, ...] = KERNEL_FAMILIES) -> tuple[pl.DataFrame, list[list[str]]]:
     """The event table of several traces as one frame, and each trace's warnings; ``ranks``: each trace's
-    rank; ``rules`` name communication kernels (:func:`ddprof.collective_ops.kernel_rules`).
+    rank; ``rules`` name communication kernels (:func:`ddprof.vocabulary.collective_ops.kernel_rules`).
 
     The traces' rows follow each other in the order given, each trace's in its own order, with a
     ``_trace`` column (its index in ``decs``) after the store's columns: every join and grouping that

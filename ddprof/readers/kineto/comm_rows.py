@@ -16,8 +16,8 @@ from typing import Any
 
 import polars as pl
 
-from ddprof.collective_ops import KERNEL_FAMILIES, CommRule, match_kernel, op_from_kernel
 from ddprof.readers.kineto.link import FIELDS, enclosing_meta, own_meta, rows
+from ddprof.vocabulary.collective_ops import KERNEL_FAMILIES, CommRule, match_kernel, op_from_kernel
 
 _NOT_COMM_KERNEL = ("void at::native", "at::native::")
 _ROW_COLS = ["_row", "_trace", "name", "external_id", "correlation", "ts_ns", "dur_ns", "pid", "tid"]
@@ -29,7 +29,7 @@ def communication(df: pl.DataFrame, meta: pl.DataFrame, infos: Sequence[dict[str
     and markers that name an op (or are ``record_param_comms``). ``df`` has ``_row``, ``_trace``, the
     decoded columns, ``kind`` and ``_marker``; ``meta`` is the decoded sparse metadata (``_row`` into
     ``df``); ``infos``: each trace's ``distributedInfo``; ``rules`` make kernels communication by name
-    (:func:`ddprof.collective_ops.kernel_rules`)."""
+    (:func:`ddprof.vocabulary.collective_ops.kernel_rules`)."""
     # every row of ``meta`` (markers and rows with new-format fields) with its own metadata, derived once
     own = own_meta(meta.with_columns(name=df.get_column("name").gather(meta.get_column("_row"))))
     markers = (df.lazy().filter(pl.col("_marker")).select(_ROW_COLS)

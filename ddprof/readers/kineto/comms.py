@@ -10,7 +10,7 @@ Two generations of Kineto metadata exist:
 Gloo (CPU) runs carry ``gloo:<op>`` annotations with ``Input Dims``/``Input type``.
 
 The op names, marker and kernel patterns and nccl-tests' message size these fields feed are the
-vocabulary of :mod:`ddprof.collective_ops`.
+vocabulary of :mod:`ddprof.vocabulary.collective_ops`.
 """
 
 from __future__ import annotations

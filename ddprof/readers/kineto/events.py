@@ -30,10 +30,10 @@ import numpy as np
 import numpy.ma  # noqa: F401 - Polars imports it on its first NumPy -> Series conversion (~30 ms): load it with the rest
 import polars as pl
 
-from ddprof.collective_ops import MARKER_RE
-from ddprof.fields import as_int
 from ddprof.readers.kineto.categories import CAT_KIND, canonical
 from ddprof.readers.kineto.structs import PHASE_OF, Args, Complete
+from ddprof.vocabulary.collective_ops import MARKER_RE
+from ddprof.vocabulary.fields import as_int
 
 #: Longest plausible event: a day. Longer ones are CUPTI timestamp overflows and are dropped.
 MAX_DUR_NS = 24 * 3600 * 10**9
@@ -48,7 +48,7 @@ RAW_SCHEMA: dict[str, pl.DataType] = {
     "ts_ns": pl.Int64(), "dur_ns": pl.Int64(), "pid": pl.Int64(), "tid": pl.Int64(), "cat": pl.String(),
     "name": pl.String(), "a_stream": pl.Int64(), "a_device": pl.Int64(), "correlation": pl.Int64(),
     "external_id": pl.Int64(),
-    "is_marker": pl.Boolean(),  # the name is a collective marker's (:data:`ddprof.collective_ops.MARKER_RE`)
+    "is_marker": pl.Boolean(),  # the name is a collective marker's (:data:`ddprof.vocabulary.collective_ops.MARKER_RE`)
 }
 #: Collective metadata, only for the rows that can carry it (markers and rows with new-format fields);
 #: ``_row`` is the row's index in the frame above.
@@ -66,7 +66,7 @@ def _to_ns(us: np.ndarray) -> np.ndarray:
 
 
 def _ints(values: list[Any]) -> pl.Series:
-    """Int64 column; values spelled otherwise (``"0x0"``, ``7.0``) go through :func:`ddprof.fields.as_int`."""
+    """Int64 column; values spelled otherwise (``"0x0"``, ``7.0``) go through :func:`ddprof.vocabulary.fields.as_int`."""
     try:
         return pl.Series(values, dtype=pl.Int64)
     except (TypeError, OverflowError):

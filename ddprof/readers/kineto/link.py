@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ddprof.collective_ops import normalize_op
-from ddprof.keyjoin import sorted_rows
+from ddprof.frames.keyjoin import sorted_rows
 from ddprof.readers.kineto import comms
+from ddprof.vocabulary.collective_ops import normalize_op
 
 #: Collective metadata as the store keeps it, with the store's types.
 STORED: dict[str, pl.DataType] = {

@@ -22,12 +22,12 @@ from typing import Any
 
 import polars as pl
 
-from ddprof.collective_ops import CommRule
 from ddprof.errors import BadInputError
 from ddprof.readers.base import Identity, Opened
 from ddprof.readers.kineto.build import build_events
 from ddprof.readers.kineto.categories import CAT_KIND
 from ddprof.readers.kineto.decode import Decoded, decode
+from ddprof.vocabulary.collective_ops import CommRule
 
 #: Names of Kineto trace files; in a directory tree, the collector's and ddprof's own JSON are not traces.
 TRACE_SUFFIXES = (".json", ".json.gz")

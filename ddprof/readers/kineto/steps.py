@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from ddprof.keyjoin import find, first_by_key, pair_keys
-from ddprof.schema import STEP_PREFIX, step_number
+from ddprof.frames.keyjoin import find, first_by_key, pair_keys
+from ddprof.store.schema import STEP_PREFIX, step_number
 
 
 def assign_steps(df: pl.DataFrame) -> pl.Expr:

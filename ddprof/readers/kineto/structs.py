@@ -3,7 +3,7 @@
 Each struct comes in two variants. The strict one types integers as integers, which decodes about a
 sixth faster; a run of events it rejects (ROCm writes streams as ``"0x0"``, some producers write
 floats or strings) is decoded again with the lenient one, whose integers may be spelled any way
-(normalised later by :func:`ddprof.fields.as_int`).
+(normalised later by :func:`ddprof.vocabulary.fields.as_int`).
 
 The fast paths decode a run as a list of a union tagged on ``ph``: complete events (``"X"``), duration
 begin/end events (``"B"``/``"E"``) and instants (``"i"``/``"I"``) get their fields, every other phase of

@@ -40,9 +40,9 @@ from typing import Any, Protocol
 import msgspec
 import polars as pl
 
-from ddprof.atomic import write_atomic
 from ddprof.errors import BadInputError, SchemaError, UsageError
-from ddprof.rundir import Run
+from ddprof.store.atomic import write_atomic
+from ddprof.store.rundir import Run
 from ddprof.version import __version__
 
 #: Rows turned into JSON at a time (bounds the Python objects alive at once).

@@ -7,7 +7,7 @@ The file is the first found from the current directory up to the root:
 * ``pyproject.toml`` with a ``[tool.ddprof]`` table holding the same key (a ``pyproject.toml``
   without that table is passed over).
 
-Each rule is what ``--comm-kernel`` takes (:func:`ddprof.collective_ops.parse_rule`); the command
+Each rule is what ``--comm-kernel`` takes (:func:`ddprof.vocabulary.collective_ops.parse_rule`); the command
 line's rules come first, then the file's. A file that cannot be read, or a rule that is not one, is a
 :class:`~ddprof.errors.UsageError` naming the file and the rule (exit 2). Example ``ddprof.toml``::
 
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddprof.collective_ops import RuleError, parse_rule
 from ddprof.errors import UsageError
+from ddprof.vocabulary.collective_ops import RuleError, parse_rule
 
 try:
     import tomllib

@@ -17,8 +17,8 @@ from typing import Any
 import polars as pl
 
 from ddprof.errors import BadInputError, SchemaError
-from ddprof.schema import EVENT_SCHEMA, check_version, empty_events
-from ddprof.units import NS_PER_US, step_ranges
+from ddprof.store.schema import EVENT_SCHEMA, check_version, empty_events
+from ddprof.vocabulary.units import NS_PER_US, step_ranges
 
 MANIFEST = "manifest.json"
 RUN_FORMAT = "ddprof-run"
@@ -131,8 +131,8 @@ class Run:
 
     def table(self, name: str) -> Any:
         """A detail table (a Polars DataFrame) of the report ``ddprof analyze`` last wrote for this run dir
-        (``report/tables/NAME.parquet``: :mod:`ddprof.report_tables`), e.g. ``open_run(p).table("bubbles")``."""
-        from ddprof.report_tables import AnalysisReport, run_tables_dir
+        (``report/tables/NAME.parquet``: :mod:`ddprof.report.tables`), e.g. ``open_run(p).table("bubbles")``."""
+        from ddprof.report.tables import AnalysisReport, run_tables_dir
 
         return AnalysisReport({}, directory=run_tables_dir(self.path)).table(name)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ddprof.errors import RankError
-from ddprof.fields import as_int
+from ddprof.vocabulary.fields import as_int
 
 _NAME_PATTERNS = (
     re.compile(r"(?:^|[^a-z0-9])rank[-_=]?(\d+)(?![0-9])", re.IGNORECASE),

@@ -40,8 +40,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from ddprof.atomic import write_atomic
 from ddprof.errors import OutputError
+from ddprof.store.atomic import write_atomic
 
 CLASSES = ("compute", "comm", "memcpy", "other")
 _CLASS_OF = {"compute": 0, "cpu_op": 0, "comm": 1, "memcpy": 2, "memset": 2}

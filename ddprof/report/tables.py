@@ -8,10 +8,10 @@ that grow with steps and collective instances (:data:`DETAIL`) are tables writte
   (:func:`run_tables_dir`), so that ``open_run(RUN)`` finds them;
 * in Python, ``ddprof.analyze(path).table("bubbles")`` is the table as a Polars DataFrame.
 
-Each table's columns are the fields of its record in :mod:`ddprof.report_schema` (``bubbles``:
-:class:`~ddprof.report_schema.BubbleRow`), one row per rank and step (per collective instance for
+Each table's columns are the fields of its record in :mod:`ddprof.report.schema` (``bubbles``:
+:class:`~ddprof.report.schema.BubbleRow`), one row per rank and step (per collective instance for
 ``collectives``), in the order the analyses give them; a float that is not finite is null, as in JSON.
-Each file is written atomically (:func:`ddprof.atomic.write_atomic`).
+Each file is written atomically (:func:`ddprof.store.atomic.write_atomic`).
 
 A report of version 1 (``report_version`` absent) held these rows in the JSON itself: :func:`detail_rows`
 reads them there, so a consumer reads either version the same way.
@@ -26,11 +26,11 @@ from typing import Any
 import msgspec
 import polars as pl
 
-from ddprof.atomic import write_atomic
 from ddprof.errors import BadInputError
-from ddprof.report_schema import TABLE_ROWS
+from ddprof.report.schema import TABLE_ROWS
+from ddprof.store.atomic import write_atomic
 
-#: The sections written as detail tables: those whose rows :data:`ddprof.report_schema.TABLE_ROWS` declares.
+#: The sections written as detail tables: those whose rows :data:`ddprof.report.schema.TABLE_ROWS` declares.
 DETAIL = tuple(TABLE_ROWS)
 SUFFIX = ".tables"
 
@@ -110,7 +110,7 @@ class AnalysisReport(dict[str, Any]):
 
 
 def report_json(report: Mapping[str, Any]) -> str:
-    """The report as JSON text, as ``json_text`` (:mod:`ddprof.atomic`) indents it, except that an array of
+    """The report as JSON text, as ``json_text`` (:mod:`ddprof.store.atomic`) indents it, except that an array of
     numbers, strings, booleans or nulls (a collective's ranks and arrivals, a rank's step ranges) is on one
     line: the same JSON value and, indented again, the same text, without a line per rank of every such array
     (a generated run of 1,024 ranks x 100 steps: 5.8 MB with a line per element, 4.9 MB so)."""
@@ -154,4 +154,4 @@ def detail_rows(report: Mapping[str, Any], name: str) -> list[dict[str, Any]]:
     if "report_version" not in report:
         return list(report.get(name) or [])
     raise BadInputError(f"this report keeps its {name} rows in a detail table: open it with "
-                        "ddprof.analyses.compare.load.load_report (it reads FILE.tables/ beside FILE)")
+                        "ddprof.inputs.reports.load_report (it reads FILE.tables/ beside FILE)")

@@ -13,8 +13,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from ddprof.analyses.compare.group import collapsed
-
-from ddprof.units import fmt_bytes, fmt_us
+from ddprof.vocabulary.units import fmt_bytes, fmt_us
 
 _MARK = {"pass": "ok  ", "fail": "FAIL", "skip": "skip"}
 _HEAD = {"ok": "OK: no regression", "regression": "REGRESSION", "workload_changed": "WORKLOAD CHANGED"}

@@ -10,7 +10,7 @@ Conventions
 * GPU rows have ``device`` and ``stream`` set; CPU rows have ``stream`` null and ``tid`` = thread.
 * ``kind`` is classified once, at ingest (see :mod:`ddprof.readers.kineto.build`).
 * Collective metadata (``coll_op`` ... ``seq``) is null where unknown, never -1; ``coll_op`` is one of
-  :data:`ddprof.collective_ops.OPS`.
+  :data:`ddprof.vocabulary.collective_ops.OPS`.
 * ``coll_op`` is ``sendrecv`` for an NCCL SendRecv kernel whose metadata does not say more: NCCL runs
   point-to-point transfers (and all-to-all, grouped) with that kernel, so its name alone proves neither.
 * ``peer`` is the global rank at the other end of a send/recv: as the trace names it (``Src Rank`` /

@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddprof.errors import BadInputError, UsageError
-from ddprof.executors import Executor
-from ddprof.flightrec.load import DumpSet
 from ddprof.ingestion import ingest
 from ddprof.ingestion.pipeline import IngestProgress
 from ddprof.readers import registry
-from ddprof.rundir import Run, is_run_dir, open_run
+from ddprof.readers.flightrec.load import DumpSet
+from ddprof.runtime.executors import Executor
+from ddprof.store.rundir import Run, is_run_dir, open_run
 
 CACHE_NAME = ".ddprof-cache"
 
@@ -67,7 +67,7 @@ def open_source(sources: Sequence[str | Path], *, cache: str | Path | None = Non
     ``comm_kernels``: the rules naming communication kernels (``REGEX[=op]``), None for none given.
     Raw traces are ingested with them (a cache made with other rules is rebuilt); a run dir made with
     other rules than those given is a UsageError (re-ingest it with ``ddprof ingest --comm-kernel``).
-    ``executor``: where raw traces are parsed (:mod:`ddprof.executors`; default: a local process pool).
+    ``executor``: where raw traces are parsed (:mod:`ddprof.runtime.executors`; default: a local process pool).
 
     Raises BadInputError for a directory of dumps none of which is readable, and whatever ingest raises
     when no trace could be read.

@@ -3,7 +3,7 @@
 ``ddprof analyze --format json`` prints a dict (:func:`ddprof.analyses.report.build_report`); its shape is
 :class:`Report`. Each section's rows are a :class:`msgspec.Struct` here, and nowhere else: the JSON Schema
 committed as ``docs/report.schema.json`` is generated from these declarations (``python -m
-ddprof.report_schema`` rewrites it; a test fails while the committed one is stale), and a consumer that
+ddprof.report.schema`` rewrites it; a test fails while the committed one is stale), and a consumer that
 wants typed rows converts a report with :func:`parse` and reads attributes, not string keys.
 
 Why msgspec: it is already a core dependency, it validates and converts a decoded JSON document (or the
@@ -16,7 +16,7 @@ dependency the core does not carry.
 Versions: :data:`REPORT_VERSION` is in every report as ``report_version``. A report without it is
 version 1 (ddprof before the contract was declared): it held the per-step and per-instance rows in the
 JSON, where version 2 keeps their summaries (``OverlapSteps``, ``Collectives``, ...) and writes the rows as
-detail tables beside it (:mod:`ddprof.report_tables`, rows declared in :data:`TABLE_ROWS`);
+detail tables beside it (:mod:`ddprof.report.tables`, rows declared in :data:`TABLE_ROWS`);
 :func:`version_of` says which.
 
 Floats computed as ratios (percentages, bandwidths, ratios) are ``null`` where the ratio is undefined
@@ -65,7 +65,7 @@ class RankSummary(Row):
     device_names: Annotated[list[str], Meta(description="GPU names the trace reports")]
     host: Annotated[str | None, Meta(description="host the rank ran on, when known")]
     warnings: Annotated[list[str], Meta(description="what ingest noticed about this rank's traces")]
-    windows: Annotated[int, Meta(description="profiling windows (ddprof/windows.py)")] = 0
+    windows: Annotated[int, Meta(description="profiling windows (ddprof/store/windows.py)")] = 0
 
 
 class FailedInput(Row):
@@ -590,7 +590,7 @@ class Report(Row, kw_only=True):
     status: Annotated[Literal["ok", "problem", "partial"], Meta(description="what the exit code follows")]
 
 
-#: Each detail table (:mod:`ddprof.report_tables`) and the record of its rows.
+#: Each detail table (:mod:`ddprof.report.tables`) and the record of its rows.
 TABLE_ROWS: dict[str, type[Row]] = {
     "overlap_by_step": OverlapStepRow, "breakdown_by_step": BreakdownStepRow, "idle_by_step": IdleStepRow,
     "bubbles": BubbleRow, "collectives": CollectiveRow, "step_times": StepTimeRow, "kernels_by_step": KernelStepRow,
@@ -621,7 +621,7 @@ def schema() -> dict[str, Any]:
     (a Parquet file beside the report) are declared under ``$defs`` too (:data:`TABLE_ROWS`)."""
     (report, *_), defs = msgspec.json.schema_components((Report, *TABLE_ROWS.values()))
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "ddprof report",
-            "description": f"ddprof analyze --format json, report_version {REPORT_VERSION} (ddprof/report_schema.py); "
+            "description": f"ddprof analyze --format json, report_version {REPORT_VERSION} (ddprof/report/schema.py); "
                            "detail tables NAME.parquet beside it: " + ", ".join(
                                f"{name} ({record.__name__})" for name, record in TABLE_ROWS.items()),
             **report, "$defs": defs}
@@ -633,8 +633,8 @@ def schema_text() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m ddprof.report_schema [PATH]``: write the schema (default ``docs/report.schema.json``)."""
-    from ddprof.atomic import write_text_atomic
+    """``python -m ddprof.report.schema [PATH]``: write the schema (default ``docs/report.schema.json``)."""
+    from ddprof.store.atomic import write_text_atomic
 
     args = sys.argv[1:] if argv is None else argv
     path = Path(args[0]) if args else SCHEMA_PATH

@@ -1,8 +1,8 @@
 """The report (docs/DESIGN.md §4) as plain text for a terminal: verdicts first, then compact tables.
 
-Standard library (and :mod:`ddprof.units`, the formatters the verdicts share) only; every line fits in
+Standard library (and :mod:`ddprof.vocabulary.units`, the formatters the verdicts share) only; every line fits in
 100 columns. Long tables show their first rows and say how many more the JSON report holds. Each section
-is read as its declared records (:mod:`ddprof.report_schema`), its fields as attributes.
+is read as its declared records (:mod:`ddprof.report.schema`), its fields as attributes.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from ddprof.report_schema import (
+from ddprof.report.schema import (
     BandwidthRow,
     BreakdownRow,
     BubbleStepSummary,
@@ -27,7 +27,7 @@ from ddprof.report_schema import (
     Stragglers,
     rows,
 )
-from ddprof.units import fmt_bytes, fmt_us, step_ranges
+from ddprof.vocabulary.units import fmt_bytes, fmt_us, step_ranges
 
 WIDTH = 100
 MAX_ROWS = 40
@@ -105,7 +105,7 @@ def _hang_section(section: dict[str, Any]) -> str:
 
 
 def render_run(summary: dict[str, Any], run_warnings: bool = True) -> str:
-    """The ``run`` section (:meth:`ddprof.rundir.Run.summary`) as text: one line about the run, a row
+    """The ``run`` section (:meth:`ddprof.store.rundir.Run.summary`) as text: one line about the run, a row
     per rank, the failed inputs and the warnings (the run's own only with ``run_warnings``: the whole
     report lists them once, at its end)."""
     ranks = summary["ranks"]

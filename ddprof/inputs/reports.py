@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from ddprof.analyses.compare.all_kernels import every_kernel
-from ddprof.analyses.report import analyze, build_report
-
+from ddprof.analyses.report import build_report
 from ddprof.errors import BadInputError
-from ddprof.report_schema import REPORT_VERSION, version_of
-from ddprof.report_tables import AnalysisReport, tables_dir
-from ddprof.sources import open_source
+from ddprof.inputs.analyze import analyze
+from ddprof.inputs.sources import open_source
+from ddprof.report.schema import REPORT_VERSION, version_of
+from ddprof.report.tables import AnalysisReport, tables_dir
 
 #: Sections a comparison reads that reports written before them lack.
 NEEDED = ("step_times", "kernels", "kernels_by_step")

@@ -1,0 +1,2 @@
+"""What the words and numbers of a trace mean: collective ops, kernel families and nccl-tests factors
+(:mod:`.collective_ops`), the trace fields' spellings (:mod:`.fields`), and time units (:mod:`.units`)."""
