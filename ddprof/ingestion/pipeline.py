@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from ddprof.errors import BadInputError, InternalError, OutputError, UsageError
 from ddprof.ingestion.discover import discover
 from ddprof.ingestion.job import FileResult, ingest_files
-from ddprof.ingestion.manifest import build_manifest
+from ddprof.ingestion.manifest import build_manifest, previous_results
 from ddprof.ingestion.store_version import store_fingerprint
 from ddprof.readers.source import file_sha1, quick_digest
 from ddprof.runtime.executors import Executor
@@ -219,7 +219,7 @@ def _previous_sources(m: dict[str, Any], rules: tuple[str, ...] = ()) -> dict[st
     """The previous manifest's sources, when the same code and communication kernel rules wrote it."""
     if m.get("ingest_fingerprint") != store_fingerprint() or m.get("comm_kernel_rules", []) != list(rules):
         return {}
-    return {k: v for k, v in m.get("sources", {}).items() if isinstance(v, dict)}
+    return previous_results(m)
 
 
 def _batches(todo: list[Path], sizes: dict[Path, int], workers: int) -> list[list[Path]]:
