@@ -635,3 +635,26 @@ def test_a_report_on_dumps_alone_takes_backend_and_device_from_them():
     report = build_report(None, dumps=load_dump_files(find_dump_files(raw), source=str(raw)))
     assert (report["run"]["backend"], report["run"]["device"], report["run"]["ranks"]) == ("gloo", "cpu", [0, 1, 2, 3])
     assert report["status"] == "ok" and report["verdicts"][-1].startswith("no hang found")
+
+
+def test_a_json_file_without_a_dump_s_keys_is_refused_without_building_its_values(tmp_path, monkeypatch):
+    """A JSON object with no ``version`` is no dump: refused naming the keys it has, its values (entries of
+    hundreds of MB in a damaged or foreign file) never built; one with the keys is read in full."""
+    from ddprof.readers.flightrec import unpickle
+
+    entries = [{"profiling_name": "nccl:all_reduce", "frames": [{"name": "f", "line": i}]} for i in range(1000)]
+    foreign = tmp_path / "fr_trace_rank_0"
+    foreign.write_text(json.dumps({"pg_config": {"0": {"ranks": "[0, 1]"}}, "pg_status": {}, "entries": entries}))
+
+    def no_full_parse(*_a, **_k):
+        raise AssertionError("the whole document was built")
+
+    monkeypatch.setattr(unpickle.json, "loads", no_full_parse)
+    with pytest.raises(BadInputError, match=r"no version key \(found 'pg_config', 'pg_status', 'entries'\)"):
+        load_dump(foreign)
+    monkeypatch.undo()
+    dump = tmp_path / "_dump_1"
+    dump.write_text(json.dumps({"version": "2.9", "pg_config": {"0": {"name": "0", "desc": "default_pg",
+                                                                          "ranks": "[0, 1]"}},
+                                "pg_status": {}, "entries": []}))
+    assert load_dump(dump).rank == 1
