@@ -14,6 +14,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
+import msgspec
 import plotly.graph_objects as go
 from ddprof.analyses.sections import tables
 from ddprof.dashboards.panels import panel_figures
@@ -24,7 +25,7 @@ from plotly.offline import get_plotlyjs
 
 from ddprof.render.text import HEALTH_TITLE, health_findings
 from ddprof.report.display import Drawn, draw
-from ddprof.report.schema import HealthFinding, rows
+from ddprof.report.schema import HealthFinding, RunSection, rows
 from ddprof.store.rundir import Run
 
 CSS = """body{font-family:system-ui,sans-serif;margin:16px 24px;background:#fafafa;color:#222}
@@ -66,20 +67,20 @@ def figures(report: dict[str, Any], run: Run | None) -> dict[str, go.Figure]:
 
 def render_html(report: dict[str, Any], run: Run | None = None, title: str = "ddprof report") -> str:
     """The whole page (module doc)."""
-    r = report.get("run", {})
+    r = msgspec.convert(report["run"], RunSection)
     status = str(report.get("status", "ok"))
     figs = figures(report, run)
     parts = [f"<h1>{html.escape(title)}</h1><div class='card'><span class='status {html.escape(status)}'>"
-             f"{html.escape(status.upper())}</span> {r.get('world_size') or '?'} ranks · "
-             f"{html.escape(str(r.get('backend')))} · {html.escape(str(r.get('device')))}"
+             f"{html.escape(status.upper())}</span> {r.world_size or '?'} ranks · "
+             f"{html.escape(str(r.backend))} · {html.escape(str(r.device))}"
              "<ul id='verdicts'>" + "".join(f"<li>{html.escape(v)}</li>" for v in report.get("verdicts") or [])
              + "</ul>"]
-    if r.get("failed"):
+    if r.failed:
         parts.append("<div class='failed'><b>failed inputs</b><ul>" + "".join(
-            f"<li>{html.escape(str(f.get('error')))}</li>" for f in r["failed"]) + "</ul></div>")
-    if r.get("warnings"):
-        parts.append(f"<details><summary>{len(r['warnings'])} warning(s)</summary><ul>"
-                     + "".join(f"<li>{html.escape(str(w))}</li>" for w in r["warnings"]) + "</ul></details>")
+            f"<li>{html.escape(str(f.error))}</li>" for f in r.failed) + "</ul></div>")
+    if r.warnings:
+        parts.append(f"<details><summary>{len(r.warnings)} warning(s)</summary><ul>"
+                     + "".join(f"<li>{html.escape(str(w))}</li>" for w in r.warnings) + "</ul></details>")
     parts.append("</div>")
     if "timeline" in figs:
         parts.append(f"<div class='card'>{_figure(figs.pop('timeline'), 'timeline')}</div>")
