@@ -13,9 +13,11 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
+
 from ddprof.analyses.sections import tables
 from ddprof.report.display import Drawn, draw
-from ddprof.report.schema import HealthFinding, rows
+from ddprof.report.schema import HealthFinding, RunSection, rows
 from ddprof.vocabulary.units import step_ranges
 
 WIDTH = 100
@@ -57,27 +59,27 @@ def render_run(summary: dict[str, Any], run_warnings: bool = True) -> str:
     """The ``run`` section (:meth:`ddprof.store.rundir.Run.summary`) as text: one line about the run, a row
     per rank, the failed inputs and the warnings (the run's own only with ``run_warnings``: the whole
     report lists them once, at its end)."""
-    ranks = summary["ranks"]
-    world = summary["world_size"]
-    head = (f"run: {len(ranks)} rank(s)" + (f" of {world}" if world else "")
-            + f", backend {summary['backend'] or '?'}, {summary['device'].upper()} trace"
-            + (f", steps {_ranges(summary['steps'])}" if summary["steps"] else ", no ProfilerStep"))
-    hosts = any(p["host"] for p in summary["per_rank"])
+    run = msgspec.convert(summary, RunSection)
+    world = run.world_size
+    head = (f"run: {len(run.ranks)} rank(s)" + (f" of {world}" if world else "")
+            + f", backend {run.backend or '?'}, {(run.device or '').upper()} trace"
+            + (f", steps {_ranges(run.steps)}" if run.steps else ", no ProfilerStep"))
+    hosts = any(p.host for p in run.per_rank)
     host_head = f" {'host':<16}" if hosts else ""
-    windows = any((p.get("windows") or 1) > 1 for p in summary["per_rank"])  # profiling windows, where several
+    windows = any((p.windows or 1) > 1 for p in run.per_rank)  # profiling windows, where several
     win_head = f" {'windows':>7}" if windows else ""
     lines = [head, "", f"{'rank':>5}{host_head} {'events':>9} {'kernels':>8} {'comm':>6} {'span ms':>10}{win_head}  steps"]
-    for p in summary["per_rank"]:
-        span = f"{p['span_us'] / 1e3:10.3f}" if p["span_us"] is not None else f"{'-':>10}"
-        host = f" {(p['host'] or '-')[:16]:<16}" if hosts else ""
-        win = f" {p.get('windows') or '-':>7}" if windows else ""
-        lines.append(f"{p['rank']:>5}{host} {p['events']:>9} {p['kernels']:>8} {p['comm_events']:>6} {span}{win}  "
-                     f"{_spans(p['step_ranges']) or '-'}")
-    if summary["failed"]:
-        lines += ["", f"failed inputs ({len(summary['failed'])}):"]
-        lines += [_item(f["error"]) for f in summary["failed"]]
-    other = [w for w in summary["warnings"] if run_warnings and not any(w == f["error"] for f in summary["failed"])]
-    rank_w = [(p["rank"], w) for p in summary["per_rank"] for w in p["warnings"]]
+    for p in run.per_rank:
+        span = f"{p.span_us / 1e3:10.3f}" if p.span_us is not None else f"{'-':>10}"
+        host = f" {(p.host or '-')[:16]:<16}" if hosts else ""
+        win = f" {p.windows or '-':>7}" if windows else ""
+        lines.append(f"{p.rank:>5}{host} {p.events:>9} {p.kernels:>8} {p.comm_events:>6} {span}{win}  "
+                     f"{_spans(p.step_ranges) or '-'}")
+    if run.failed:
+        lines += ["", f"failed inputs ({len(run.failed)}):"]
+        lines += [_item(str(f.error)) for f in run.failed]
+    other = [w for w in run.warnings if run_warnings and not any(w == f.error for f in run.failed)]
+    rank_w = [(p.rank, w) for p in run.per_rank for w in p.warnings]
     if other or rank_w:
         lines += ["", "warnings:"]
         lines += [_item(w) for w in other]
