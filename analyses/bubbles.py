@@ -11,11 +11,16 @@ next. GPipe and 1F1B both idle ``(P−1)/(M+P−1)`` of a step on each stage, re
 
 from __future__ import annotations
 
+from statistics import mean
+from typing import Any
+
+import msgspec
 import polars as pl
 from ddprof.analyses.collectives import comm_rows
 from ddprof.analyses.frames.lengths import window_lengths
 from ddprof.analyses.frames.memo import Events, Prepared, collect, derived, prepare
 
+from ddprof.report.schema import BubbleStepSummary, PipelineRow, rows
 from ddprof.vocabulary.units import NS_PER_US
 
 
@@ -108,3 +113,23 @@ def pipeline_stages(events: Events) -> pl.DataFrame:
         .select(list(schema))
         .sort("pipeline", "stage")
     )
+
+
+def bubble_verdicts(report: dict[str, Any]) -> list[str]:
+    """Per pipeline, its measured and theoretical bubble; without one, the share of the average step with
+    no compute (not called a bubble)."""
+    out = []
+    pipelines: dict[int, list[PipelineRow]] = {}
+    for row in rows(report.get("pipeline", []), PipelineRow):
+        pipelines.setdefault(row.pipeline, []).append(row)
+    for stages in pipelines.values():
+        measured = [r.bubble_pct for r in stages if r.bubble_pct is not None]
+        m = stages[0].micro_batches
+        if measured and m is not None:
+            out.append(f"pipeline of {stages[0].stages} stages x {m:g} micro-batches: bubble "
+                       f"{mean(measured):.1f} % measured, {stages[0].theoretical_pct:.1f} % in theory")
+    bubbles = msgspec.convert(report["bubbles"], BubbleStepSummary).per_rank
+    if not out and bubbles:  # no pipeline: say what is measured, not "bubble" (a null share counts as 0)
+        idle = sum(b.bubble_pct.total or 0.0 for b in bubbles) / sum(b.steps for b in bubbles)
+        out.append(f"no compute in {idle:.0f} % of the average step (compute fills {100 - idle:.0f} %)")
+    return out

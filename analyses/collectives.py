@@ -20,12 +20,15 @@ false). Not for send/recv: a buffered send may finish before its receive starts.
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 from ddprof.analyses.frames.memo import Events, Prepared, collect, derived
 from ddprof.analyses.frames.sets import kernels
 
+from ddprof.report.schema import BandwidthRow, rows
 from ddprof.vocabulary.collective_ops import P2P, busbw_factor
-from ddprof.vocabulary.units import NS_PER_US
+from ddprof.vocabulary.units import NS_PER_US, fmt_bytes
 
 _CLOCK_SLACK_NS = 2_000
 
@@ -194,3 +197,14 @@ def collective_warnings(coll: pl.DataFrame) -> list[str]:
             out.append(f"process group {pg}: rank clocks disagree on {g['skewed']} collective(s); "
                        "arrivals there are aligned on the collective's end")
     return out
+
+
+def bandwidth_verdicts(report: dict[str, Any]) -> list[str]:
+    """The ``bandwidth`` section's verdicts: per op, the bus bandwidth its largest message reaches, the
+    three largest ops' first. Example: "largest all_reduce (64 MiB) reaches 11.2 GB/s bus bandwidth"."""
+    best: dict[str, BandwidthRow] = {}
+    for row in rows(report["bandwidth"], BandwidthRow):
+        if row.busbw_gbps is not None and (row.op not in best or row.bytes >= best[row.op].bytes):
+            best[row.op] = row
+    top = sorted(best.values(), key=lambda r: -r.bytes)[:3]
+    return [f"largest {r.op} ({fmt_bytes(r.bytes)}) reaches {r.busbw_gbps:.3g} GB/s bus bandwidth" for r in top]

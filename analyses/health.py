@@ -50,6 +50,7 @@ from ddprof.analyses.frames.memo import Events, Prepared, collect, prepare
 from ddprof.analyses.frames.sets import kernels, steps, work
 from ddprof.analyses.frames.windows import trace_windows
 
+from ddprof.report.schema import HealthFinding, rows
 from ddprof.vocabulary.units import NS_PER_US, fmt_us
 
 #: Host calls that put work on a GPU: kernel and graph launches, asynchronous copies and sets.
@@ -271,3 +272,33 @@ def health(events: Events, *, ranks: Sequence[int] | None = None, world_size: in
             *stream_overlap(p), *rounded_timestamps(p), *outside_steps(p)]
     rank_key = lambda f: -1 if f["rank"] is None else f["rank"]  # noqa: E731
     return sorted(rows, key=lambda f: (ORDER.index(f["finding"]), rank_key(f)))
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    shown = ", ".join(map(str, ranks[:8])) + (f" ... ({len(ranks)} in all)" if len(ranks) > 8 else "")
+    return f"rank {shown}" if len(ranks) == 1 else f"ranks {shown}"
+
+
+def health_verdicts(report: dict[str, Any]) -> list[str]:
+    """The trace-health findings that change a headline number (``headline``), one sentence per finding
+    over all its ranks. Example: "rank 0: 120 GPU launches recorded but no GPU activity: the GPU side was
+    not captured; the numbers describe its CPU threads only"."""
+    by: dict[str, list[HealthFinding]] = {}
+    for row in rows(report.get("health") or [], HealthFinding):
+        if row.headline:
+            by.setdefault(row.finding, []).append(row)
+    out = []
+    for finding, found in by.items():
+        ranks = sorted({r for row in found for r in row.ranks})
+        count = sum(row.count for row in found)
+        if finding == "gpu_not_captured":
+            out.append(f"{_ranks_text(ranks)}: {count} GPU launches recorded but no GPU activity: the GPU side was "
+                       "not captured; the numbers describe the CPU threads only")
+        elif finding == "events_lost":
+            out.append(f"{_ranks_text(ranks)}: the profiler reports lost events (\"{found[0].example}\"): work "
+                       "missing from the trace reads as idle time")
+        elif finding == "missing_ranks":
+            out.append(f"{found[0].example}: collectives and stragglers compare the traced ranks only")
+        else:
+            out.append(f"{_ranks_text(ranks)}: {finding.replace('_', ' ')} ({count}): {found[0].affects}")
+    return out

@@ -18,6 +18,9 @@ HTA would subtract it from the stream's idle time. No gap crosses the edge of a 
 
 from __future__ import annotations
 
+from statistics import mean
+from typing import Any
+
 import numpy as np
 import polars as pl
 from ddprof.analyses.frames.memo import Events, Prepared, collect, derived, prepare
@@ -25,6 +28,7 @@ from ddprof.analyses.frames.sets import kernels
 from ddprof.analyses.frames.windows import several_windows, trace_windows, window_of
 
 from ddprof.frames.keyjoin import find, first_by_key, pair_keys, sorted_rows
+from ddprof.report.schema import BreakdownRow, IdleRow, OverlapRow, rows
 from ddprof.vocabulary.units import NS_PER_US
 
 CATEGORIES = ("host_wait", "kernel_wait", "other")
@@ -124,3 +128,34 @@ def idle_by_step(events: Events, kernel_wait_us: float = 30.0) -> pl.DataFrame:
     """The same per (rank, step, stream); a gap belongs to the step of the kernel that ends it."""
     sums = gap_sums(events, kernel_wait_us).lazy().filter(pl.col("step").is_not_null())
     return _categorise(sums, ["rank", "step", "stream"])
+
+
+#: Idle time below this share of the traced time is not worth a verdict.
+IDLE_WORTH_MENTIONING_PCT = 5.0
+#: What each idle category says about the run (:func:`idle_verdicts`).
+CAUSES = {
+    "host_wait": "the CPU does not launch work fast enough",
+    "kernel_wait": "launch gaps between back-to-back kernels",
+    "other": "kernels wait for other streams or events (often communication)",
+}
+
+
+def idle_verdicts(report: dict[str, Any]) -> list[str]:
+    """The idle time's verdict, from ``breakdown`` and ``idle``: the devices' mean idle share of the traced
+    time, from :data:`IDLE_WORTH_MENTIONING_PCT` up, and the cause of most gaps (:data:`CAUSES`)."""
+    breakdown = rows(report["breakdown"], BreakdownRow)
+    if not breakdown:
+        return []
+    idle = mean(b.idle_pct or 0.0 for b in breakdown)
+    if idle < IDLE_WORTH_MENTIONING_PCT:
+        return []
+    device = "GPUs" if any(o.device == "gpu" for o in rows(report["overlap"], OverlapRow)) else "CPUs"
+    text = f"the {device} are idle {idle:.0f} % of the traced time"
+    totals: dict[str, float] = {}
+    for row in rows(report["idle"], IdleRow):
+        totals[row.category] = totals.get(row.category, 0.0) + row.idle_us
+    if sum(totals.values()) > 0:
+        top = max(totals, key=lambda c: totals[c])
+        share = 100 * totals[top] / sum(totals.values())
+        text += f"; {share:.0f} % of the gaps are {top.replace('_', ' ')}: {CAUSES[top]}"
+    return [text]

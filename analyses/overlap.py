@@ -7,11 +7,15 @@ vs CPU compute ops); their union lengths come from :mod:`ddprof.analyses.frames.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from statistics import mean
+from typing import Any
 
+import msgspec
 import polars as pl
 from ddprof.analyses.frames.lengths import rank_lengths, step_lengths
 from ddprof.analyses.frames.memo import Events, collect
 
+from ddprof.report.schema import BreakdownRow, BreakdownStepSummary, OverlapRow, OverlapStepSummary, rows
 from ddprof.vocabulary.units import NS_PER_US
 
 
@@ -53,3 +57,35 @@ def overlap_by_step(events: Events) -> pl.DataFrame:
     Example: step 3 with comm [0,10) us and compute [5,12) us -> overlap_pct 50, exposed_comm_us 5.
     """
     return _overlap(step_lengths(events), ["rank", "step"])
+
+
+def communication_verdicts(report: dict[str, Any]) -> list[str]:
+    """Exposed communication as a share of time, one basis for every rank: when every rank with
+    communication has steps, the exposed communication inside its steps (``overlap_by_step``'s total) over
+    its step time (``breakdown_by_step``'s total span), labelled "step time"; else the whole trace's
+    (``overlap``) over the traced span (``breakdown``), labelled "the traced time".
+    Example: 40 µs exposed in two 100 µs steps -> "20 % of step time", even if 20 µs more lie
+    outside the steps."""
+    ov = [o for o in rows(report["overlap"], OverlapRow) if o.comm_us > 0]
+    if not ov:
+        return []
+    step_span: dict[int, float] = {}
+    if "breakdown_by_step" in report:
+        for b in msgspec.convert(report["breakdown_by_step"], BreakdownStepSummary).per_rank:
+            step_span[b.rank] = b.span_us.total or 0.0
+    if all(step_span.get(o.rank) for o in ov):
+        word, basis = "step time", step_span
+        exposed = {row.rank: row.exposed_comm_us.total or 0.0
+                   for row in msgspec.convert(report["overlap_by_step"], OverlapStepSummary).per_rank}
+    else:
+        word = "the traced time"
+        basis = {b.rank: b.span_us for b in rows(report["breakdown"], BreakdownRow)}
+        exposed = {o.rank: o.exposed_comm_us for o in ov}
+    shares = {o.rank: 100 * exposed.get(o.rank, 0.0) / basis[o.rank] for o in ov if basis.get(o.rank)}
+    if not shares:
+        return []
+    worst = max(shares, key=lambda r: shares[r])
+    text = f"exposed communication is {mean(shares.values()):.0f} % of {word}"
+    if len(shares) > 1:
+        text += f" (worst: rank {worst}, {shares[worst]:.0f} %)"
+    return [text + f"; {mean(o.overlap_pct or 0.0 for o in ov):.0f} % of communication overlaps compute"]

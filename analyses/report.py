@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import msgspec
 import polars as pl
 from ddprof.analyses.comm_kernels import comm_kernels, rules_of
 from ddprof.analyses.frames.memo import Events, Prepared, prepare
@@ -36,7 +37,7 @@ from ddprof.analyses.verdicts import verdicts
 
 from ddprof.errors import UsageError
 from ddprof.readers.flightrec.load import DumpSet
-from ddprof.report.schema import REPORT_VERSION
+from ddprof.report.schema import REPORT_VERSION, Hang, RunSection
 from ddprof.report.tables import DETAIL, AnalysisReport
 from ddprof.runtime.executors import Executor
 from ddprof.store.rundir import Run
@@ -84,9 +85,9 @@ def _dump_failures(dumps: DumpSet) -> list[dict[str, Any]]:
 def status(report: dict[str, Any]) -> str:
     """``problem`` when an analysis found one (a hang), else ``partial`` when inputs failed (the rest was
     analysed), else ``ok``. The CLI's exit code follows it: 1, 3, 0."""
-    if report["hang"].get("collectives"):
+    if msgspec.convert(report["hang"], Hang).collectives:
         return "problem"
-    return "partial" if report["run"]["failed"] else "ok"
+    return "partial" if msgspec.convert(report["run"], RunSection).failed else "ok"
 
 
 def _health_order(finding: dict[str, Any]) -> tuple[int, int]:

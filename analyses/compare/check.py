@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import numpy as np
 from ddprof.analyses.compare import samples as S
 from ddprof.analyses.compare.explain import attach_causes, straggler_outcomes
@@ -29,6 +30,7 @@ from ddprof.analyses.compare.rules import DEFAULTS
 from ddprof.analyses.compare.stats import Shift, hodges_lehmann, quantile_interval, quantile_shift
 
 from ddprof.errors import BadInputError
+from ddprof.report.schema import RunSection
 from ddprof.vocabulary.units import fmt_bytes, fmt_us
 
 WORKLOAD_BOUND = ("step_time", "step_time_p90", "exposed_comm", "overlap", "idle", "bubble", "kernels")
@@ -224,9 +226,9 @@ def _absolute_rules(run: dict[str, Any], rules: dict[str, Any]) -> list[dict[str
 
 
 def describe(report: dict[str, Any], source: str) -> dict[str, Any]:
-    r = report["run"]
-    return {"source": source, "world_size": r.get("world_size"), "ranks": r.get("ranks"), "steps": r.get("steps"),
-            "device": r.get("device"), "backend": r.get("backend")}
+    r = msgspec.convert(report["run"], RunSection)
+    return {"source": source, "world_size": r.world_size, "ranks": r.ranks, "steps": r.steps, "device": r.device,
+            "backend": r.backend}
 
 
 def check(run: dict[str, Any], base: dict[str, Any], rules: dict[str, Any] | None = None, *,

@@ -18,29 +18,36 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
+from ddprof.report.schema import Stragglers
 from ddprof.vocabulary.units import fmt_us
 
 _ORDER = ("straggler", "busbw", "kernels:compute", "kernels", "exposed_comm", "idle", "overlap", "bubble")
 
 
+def _stragglers(report: dict[str, Any]) -> Stragglers:
+    return msgspec.convert(report["stragglers"], Stragglers)
+
+
 def wait_per_step(report: dict[str, Any], rank: int) -> float:
     """Mean wall-clock wait per other rank and step that ``rank`` caused, µs (module doc)."""
-    per = {p["rank"]: p for p in report["stragglers"]["per_rank"]}
+    per = {p.rank: p for p in _stragglers(report).per_rank}
     p = per.get(rank)
-    if not p or not p.get("wait_caused_us"):
+    if not p or not p.wait_caused_us:
         return 0.0
     steps = max(len(report["run"].get("steps") or []), 1)
-    return p["wait_caused_us"] / max(p.get("waiting_ranks") or 1, 1) / steps
+    return p.wait_caused_us / max(p.waiting_ranks or 1, 1) / steps
 
 
 def straggler_outcomes(base: dict[str, Any], run: dict[str, Any], tolerance_us: float = 0.0) -> list[dict[str, Any]]:
     """One failed outcome per new straggler, and per straggler of both whose wait per step grew by more than
     ``tolerance_us`` (the step-time rule's tolerance); else one passing outcome (module doc)."""
-    before = set(base["stragglers"]["ranks"])
+    before = set(_stragglers(base).ranks)
     common = {"rule": "straggler", "kind": "straggler", "unit": "us", "change_pct": None, "interval": None,
               "tolerance": None, "samples": None, "cause": None}
     out = []
-    for r in run["stragglers"]["ranks"]:
+    for r in _stragglers(run).ranks:
         b, a = wait_per_step(base, r), wait_per_step(run, r)
         if r not in before:
             msg = (f"rank {r} became a straggler: the others wait {fmt_us(a - b)} more per step "
@@ -53,7 +60,7 @@ def straggler_outcomes(base: dict[str, Any], run: dict[str, Any], tolerance_us: 
         out.append({**common, "id": f"straggler[rank {r}]", "subject": f"rank {r}", "outcome": "fail", "baseline": b,
                     "run": a, "change": a - b, "tolerance": tolerance_us, "message": msg})
     if not out:
-        named = run["stragglers"]["ranks"]
+        named = _stragglers(run).ranks
         msg = ("no new straggler" + (f" (rank {', '.join(map(str, named))} already was one, and makes the others "
                                      "wait no longer than the tolerance more)" if named else ""))
         return [{**common, "id": "straggler[all ranks]", "subject": "all ranks", "outcome": "pass", "baseline": None,

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 from dash import dcc, html
 from ddprof.dashboards.app.state import DashboardState
 from ddprof.dashboards.figures.hang import hang_rows
 from ddprof.dashboards.panels import panel_ids
+
+from ddprof.report.schema import Hang, HealthFinding, RunSection, rows
 
 CARD = {"border": "1px solid #ddd", "borderRadius": "6px", "padding": "6px", "background": "white"}
 STATUS_COLOURS = {"ok": "#2e7d32", "problem": "#c62828", "partial": "#ef6c00"}
@@ -31,20 +34,20 @@ def header(state: DashboardState) -> list[Any]:
         return [html.Div("analysing the run… the panels appear when the report is ready", id="report-pending",
                          style={"color": "#666"})]
     status = report.get("status", "ok")
-    run = report.get("run", {})
+    run = msgspec.convert(report["run"], RunSection)
     out: list[Any] = [html.Span(status.upper(), id="status", style={
         "background": STATUS_COLOURS.get(status, "#555"), "color": "white", "padding": "2px 10px",
         "borderRadius": "4px", "fontWeight": "bold", "marginRight": "10px"}),
-        html.Span(f"{run.get('world_size') or '?'} ranks · {run.get('backend') or '?'} · {run.get('device')}"
-                  f" · steps {', '.join(map(str, run.get('steps') or [])) or 'none'}")]
+        html.Span(f"{run.world_size or '?'} ranks · {run.backend or '?'} · {run.device}"
+                  f" · steps {', '.join(map(str, run.steps)) or 'none'}")]
     out.append(html.Ul(id="verdicts", children=[html.Li(v) for v in report.get("verdicts") or []],
                        style={"margin": "6px 0", "fontSize": "15px"}))
-    failed = run.get("failed") or []
+    failed = run.failed
     if failed:
         out.append(html.Div(id="failed", style={"color": "#c62828"}, children=[
             html.B(f"{len(failed)} input(s) failed; the other ranks are shown:"),
-            html.Ul([html.Li(f.get("error") or f"rank {f.get('rank')}: failed") for f in failed])]))
-    warnings = run.get("warnings") or []
+            html.Ul([html.Li(f.error or f"rank {f.rank}: failed") for f in failed])]))
+    warnings = run.warnings
     if warnings:
         out.append(html.Details(id="warnings", children=[html.Summary(f"{len(warnings)} warning(s)"),
                                                           html.Ul([html.Li(w) for w in warnings])]))
@@ -55,17 +58,17 @@ def extra_tables(state: DashboardState) -> list[Any]:
     """The health findings and the hang's per-group table, when the report has them."""
     report = state.report or {}
     out: list[Any] = []
-    health = report.get("health") or []
+    health = rows(report.get("health") or [], HealthFinding)
     if health:
-        rows = [{"finding": h.get("finding"), "rank": "run" if h.get("rank") is None else h.get("rank"),
-                 "count": h.get("count"), "example": str(h.get("example") or "")[:80], "affects": h.get("affects"),
-                 "headline": "yes" if h.get("headline") else ""} for h in health]
-        out += [html.H3("Health: what the traces cannot tell", id="health-title"), table(rows, "health-table")]
-    hang = report.get("hang") or {}
-    if hang.get("collectives"):
-        out += [html.H3(f"Hang: suspect ranks {', '.join(map(str, hang.get('suspect_ranks') or [])) or 'none'}",
+        found = [{"finding": h.finding, "rank": "run" if h.rank is None else h.rank, "count": h.count,
+                  "example": str(h.example or "")[:80], "affects": h.affects, "headline": "yes" if h.headline else ""}
+                 for h in health]
+        out += [html.H3("Health: what the traces cannot tell", id="health-title"), table(found, "health-table")]
+    hang = msgspec.convert(report.get("hang") or {}, Hang)
+    if hang.collectives:
+        out += [html.H3(f"Hang: suspect ranks {', '.join(map(str, hang.suspect_ranks)) or 'none'}",
                         id="hang-suspects"),
-                html.P(hang.get("verdict") or ""), table(hang_rows(report), "hang-table")]
+                html.P(hang.verdict or ""), table(hang_rows(report), "hang-table")]
     return out
 
 

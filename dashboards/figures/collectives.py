@@ -8,7 +8,14 @@ from typing import Any
 import plotly.graph_objects as go
 from ddprof.dashboards.figures.style import COMM, NORMAL, STRAGGLER, WAIT, empty, finish
 
+from ddprof.report.schema import BandwidthRow, CollectiveRow, PipelineRow, rows
 from ddprof.report.tables import detail_rows
+
+
+def _instances(report: dict[str, Any]) -> list[CollectiveRow]:
+    """The ``collectives`` detail table's rows, as records."""
+    return rows(detail_rows(report, "collectives"), CollectiveRow)
+
 
 OP_COLOURS = ["#4C78A8", "#E45756", "#54A24B", "#F58518", "#B279A2", "#72B7B2", "#9D755D", "#FF9DA6"]
 
@@ -16,19 +23,19 @@ OP_COLOURS = ["#4C78A8", "#E45756", "#54A24B", "#F58518", "#B279A2", "#72B7B2", 
 def skew_figure(report: dict[str, Any]) -> go.Figure:
     """Every collective instance (the ``collectives`` detail table) as a point: its order on the x axis, arrival skew
     (last arrival − first arrival, µs) on the y axis, one colour per op; customdata = its position."""
-    rows = detail_rows(report, "collectives")
-    if not rows:
+    inst = _instances(report)
+    if not inst:
         return empty("Collectives", "no collective instances in this run")
     fig = go.Figure()
-    ops = sorted({r["op"] for r in rows})
-    kind = go.Scatter if len(rows) <= 3000 else go.Scattergl  # SVG points while few: clickable, no WebGL needed
+    ops = sorted({r.op for r in inst})
+    kind = go.Scatter if len(inst) <= 3000 else go.Scattergl  # SVG points while few: clickable, no WebGL needed
     for k, op in enumerate(ops):
-        sel = [i for i, r in enumerate(rows) if r["op"] == op]
+        sel = [i for i, r in enumerate(inst) if r.op == op]
         fig.add_trace(kind(
-            x=sel, y=[(rows[i].get("arrival_skew_us") or 0) / 1e3 for i in sel], mode="markers", name=op,
+            x=sel, y=[(inst[i].arrival_skew_us or 0) / 1e3 for i in sel], mode="markers", name=op,
             marker={"color": OP_COLOURS[k % len(OP_COLOURS)], "size": 7}, customdata=[[i] for i in sel],
-            hovertext=[f"{op} #{rows[i].get('index')} pg {rows[i].get('pg')}<br>{rows[i].get('bytes') or 0:,} B"
-                       f"<br>last: rank {rows[i].get('last_rank')}" for i in sel],
+            hovertext=[f"{op} #{inst[i].index} pg {inst[i].pg}<br>{inst[i].bytes or 0:,} B"
+                       f"<br>last: rank {inst[i].last_rank}" for i in sel],
             hovertemplate="%{hovertext}<br>skew %{y:.3f} ms<extra></extra>"))
     fig.update_xaxes(title="instance (click one to see it rank by rank)")
     return finish(fig, "Collective instances by arrival skew", yaxis_title="arrival skew (ms)")
@@ -38,19 +45,19 @@ def instance_figure(report: dict[str, Any], position: int | None = None) -> go.F
     """One instance rank by rank: each rank waits (amber) from its arrival to the last arrival, then the
     transfer (``duration_us``, the instance's time without the wait) runs; the last arriver is red and
     labelled. Default: the instance with the largest skew. Times in ms from the first arrival."""
-    rows = detail_rows(report, "collectives")
-    if not rows:
+    inst = _instances(report)
+    if not inst:
         return empty("Collective instance", "no collective instances in this run")
-    if position is None or not 0 <= position < len(rows):
-        position = max(range(len(rows)), key=lambda i: rows[i].get("arrival_skew_us") or 0)
-    c = rows[position]
-    ranks, arrivals = c.get("ranks_seen") or [], c.get("arrival_us") or []
+    if position is None or not 0 <= position < len(inst):
+        position = max(range(len(inst)), key=lambda i: inst[i].arrival_skew_us or 0)
+    c = inst[position]
+    ranks, arrivals = c.ranks_seen, c.arrival_us
     if not ranks or len(arrivals) != len(ranks):
         return empty("Collective instance", "this instance has no per-rank arrivals")
     first = min(arrivals)
     last_at = max(arrivals)
-    dur = c.get("duration_us") or 0
-    last = c.get("last_rank")
+    dur = c.duration_us or 0
+    last = c.last_rank
     fig = go.Figure()
     fig.add_trace(go.Bar(orientation="h", y=[f"rank {r}" for r in ranks], base=[(a - first) / 1e3 for a in arrivals],
                          x=[(last_at - a) / 1e3 for a in arrivals], name="waiting for the last rank",
@@ -66,21 +73,21 @@ def instance_figure(report: dict[str, Any], position: int | None = None) -> go.F
     fig.update_yaxes(autorange="reversed", type="category")
     fig.update_xaxes(title="ms since the first rank arrived")
     # Two lines: a long process-group name on one line would run under the legend.
-    title = (f"{c.get('op')} #{c.get('index')} (pg {c.get('pg')}, {c.get('bytes') or 0:,} B)<br>"
-             f"skew {(c.get('arrival_skew_us') or 0) / 1e3:.3f} ms, last rank {last}")
+    title = (f"{c.op} #{c.index} (pg {c.pg}, {c.bytes or 0:,} B)<br>"
+             f"skew {(c.arrival_skew_us or 0) / 1e3:.3f} ms, last rank {last}")
     fig = finish(fig, title, height=max(280, 22 * len(ranks) + 140), barmode="stack")
     return fig.update_layout(margin={"t": 80})
 
 
 def bandwidth_figure(report: dict[str, Any]) -> go.Figure:
     """Bus bandwidth (GB/s, nccl-tests definition) against message size per op (``bandwidth``), log-log."""
-    rows = [r for r in (report.get("bandwidth") or []) if r.get("busbw_gbps") is not None and r.get("bytes")]
-    if not rows:
+    known = [r for r in rows(report.get("bandwidth") or [], BandwidthRow) if r.busbw_gbps is not None and r.bytes]
+    if not known:
         return empty("Bandwidth", "no collective with a known size and time")
     fig = go.Figure()
-    for k, op in enumerate(sorted({r["op"] for r in rows})):
-        sel = sorted((r for r in rows if r["op"] == op), key=lambda r: r["bytes"])
-        fig.add_trace(go.Scatter(x=[r["bytes"] for r in sel], y=[r["busbw_gbps"] for r in sel], name=op,
+    for k, op in enumerate(sorted({r.op for r in known})):
+        sel = sorted((r for r in known if r.op == op), key=lambda r: r.bytes)
+        fig.add_trace(go.Scatter(x=[r.bytes for r in sel], y=[r.busbw_gbps for r in sel], name=op,
                                  mode="lines+markers", marker={"color": OP_COLOURS[k % len(OP_COLOURS)]},
                                  hovertemplate=op + ": %{x:,} B -> %{y:.3g} GB/s<extra></extra>"))
     fig.update_xaxes(type="log", title="message size (bytes)")
@@ -91,16 +98,15 @@ def bandwidth_figure(report: dict[str, Any]) -> go.Figure:
 def pipeline_figure(report: dict[str, Any]) -> go.Figure:
     """Per pipeline stage, the measured bubble % (``pipeline.bubble_pct``) beside the theoretical GPipe/1F1B
     value (P−1)/(M+P−1) (``theoretical_pct``)."""
-    rows = report.get("pipeline") or []
-    if not rows:
+    stages = sorted(rows(report.get("pipeline") or [], PipelineRow), key=lambda r: (r.pipeline, r.stage))
+    if not stages:
         return empty("Pipeline", "not a pipeline run (no point-to-point stages found)")
-    rows = sorted(rows, key=lambda r: (r.get("pipeline", 0), r.get("stage", 0)))
-    labels = [f"stage {r.get('stage')} (rank {r['rank']})" for r in rows]
+    labels = [f"stage {r.stage} (rank {r.rank})" for r in stages]
     fig = go.Figure([
-        go.Bar(x=labels, y=[r.get("bubble_pct") for r in rows], name="measured", marker_color=NORMAL,
-               customdata=[[r["rank"]] for r in rows]),
-        go.Bar(x=labels, y=[r.get("theoretical_pct") for r in rows], name="theoretical", marker_color="#BBBBBB",
-               customdata=[[r["rank"]] for r in rows])])
-    p, m = rows[0].get("stages"), rows[0].get("micro_batches")
+        go.Bar(x=labels, y=[r.bubble_pct for r in stages], name="measured", marker_color=NORMAL,
+               customdata=[[r.rank] for r in stages]),
+        go.Bar(x=labels, y=[r.theoretical_pct for r in stages], name="theoretical", marker_color="#BBBBBB",
+               customdata=[[r.rank] for r in stages])])
+    p, m = stages[0].stages, stages[0].micro_batches
     return finish(fig, f"Pipeline bubble: {p} stages x {m:g} micro-batches" if p and m else "Pipeline bubble",
                   barmode="group", yaxis_title="bubble % of the step", yaxis_range=[0, 100])

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import plotly.graph_objects as go
 from ddprof.dashboards.figures.style import COMM, COMPUTE, IDLE, NORMAL, STRAGGLER, empty, finish
 
+from ddprof.report.schema import BreakdownRow, BreakdownStepRow, OverlapRow, Stragglers, rows
 from ddprof.report.tables import detail_rows
 
 
@@ -20,14 +22,15 @@ def _rank_axis(fig: go.Figure, ranks: list[int]) -> None:
 def breakdown_figure(report: dict[str, Any]) -> go.Figure:
     """Stacked bars per rank: compute, non-compute (communication and copies not under compute) and idle
     µs over the traced span (``breakdown``): the bar's height is the rank's span."""
-    rows = report.get("breakdown") or []
-    if not rows:
+    breakdown = rows(report.get("breakdown") or [], BreakdownRow)
+    if not breakdown:
         return empty("Time per rank", "no breakdown: the run has no work events")
-    ranks = [r["rank"] for r in rows]
+    ranks = [r.rank for r in breakdown]
     fig = go.Figure()
     for key, name, colour in (("compute_us", "compute", COMPUTE), ("non_compute_us", "non-compute", COMM),
                               ("idle_us", "idle", IDLE)):
-        fig.add_trace(go.Bar(x=ranks, y=[(r.get(key) or 0) / 1e3 for r in rows], name=name, marker_color=colour,
+        fig.add_trace(go.Bar(x=ranks, y=[(getattr(r, key) or 0) / 1e3 for r in breakdown], name=name,
+                             marker_color=colour,
                              customdata=[[r] for r in ranks],
                              hovertemplate="rank %{x}<br>" + name + " %{y:.2f} ms<extra></extra>"))
     _rank_axis(fig, ranks)
@@ -38,15 +41,15 @@ def breakdown_figure(report: dict[str, Any]) -> go.Figure:
 def overlap_figure(report: dict[str, Any]) -> go.Figure:
     """Exposed communication per rank (µs of communication with no compute under it) as bars, and the
     overlap % (``overlap``: 100 · overlapped / communication) as points on a second axis."""
-    rows = report.get("overlap") or []
-    if not rows:
+    overlap = rows(report.get("overlap") or [], OverlapRow)
+    if not overlap:
         return empty("Overlap", "no communication in this run")
-    ranks = [r["rank"] for r in rows]
+    ranks = [r.rank for r in overlap]
     fig = go.Figure()
-    fig.add_trace(go.Bar(x=ranks, y=[(r.get("exposed_comm_us") or 0) / 1e3 for r in rows], name="exposed comm (ms)",
+    fig.add_trace(go.Bar(x=ranks, y=[(r.exposed_comm_us or 0) / 1e3 for r in overlap], name="exposed comm (ms)",
                          marker_color=COMM, customdata=[[r] for r in ranks],
                          hovertemplate="rank %{x}<br>exposed %{y:.2f} ms<extra></extra>"))
-    fig.add_trace(go.Scatter(x=ranks, y=[r.get("overlap_pct") for r in rows], name="overlap %", yaxis="y2",
+    fig.add_trace(go.Scatter(x=ranks, y=[r.overlap_pct for r in overlap], name="overlap %", yaxis="y2",
                              mode="markers", marker={"color": COMPUTE, "size": 9, "symbol": "diamond"},
                              customdata=[[r] for r in ranks],
                              hovertemplate="rank %{x}<br>overlap %{y:.1f} %<extra></extra>"))
@@ -59,16 +62,16 @@ def overlap_figure(report: dict[str, Any]) -> go.Figure:
 def stragglers_figure(report: dict[str, Any]) -> go.Figure:
     """Wait caused per rank (µs others spent waiting for it at collectives, ``stragglers.per_rank``), the
     named straggler ranks in red, with times last and step time on hover."""
-    section = report.get("stragglers") or {}
-    rows = section.get("per_rank") or []
-    if not rows:
+    section = msgspec.convert(report.get("stragglers") or {}, Stragglers)
+    per_rank = section.per_rank
+    if not per_rank:
         return empty("Stragglers", "no collective instances to compare ranks at")
-    named = set(section.get("ranks") or [])
-    ranks = [r["rank"] for r in rows]
+    named = set(section.ranks)
+    ranks = [r.rank for r in per_rank]
     fig = go.Figure(go.Bar(
-        x=ranks, y=[(r.get("wait_caused_us") or 0) / 1e3 for r in rows], name="wait caused",
+        x=ranks, y=[(r.wait_caused_us or 0) / 1e3 for r in per_rank], name="wait caused",
         marker_color=[STRAGGLER if r in named else NORMAL for r in ranks], customdata=[
-            [r["rank"], r.get("times_last", 0), (r.get("step_us") or 0) / 1e3] for r in rows],
+            [r.rank, r.times_last, (r.step_us or 0) / 1e3] for r in per_rank],
         hovertemplate="rank %{x}<br>others waited %{y:.2f} ms for it<br>last at %{customdata[1]} collectives"
                       "<br>step %{customdata[2]:.2f} ms<extra></extra>"))
     _rank_axis(fig, ranks)
@@ -79,13 +82,13 @@ def stragglers_figure(report: dict[str, Any]) -> go.Figure:
 def step_time_figure(report: dict[str, Any]) -> go.Figure:
     """Step time per step and rank (the ``breakdown_by_step`` detail table: the step window's span), one line per rank
     when there are at most 16 ranks, else the median and the slowest rank per step."""
-    rows = detail_rows(report, "breakdown_by_step")
-    if not rows:
+    per_step = rows(detail_rows(report, "breakdown_by_step"), BreakdownStepRow)
+    if not per_step:
         return empty("Step time", "no ProfilerStep marks in this run")
     fig = go.Figure()
-    steps = sorted({r["step"] for r in rows})
-    ranks = sorted({r["rank"] for r in rows})
-    by = {(r["rank"], r["step"]): (r.get("span_us") or 0) / 1e3 for r in rows}
+    steps = sorted({r.step for r in per_step})
+    ranks = sorted({r.rank for r in per_step})
+    by = {(r.rank, r.step): (r.span_us or 0) / 1e3 for r in per_step}
     if len(ranks) <= 16:
         for rank in ranks:
             fig.add_trace(go.Scatter(x=steps, y=[by.get((rank, s)) for s in steps], mode="lines+markers",

@@ -8,8 +8,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import click
+import msgspec
 
 from ddprof.errors import BadInputError, PartialRunError, ProblemFound, UsageError
+from ddprof.report.schema import FailedInput, Hang, rows
 from ddprof.store.atomic import write_text_atomic
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -59,10 +61,10 @@ def executor_option(f: F) -> F:
                              "that mount the run dir at the same path.")(f)
 
 
-def partial_failure(failed: Sequence[Mapping[str, Any]], rest: str) -> PartialRunError:
-    """The error (exit 3) for inputs that failed (``{path, rank, error}``, the error naming the file),
-    naming each; ``rest`` says what became of the others."""
-    err = PartialRunError([BadInputError(f.get("error") or "failed") for f in failed])
+def partial_failure(failed: Sequence[dict[str, Any]], rest: str) -> PartialRunError:
+    """The error (exit 3) for inputs that failed (a run summary's ``failed``: :class:`FailedInput`, the
+    error naming the file), naming each; ``rest`` says what became of the others."""
+    err = PartialRunError([BadInputError(f.error or "failed") for f in rows(list(failed), FailedInput)])
     err.args = (f"{err}\n{rest}",)
     return err
 
@@ -72,7 +74,7 @@ def exit_for_status(report: Mapping[str, Any]) -> int:
     (1) with the verdict; ``partial`` raises PartialRunError (3) naming each failed input."""
     status = report.get("status")
     if status == "problem":
-        raise ProblemFound(report["hang"].get("verdict") or "a hang was found (see the report)")
+        raise ProblemFound(msgspec.convert(report["hang"], Hang).verdict or "a hang was found (see the report)")
     if status == "partial":
         raise partial_failure(report["run"]["failed"], "the other ranks were analysed")
     return 0

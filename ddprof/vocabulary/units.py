@@ -1,5 +1,6 @@
 """Units: ns per µs (the store's unit and the report's), and the one formatter of durations and of sizes
-for people, used by the verdicts and the text report.
+for people (and of percentages, numbers and rank lists), used by the verdicts and by every report table
+(:mod:`ddprof.report.display`).
 
 Three significant digits in the largest unit the value reaches; ``None`` (a value that does not apply)
 reads ``-``. The value is rounded before the unit is chosen, so 999.96 µs reads ``1 ms``, never
@@ -7,6 +8,8 @@ reads ``-``. The value is rounded before the unit is chosen, so 999.96 µs reads
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 #: Nanoseconds per microsecond: the store keeps integer ns, the report speaks µs.
 NS_PER_US = 1_000
@@ -37,6 +40,28 @@ def fmt_bytes(n: float | None) -> str:
     if abs(n) < 1 << 10:
         return f"{int(n)} B"
     return _in_units(float(n), _SIZE)
+
+
+def fmt_pct(v: float | None) -> str:
+    """A percentage (0-100): 12.345 -> '12.35 %'; None -> '-'."""
+    return "-" if v is None else f"{v:.2f} %"
+
+
+def fmt_num(v: float | None) -> str:
+    """A number to three significant digits (bandwidths): 12.345 -> '12.3'; None -> '-'."""
+    return "-" if v is None else f"{v:.3g}"
+
+
+def fmt_plain(v: object) -> str:
+    """A value as it is (counts, ranks, stages): 3 -> '3'; None -> '-'."""
+    return "-" if v is None else f"{v}"
+
+
+def fmt_ranks(v: Sequence[int] | None) -> str:
+    """Ranks, listed up to six: [0, 3] -> '0,3'; eight ranks -> '8 ranks'; none -> '-'."""
+    if not v:
+        return "-"
+    return ",".join(map(str, v)) if len(v) <= 6 else f"{len(v)} ranks"
 
 
 def step_ranges(steps: list[int]) -> list[list[int]]:
