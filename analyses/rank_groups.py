@@ -9,7 +9,7 @@ trace spans and windows, per-step bubbles, kernel totals) from which the cross-r
 (collectives, bandwidth, stragglers, pipeline stages, top kernels) are computed
 (:func:`cross_rank_sections`). Peak memory: one group's events and frames, plus the summaries.
 
-Example: 1,024 ranks of 50,000 events each, 1,000,000 events per group -> 51 groups of 20 ranks and
+Example: 1,024 ranks of 50,000 events each, 500,000 events per group -> 102 groups of 10 ranks and
 a last one of 4; each is read, analysed and dropped before the next.
 
 :func:`group_frames` is the unit of work an executor runs (:mod:`ddprof.runtime.executors`): it opens the run
@@ -52,8 +52,10 @@ from ddprof.store.rundir import MANIFEST, Run, open_run
 from ddprof.store.schema import EVENT_SCHEMA, STEP_PREFIX
 
 #: Events (the manifest's count per rank) read at once, at most, unless a group would hold fewer than
-#: :data:`MIN_GROUP_RANKS` ranks; ``DDPROF_GROUP_EVENTS`` sets another bound.
-GROUP_EVENTS = 1_000_000
+#: :data:`MIN_GROUP_RANKS` ranks; ``DDPROF_GROUP_EVENTS`` sets another bound. Half a million: on 1,024
+#: ranks of 1.7 k events, analyze peaks at 545 MB (630 MB with a million; 540 MB with a quarter of one, the
+#: floor being the imports, the manifest and the summaries), as fast (``benchmarks/report_size.py``).
+GROUP_EVENTS = 500_000
 #: Ranks per group, at least (fewer when the run has fewer). Polars divides a column of one or two rows
 #: exactly and a longer one by the reciprocal (the last digit may differ): with a few ranks per group,
 #: every per-rank frame is long enough to be computed as the whole run's is, to the last bit.
