@@ -85,19 +85,30 @@ def _nccl_version(value: Any) -> str | None:
         return None
 
 
-def _parse_entries(raw: list[Any] | tuple[Any, ...]) -> tuple[FREntry, ...]:
-    """The entries, each parsed (:func:`~ddprof.readers.flightrec.records.parse_entry`); an entry that is an
-    earlier one again (one object a pickle refers to twice) raises ValueError: no Flight Recorder writes
-    that, and through such references a file of a megabyte held half a million entries to parse."""
+def _parse_entries(raw: list[Any] | tuple[Any, ...]) -> tuple[tuple[FREntry, ...], int]:
+    """The entries, each parsed (:func:`~ddprof.readers.flightrec.records.parse_entry`), and how many were
+    left out as repeats. An entry that is an earlier one again (one object a pickle refers to twice) raises
+    ValueError: no Flight Recorder writes that, and through such references a file of a megabyte held half
+    a million entries to parse. An entry that repeats an earlier entry's ``record_id`` (the same entry
+    written out again: a Flight Recorder numbers its entries once each) is read once: the repeats are
+    counted, never parsed."""
     seen: set[int] = set()
+    record_ids: set[int] = set()
     out = []
+    repeats = 0
     for i, e in enumerate(raw):
         if isinstance(e, Mapping):
             if id(e) in seen:
                 raise ValueError(f"entry {i} is an earlier entry again (one object the file refers to twice)")
             seen.add(id(e))
+            rid = e.get("record_id")
+            if isinstance(rid, int) and not isinstance(rid, bool):
+                if rid in record_ids:
+                    repeats += 1
+                    continue
+                record_ids.add(rid)
         out.append(parse_entry(e, i))
-    return tuple(out)
+    return tuple(out), repeats
 
 
 def parse_dump(obj: Any, path: str | Path) -> FRDump:
@@ -132,7 +143,7 @@ def parse_dump(obj: Any, path: str | Path) -> FRDump:
         raw_entries = obj.get("entries", [])
         if not isinstance(raw_entries, (list, tuple)):
             raise ValueError("entries must be a list")
-        entries = _parse_entries(raw_entries)
+        entries, repeats = _parse_entries(raw_entries)
         status_by_id = parse_status(obj.get("pg_status"))
     except (ValueError, TypeError, AttributeError, KeyError) as exc:
         raise bad(f"malformed Flight Recorder dump: {exc}") from exc
@@ -140,6 +151,8 @@ def parse_dump(obj: Any, path: str | Path) -> FRDump:
     warnings: list[str] = []
     if "entries" not in obj:
         warnings.append("the dump has no entries (written without collectives?)")
+    if repeats:
+        warnings.append(f"{repeats} entries repeat an earlier entry's record_id: each entry read once")
     stray = next((e for e in entries if e.pg_name not in pg_ranks), None)
     if stray is not None:
         warnings.append(f"entry {stray.record_id} names group {stray.pg_name!r}, absent from pg_config")
