@@ -18,7 +18,7 @@ import msgspec
 from ddprof.analyses.sections import tables
 from ddprof.report.display import Drawn, draw
 from ddprof.report.schema import HealthFinding, RunSection, rows
-from ddprof.vocabulary.units import step_ranges
+from ddprof.vocabulary.units import fmt_ranges, fmt_spans
 
 WIDTH = 100
 MAX_ROWS = 40
@@ -63,7 +63,7 @@ def render_run(summary: dict[str, Any], run_warnings: bool = True) -> str:
     world = run.world_size
     head = (f"run: {len(run.ranks)} rank(s)" + (f" of {world}" if world else "")
             + f", backend {run.backend or '?'}, {(run.device or '').upper()} trace"
-            + (f", steps {_ranges(run.steps)}" if run.steps else ", no ProfilerStep"))
+            + (f", steps {fmt_ranges(run.steps)}" if run.steps else ", no ProfilerStep"))
     hosts = any(p.host for p in run.per_rank)
     host_head = f" {'host':<16}" if hosts else ""
     windows = any((p.windows or 1) > 1 for p in run.per_rank)  # profiling windows, where several
@@ -74,7 +74,7 @@ def render_run(summary: dict[str, Any], run_warnings: bool = True) -> str:
         host = f" {(p.host or '-')[:16]:<16}" if hosts else ""
         win = f" {p.windows or '-':>7}" if windows else ""
         lines.append(f"{p.rank:>5}{host} {p.events:>9} {p.kernels:>8} {p.comm_events:>6} {span}{win}  "
-                     f"{_spans(p.step_ranges) or '-'}")
+                     f"{fmt_spans(p.step_ranges) or '-'}")
     if run.failed:
         lines += ["", f"failed inputs ({len(run.failed)}):"]
         lines += [_item(str(f.error)) for f in run.failed]
@@ -93,16 +93,6 @@ def _item(text: str) -> str:
                          break_long_words=False, break_on_hyphens=False)
 
 
-def _ranges(xs: list[int]) -> str:
-    """[1,2,3,7] -> '1-3, 7'."""
-    return _spans(step_ranges(xs))
-
-
-def _spans(spans: list[list[int]]) -> str:
-    """[[1, 3], [7, 7]] -> '1-3, 7'."""
-    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
-
-
 def health_findings(findings: list[HealthFinding]) -> list[str]:
     """The ``health`` findings as sentences, one per finding over all its ranks (the text and the HTML
     report list them)."""
@@ -112,7 +102,7 @@ def health_findings(findings: list[HealthFinding]) -> list[str]:
     out = []
     for finding, group in by.items():
         ranks = sorted({r for row in group for r in row.ranks})
-        where = ("rank " if len(ranks) == 1 else "ranks ") + (_ranges(ranks) or "-")
+        where = ("rank " if len(ranks) == 1 else "ranks ") + (fmt_ranges(ranks) or "-")
         example = f"; e.g. {group[0].example}" if group[0].example else ""
         out.append(f"{finding} ({where}, {sum(r.count for r in group)}){example}. Affects {group[0].affects}")
     return out

@@ -18,7 +18,7 @@ import polars as pl
 
 from ddprof.errors import BadInputError, SchemaError
 from ddprof.store.schema import EVENT_SCHEMA, check_version, empty_events
-from ddprof.vocabulary.units import NS_PER_US, step_ranges
+from ddprof.vocabulary.units import NS_PER_US, fmt_ranges, step_ranges
 
 MANIFEST = "manifest.json"
 RUN_FORMAT = "ddprof-run"
@@ -53,17 +53,6 @@ def read_manifest(run_dir: str | Path) -> dict[str, Any]:
     return manifest
 
 
-def _spans(ranks: list[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``'0-2, 5'``."""
-    out: list[str] = []
-    for r in ranks:
-        if out and r == int(out[-1].split("-")[-1]) + 1:
-            out[-1] = f"{out[-1].split('-')[0]}-{r}"
-        else:
-            out.append(str(r))
-    return ", ".join(out)
-
-
 @dataclass(frozen=True)
 class Run:
     """A read-only view of a run dir. Events come as Polars LazyFrames."""
@@ -73,7 +62,7 @@ class Run:
 
     def __repr__(self) -> str:
         """``Run('runs/job-42', ranks 0-7 of 8, gpu, 3 steps)``: the manifest itself is kilobytes a rank."""
-        ranks = _spans(self.ranks) or "none"
+        ranks = fmt_ranges(self.ranks) or "none"
         return (f"Run({str(self.path)!r}, ranks {ranks} of {self.world_size or '?'}, {self.device}, "
                 f"{len(self.steps)} step{'s' if len(self.steps) != 1 else ''})")
 

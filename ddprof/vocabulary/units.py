@@ -74,3 +74,13 @@ def step_ranges(steps: list[int]) -> list[list[int]]:
         else:
             spans.append([x, x])
     return spans
+
+
+def fmt_spans(spans: Sequence[Sequence[int]]) -> str:
+    """Inclusive ranges for people: ``[[1, 3], [7, 7]]`` -> ``'1-3, 7'``."""
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def fmt_ranges(numbers: Sequence[int]) -> str:
+    """Numbers (steps, ranks) as ranges for people: ``[1, 2, 3, 7]`` -> ``'1-3, 7'``."""
+    return fmt_spans(step_ranges(list(numbers)))

@@ -77,22 +77,25 @@ def _top_level(data: bytes) -> dict[str, msgspec.Raw] | None:
         return None
 
 
-def _first_seen(entries: msgspec.Raw) -> list[bool] | None:
-    """Per entry, whether no earlier entry has its ``record_id`` (read from the ids alone); None when the
-    entries are not a list of objects (the full parse names what is wrong with them)."""
+def _record_ids(entries: msgspec.Raw) -> list[Any] | None:
+    """Each entry's ``record_id``, its other fields skipped unbuilt; None when the entries are not a list of
+    objects (the full parse names what is wrong with them)."""
     try:
-        ids = msgspec.json.decode(entries, type=list[_RecordId])
+        return [e.record_id for e in msgspec.json.decode(entries, type=list[_RecordId])]
     except _DECODE_ERRORS:
         return None
+
+
+def _repeats(ids: list[Any]) -> list[bool]:
+    """Per entry, whether an earlier entry has its ``record_id`` (an integer one)."""
     seen: set[int] = set()
-    firsts = []
-    for e in ids:
-        rid = e.record_id
+    out = []
+    for rid in ids:
         known = isinstance(rid, int) and not isinstance(rid, bool)
-        firsts.append(not (known and rid in seen))
+        out.append(known and rid in seen)
         if known:
             seen.add(rid)
-    return firsts
+    return out
 
 
 def _json_dump(data: bytes) -> Any:
@@ -106,13 +109,13 @@ def _json_dump(data: bytes) -> Any:
     top = _top_level(data)
     if top is not None and not {"version", "pg_config"} <= set(top):
         return dict.fromkeys(top)
-    firsts = _first_seen(top["entries"]) if top is not None and "entries" in top else None
-    if top is not None and firsts is not None and not all(firsts):
+    ids = _record_ids(top["entries"]) if top is not None and "entries" in top else None
+    repeated = _repeats(ids) if ids is not None else []
+    if top is not None and ids is not None and any(repeated):
         try:
             raws = msgspec.json.decode(top["entries"], type=list[msgspec.Raw])
-            ids = msgspec.json.decode(top["entries"], type=list[_RecordId])
-            entries = [json.loads(bytes(r)) if first else {"record_id": i.record_id}
-                       for r, first, i in zip(raws, firsts, ids)]
+            entries = [{"record_id": rid} if again else json.loads(bytes(raw))
+                       for raw, rid, again in zip(raws, ids, repeated)]
             return {k: entries if k == "entries" else json.loads(bytes(v)) for k, v in top.items()}
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, *_DECODE_ERRORS):
             pass  # the whole document's parse names what is wrong
