@@ -20,11 +20,11 @@ import importlib.abc
 import json
 import os
 import pickle
-import resource
 import shutil
 import struct
 import sys
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 
 import ddprof
 from ddprof.readers.flightrec.unpickle import SafeUnpickler, read_dump_object
-from tests.support.fuzz_contract import EXAMPLES, PEAK_RSS_BYTES, Contract, case_root
+from tests.support.fuzz_contract import EXAMPLES, Contract, contract_for
 from tests.support.paths import FLIGHT_RECORDER, SAMPLES
 
 FR = FLIGHT_RECORDER
@@ -233,19 +233,9 @@ def _dump_files(draw: st.DrawFn, real: list[tuple[str, bytes]]) -> dict[str, byt
     return files
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _hard_stop_to_the_terminal(terminal_stderr):
-    Contract.stacks = terminal_stderr
-
-
 @pytest.fixture(scope="module")
-def contract(tmp_path_factory):
-    c = Contract(case_root(tmp_path_factory, "fuzz-dumps"))
-    yield c
-    shutil.rmtree(c.root, ignore_errors=True)
-    print(f"\n{c.summary('dumps')}")
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    assert peak < PEAK_RSS_BYTES, f"peak memory {peak >> 20} MiB"
+def contract(tmp_path_factory) -> Iterator[Contract]:
+    yield from contract_for(tmp_path_factory, "fuzz-dumps", "dumps")
 
 
 @pytest.fixture(scope="module")

@@ -25,17 +25,17 @@ from __future__ import annotations
 import gzip
 import json
 import random
-import resource
 import shutil
 import zlib
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.fuzz_contract import EXAMPLES, PEAK_RSS_BYTES, Contract, case_root
+from tests.support.fuzz_contract import EXAMPLES, Contract, contract_for
 from tests.support.paths import DLRM, SAMPLES, TRACES
 
 SEED_FILES = [
@@ -184,19 +184,9 @@ def _gzip(draw: st.DrawFn, data: bytes) -> bytes:
     return packed
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _hard_stop_to_the_terminal(terminal_stderr):
-    Contract.stacks = terminal_stderr
-
-
 @pytest.fixture(scope="module")
-def contract(tmp_path_factory) -> Contract:
-    c = Contract(case_root(tmp_path_factory, "fuzz"))
-    yield c
-    shutil.rmtree(c.root, ignore_errors=True)
-    print(f"\n{c.summary('traces')}")
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    assert peak < PEAK_RSS_BYTES, f"peak memory {peak >> 20} MiB"
+def contract(tmp_path_factory) -> Iterator[Contract]:
+    yield from contract_for(tmp_path_factory, "fuzz", "traces")
 
 
 def test_mutated_real_traces_keep_the_exit_code_contract(seeds, contract):

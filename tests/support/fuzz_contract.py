@@ -8,12 +8,15 @@ from __future__ import annotations
 import faulthandler
 import io
 import os
+import resource
+import shutil
 import signal
 import sys
 import tempfile
 import time
 import warnings
 from collections import Counter
+from collections.abc import Iterator
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any, TextIO
@@ -103,3 +106,14 @@ class Contract:
         return (f"fuzzed {what}: {self.n} cases, {sum(self.codes.values())} commands in "
                 f"{time.perf_counter() - self.t0:.0f} s (slowest {self.slowest:.2f} s, {self.slowest_case[0]}), "
                 f"exit codes {dict(sorted(self.codes.items()))}: {cmds}")
+
+
+def contract_for(tmp_path_factory: pytest.TempPathFactory, name: str, what: str) -> Iterator[Contract]:
+    """A fuzz module's :class:`Contract` (its fixture yields from this): cases under :func:`case_root`,
+    removed after; the summary printed; the process's peak memory held under :data:`PEAK_RSS_BYTES`."""
+    c = Contract(case_root(tmp_path_factory, name))
+    yield c
+    shutil.rmtree(c.root, ignore_errors=True)
+    print(f"\n{c.summary(what)}")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    assert peak < PEAK_RSS_BYTES, f"peak memory {peak >> 20} MiB"
