@@ -15,8 +15,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tests.support.paths import REPO
+
 CHROMEDRIVER = "/usr/bin/chromedriver"
-REPO = Path(__file__).resolve().parents[1]
 
 
 def chromium_missing() -> str | None:
