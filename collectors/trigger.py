@@ -6,7 +6,7 @@ trigger file, send ``SIGUSR2`` to each capturing process of this host that liste
 steps, the ranks and the latency from the trigger to the first recorded step::
 
     trigger 1: ranks 0-1 record steps 64-65 (trace rank-R.trigger-001); the trigger came during step 63;
-    the first recorded step, 64, began 0.03 s after it (bound: the step after the one in progress)
+    the first recorded step, 64, began 31.6 ms after it (bound: the step after the one in progress)
 
 A capturing process is one whose status file names its rank and records no exit; one on another host
 counts while its status was updated in the last ``stale_s`` (60 s).
@@ -27,6 +27,7 @@ from ddprof.collectors.ondemand import TRIGGER_SIGNAL, trigger_dir, trigger_path
 
 from ddprof.errors import UsageError
 from ddprof.store.capture_status import read_statuses
+from ddprof.vocabulary.units import fmt_us
 
 
 @dataclass
@@ -78,7 +79,7 @@ class TriggerResult:
                      f"{min(w['seen_at_step'] for w in self.windows.values())}")
         latency = self.latency_s()
         if latency is not None:
-            text += f"; the first recorded step, {w0['start_step']}, began {latency:.2f} s after it"
+            text += f"; the first recorded step, {w0['start_step']}, began {fmt_us(latency * 1e6)} after it"
             if progress is not None:
                 text += (" (bound: the step after the one in progress)" if self.within_bound else
                          f" ({w0['start_step'] - progress} steps after the step in progress: over the bound)")

@@ -20,7 +20,7 @@ from ddprof.errors import UsageError  # noqa: E402
 from tests.support.launch_util import start_launch, statuses, torchrun, wait_for, wait_ingested  # noqa: E402
 
 WINDOW = re.compile(r"trigger (\d+): ranks 0-1 record steps (\d+)-(\d+) \(trace rank-R.trigger-\d+\); the trigger came "
-                    r"during step (\d+); the first recorded step, (\d+), began ([0-9.]+) s after it \(bound: the step "
+                    r"during step (\d+); the first recorded step, (\d+), began ([0-9.]+) (?:µs|ms|s) after it \(bound: the step "
                     r"after the one in progress\)")
 
 
