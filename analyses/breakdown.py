@@ -10,11 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import msgspec
 import polars as pl
 from ddprof.analyses.frames.lengths import rank_lengths, window_lengths
 from ddprof.analyses.frames.memo import Events, collect
+from ddprof.analyses.sections import Section
 
-from ddprof.vocabulary.units import NS_PER_US
+from ddprof.report.display import Column, Table
+from ddprof.report.schema import BreakdownRow, BreakdownStepRow, BreakdownStepSummary, rows
+from ddprof.vocabulary.units import NS_PER_US, fmt_pct, fmt_us
 
 
 def _breakdown(t: pl.DataFrame, by: Sequence[str]) -> pl.DataFrame:
@@ -54,3 +58,23 @@ def breakdown_by_step(events: Events) -> pl.DataFrame:
     """
     t = window_lengths(events).rename({"window_ns": "span_ns"})
     return _breakdown(t, ["rank", "step"])
+
+
+# --- the report's sections this module computes (ddprof.analyses.sections) ------------------------------------------
+
+BREAKDOWN_TABLE = Table(
+    "Temporal breakdown (first to last kernel)",
+    (Column("rank", "rank"), Column("span", "span_us", fmt_us), Column("idle", "idle_us", fmt_us),
+     Column("compute", "compute_us", fmt_us), Column("non-compute", "non_compute_us", fmt_us),
+     Column("idle %", "idle_pct", fmt_pct), Column("compute %", "compute_pct", fmt_pct),
+     Column("non-comp %", "non_compute_pct", fmt_pct)),
+    rows=lambda r: rows(r["breakdown"], BreakdownRow), at=20)
+
+SECTIONS = (
+    Section("breakdown", [], temporal_breakdown, "intervals", tables=(BREAKDOWN_TABLE,), record=list[BreakdownRow],
+            order=30),
+    Section("breakdown_by_step", per_rank=breakdown_by_step, family="steps",
+            summary=(("rank",), ("span_us", "idle_pct"), "idle_pct"), record=BreakdownStepSummary,
+            when_absent=msgspec.field(default_factory=lambda: BreakdownStepSummary(per_rank=[], worst=[])),
+            detail=BreakdownStepRow, order=160),
+)

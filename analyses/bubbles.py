@@ -11,6 +11,7 @@ next. GPipe and 1F1B both idle ``(P−1)/(M+P−1)`` of a step on each stage, re
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from statistics import mean
 from typing import Any
 
@@ -19,9 +20,11 @@ import polars as pl
 from ddprof.analyses.collectives import comm_rows
 from ddprof.analyses.frames.lengths import window_lengths
 from ddprof.analyses.frames.memo import Events, Prepared, collect, derived, prepare
+from ddprof.analyses.sections import Section
 
-from ddprof.report.schema import BubbleStepSummary, PipelineRow, rows
-from ddprof.vocabulary.units import NS_PER_US
+from ddprof.report.display import Column, Table
+from ddprof.report.schema import BubbleRow, BubbleStepSummary, PipelineRow, rows
+from ddprof.vocabulary.units import NS_PER_US, fmt_pct, fmt_plain, fmt_us
 
 
 @derived
@@ -133,3 +136,48 @@ def bubble_verdicts(report: dict[str, Any]) -> list[str]:
         idle = sum(b.bubble_pct.total or 0.0 for b in bubbles) / sum(b.steps for b in bubbles)
         out.append(f"no compute in {idle:.0f} % of the average step (compute fills {100 - idle:.0f} %)")
     return out
+
+
+# --- the report's sections this module computes (ddprof.analyses.sections) ------------------------------------------
+
+@dataclass(frozen=True)
+class RankBubble:
+    """A rank's mean time without compute in a step, and its pipeline stage where pipelines were found."""
+
+    rank: int
+    steps: int
+    bubble_us: float | None
+    bubble_pct: float | None
+    stage: int | None
+    theoretical_pct: float | None
+
+
+def rank_bubbles(report: dict[str, Any]) -> list[RankBubble]:
+    """One row per rank of ``bubbles``' summary, joined with its ``pipeline`` row, in rank order."""
+    stage = {p.rank: p for p in rows(report.get("pipeline", []), PipelineRow)}
+    out = []
+    for b in sorted(msgspec.convert(report["bubbles"], BubbleStepSummary).per_rank, key=lambda b: b.rank):
+        p = stage.get(b.rank)
+        out.append(RankBubble(b.rank, b.steps, b.bubble_us.mean, b.bubble_pct.mean, p.stage if p else None,
+                              p.theoretical_pct if p else None))
+    return out
+
+
+_BUBBLE_COLUMNS = (Column("rank", "rank"), Column("steps", "steps"))
+#: "bubble" is pipeline vocabulary: said only where pipeline stages were found.
+PIPELINE_BUBBLES_TABLE = Table(
+    "Pipeline bubbles (mean over steps)",
+    (*_BUBBLE_COLUMNS, Column("bubble", "bubble_us", fmt_us), Column("bubble %", "bubble_pct", fmt_pct),
+     Column("stage", "stage", fmt_plain), Column("theory", "theoretical_pct", fmt_pct)),
+    rows=rank_bubbles, when=lambda r: bool(r.get("pipeline")), at=50)
+NO_COMPUTE_TABLE = Table(
+    "Time without compute in a step (mean over steps)",
+    (*_BUBBLE_COLUMNS, Column("no compute", "bubble_us", fmt_us), Column("no compute %", "bubble_pct", fmt_pct)),
+    rows=rank_bubbles, when=lambda r: not r.get("pipeline"), at=50)
+
+SECTIONS = (
+    Section("bubbles", {"per_rank": [], "worst": []}, summary=(("rank",), ("bubble_us", "bubble_pct"), "bubble_pct"),
+            tables=(PIPELINE_BUBBLES_TABLE, NO_COMPUTE_TABLE), verdict=bubble_verdicts, verdict_at=50,
+            record=BubbleStepSummary, detail=BubbleRow, order=50),
+    Section("pipeline", record=list[PipelineRow], when_absent=[], order=180),
+)

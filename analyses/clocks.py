@@ -63,7 +63,9 @@ from ddprof.analyses.collectives import arrivals
 from ddprof.analyses.frames.memo import Events, Prepared, collect, prepare
 from ddprof.analyses.frames.sets import rank_spans
 from ddprof.analyses.frames.windows import trace_windows
+from ddprof.analyses.sections import Section
 
+from ddprof.report.schema import Clocks
 from ddprof.vocabulary.units import NS_PER_US
 
 #: Fewest collective instances a host must share with the reference to be aligned.
@@ -296,3 +298,8 @@ def align(events: Events, clock: ClockEstimate) -> Prepared:
     return out
 
 
+# --- the report's sections this module computes (ddprof.analyses.sections) ------------------------------------------
+
+SECTIONS = (
+    Section("clocks", NOT_ESTIMATED.section(), analysed=False, record=Clocks, order=140),
+)

@@ -22,13 +22,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import polars as pl
 from ddprof.analyses.frames.memo import Events, Prepared, collect, derived
 from ddprof.analyses.frames.sets import kernels
+from ddprof.analyses.sections import Section
 
-from ddprof.report.schema import BandwidthRow, rows
+from ddprof.report.display import Column, Table
+from ddprof.report.schema import BandwidthRow, CollectiveRow, Collectives, rows
 from ddprof.vocabulary.collective_ops import P2P, busbw_factor
-from ddprof.vocabulary.units import NS_PER_US, fmt_bytes
+from ddprof.vocabulary.units import NS_PER_US, fmt_bytes, fmt_num, fmt_plain, fmt_ranks, fmt_us
 
 _CLOCK_SLACK_NS = 2_000
 
@@ -208,3 +211,32 @@ def bandwidth_verdicts(report: dict[str, Any]) -> list[str]:
             best[row.op] = row
     top = sorted(best.values(), key=lambda r: -r.bytes)[:3]
     return [f"largest {r.op} ({fmt_bytes(r.bytes)}) reaches {r.busbw_gbps:.3g} GB/s bus bandwidth" for r in top]
+
+
+# --- the report's sections this module computes (ddprof.analyses.sections) ------------------------------------------
+
+def _collectives(report: dict[str, Any]) -> Collectives:
+    return msgspec.convert(report["collectives"], Collectives)
+
+
+COLLECTIVES_TABLE = Table(
+    "Collectives, largest arrival skew first",
+    (Column("pg", "pg"), Column("#", "index"), Column("op", "op"), Column("size", "bytes", fmt_bytes),
+     Column("ranks", "ranks_seen", fmt_ranks), Column("skew", "arrival_skew_us", fmt_us),
+     Column("duration", "duration_us", fmt_us), Column("busbw GB/s", "busbw_gbps", fmt_num),
+     Column("last", "last_rank", fmt_plain)),
+    rows=lambda r: _collectives(r).worst, left=3,
+    more=lambda r: (_collectives(r).instances, "the detail table collectives.parquet"), at=60)
+BANDWIDTH_TABLE = Table(
+    "Bandwidth per op and size (nccl-tests definitions)",
+    (Column("op", "op"), Column("size", "bytes", fmt_bytes), Column("ranks", "n", fmt_plain),
+     Column("count", "count"), Column("mean time", "duration_us", fmt_us), Column("algbw GB/s", "algbw_gbps", fmt_num),
+     Column("busbw GB/s", "busbw_gbps", fmt_num)),
+    rows=lambda r: rows(r["bandwidth"], BandwidthRow), left=1, at=70)
+
+SECTIONS = (
+    Section("collectives", {"instances": 0, "by_op": [], "worst": []}, tables=(COLLECTIVES_TABLE,),
+            record=Collectives, detail=CollectiveRow, order=70),
+    Section("bandwidth", [], tables=(BANDWIDTH_TABLE,), verdict=bandwidth_verdicts, verdict_at=60,
+            record=list[BandwidthRow], order=80),
+)

@@ -17,8 +17,11 @@ from typing import Any
 
 import polars as pl
 from ddprof.analyses.frames.memo import Prepared, collect, derived
+from ddprof.analyses.sections import Section
 
 from ddprof.errors import BadInputError
+from ddprof.report.display import Column, Table
+from ddprof.report.schema import CommKernelRow, rows
 from ddprof.vocabulary.collective_ops import CommRule, RuleError, kernel_rules, match_kernel
 
 METADATA = "collective metadata"
@@ -59,3 +62,19 @@ def rules_of(manifest: dict[str, Any]) -> tuple[CommRule, ...]:
         return kernel_rules([str(t) for t in texts])
     except RuleError as exc:
         raise BadInputError(f"manifest.json: {exc}") from None
+
+
+# --- the report's sections this module computes (ddprof.analyses.sections) ------------------------------------------
+
+#: Which kernel names each rule (built-in family, user rule, or collective metadata) made communication,
+#: so a user can check the classification and correct it with ``--comm-kernel``.
+COMM_KERNELS_TABLE = Table(
+    "Communication kernels, by the rule that classified them (--comm-kernel REGEX[=op] to correct)",
+    (Column("rule", "rule"), Column("source", "source"), Column("op", "op", lambda v: v or "-"),
+     Column("kernel", "name", lambda v: v or "(matched no kernel)"), Column("count", "count"),
+     Column("ranks", "ranks")),
+    rows=lambda r: rows(r.get("comm_kernels") or [], CommKernelRow), left=4, at=80)
+
+SECTIONS = (
+    Section("comm_kernels", [], analysed=False, tables=(COMM_KERNELS_TABLE,), record=list[CommKernelRow], order=100),
+)

@@ -49,6 +49,7 @@ import polars as pl
 from ddprof.analyses.frames.memo import Events, Prepared, collect, prepare
 from ddprof.analyses.frames.sets import kernels, steps, work
 from ddprof.analyses.frames.windows import trace_windows
+from ddprof.analyses.sections import Section
 
 from ddprof.report.schema import HealthFinding, rows
 from ddprof.vocabulary.units import NS_PER_US, fmt_us
@@ -302,3 +303,10 @@ def health_verdicts(report: dict[str, Any]) -> list[str]:
         else:
             out.append(f"{_ranks_text(ranks)}: {finding.replace('_', ' ')} ({count}): {found[0].affects}")
     return out
+
+
+# --- the report's sections this module computes (ddprof.analyses.sections) ------------------------------------------
+
+SECTIONS = (
+    Section("health", [], analysed=False, verdict=health_verdicts, verdict_at=10, record=list[HealthFinding], order=150),
+)

@@ -18,18 +18,22 @@ HTA would subtract it from the stream's idle time. No gap crosses the edge of a 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from statistics import mean
 from typing import Any
 
+import msgspec
 import numpy as np
 import polars as pl
 from ddprof.analyses.frames.memo import Events, Prepared, collect, derived, prepare
 from ddprof.analyses.frames.sets import kernels
 from ddprof.analyses.frames.windows import several_windows, trace_windows, window_of
+from ddprof.analyses.sections import Section
 
 from ddprof.frames.keyjoin import find, first_by_key, pair_keys, sorted_rows
-from ddprof.report.schema import BreakdownRow, IdleRow, OverlapRow, rows
-from ddprof.vocabulary.units import NS_PER_US
+from ddprof.report.display import Column, Table
+from ddprof.report.schema import BreakdownRow, IdleRow, IdleStepRow, IdleStepSummary, OverlapRow, rows
+from ddprof.vocabulary.units import NS_PER_US, fmt_us
 
 CATEGORIES = ("host_wait", "kernel_wait", "other")
 
@@ -159,3 +163,42 @@ def idle_verdicts(report: dict[str, Any]) -> list[str]:
         share = 100 * totals[top] / sum(totals.values())
         text += f"; {share:.0f} % of the gaps are {top.replace('_', ' ')}: {CAUSES[top]}"
     return [text]
+
+
+# --- the report's sections this module computes (ddprof.analyses.sections) ------------------------------------------
+
+@dataclass(frozen=True)
+class IdleStream:
+    """The ``idle`` rows of one stream side by side, by cause (None: no gap of that cause)."""
+
+    rank: int
+    stream: int
+    host_wait: float | None
+    kernel_wait: float | None
+    other: float | None
+
+
+def idle_streams(report: dict[str, Any]) -> list[IdleStream]:
+    """One row per (rank, stream), its idle time by cause, in rank and stream order."""
+    by_stream: dict[tuple[int, int], dict[str, float]] = {}
+    for row in rows(report["idle"], IdleRow):
+        by_stream.setdefault((row.rank, row.stream), {})[row.category] = row.idle_us
+    return [IdleStream(r, s, c.get("host_wait"), c.get("kernel_wait"), c.get("other"))
+            for (r, s), c in sorted(by_stream.items())]
+
+
+IDLE_TABLE = Table(
+    "Idle time by stream and cause",
+    (Column("rank", "rank"), Column("stream", "stream"), Column("host wait", "host_wait", fmt_us),
+     Column("kernel wait", "kernel_wait", fmt_us), Column("other", "other", fmt_us)),
+    rows=idle_streams, at=30)
+
+SECTIONS = (
+    Section("idle", [], idle_breakdown, "idle", tables=(IDLE_TABLE,), verdict=idle_verdicts, verdict_at=40,
+            record=list[IdleRow], order=40),
+    Section("idle_by_step", per_rank=idle_by_step, family="idle",
+            summary=(("rank", "category"), ("idle_us",), "idle_us"),  # of .summaries.idle_by_cause(rows)
+            record=IdleStepSummary,
+            when_absent=msgspec.field(default_factory=lambda: IdleStepSummary(per_rank=[], worst=[])),
+            detail=IdleStepRow, order=170),
+)

@@ -22,7 +22,9 @@ from __future__ import annotations
 import polars as pl
 from ddprof.analyses.frames.memo import Events, Prepared, collect, derived, prepare
 from ddprof.analyses.frames.sets import kernels, steps
+from ddprof.analyses.sections import Section
 
+from ddprof.report.schema import KernelRow, KernelStepRow, KernelStepSummary
 from ddprof.vocabulary.units import NS_PER_US
 
 TOP_N = 20
@@ -99,3 +101,12 @@ def kernels_by_step(events: Events, n: int = TOP_N) -> pl.DataFrame:
         .select("name", "kind", "step", "count", (pl.col("dur_ns") / NS_PER_US).alias("total_us"))
         .sort("name", "kind", "step")
     )
+
+
+# --- the report's sections this module computes (ddprof.analyses.sections) ------------------------------------------
+
+SECTIONS = (
+    Section("kernels", [], record=list[KernelRow], order=120),
+    Section("kernels_by_step", {"per_kernel": [], "worst": []}, summary=(("name", "kind"), ("total_us",), "total_us"),
+            record=KernelStepSummary, detail=KernelStepRow, order=130),
+)

@@ -14,9 +14,18 @@ import msgspec
 import polars as pl
 from ddprof.analyses.frames.lengths import rank_lengths, step_lengths
 from ddprof.analyses.frames.memo import Events, collect
+from ddprof.analyses.sections import Section
 
-from ddprof.report.schema import BreakdownRow, BreakdownStepSummary, OverlapRow, OverlapStepSummary, rows
-from ddprof.vocabulary.units import NS_PER_US
+from ddprof.report.display import Column, Table
+from ddprof.report.schema import (
+    BreakdownRow,
+    BreakdownStepSummary,
+    OverlapRow,
+    OverlapStepRow,
+    OverlapStepSummary,
+    rows,
+)
+from ddprof.vocabulary.units import NS_PER_US, fmt_pct, fmt_us
 
 
 def _overlap(t: pl.DataFrame, by: Sequence[str], *extra: pl.Expr) -> pl.DataFrame:
@@ -89,3 +98,21 @@ def communication_verdicts(report: dict[str, Any]) -> list[str]:
     if len(shares) > 1:
         text += f" (worst: rank {worst}, {shares[worst]:.0f} %)"
     return [text + f"; {mean(o.overlap_pct or 0.0 for o in ov):.0f} % of communication overlaps compute"]
+
+
+# --- the report's sections this module computes (ddprof.analyses.sections) ------------------------------------------
+
+OVERLAP_TABLE = Table(
+    "Communication / computation overlap (whole trace)",
+    (Column("rank", "rank"), Column("device", "device"), Column("overlap", "overlap_pct", fmt_pct),
+     Column("comm", "comm_us", fmt_us), Column("overlapped", "overlapped_us", fmt_us),
+     Column("exposed comm", "exposed_comm_us", fmt_us)),
+    rows=lambda r: rows(r["overlap"], OverlapRow), at=10)
+
+SECTIONS = (
+    Section("overlap", [], overlap, "intervals", tables=(OVERLAP_TABLE,), verdict=communication_verdicts, verdict_at=30,
+            record=list[OverlapRow], order=10),
+    Section("overlap_by_step", {"per_rank": [], "worst": []}, overlap_by_step, "intervals",
+            summary=(("rank",), ("exposed_comm_us", "overlap_pct"), "exposed_comm_us"),
+            record=OverlapStepSummary, detail=OverlapStepRow, order=20),
+)

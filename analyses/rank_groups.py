@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+from ddprof.analyses import sections
 from ddprof.analyses.bubbles import bubbles, pipeline_stages
 from ddprof.analyses.clocks import ClockEstimate, align, estimate, run_hosts
 from ddprof.analyses.collectives import bandwidth, collective_warnings, collectives, comm_rows
@@ -40,7 +41,6 @@ from ddprof.analyses.kernels import (
     kernels_by_step,
     top_kernels,
 )
-from ddprof.analyses.sections import PER_RANK, STEP_SECTIONS, family_frames
 from ddprof.analyses.stragglers import stragglers
 from ddprof.analyses.summaries import collectives_summary, summary
 
@@ -138,15 +138,15 @@ def with_windows(p: Prepared, run: Run, ranks: list[int] | None = None) -> Prepa
 
 
 def _intervals(p: Prepared) -> dict[str, Any]:
-    return family_frames(p, "intervals")
+    return sections.family_frames(p, "intervals")
 
 
 def _steps(p: Prepared) -> dict[str, Any]:
-    return {**family_frames(p, "steps"), "bubbles": bubbles(p)}
+    return {**sections.family_frames(p, "steps"), "bubbles": bubbles(p)}
 
 
 def _idle(p: Prepared) -> dict[str, Any]:
-    return {**family_frames(p, "idle"), "kernel_totals": kernel_totals(p),
+    return {**sections.family_frames(p, "idle"), "kernel_totals": kernel_totals(p),
             "kernel_step_totals": kernel_step_totals(p), "comm_kernel_counts": comm_kernel_counts(p)}
 
 
@@ -233,24 +233,24 @@ def json_rows(df: pl.DataFrame) -> list[dict[str, Any]]:
 def cross_rank_sections(frames: dict[str, pl.DataFrame], world_size: int | None) -> AnalysisReport:
     """Every section, from a run's per-rank frames and summaries: the per-rank sections as they are, the
     cross-rank ones computed on the summaries alone (no event is read here). The sections with a row per
-    step or per collective instance are detail tables (:data:`ddprof.report.tables.DETAIL`, NaN as null)
+    step or per collective instance are detail tables (:data:`.sections.DETAIL`, NaN as null)
     and, in the sections, their summaries (:mod:`.summaries`)."""
     p = Prepared(pl.LazyFrame(schema={c: EVENT_SCHEMA[c] for c in COLUMNS}))
     for name, frame in SUMMARIES.items():
         p.provide(frame, frames[name])
     p.provide(kernel_totals, frames["kernel_totals"])
     p.provide(kernel_step_totals, frames["kernel_step_totals"])
-    out: dict[str, Any] = {k: json_rows(frames[k]) for k in PER_RANK if k not in STEP_SECTIONS}
+    out: dict[str, Any] = {k: json_rows(frames[k]) for k in sections.PER_RANK if k not in sections.STEP_SECTIONS}
     stages = pipeline_stages(p)
     bub = frames["bubbles"]
     if stages.height:
         bub = bub.join(stages.select("rank", "stage", "stages", "micro_batches", "theoretical_pct"),
                        on="rank", how="left")
     coll = collectives(p, world_size)
-    tables = {k: null_nonfinite(frames[k]) for k in PER_RANK if k in STEP_SECTIONS}
+    tables = {k: null_nonfinite(frames[k]) for k in sections.PER_RANK if k in sections.STEP_SECTIONS}
     tables.update({"bubbles": null_nonfinite(bub), "collectives": null_nonfinite(coll.drop("ops_seen")),
                    "kernels_by_step": null_nonfinite(kernels_by_step(p))})
-    out.update({name: summary(name, tables[name]) for name in STEP_SECTIONS})
+    out.update({name: summary(name, tables[name]) for name in sections.STEP_SECTIONS})
     out.update({
         "pipeline": json_rows(stages),
         "stragglers": stragglers(p),
@@ -259,7 +259,7 @@ def cross_rank_sections(frames: dict[str, pl.DataFrame], world_size: int | None)
         "collective_warnings": collective_warnings(coll),
         "kernels": json_rows(top_kernels(p)),
     })
-    return AnalysisReport(out, tables)
+    return AnalysisReport(out, tables, names=sections.DETAIL)
 
 
 def _comm_summary(run_dir: str | Path, ranks: list[int]) -> dict[str, pl.DataFrame]:

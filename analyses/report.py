@@ -25,6 +25,7 @@ from typing import Any
 
 import msgspec
 import polars as pl
+from ddprof.analyses import sections as registry
 from ddprof.analyses.comm_kernels import comm_kernels, rules_of
 from ddprof.analyses.frames.memo import Events, Prepared, prepare
 from ddprof.analyses.hang.diagnose import backend_of, diagnose
@@ -32,13 +33,12 @@ from ddprof.analyses.health import ORDER as HEALTH_ORDER
 from ddprof.analyses.health import health
 from ddprof.analyses.rank_groups import COLUMNS, analyse_run, cross_rank_sections, per_rank_frames, read_ranks
 from ddprof.analyses.rank_groups import json_rows as _rows  # noqa: F401 - callers format frames as the report does
-from ddprof.analyses.sections import EMPTY_SECTIONS, SECTION_ORDER  # noqa: F401 - the report's sections, declared once
 from ddprof.analyses.verdicts import verdicts
 
 from ddprof.errors import UsageError
 from ddprof.readers.flightrec.load import DumpSet
 from ddprof.report.schema import REPORT_VERSION, Hang, RunSection
-from ddprof.report.tables import DETAIL, AnalysisReport
+from ddprof.report.tables import AnalysisReport
 from ddprof.runtime.executors import Executor
 from ddprof.store.rundir import Run
 from ddprof.store.schema import EVENT_SCHEMA
@@ -56,7 +56,7 @@ def analyse(events: Events, world_size: int | None = None) -> AnalysisReport:
     cross-rank sections on the summaries, exactly as a run analysed a group of ranks at a time; with the
     detail tables (``.table(name)``)."""
     sections = cross_rank_sections(per_rank_frames(prepare(events)), world_size)
-    return AnalysisReport({k: sections[k] for k in SECTION_ORDER}, sections.tables)
+    return AnalysisReport({k: sections[k] for k in registry.SECTION_ORDER}, sections.tables, names=registry.DETAIL)
 
 
 def _dumps_summary(dumps: DumpSet, hang: dict[str, Any]) -> dict[str, Any]:
@@ -102,13 +102,13 @@ def build_report(run: Run | None, *, dumps: DumpSet | None = None, executor: Exe
     The run is analysed a group of ranks at a time (:mod:`.rank_groups`), on ``executor`` (default: in
     this process); health findings are per rank, found in each group's events as traced, and run-wide."""
     hang = diagnose(dumps) if dumps is not None else None
-    tables = {name: pl.DataFrame() for name in DETAIL}
+    tables = {name: pl.DataFrame() for name in registry.DETAIL}
     if run is not None:
-        report: dict[str, Any] = {"run": run.summary(), **copy.deepcopy(EMPTY_SECTIONS)}
+        report: dict[str, Any] = {"run": run.summary(), **copy.deepcopy(registry.EMPTY_SECTIONS)}
         analysis = analyse_run(run, executor=executor, per_group=health)  # clocks aligned before cross-rank work
         clock = analysis.clock
         report["clocks"] = clock.section()
-        sections = {k: analysis.sections[k] for k in SECTION_ORDER}
+        sections = {k: analysis.sections[k] for k in registry.SECTION_ORDER}
         tables = analysis.sections.tables
         for row in report["run"]["per_rank"]:
             row["windows"] = analysis.windows.get(row["rank"], 0)
@@ -125,7 +125,7 @@ def build_report(run: Run | None, *, dumps: DumpSet | None = None, executor: Exe
             report["run"]["failed"].extend(failed)
             report["run"]["warnings"].extend(f["error"] for f in failed)
     elif dumps is not None and hang is not None:
-        report = {"run": _dumps_summary(dumps, hang), **copy.deepcopy(EMPTY_SECTIONS)}
+        report = {"run": _dumps_summary(dumps, hang), **copy.deepcopy(registry.EMPTY_SECTIONS)}
     else:
         raise UsageError("nothing to report on: give a run, Flight Recorder dumps, or both")
     if hang is not None:
@@ -133,4 +133,12 @@ def build_report(run: Run | None, *, dumps: DumpSet | None = None, executor: Exe
     report["report_version"] = REPORT_VERSION
     report["verdicts"] = verdicts(report)
     report["status"] = status(report)
-    return AnalysisReport(report, tables)
+    return AnalysisReport(report, tables, names=registry.DETAIL)
+
+
+def __getattr__(name: str) -> Any:
+    """The report's sections as the registry declares them, also read from here: ``EMPTY_SECTIONS``,
+    ``SECTION_ORDER`` (:mod:`.sections`)."""
+    if name in ("EMPTY_SECTIONS", "SECTION_ORDER"):
+        return getattr(registry, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,65 +1,67 @@
-"""Every section of the report, declared once: :data:`SECTIONS`, in the order the report lists them.
+"""The registry of the report's sections: each section is declared once, in its own module, and found here.
 
-A section's declaration says what a report with no traced run holds for it (``empty``; :data:`ABSENT`:
-such a report has no such key), the function that computes its rows from one group of ranks' events
+A module of the analyses package declares the sections it computes as its module-level ``SECTIONS``, a tuple
+of :class:`Section`: what a report with no traced run holds for it (``empty``; :data:`ABSENT`: such a
+report has no such key), the record its value is (``record``, a type of :mod:`ddprof.report.schema` or a
+:class:`ddprof.report.schema.Row` of the module's own; ``when_absent``: what a report without the key reads
+as), the record of the rows of its detail table (``detail``: its per-step or per-instance rows, written as
+Parquet beside the report), the function that computes its rows from one group of ranks' events
 (``per_rank``, on the thread of its ``family``: :func:`.rank_groups.per_rank_frames`; None for a section
 computed across ranks, in :func:`.rank_groups.cross_rank_sections`), how its rows per step are summarised
-when they are a detail table (``summary``: keys, measures, the measure the run's worst steps are chosen
-by: :mod:`.summaries`), whether :func:`.report.analyse` computes it from the events (``analysed``; the
-others come from the run's manifest, its clocks or its Flight Recorder dumps), how it is shown
-(``tables``: :class:`ddprof.report.display.Table`, its title, columns with their formatters, rows and
-place; the text report and the HTML report draw every declared table, :func:`tables`) and what it says
-(``verdict``: its rule, a function of the report returning sentences, said at its place ``verdict_at``
-by :func:`.verdicts.verdicts`; the rule lives beside the section's analysis). :data:`EMPTY_SECTIONS`,
-:data:`SECTION_ORDER`, :data:`PER_RANK` and :data:`STEP_SECTIONS` are read from it. The section's rows
-are typed in :mod:`ddprof.report.schema` (the ``Report`` field of the same name; a detail table's rows in
-its ``TABLE_ROWS``).
+when they are a detail table (``summary``: keys, measures, the measure the run's worst steps are chosen by:
+:mod:`.summaries`), whether :func:`.report.analyse` computes it from the events (``analysed``; the others
+come from the run's manifest, its clocks or its Flight Recorder dumps), how it is shown (``tables``:
+:class:`ddprof.report.display.Table`; the text report and the HTML report draw every declared table,
+:func:`tables`), what it says (``verdict``: its rule, a function of the report returning sentences, said
+at its place ``verdict_at`` by :func:`.verdicts.verdicts`) and its place among the sections (``order``:
+the report's key order, the JSON Schema's ``required``).
 
-Why the tables are declared here and not in the core beside the records: a section is declared once,
-here, with its verdict rule (an analysis, which the core may not import); the types they are written in
-(:mod:`ddprof.report.display`) and the formatters (:mod:`ddprof.vocabulary.units`) are core, so a
+From the declarations, on first use: :data:`SECTIONS` (every section, by ``order``), :data:`EMPTY_SECTIONS`,
+:data:`SECTION_ORDER`, :data:`PER_RANK`, :data:`STEP_SECTIONS`, :data:`TABLE_ROWS` and :data:`DETAIL` (the
+detail tables and their rows' records), :data:`Report` (the report's typed record: the run, every declared
+section, the version, the verdicts and the status) and the JSON Schema generated from it (:func:`schema`;
+``python -m ddprof.analyses.sections`` writes ``docs/report.schema.json``).
+
+Discovery, and why this rule: every module of the analyses package (subpackages included, walked with
+:func:`pkgutil.walk_packages` over the package's ``__path__``) is imported once, on the first read of a
+derived name, and its ``SECTIONS`` collected. A new section is then one module (its analysis, its
+declaration, its record, its table and verdict rule) plus its test, with no list to edit, and a test can
+add a module by putting a folder on the package's ``__path__`` (:func:`rediscover`). Not a package of
+section modules: the sections live beside the analyses that compute them (``overlap.py`` declares
+``overlap`` and ``overlap_by_step``), where their rules and tables read the same records. Not at import
+time: the modules that use the registry (:mod:`.rank_groups`, :mod:`.summaries`, :mod:`.report`,
+:mod:`.verdicts`) import this module and read its names when they run, so the walk may import them
+without a cycle; a module that read a derived name while it is itself being imported would be (refused,
+naming it).
+
+Why the tables are declared with their section and not in the core beside the records: a section is
+declared once, with its verdict rule (an analysis, which the core may not import); the types they are
+written in (:mod:`ddprof.report.display`) and the formatters (:mod:`ddprof.vocabulary.units`) are core, so a
 renderer needs nothing but a report and these declarations.
 
-A new section: its module (the analysis, its verdict rule if it has one, and its test), one entry here
-(with its table and rule), its record in :mod:`ddprof.report.schema` (then ``python -m
-ddprof.report.schema``). A per-rank section needs nothing else; a cross-rank one is computed in
-:func:`.rank_groups.cross_rank_sections`. The renderers and :mod:`.verdicts` are not touched.
+The records of the sections ddprof has always had stay in :mod:`ddprof.report.schema`, the core contract
+that the dashboards, the terminal report, the CLI and the comparison of reports import by name (the core
+may not re-export what the analyses define); a new section may declare its record in its own module.
 """
 
 from __future__ import annotations
 
+import importlib
+import json
+import pkgutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
 import msgspec
 import polars as pl
-from ddprof.analyses.breakdown import breakdown_by_step, temporal_breakdown
-from ddprof.analyses.bubbles import bubble_verdicts
-from ddprof.analyses.clocks import NOT_ESTIMATED
-from ddprof.analyses.collectives import bandwidth_verdicts
-from ddprof.analyses.frames.memo import Prepared
-from ddprof.analyses.health import health_verdicts
-from ddprof.analyses.idle import idle_breakdown, idle_by_step, idle_verdicts
-from ddprof.analyses.overlap import communication_verdicts, overlap, overlap_by_step
-from ddprof.analyses.steptimes import step_times
-from ddprof.analyses.stragglers import straggler_verdicts
+from msgspec import Meta
 
-from ddprof.report.display import Column, Table, ordered
-from ddprof.report.schema import (
-    BandwidthRow,
-    BreakdownRow,
-    BubbleStepSummary,
-    Collectives,
-    CommKernelRow,
-    Hang,
-    IdleRow,
-    OverlapRow,
-    PipelineRow,
-    Stragglers,
-    rows,
-)
-from ddprof.vocabulary.units import fmt_bytes, fmt_num, fmt_pct, fmt_plain, fmt_ranks, fmt_us
+from ddprof.report.display import Table, ordered
+from ddprof.report.schema import SCHEMA_PATH, Row, RunSection, schema_of
+from ddprof.report.schema import parse as parse_as
 
 #: ``empty`` of a section that a report with no traced run does not hold.
 ABSENT: Any = object()
@@ -71,187 +73,159 @@ class Section:
 
     name: str
     empty: Any = ABSENT
-    per_rank: Callable[[Prepared], pl.DataFrame] | None = None
+    per_rank: Callable[[Any], pl.DataFrame] | None = None  # a Prepared's events -> the section's frame
     family: str | None = None
     summary: tuple[tuple[str, ...], tuple[str, ...], str] | None = None
     analysed: bool = True
     tables: tuple[Table, ...] = ()
     verdict: Callable[[dict[str, Any]], list[str]] | None = None
     verdict_at: int = 1_000
+    record: Any = None
+    when_absent: Any = msgspec.NODEFAULT
+    detail: type[Row] | None = None
+    order: int = 1_000
 
 
-# --- the tables (how each shown section is drawn; the text report's headings and formatting) -------------
+# --- the fixed fields of every report, around its sections ----------------------------------------------
+
+_REPORT_DOC = """``ddprof analyze --format json``: what was analysed, what the trace cannot tell, every section, the
+verdicts and the status the exit code follows (0 ok, 1 problem, 3 partial)."""
+_HEAD: list[tuple[str, Any]] = [("run", RunSection)]
+_TAIL: list[tuple[str, Any]] = [
+    ("report_version", Annotated[int, Meta(description="the contract's version; absent: version 1")]),
+    ("verdicts", Annotated[list[str], Meta(description="one sentence each, most important first")]),
+    ("status", Annotated[Literal["ok", "problem", "partial"], Meta(description="what the exit code follows")]),
+]
+#: The report's keys that are not sections.
+FIXED: tuple[str, ...] = tuple(name for name, _ in (*_HEAD, *_TAIL))
+
+#: The names derived from the declarations (module doc), set on first use.
+_DERIVED = ("SECTIONS", "EMPTY_SECTIONS", "SECTION_ORDER", "PER_RANK", "STEP_SECTIONS", "TABLE_ROWS", "DETAIL",
+            "Report")
+_discovering = False
 
 
-@dataclass(frozen=True)
-class IdleStream:
-    """The ``idle`` rows of one stream side by side, by cause (None: no gap of that cause)."""
-
-    rank: int
-    stream: int
-    host_wait: float | None
-    kernel_wait: float | None
-    other: float | None
-
-
-def idle_streams(report: dict[str, Any]) -> list[IdleStream]:
-    """One row per (rank, stream), its idle time by cause, in rank and stream order."""
-    by_stream: dict[tuple[int, int], dict[str, float]] = {}
-    for row in rows(report["idle"], IdleRow):
-        by_stream.setdefault((row.rank, row.stream), {})[row.category] = row.idle_us
-    return [IdleStream(r, s, c.get("host_wait"), c.get("kernel_wait"), c.get("other"))
-            for (r, s), c in sorted(by_stream.items())]
-
-
-@dataclass(frozen=True)
-class RankBubble:
-    """A rank's mean time without compute in a step, and its pipeline stage where pipelines were found."""
-
-    rank: int
-    steps: int
-    bubble_us: float | None
-    bubble_pct: float | None
-    stage: int | None
-    theoretical_pct: float | None
-
-
-def rank_bubbles(report: dict[str, Any]) -> list[RankBubble]:
-    """One row per rank of ``bubbles``' summary, joined with its ``pipeline`` row, in rank order."""
-    stage = {p.rank: p for p in rows(report.get("pipeline", []), PipelineRow)}
-    out = []
-    for b in sorted(msgspec.convert(report["bubbles"], BubbleStepSummary).per_rank, key=lambda b: b.rank):
-        p = stage.get(b.rank)
-        out.append(RankBubble(b.rank, b.steps, b.bubble_us.mean, b.bubble_pct.mean, p.stage if p else None,
-                              p.theoretical_pct if p else None))
+def _declared() -> list[Section]:
+    """Every module's ``SECTIONS``, by ``order`` (then module and declaration order)."""
+    package = sys.modules[__name__.rpartition(".")[0]]
+    found: list[tuple[int, str, int, Section]] = []
+    names = sorted({m.name for m in pkgutil.walk_packages(package.__path__, package.__name__ + ".")})
+    for name in [package.__name__, *names]:
+        if name == __name__:
+            continue
+        declared = getattr(importlib.import_module(name), "SECTIONS", ())
+        found.extend((s.order, name, i, s) for i, s in enumerate(declared))
+    out = [s for *_, s in sorted(found, key=lambda f: f[:3])]
+    seen: set[str] = set()
+    for s in out:
+        if s.name in seen or s.name in FIXED:
+            raise ValueError(f"the report section {s.name!r} is declared twice")
+        seen.add(s.name)
     return out
 
 
-def _hang_note(report: dict[str, Any]) -> str:
-    hang = msgspec.convert(report.get("hang") or {}, Hang)
-    suspects = f"suspect ranks (the hang started there): {fmt_ranks(hang.suspect_ranks)}"
-    if hang.unaccounted_ranks:
-        suspects += f"; waited for, no usable dump: {fmt_ranks(hang.unaccounted_ranks)}"
-    return suspects
+def _report_record(sections: tuple[Section, ...]) -> type[Row]:
+    """The report's typed record: the run, each section with a record, the version, verdicts and status."""
+    absent = [s.name for s in sections if s.record is not None and s.when_absent is not msgspec.NODEFAULT]
+    doc = _REPORT_DOC
+    if absent:
+        names = [f"``{n}``" for n in absent]
+        listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+        doc += f" A report on Flight Recorder\ndumps alone has no {listed}."
+    fields = [*_HEAD, *((s.name, s.record) if s.when_absent is msgspec.NODEFAULT else (s.name, s.record, s.when_absent)
+                        for s in sections if s.record is not None), *_TAIL]
+    return msgspec.defstruct("Report", fields, bases=(Row,), module=__name__, kw_only=True,
+                             namespace={"__doc__": doc})
 
 
-def _stragglers(report: dict[str, Any]) -> Stragglers:
-    return msgspec.convert(report["stragglers"], Stragglers)
+def _derive() -> None:
+    """Find the declarations and set the derived names (module doc)."""
+    global _discovering
+    if _discovering:
+        raise ImportError("a module read the section registry while the registry was importing it: read "
+                          "ddprof.analyses.sections' names inside functions, not at import time")
+    _discovering = True
+    try:
+        sections = tuple(_declared())
+    finally:
+        _discovering = False
+    details = {s.name: s.detail for s in sections if s.detail is not None}
+    g = globals()
+    g["SECTIONS"] = sections
+    #: What a report with no traced run holds (a fresh copy for each report: ``copy.deepcopy``).
+    g["EMPTY_SECTIONS"] = {s.name: s.empty for s in sections if s.empty is not ABSENT}
+    #: What :func:`.report.analyse` returns: the sections computed from events, and the collectives'
+    #: warnings (sentences for the run's warnings).
+    g["SECTION_ORDER"] = (*(s.name for s in sections if s.analysed), "collective_warnings")
+    #: Sections computed per rank: a group's rows are the run's rows of its ranks, in the run's order.
+    g["PER_RANK"] = tuple(s.name for s in sections if s.per_rank is not None)
+    #: Sections whose rows per step are a detail table summarised by :func:`.summaries.per_step`.
+    g["STEP_SECTIONS"] = {s.name: s.summary for s in sections if s.summary is not None}
+    #: Each detail table and the record of its rows.
+    g["TABLE_ROWS"] = details
+    g["DETAIL"] = tuple(details)
+    g["Report"] = _report_record(sections)
 
 
-def _collectives(report: dict[str, Any]) -> Collectives:
-    return msgspec.convert(report["collectives"], Collectives)
+def __getattr__(name: str) -> Any:
+    if name in _DERIVED:
+        _derive()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-OVERLAP_TABLE = Table(
-    "Communication / computation overlap (whole trace)",
-    (Column("rank", "rank"), Column("device", "device"), Column("overlap", "overlap_pct", fmt_pct),
-     Column("comm", "comm_us", fmt_us), Column("overlapped", "overlapped_us", fmt_us),
-     Column("exposed comm", "exposed_comm_us", fmt_us)),
-    rows=lambda r: rows(r["overlap"], OverlapRow), at=10)
-BREAKDOWN_TABLE = Table(
-    "Temporal breakdown (first to last kernel)",
-    (Column("rank", "rank"), Column("span", "span_us", fmt_us), Column("idle", "idle_us", fmt_us),
-     Column("compute", "compute_us", fmt_us), Column("non-compute", "non_compute_us", fmt_us),
-     Column("idle %", "idle_pct", fmt_pct), Column("compute %", "compute_pct", fmt_pct),
-     Column("non-comp %", "non_compute_pct", fmt_pct)),
-    rows=lambda r: rows(r["breakdown"], BreakdownRow), at=20)
-IDLE_TABLE = Table(
-    "Idle time by stream and cause",
-    (Column("rank", "rank"), Column("stream", "stream"), Column("host wait", "host_wait", fmt_us),
-     Column("kernel wait", "kernel_wait", fmt_us), Column("other", "other", fmt_us)),
-    rows=idle_streams, at=30)
-STRAGGLERS_TABLE = Table(
-    lambda r: f"Stragglers: {fmt_ranks(st.ranks) if (st := _stragglers(r)).ranks else 'none'}",
-    (Column("rank", "rank"), Column("times last", "times_last"), Column("collectives", "instances"),
-     Column("wait caused", "wait_caused_us", fmt_us), Column("mean step", "step_us", fmt_us)),
-    rows=lambda r: [p for p in _stragglers(r).per_rank if p.instances], at=40)
-_BUBBLE_COLUMNS = (Column("rank", "rank"), Column("steps", "steps"))
-#: "bubble" is pipeline vocabulary: said only where pipeline stages were found.
-PIPELINE_BUBBLES_TABLE = Table(
-    "Pipeline bubbles (mean over steps)",
-    (*_BUBBLE_COLUMNS, Column("bubble", "bubble_us", fmt_us), Column("bubble %", "bubble_pct", fmt_pct),
-     Column("stage", "stage", fmt_plain), Column("theory", "theoretical_pct", fmt_pct)),
-    rows=rank_bubbles, when=lambda r: bool(r.get("pipeline")), at=50)
-NO_COMPUTE_TABLE = Table(
-    "Time without compute in a step (mean over steps)",
-    (*_BUBBLE_COLUMNS, Column("no compute", "bubble_us", fmt_us), Column("no compute %", "bubble_pct", fmt_pct)),
-    rows=rank_bubbles, when=lambda r: not r.get("pipeline"), at=50)
-COLLECTIVES_TABLE = Table(
-    "Collectives, largest arrival skew first",
-    (Column("pg", "pg"), Column("#", "index"), Column("op", "op"), Column("size", "bytes", fmt_bytes),
-     Column("ranks", "ranks_seen", fmt_ranks), Column("skew", "arrival_skew_us", fmt_us),
-     Column("duration", "duration_us", fmt_us), Column("busbw GB/s", "busbw_gbps", fmt_num),
-     Column("last", "last_rank", fmt_plain)),
-    rows=lambda r: _collectives(r).worst, left=3,
-    more=lambda r: (_collectives(r).instances, "the detail table collectives.parquet"), at=60)
-BANDWIDTH_TABLE = Table(
-    "Bandwidth per op and size (nccl-tests definitions)",
-    (Column("op", "op"), Column("size", "bytes", fmt_bytes), Column("ranks", "n", fmt_plain),
-     Column("count", "count"), Column("mean time", "duration_us", fmt_us), Column("algbw GB/s", "algbw_gbps", fmt_num),
-     Column("busbw GB/s", "busbw_gbps", fmt_num)),
-    rows=lambda r: rows(r["bandwidth"], BandwidthRow), left=1, at=70)
-#: Which kernel names each rule (built-in family, user rule, or collective metadata) made communication,
-#: so a user can check the classification and correct it with ``--comm-kernel``.
-COMM_KERNELS_TABLE = Table(
-    "Communication kernels, by the rule that classified them (--comm-kernel REGEX[=op] to correct)",
-    (Column("rule", "rule"), Column("source", "source"), Column("op", "op", lambda v: v or "-"),
-     Column("kernel", "name", lambda v: v or "(matched no kernel)"), Column("count", "count"),
-     Column("ranks", "ranks")),
-    rows=lambda r: rows(r.get("comm_kernels") or [], CommKernelRow), left=4, at=80)
-#: Flight Recorder findings: per group the first collective (or send/recv) some members never entered
-#: (missing) or entered and never completed (for send/recv: the ranks waiting); the suspect ranks above.
-HANG_TABLE = Table(
-    "Hang: per process group, the first collective not entered or not completed by all",
-    (Column("pg", "pg"), Column("group", "pg_desc", lambda v: v or "-"), Column("op", "op"),
-     Column("#", "index"), Column("missing", "missing_ranks", fmt_ranks),
-     Column("not completed", lambda h: h.not_completed_ranks if h.kind == "collective" else h.waiting_ranks,
-            fmt_ranks)),
-    rows=lambda r: msgspec.convert(r.get("hang") or {}, Hang).collectives, left=3, note=_hang_note, at=90)
+def _get(name: str) -> Any:
+    """A derived name, as the module holds it now (a test may have replaced it)."""
+    return globals()[name] if name in globals() else __getattr__(name)
 
 
-SECTIONS: tuple[Section, ...] = (
-    Section("overlap", [], overlap, "intervals", tables=(OVERLAP_TABLE,), verdict=communication_verdicts, verdict_at=30),
-    Section("overlap_by_step", {"per_rank": [], "worst": []}, overlap_by_step, "intervals",
-            summary=(("rank",), ("exposed_comm_us", "overlap_pct"), "exposed_comm_us")),
-    Section("breakdown", [], temporal_breakdown, "intervals", tables=(BREAKDOWN_TABLE,)),
-    Section("idle", [], idle_breakdown, "idle", tables=(IDLE_TABLE,), verdict=idle_verdicts, verdict_at=40),
-    Section("bubbles", {"per_rank": [], "worst": []}, summary=(("rank",), ("bubble_us", "bubble_pct"), "bubble_pct"),
-            tables=(PIPELINE_BUBBLES_TABLE, NO_COMPUTE_TABLE), verdict=bubble_verdicts, verdict_at=50),
-    Section("stragglers", {"ranks": [], "per_rank": []}, tables=(STRAGGLERS_TABLE,), verdict=straggler_verdicts,
-            verdict_at=20),
-    Section("collectives", {"instances": 0, "by_op": [], "worst": []}, tables=(COLLECTIVES_TABLE,)),
-    Section("bandwidth", [], tables=(BANDWIDTH_TABLE,), verdict=bandwidth_verdicts, verdict_at=60),
-    Section("hang", {"collectives": []}, analysed=False, tables=(HANG_TABLE,)),
-    Section("comm_kernels", [], analysed=False, tables=(COMM_KERNELS_TABLE,)),
-    Section("step_times", {"per_rank": [], "worst": []}, step_times, "steps", summary=(("rank",), ("step_us",), "step_us")),
-    Section("kernels", []),
-    Section("kernels_by_step", {"per_kernel": [], "worst": []}, summary=(("name", "kind"), ("total_us",), "total_us")),
-    Section("clocks", NOT_ESTIMATED.section(), analysed=False),
-    Section("health", [], analysed=False, verdict=health_verdicts, verdict_at=10),
-    Section("breakdown_by_step", per_rank=breakdown_by_step, family="steps",
-            summary=(("rank",), ("span_us", "idle_pct"), "idle_pct")),
-    Section("idle_by_step", per_rank=idle_by_step, family="idle",
-            summary=(("rank", "category"), ("idle_us",), "idle_us")),  # of .summaries.idle_by_cause(rows)
-    Section("pipeline"),
-)
-
-#: What a report with no traced run holds (a fresh copy for each report: ``copy.deepcopy``).
-EMPTY_SECTIONS: dict[str, Any] = {s.name: s.empty for s in SECTIONS if s.empty is not ABSENT}
-#: What :func:`.report.analyse` returns: the sections computed from events, and the collectives' warnings
-#: (sentences for the run's warnings).
-SECTION_ORDER: tuple[str, ...] = (*(s.name for s in SECTIONS if s.analysed), "collective_warnings")
-#: Sections computed per rank: a group's rows are the run's rows of its ranks, in the run's order.
-PER_RANK: tuple[str, ...] = tuple(s.name for s in SECTIONS if s.per_rank is not None)
-#: Sections whose rows per step are a detail table summarised by :func:`.summaries.per_step`.
-STEP_SECTIONS = {s.name: s.summary for s in SECTIONS if s.summary is not None}
+def rediscover() -> None:
+    """Forget the derived names, so the next read walks the package again (a test that adds a module)."""
+    for name in _DERIVED:
+        globals().pop(name, None)
 
 
 def tables(sections: tuple[Section, ...] | None = None) -> list[Table]:
     """Every declared table of ``sections`` (all of :data:`SECTIONS` by default), in the order they are shown
     (``Table.at``): what the text and the HTML report draw."""
-    return ordered([t for s in (SECTIONS if sections is None else sections) for t in s.tables])
+    return ordered([t for s in (_get("SECTIONS") if sections is None else sections) for t in s.tables])
 
 
-def family_frames(p: Prepared, family: str) -> dict[str, pl.DataFrame]:
-    """The per-rank sections of ``family``, each computed on the events of ``p``."""
-    return {s.name: s.per_rank(p) for s in SECTIONS if s.family == family and s.per_rank is not None}
+def family_frames(p: Any, family: str) -> dict[str, pl.DataFrame]:
+    """The per-rank sections of ``family``, each computed on the events of ``p`` (a Prepared)."""
+    return {s.name: s.per_rank(p) for s in _get("SECTIONS") if s.family == family and s.per_rank is not None}
+
+
+def parse(report: dict[str, Any]) -> Any:
+    """The report as its typed record, :data:`Report` (validated: a wrong or missing field raises
+    :class:`msgspec.ValidationError` naming its path)."""
+    return parse_as(report, _get("Report"))
+
+
+def schema() -> dict[str, Any]:
+    """The JSON Schema of :data:`Report`, with each detail table's rows under ``$defs``
+    (:func:`ddprof.report.schema.schema_of`)."""
+    return schema_of(_get("Report"), _get("TABLE_ROWS"), source="ddprof/analyses/sections.py")
+
+
+def schema_text() -> str:
+    """:func:`schema` as the committed file's text."""
+    return json.dumps(schema(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m ddprof.analyses.sections [PATH]``: write the schema (default ``docs/report.schema.json``)."""
+    from ddprof.store.atomic import write_text_atomic
+
+    args = sys.argv[1:] if argv is None else argv
+    path = Path(args[0]) if args else SCHEMA_PATH
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, schema_text())
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":  # run as a script: the registry is the imported module, not this copy
+    from ddprof.analyses.sections import main as _main
+
+    sys.exit(_main())

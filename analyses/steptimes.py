@@ -20,7 +20,9 @@ import polars as pl
 from ddprof.analyses.collectives import comm_rows
 from ddprof.analyses.frames.memo import Events, collect, prepare
 from ddprof.analyses.frames.sets import kernels, steps
+from ddprof.analyses.sections import Section
 
+from ddprof.report.schema import StepTimeRow, StepTimeSummary
 from ddprof.vocabulary.units import NS_PER_US
 
 
@@ -45,3 +47,11 @@ def step_times(events: Events) -> pl.DataFrame:
         .with_columns(pl.col("kernels", "collectives", "comm_bytes").fill_null(0))
         .sort("rank", "step")
     )
+
+
+# --- the report's sections this module computes (ddprof.analyses.sections) ------------------------------------------
+
+SECTIONS = (
+    Section("step_times", {"per_rank": [], "worst": []}, step_times, "steps", summary=(("rank",), ("step_us",), "step_us"),
+            record=StepTimeSummary, detail=StepTimeRow, order=110),
+)

@@ -43,9 +43,11 @@ from ddprof.analyses.collectives import arrivals
 from ddprof.analyses.frames.intervals import union_lengths
 from ddprof.analyses.frames.memo import Events, Prepared, collect, derived
 from ddprof.analyses.frames.sets import rank_spans, steps
+from ddprof.analyses.sections import Section
 
+from ddprof.report.display import Column, Table
 from ddprof.report.schema import Stragglers
-from ddprof.vocabulary.units import NS_PER_US, fmt_us
+from ddprof.vocabulary.units import NS_PER_US, fmt_ranks, fmt_us
 
 _INST = ["group", "src", "dst", "index"]
 
@@ -181,3 +183,21 @@ def straggler_verdicts(report: dict[str, Any]) -> list[str]:
         out.append(f"rank {r} is the straggler: {who} spent {fmt_us(wait)} {when} on average waiting for it "
                    f"at collectives (wall-clock; last at {p.times_last} of {p.instances} collectives)")
     return out or ["no straggler: no rank keeps the others waiting at collectives"]
+
+
+# --- the report's sections this module computes (ddprof.analyses.sections) ------------------------------------------
+
+def _stragglers(report: dict[str, Any]) -> Stragglers:
+    return msgspec.convert(report["stragglers"], Stragglers)
+
+
+STRAGGLERS_TABLE = Table(
+    lambda r: f"Stragglers: {fmt_ranks(st.ranks) if (st := _stragglers(r)).ranks else 'none'}",
+    (Column("rank", "rank"), Column("times last", "times_last"), Column("collectives", "instances"),
+     Column("wait caused", "wait_caused_us", fmt_us), Column("mean step", "step_us", fmt_us)),
+    rows=lambda r: [p for p in _stragglers(r).per_rank if p.instances], at=40)
+
+SECTIONS = (
+    Section("stragglers", {"ranks": [], "per_rank": []}, tables=(STRAGGLERS_TABLE,), verdict=straggler_verdicts,
+            verdict_at=20, record=Stragglers, order=60),
+)

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import polars as pl
-from ddprof.analyses.sections import STEP_SECTIONS
+from ddprof.analyses import sections
 
 from ddprof.report.tables import null_nonfinite
 
@@ -61,7 +61,7 @@ def idle_by_cause(idle_by_step: pl.DataFrame) -> pl.DataFrame:
 def summary(name: str, table: pl.DataFrame) -> dict[str, Any]:
     """The summary rows of the detail table ``name``, as its section declares them
     (:data:`.sections.STEP_SECTIONS`: keys, measures, the measure of the worst steps)."""
-    return per_step(idle_by_cause(table) if name == "idle_by_step" else table, *STEP_SECTIONS[name])
+    return per_step(idle_by_cause(table) if name == "idle_by_step" else table, *sections.STEP_SECTIONS[name])
 
 
 def per_step(df: pl.DataFrame, keys: Sequence[str], measures: Sequence[str], by: str) -> dict[str, Any]:

@@ -13,6 +13,8 @@ from typing import Any
 
 from ddprof.analyses import sections
 
+from ddprof.report.schema import Hang, RunSection, field_of, parse
+
 
 def verdicts(report: dict[str, Any]) -> list[str]:
     """The verdicts in their final order: a hang first, then what the trace cannot tell that changes a
@@ -24,12 +26,12 @@ def verdicts(report: dict[str, Any]) -> list[str]:
     (worst: rank 1, 56 %); 5 % of communication overlaps compute", ...]."""
     rules = sorted((s for s in sections.SECTIONS if s.verdict is not None), key=lambda s: s.verdict_at)
     out = [line for s in rules if s.verdict is not None for line in s.verdict(report)]
-    nwarn = len(report["run"].get("warnings") or [])
+    nwarn = len(field_of(report["run"], RunSection, "warnings"))
     if nwarn:
         out.append(f"{nwarn} warning(s) about the input: see the warnings below")
-    hang = report["hang"].get("verdict")
-    if hang and report["hang"].get("collectives"):
-        out.insert(0, hang)  # a hang comes first
-    elif hang:
-        out.append(hang)  # "no hang found" (a healthy capture's dumps) is worth a line, last
+    hang = parse(report["hang"], Hang)
+    if hang.verdict and hang.collectives:
+        out.insert(0, hang.verdict)  # a hang comes first
+    elif hang.verdict:
+        out.append(hang.verdict)  # "no hang found" (a healthy capture's dumps) is worth a line, last
     return out

@@ -18,11 +18,13 @@ from tests.support.paths import TRACES, trace_set
 def pytest_configure(config: pytest.Config) -> None:
     """Wrap :func:`ddprof.analyses.report.build_report` for the session, before any test module imports it,
     so that every report a test builds (directly, through ``ddprof.analyze`` or the CLI in-process) is
-    converted into :class:`ddprof.report.schema.Report`, and each of its detail tables into its rows' record:
+    converted into its record assembled from the sections' declarations (:data:`ddprof.analyses.sections.Report`),
+    and each of its detail tables into its rows' record:
     a field that drifts from its declaration fails the test that built the report, naming the field's path."""
     import ddprof.analyses.report as report_module
+    from ddprof.analyses.sections import parse
 
-    from ddprof.report.schema import TABLE_ROWS, parse, rows
+    from ddprof.report.schema import rows
 
     original = report_module.build_report
 
@@ -30,6 +32,8 @@ def pytest_configure(config: pytest.Config) -> None:
     def build_report(*args, **kwargs):
         report = original(*args, **kwargs)
         parse(report)
+        from ddprof.analyses.sections import TABLE_ROWS
+
         for name, record in TABLE_ROWS.items():  # each detail table's rows as their declared record
             rows(report.table(name).to_dicts(), record)
         return report

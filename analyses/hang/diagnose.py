@@ -16,13 +16,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
 from ddprof.analyses.hang.collectives import collective_finding
 from ddprof.analyses.hang.p2p import p2p_finding
 from ddprof.analyses.hang.verdicts import lagging_completion_ranks, overall_verdict
 from ddprof.analyses.hang.views import FAILED, NO_DUMP, group_catalog, group_has_p2p, rank_view
 from ddprof.analyses.hang.waits import find_suspects
+from ddprof.analyses.sections import Section
 
 from ddprof.readers.flightrec.load import DumpSet
+from ddprof.report.display import Column, Table
+from ddprof.report.schema import Hang
+from ddprof.vocabulary.units import fmt_ranks
 
 __all__ = ["diagnose", "backend_of"]
 
@@ -136,3 +141,27 @@ def backend_of(dump_set: DumpSet) -> tuple[str | None, str | None]:
         return None, None
     return backend, _DEVICE[backend]
 
+
+# --- the report's sections this module computes (ddprof.analyses.sections) ------------------------------------------
+
+def _hang_note(report: dict[str, Any]) -> str:
+    hang = msgspec.convert(report.get("hang") or {}, Hang)
+    suspects = f"suspect ranks (the hang started there): {fmt_ranks(hang.suspect_ranks)}"
+    if hang.unaccounted_ranks:
+        suspects += f"; waited for, no usable dump: {fmt_ranks(hang.unaccounted_ranks)}"
+    return suspects
+
+
+#: Flight Recorder findings: per group the first collective (or send/recv) some members never entered
+#: (missing) or entered and never completed (for send/recv: the ranks waiting); the suspect ranks above.
+HANG_TABLE = Table(
+    "Hang: per process group, the first collective not entered or not completed by all",
+    (Column("pg", "pg"), Column("group", "pg_desc", lambda v: v or "-"), Column("op", "op"),
+     Column("#", "index"), Column("missing", "missing_ranks", fmt_ranks),
+     Column("not completed", lambda h: h.not_completed_ranks if h.kind == "collective" else h.waiting_ranks,
+            fmt_ranks)),
+    rows=lambda r: msgspec.convert(r.get("hang") or {}, Hang).collectives, left=3, note=_hang_note, at=90)
+
+SECTIONS = (
+    Section("hang", {"collectives": []}, analysed=False, tables=(HANG_TABLE,), record=Hang, order=90),
+)

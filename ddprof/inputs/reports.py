@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ddprof.analyses import sections
 from ddprof.analyses.compare.all_kernels import every_kernel
 from ddprof.analyses.report import build_report
 from ddprof.errors import BadInputError
@@ -74,7 +75,7 @@ def _saved(path: Path) -> dict[str, Any]:
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BadInputError(f"cannot read this saved report ({exc})", path=path) from exc
     if isinstance(report, dict) and "report_version" in report:
-        return AnalysisReport(report, directory=tables_dir(path))
+        return AnalysisReport(report, directory=tables_dir(path), names=sections.DETAIL)
     return report
 
 

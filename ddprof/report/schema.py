@@ -1,10 +1,18 @@
-"""The report contract: every section's rows declared once, as typed records with their field docs.
+"""The report contract: the sections' rows as typed records with their field docs, and what every report shares.
 
-``ddprof analyze --format json`` prints a dict (:func:`ddprof.analyses.report.build_report`); its shape is
-:class:`Report`. Each section's rows are a :class:`msgspec.Struct` here, and nowhere else: the JSON Schema
-committed as ``docs/report.schema.json`` is generated from these declarations (``python -m
-ddprof.report.schema`` rewrites it; a test fails while the committed one is stale), and a consumer that
-wants typed rows converts a report with :func:`parse` and reads attributes, not string keys.
+``ddprof analyze --format json`` prints a dict (:func:`ddprof.analyses.report.build_report`). Each section's
+rows are a :class:`msgspec.Struct`, declared once; the report's own record (the run, every section, the
+version, the verdicts, the status) is assembled from the sections' declarations
+(:data:`ddprof.analyses.sections.Report`: a section names its record where it is declared), and so is the
+JSON Schema committed as ``docs/report.schema.json`` (``python -m ddprof.analyses.sections`` rewrites it; a
+test fails while the committed one is stale). A consumer that wants typed rows converts a report, or a
+section, with :func:`parse` or :func:`rows` and reads attributes, not string keys.
+
+Here, in the core: :class:`Row`, the pieces every report shares (the ``run`` section, the distributions and
+worst steps of a detail table's summary, :data:`REPORT_VERSION`, :func:`version_of`, :func:`parse`,
+:func:`rows`, :func:`schema_of`), and the records of ddprof's sections, which the dashboards, the terminal
+report, the CLI and the comparison of reports read by name; the core may not import the analyses, so a
+record an outer layer reads lives here. A new section may declare its records in its own module.
 
 Why msgspec: it is already a core dependency, it validates and converts a decoded JSON document (or the
 dict ``build_report`` returns) into these records at C speed (:func:`msgspec.convert`), rejects a missing
@@ -16,7 +24,7 @@ dependency the core does not carry.
 Versions: :data:`REPORT_VERSION` is in every report as ``report_version``. A report without it is
 version 1 (ddprof before the contract was declared): it held the per-step and per-instance rows in the
 JSON, where version 2 keeps their summaries (``OverlapSteps``, ``Collectives``, ...) and writes the rows as
-detail tables beside it (:mod:`ddprof.report.tables`, rows declared in :data:`TABLE_ROWS`);
+detail tables beside it (:mod:`ddprof.report.tables`, each table's rows declared by its section: ``detail``);
 :func:`version_of` says which.
 
 Floats computed as ratios (percentages, bandwidths, ratios) are ``null`` where the ratio is undefined
@@ -25,8 +33,6 @@ Floats computed as ratios (percentages, bandwidths, ratios) are ``null`` where t
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -557,45 +563,6 @@ class Collectives(Row):
     worst: Annotated[list[CollectiveRow], Meta(description="largest arrival skew first (ties: earlier first)")]
 
 
-# --- the report -------------------------------------------------------------------------------------------
-
-
-class Report(Row, kw_only=True):
-    """``ddprof analyze --format json``: what was analysed, what the trace cannot tell, every section, the
-    verdicts and the status the exit code follows (0 ok, 1 problem, 3 partial). A report on Flight Recorder
-    dumps alone has no ``breakdown_by_step``, ``idle_by_step`` or ``pipeline``."""
-
-    run: RunSection
-    overlap: list[OverlapRow]
-    overlap_by_step: OverlapStepSummary
-    breakdown: list[BreakdownRow]
-    breakdown_by_step: BreakdownStepSummary = msgspec.field(
-        default_factory=lambda: BreakdownStepSummary(per_rank=[], worst=[]))
-    idle: list[IdleRow]
-    idle_by_step: IdleStepSummary = msgspec.field(default_factory=lambda: IdleStepSummary(per_rank=[], worst=[]))
-    bubbles: BubbleStepSummary
-    pipeline: list[PipelineRow] = []
-    stragglers: Stragglers
-    collectives: Collectives
-    bandwidth: list[BandwidthRow]
-    hang: Hang
-    comm_kernels: list[CommKernelRow]
-    step_times: StepTimeSummary
-    kernels: list[KernelRow]
-    kernels_by_step: KernelStepSummary
-    clocks: Clocks
-    health: list[HealthFinding]
-    report_version: Annotated[int, Meta(description="the contract's version; absent: version 1")]
-    verdicts: Annotated[list[str], Meta(description="one sentence each, most important first")]
-    status: Annotated[Literal["ok", "problem", "partial"], Meta(description="what the exit code follows")]
-
-
-#: Each detail table (:mod:`ddprof.report.tables`) and the record of its rows.
-TABLE_ROWS: dict[str, type[Row]] = {
-    "overlap_by_step": OverlapStepRow, "breakdown_by_step": BreakdownStepRow, "idle_by_step": IdleStepRow,
-    "bubbles": BubbleRow, "collectives": CollectiveRow, "step_times": StepTimeRow, "kernels_by_step": KernelStepRow,
-}
-
 T = TypeVar("T")
 
 
@@ -605,10 +572,23 @@ def version_of(report: dict[str, Any]) -> int:
     return version if isinstance(version, int) and not isinstance(version, bool) else 1
 
 
-def parse(report: dict[str, Any]) -> Report:
-    """The report as typed records (validated: a wrong or missing field raises :class:`msgspec.ValidationError`
-    naming its path)."""
-    return msgspec.convert(dict(report), Report)
+def parse(report: Any, record: type[T]) -> T:
+    """A report (or one of its sections) as ``record``, validated: a wrong or missing field raises
+    :class:`msgspec.ValidationError` naming its path. The whole report's record is assembled from the
+    sections' declarations: :func:`ddprof.analyses.sections.parse`."""
+    return msgspec.convert(dict(report) if isinstance(report, dict) else report, record)
+
+
+def field_of(section: dict[str, Any], record: type[Row], name: str) -> Any:
+    """One field of a section as ``record`` declares it: its value converted to the declared type (validated),
+    or its declared default where the section lacks it. For a reader of one field of a section that may be
+    given in part (a report being built, a test's report); a name ``record`` does not declare is a KeyError."""
+    info = {f.name: f for f in msgspec.structs.fields(record)}[name]
+    if name in section:
+        return msgspec.convert(section[name], info.type)
+    if info.required:
+        raise msgspec.ValidationError(f"Object missing required field `{name}` of {record.__name__}")
+    return info.default if info.default is not msgspec.NODEFAULT else info.default_factory()
 
 
 def rows(items: list[dict[str, Any]], record: type[T]) -> list[T]:
@@ -616,33 +596,13 @@ def rows(items: list[dict[str, Any]], record: type[T]) -> list[T]:
     return msgspec.convert(items, list[record])  # type: ignore[valid-type]
 
 
-def schema() -> dict[str, Any]:
-    """The JSON Schema of :class:`Report`, generated from the declarations; the rows of each detail table
-    (a Parquet file beside the report) are declared under ``$defs`` too (:data:`TABLE_ROWS`)."""
-    (report, *_), defs = msgspec.json.schema_components((Report, *TABLE_ROWS.values()))
+def schema_of(report: type[Row], table_rows: dict[str, type[Row]], source: str) -> dict[str, Any]:
+    """The JSON Schema of the report's record ``report``; the rows of each detail table (a Parquet file
+    beside the report) are declared under ``$defs`` too (``table_rows``: name -> record). ``source``: where
+    the record is assembled, named in the description."""
+    (top, *_), defs = msgspec.json.schema_components((report, *table_rows.values()))
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "ddprof report",
-            "description": f"ddprof analyze --format json, report_version {REPORT_VERSION} (ddprof/report/schema.py); "
+            "description": f"ddprof analyze --format json, report_version {REPORT_VERSION} ({source}); "
                            "detail tables NAME.parquet beside it: " + ", ".join(
-                               f"{name} ({record.__name__})" for name, record in TABLE_ROWS.items()),
-            **report, "$defs": defs}
-
-
-def schema_text() -> str:
-    """:func:`schema` as the committed file's text."""
-    return json.dumps(schema(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m ddprof.report.schema [PATH]``: write the schema (default ``docs/report.schema.json``)."""
-    from ddprof.store.atomic import write_text_atomic
-
-    args = sys.argv[1:] if argv is None else argv
-    path = Path(args[0]) if args else SCHEMA_PATH
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, schema_text())
-    print(f"wrote {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+                               f"{name} ({record.__name__})" for name, record in table_rows.items()),
+            **top, "$defs": defs}

@@ -1,14 +1,15 @@
 """The report's detail tables: its per-step and per-instance rows, as Parquet beside the JSON.
 
 The JSON report is a summary whose size is bounded by the ranks and by the things it names; the rows
-that grow with steps and collective instances (:data:`DETAIL`) are tables written beside it:
+that grow with steps and collective instances are tables written beside it (which sections have one is
+declared by each section, ``detail``: :data:`ddprof.analyses.sections.DETAIL`):
 
 * ``ddprof analyze SRC --format json -o FILE`` writes ``FILE.tables/NAME.parquet`` (:func:`tables_dir`);
 * ``ddprof analyze`` of a writable run dir also writes ``RUN/report/tables/NAME.parquet``
   (:func:`run_tables_dir`), so that ``open_run(RUN)`` finds them;
 * in Python, ``ddprof.analyze(path).table("bubbles")`` is the table as a Polars DataFrame.
 
-Each table's columns are the fields of its record in :mod:`ddprof.report.schema` (``bubbles``:
+Each table's columns are the fields of its section's ``detail`` record (``bubbles``:
 :class:`~ddprof.report.schema.BubbleRow`), one row per rank and step (per collective instance for
 ``collectives``), in the order the analyses give them; a float that is not finite is null, as in JSON.
 Each file is written atomically (:func:`ddprof.store.atomic.write_atomic`).
@@ -27,11 +28,9 @@ import msgspec
 import polars as pl
 
 from ddprof.errors import BadInputError
-from ddprof.report.schema import TABLE_ROWS
 from ddprof.store.atomic import write_atomic
+from ddprof.store.rundir import REPORT_TABLES, missing_table
 
-#: The sections written as detail tables: those whose rows :data:`ddprof.report.schema.TABLE_ROWS` declares.
-DETAIL = tuple(TABLE_ROWS)
 SUFFIX = ".tables"
 
 
@@ -43,7 +42,7 @@ def tables_dir(report_path: str | Path) -> Path:
 
 def run_tables_dir(run_path: str | Path) -> Path:
     """Where ``ddprof analyze`` leaves the tables of a run dir's report: ``RUN/report/tables``."""
-    return Path(run_path) / "report" / "tables"
+    return Path(run_path) / REPORT_TABLES
 
 
 def null_nonfinite(df: pl.DataFrame) -> pl.DataFrame:
@@ -63,27 +62,26 @@ def write_tables(directory: str | Path, tables: Mapping[str, pl.DataFrame]) -> P
 class AnalysisReport(dict[str, Any]):
     """The JSON report (a dict: ``json.dumps`` writes it, ``report["run"]`` reads it) with its detail
     tables: ``report.table(name)``. The tables are frames in memory (a report just built) or the files of
-    a directory (a saved report), read when asked for."""
+    a directory (a saved report), read when asked for. ``names``: the detail tables a report has (the
+    sections' declared ones, :data:`ddprof.analyses.sections.DETAIL`); by default those in memory."""
 
     def __init__(self, data: Mapping[str, Any], tables: Mapping[str, pl.DataFrame] | None = None,
-                 directory: str | Path | None = None) -> None:
+                 directory: str | Path | None = None, names: tuple[str, ...] | None = None) -> None:
         super().__init__(data)
         self.tables: dict[str, pl.DataFrame] = dict(tables or {})
         self.directory = Path(directory) if directory is not None else None
+        self.names: tuple[str, ...] = tuple(self.tables) if names is None else tuple(names)
 
     def table(self, name: str) -> pl.DataFrame:
-        """The detail table ``name`` (one of :data:`DETAIL`); a BadInputError names the missing file."""
-        if name not in DETAIL:
-            raise KeyError(f"{name!r} is not a detail table (those are: {', '.join(DETAIL)})")
+        """The detail table ``name`` (one of :attr:`names`); a BadInputError names the missing file."""
+        if name not in self.names:
+            raise KeyError(f"{name!r} is not a detail table (those are: {', '.join(self.names)})")
         if name not in self.tables:
             if self.directory is None:
                 raise BadInputError(f"this report has no detail table {name!r}")
-            path = self.directory / f"{name}.parquet"
-            if not path.is_file():
-                raise BadInputError(f"the report's detail table {name}.parquet is missing: `ddprof analyze` writes "
-                                    "it (FILE.tables/ beside `-o FILE`, report/tables/ in a writable run dir); "
-                                    "run it again", path=self.directory)
-            self.tables[name] = pl.read_parquet(path)
+            if not (self.directory / f"{name}.parquet").is_file():
+                raise missing_table(self.directory, name)
+            self.tables[name] = pl.read_parquet(self.directory / f"{name}.parquet")
         return self.tables[name]
 
     def __eq__(self, other: object) -> bool:
@@ -103,10 +101,10 @@ class AnalysisReport(dict[str, Any]):
 
     def write_tables(self, directory: str | Path) -> Path:
         """Every detail table into ``directory`` (:func:`write_tables`)."""
-        return write_tables(directory, {name: self.table(name) for name in DETAIL})
+        return write_tables(directory, {name: self.table(name) for name in self.names})
 
     def __reduce__(self) -> Any:  # pickled (Ray, multiprocessing) with its tables
-        return (AnalysisReport, (dict(self), self.tables, self.directory))
+        return (AnalysisReport, (dict(self), self.tables, self.directory, self.names))
 
 
 def report_json(report: Mapping[str, Any]) -> str:

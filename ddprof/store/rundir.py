@@ -21,6 +21,8 @@ from ddprof.store.schema import EVENT_SCHEMA, check_version, empty_events
 from ddprof.vocabulary.units import NS_PER_US, fmt_ranges, step_ranges
 
 MANIFEST = "manifest.json"
+#: Where ``ddprof analyze`` leaves the detail tables of a run dir's report (``NAME.parquet``).
+REPORT_TABLES = Path("report") / "tables"
 RUN_FORMAT = "ddprof-run"
 
 
@@ -118,12 +120,12 @@ class Run:
     def steps(self) -> list[int]:
         return sorted({s for info in self.manifest.get("per_rank", {}).values() for s in info.get("steps", [])})
 
-    def table(self, name: str) -> Any:
-        """A detail table (a Polars DataFrame) of the report ``ddprof analyze`` last wrote for this run dir
-        (``report/tables/NAME.parquet``: :mod:`ddprof.report.tables`), e.g. ``open_run(p).table("bubbles")``."""
-        from ddprof.report.tables import AnalysisReport, run_tables_dir
-
-        return AnalysisReport({}, directory=run_tables_dir(self.path)).table(name)
+    def table(self, name: str) -> pl.DataFrame:
+        """A detail table of the report ``ddprof analyze`` last wrote for this run dir
+        (``report/tables/NAME.parquet``: :mod:`ddprof.report.tables`), e.g. ``open_run(p).table("bubbles")``.
+        Read here, without the report's modules: the store is what ingest writes, and its fingerprint
+        (:mod:`ddprof.ingestion.store_version`) covers only what ingest runs."""
+        return read_table(self.path / REPORT_TABLES, name)
 
     def summary(self) -> dict[str, Any]:
         """What was ingested, from the manifest (no event scan): the report's ``run`` section before the
@@ -169,3 +171,22 @@ def open_run(path: str | Path) -> Run:
             if not (path / part).is_file():
                 raise SchemaError(f"{path}: rank {r}'s events file {part} is missing; re-run `ddprof ingest`")
     return Run(path=path, manifest=manifest)
+
+
+def missing_table(directory: Path, name: str) -> BadInputError:
+    """The error for a report's detail table ``name`` that is not in ``directory``."""
+    return BadInputError(f"the report's detail table {name}.parquet is missing: `ddprof analyze` writes it "
+                         "(FILE.tables/ beside `-o FILE`, report/tables/ in a writable run dir); run it again",
+                         path=directory)
+
+
+def read_table(directory: Path, name: str) -> pl.DataFrame:
+    """The detail table ``name`` of the report whose tables are in ``directory``: a KeyError names the tables
+    there when ``name`` is not one of them, a BadInputError says what writes them when there are none."""
+    path = directory / f"{name}.parquet"
+    if not path.is_file():
+        present = sorted(p.stem for p in directory.glob("*.parquet")) if directory.is_dir() else []
+        if present:
+            raise KeyError(f"{name!r} is not a detail table (those are: {', '.join(present)})")
+        raise missing_table(directory, name)
+    return pl.read_parquet(path)

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from ddprof.analyses import rank_groups
 from ddprof.analyses.report import analyse, build_report, read_events
+from ddprof.analyses.sections import DETAIL
 
 from ddprof.errors import UsageError
 from ddprof.ingestion import ingest
-from ddprof.report.tables import DETAIL
 from ddprof.store.atomic import json_text
 from ddprof.store.rundir import Run, open_run
 from ddprof.synth import Spec, generate

@@ -16,11 +16,11 @@ from ddprof.analyses.frames.memo import Prepared, derived, prepare
 from ddprof.analyses.idle import idle_breakdown, idle_by_step
 from ddprof.analyses.overlap import overlap, overlap_by_step
 from ddprof.analyses.report import COLUMNS, EMPTY_SECTIONS, _rows, analyse, build_report, read_events
+from ddprof.analyses.sections import DETAIL
 from ddprof.analyses.stragglers import stragglers
 
 import ddprof
 from ddprof.render.text import render_text
-from ddprof.report.tables import DETAIL
 from ddprof.synth import DataParallel, Pipeline, ingest_generated, to_kineto, write_kineto, write_traces
 from ddprof.vocabulary.units import fmt_bytes, fmt_us
 from tests.support.paths import SAMPLES

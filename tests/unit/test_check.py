@@ -14,12 +14,13 @@ import pytest
 from ddprof.analyses.compare.check import DifferentJobError, check
 from ddprof.analyses.compare.rules import merge_rules, parse_bytes
 from ddprof.analyses.compare.stats import hodges_lehmann, quantile_shift
+from ddprof.analyses.sections import DETAIL
 
 from ddprof.cli import main
 from ddprof.errors import BadInputError
 from ddprof.inputs.reports import load_report
 from ddprof.report.schema import REPORT_VERSION
-from ddprof.report.tables import DETAIL, tables_dir
+from ddprof.report.tables import tables_dir
 from ddprof.synth import NoisyDP, ingest_generated
 from ddprof.testing import RegressionError, assert_no_regression
 from ddprof.testing import ddprof_check as ddprof_check  # the fixture, as a user's conftest gets it

@@ -1,4 +1,5 @@
-"""The report contract (:mod:`ddprof.report.schema`): the committed JSON Schema is the one the declarations
+"""The report contract (:mod:`ddprof.report.schema`, the report's record assembled from the sections'
+declarations in :mod:`ddprof.analyses.sections`): the committed JSON Schema is the one the declarations
 generate, and a report that drifts from the declarations is refused naming the field."""
 
 from __future__ import annotations
@@ -7,15 +8,16 @@ import json
 
 import msgspec
 import pytest
+from ddprof.analyses.sections import Report, parse, schema_text
 
-from ddprof.report.schema import REPORT_VERSION, SCHEMA_PATH, Report, parse, schema_text, version_of
+from ddprof.report.schema import REPORT_VERSION, SCHEMA_PATH, version_of
 from tests.support.paths import REPO
 
 
 def test_committed_schema_is_current():
     committed = (REPO / SCHEMA_PATH).read_text()
     assert committed == schema_text(), (
-        f"{SCHEMA_PATH} is stale: regenerate it with `python -m ddprof.report.schema` and commit it")
+        f"{SCHEMA_PATH} is stale: regenerate it with `python -m ddprof.analyses.sections` and commit it")
 
 
 def test_schema_names_every_section_with_its_row_docs():
@@ -53,10 +55,11 @@ def test_per_step_rows_are_detail_tables_beside_the_report(tmp_path, capsys):
     """``-o FILE`` writes FILE.tables/NAME.parquet, the run dir keeps report/tables/: the same rows as the
     report's frames; the JSON holds their summaries."""
     import polars as pl
+    from ddprof.analyses.sections import DETAIL
 
     import ddprof
     from ddprof.cli import main
-    from ddprof.report.tables import DETAIL, tables_dir
+    from ddprof.report.tables import tables_dir
     from tests.support.paths import SAMPLES
 
     cache = tmp_path / "cache"
@@ -88,10 +91,7 @@ def test_per_step_rows_are_detail_tables_beside_the_report(tmp_path, capsys):
 def test_each_detail_table_is_summarised():
     """Every detail table has its summary in the JSON: the per-step ones by analyses/summaries.py, the
     collective instances by collectives_summary."""
-    from ddprof.analyses.sections import STEP_SECTIONS
-
-    from ddprof.report.schema import TABLE_ROWS
-    from ddprof.report.tables import DETAIL
+    from ddprof.analyses.sections import DETAIL, STEP_SECTIONS, TABLE_ROWS
 
     assert set(STEP_SECTIONS) | {"collectives"} == set(DETAIL) == set(TABLE_ROWS)
     assert set(DETAIL) <= set(Report.__struct_fields__)
@@ -125,9 +125,14 @@ def test_report_json_puts_arrays_of_scalars_on_one_line_and_nothing_else_changes
 
 
 def test_a_missing_detail_table_is_named(tmp_path):
-    """A run dir no ``ddprof analyze`` wrote tables into: the error names the file and says what writes it."""
+    """A run dir no ``ddprof analyze`` wrote tables into: the error names the file and says what writes it.
+    Once they are written, a name that is not one of them is a KeyError naming those there (the store reads
+    them without the report's modules, which are no part of what ingest runs)."""
+    from ddprof.analyses.report import build_report
+
     import ddprof
     from ddprof.errors import BadInputError
+    from ddprof.report.tables import run_tables_dir
     from ddprof.synth import Spec, generate
 
     generate(Spec(ranks=2, steps=1), tmp_path / "gen", with_truth=False)
@@ -135,6 +140,8 @@ def test_a_missing_detail_table_is_named(tmp_path):
     with pytest.raises(BadInputError, match=r"report/tables: the report's detail table bubbles\.parquet is missing: "
                                             r"`ddprof analyze` writes it"):
         run.table("bubbles")
+    build_report(run).write_tables(run_tables_dir(run.path))
+    assert run.table("bubbles").height == 2
     with pytest.raises(KeyError, match="not a detail table"):
         run.table("overlap")
 
