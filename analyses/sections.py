@@ -134,8 +134,9 @@ def _report_record(sections: tuple[Section, ...]) -> type[Row]:
         doc += f" A report on Flight Recorder\ndumps alone has no {listed}."
     fields = [*_HEAD, *((s.name, s.record) if s.when_absent is msgspec.NODEFAULT else (s.name, s.record, s.when_absent)
                         for s in sections if s.record is not None), *_TAIL]
-    return msgspec.defstruct("Report", fields, bases=(Row,), module=__name__, kw_only=True,
-                             namespace={"__doc__": doc})
+    record: type[Row] = msgspec.defstruct("Report", fields, bases=(Row,), module=__name__, kw_only=True,
+                                          namespace={"__doc__": doc})  # type: ignore[assignment]
+    return record
 
 
 def _derive() -> None:
