@@ -5,7 +5,8 @@ record field it reads and the formatter of :mod:`ddprof.vocabulary.units` that w
 headings and the same formatted numbers.
 
 The types live here, in the core beside the records they read (:mod:`ddprof.report.schema`), and need nothing
-but them; each section's table is declared with the section, in :data:`ddprof.analyses.sections.SECTIONS`.
+but them; each section's table is declared with the section, in the module that computes it (found by
+:mod:`ddprof.analyses.sections`).
 
 Example: ``Table("Bandwidth", (Column("op", "op"), Column("size", "bytes", fmt_bytes)), rows=lambda r:
 rows(r["bandwidth"], BandwidthRow))`` draws a row ``["all_reduce", "64 MiB"]`` per bandwidth record.

@@ -606,3 +606,10 @@ def schema_of(report: type[Row], table_rows: dict[str, type[Row]], source: str) 
                            "detail tables NAME.parquet beside it: " + ", ".join(
                                f"{name} ({record.__name__})" for name, record in table_rows.items()),
             **top, "$defs": defs}
+
+
+if __name__ == "__main__":  # the schema's generator moved where the report's record is assembled
+    import sys
+
+    sys.exit("the report's schema is assembled from the sections' declarations: "
+             "python -m ddprof.analyses.sections [PATH]")
