@@ -31,8 +31,18 @@ section modules: the sections live beside the analyses that compute them (``over
 ``overlap`` and ``overlap_by_step``), where their rules and tables read the same records. Not at import
 time: the modules that use the registry (:mod:`.rank_groups`, :mod:`.summaries`, :mod:`.report`,
 :mod:`.verdicts`) import this module and read its names when they run, so the walk may import them
-without a cycle; a module that read a derived name while it is itself being imported would be (refused,
-naming it).
+without a cycle (a module that read a derived name while the walk imports it is refused with an
+ImportError that says so). The names are derived once, under a lock (the families' frames run on threads,
+which may be the first to ask), and the same declarations found again give the same objects.
+
+Not declared here yet: how a section computed across ranks is computed. :func:`.rank_groups.cross_rank_sections`
+computes ``pipeline``, ``stragglers``, ``collectives``, ``bandwidth`` and ``kernels`` (and the per-rank
+``bubbles`` joined with the pipeline stages) on the groups' summaries, because they share work that is not a
+memoised frame: the collective instances (``collectives(p, world_size)``) feed ``collectives``, its detail
+table, ``bandwidth`` and the run's warnings, and the pipeline stages feed ``pipeline`` and the ``bubbles``
+detail table. A builder per section would match the instances again for each (the costliest cross-rank step)
+unless those two become derived frames of :mod:`.collectives` and :mod:`.bubbles`; then each section can
+declare its cross-rank builder here like its per-rank one.
 
 Why the tables are declared with their section and not in the core beside the records: a section is
 declared once, with its verdict rule (an analysis, which the core may not import); the types they are
@@ -50,6 +60,7 @@ import importlib
 import json
 import pkgutil
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,6 +114,7 @@ FIXED: tuple[str, ...] = tuple(name for name, _ in (*_HEAD, *_TAIL))
 _DERIVED = ("SECTIONS", "EMPTY_SECTIONS", "SECTION_ORDER", "PER_RANK", "STEP_SECTIONS", "TABLE_ROWS", "DETAIL",
             "Report")
 _discovering = False
+_lock = threading.RLock()
 
 
 def _declared() -> list[Section]:
@@ -140,32 +152,50 @@ def _report_record(sections: tuple[Section, ...]) -> type[Row]:
 
 
 def _derive() -> None:
-    """Find the declarations and set the derived names (module doc)."""
+    """Find the declarations and set the derived names (module doc); once, whichever thread asks first (the
+    families' frames are computed on threads, which may be the first to ask)."""
     global _discovering
-    if _discovering:
-        raise ImportError("a module read the section registry while the registry was importing it: read "
-                          "ddprof.analyses.sections' names inside functions, not at import time")
-    _discovering = True
-    try:
-        sections = tuple(_declared())
-    finally:
-        _discovering = False
-    details = {s.name: s.detail for s in sections if s.detail is not None}
-    g = globals()
-    g["SECTIONS"] = sections
-    #: What a report with no traced run holds (a fresh copy for each report: ``copy.deepcopy``).
-    g["EMPTY_SECTIONS"] = {s.name: s.empty for s in sections if s.empty is not ABSENT}
-    #: What :func:`.report.analyse` returns: the sections computed from events, and the collectives'
-    #: warnings (sentences for the run's warnings).
-    g["SECTION_ORDER"] = (*(s.name for s in sections if s.analysed), "collective_warnings")
-    #: Sections computed per rank: a group's rows are the run's rows of its ranks, in the run's order.
-    g["PER_RANK"] = tuple(s.name for s in sections if s.per_rank is not None)
-    #: Sections whose rows per step are a detail table summarised by :func:`.summaries.per_step`.
-    g["STEP_SECTIONS"] = {s.name: s.summary for s in sections if s.summary is not None}
-    #: Each detail table and the record of its rows.
-    g["TABLE_ROWS"] = details
-    g["DETAIL"] = tuple(details)
-    g["Report"] = _report_record(sections)
+    with _lock:
+        if all(name in globals() for name in _DERIVED):
+            return  # derived by another thread while this one waited
+        if _discovering:
+            raise ImportError("a module read the section registry while the registry was importing it: read "
+                              "ddprof.analyses.sections' names inside functions, not at import time")
+        _discovering = True
+        try:
+            _set(tuple(_declared()))
+        finally:
+            _discovering = False
+
+
+#: The names derived before, kept so that the same declarations found again give the same objects (a
+#: ``Report`` class a caller holds stays the report's record after a test's :func:`rediscover`).
+_derived_before: list[dict[str, Any]] = []
+
+
+def _set(sections: tuple[Section, ...]) -> None:
+    """The derived names of ``sections``, set together (a thread reads each name set, or derives them)."""
+    names = next((d for d in _derived_before if d["SECTIONS"] == sections), None)
+    if names is None:
+        details = {s.name: s.detail for s in sections if s.detail is not None}
+        names = {
+            "SECTIONS": sections,
+            # What a report with no traced run holds (a fresh copy for each report: ``copy.deepcopy``).
+            "EMPTY_SECTIONS": {s.name: s.empty for s in sections if s.empty is not ABSENT},
+            # What :func:`.report.analyse` returns: the sections computed from events, and the collectives'
+            # warnings (sentences for the run's warnings).
+            "SECTION_ORDER": (*(s.name for s in sections if s.analysed), "collective_warnings"),
+            # Sections computed per rank: a group's rows are the run's rows of its ranks, in the run's order.
+            "PER_RANK": tuple(s.name for s in sections if s.per_rank is not None),
+            # Sections whose rows per step are a detail table summarised by :func:`.summaries.per_step`.
+            "STEP_SECTIONS": {s.name: s.summary for s in sections if s.summary is not None},
+            # Each detail table and the record of its rows; their names.
+            "TABLE_ROWS": details,
+            "DETAIL": tuple(details),
+            "Report": _report_record(sections),
+        }
+        _derived_before.append(names)
+    globals().update(names)
 
 
 def __getattr__(name: str) -> Any:

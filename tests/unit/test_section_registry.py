@@ -201,3 +201,16 @@ def test_without_the_module_the_registry_is_as_before(run):
     assert "widgets" not in [s.name for s in sections.SECTIONS]
     assert "widgets" not in sections.Report.__struct_fields__
     assert "widgets" not in build_report(run)
+
+
+def test_threads_that_ask_the_registry_first_together_all_get_it():
+    """The families' frames are computed on threads, which may be the first to read the registry: it is
+    derived once, and every thread reads the same declarations."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    expected = [s.name for s in sections.SECTIONS]
+    sections.rediscover()
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda name: getattr(sections, name), ["SECTIONS", "PER_RANK", "DETAIL", "Report"] * 8))
+    assert all([s.name for s in g] == expected for g in got[::4])
+    assert len({id(g) for g in got[::4]}) == 1 and len({id(r) for r in got[3::4]}) == 1
