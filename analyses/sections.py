@@ -148,8 +148,19 @@ OVERLAP_TABLE = Table(
      Column("comm", "comm_us", fmt_us), Column("overlapped", "overlapped_us", fmt_us),
      Column("exposed comm", "exposed_comm_us", fmt_us)),
     rows=lambda r: rows(r["overlap"], OverlapRow), at=10)
+def _breakdown_title(report: dict[str, Any]) -> str:
+    """What the breakdown's span runs between: kernels on a GPU rank, CPU ops (gloo ops and CPU compute) on a
+    CPU-only one, said for the ranks the table shows."""
+    devices = {row.device for row in rows(report.get("overlap") or [], OverlapRow)} or {(report.get("run") or {}).get("device")}
+    if devices == {"cpu"}:
+        return "Temporal breakdown (first to last CPU op)"
+    if "cpu" in devices:
+        return "Temporal breakdown (first to last kernel; CPU op on CPU-only ranks)"
+    return "Temporal breakdown (first to last kernel)"
+
+
 BREAKDOWN_TABLE = Table(
-    "Temporal breakdown (first to last kernel)",
+    _breakdown_title,
     (Column("rank", "rank"), Column("span", "span_us", fmt_us), Column("idle", "idle_us", fmt_us),
      Column("compute", "compute_us", fmt_us), Column("non-compute", "non_compute_us", fmt_us),
      Column("idle %", "idle_pct", fmt_pct), Column("compute %", "compute_pct", fmt_pct),

@@ -85,6 +85,15 @@ def test_generated_run_through_ingest_recovers_the_truth(sc, tmp_path):
     share = 100 * exposed / (sc.steps * sc.step_ns / 1000)
     assert any(v.startswith(f"exposed communication is {share:.0f} % of step time") for v in report["verdicts"])
     assert report["hang"] == {"collectives": []}
+    # the text says what was measured: kernels on a GPU run; on a CPU-only run its ops, and no kernels column
+    lines = render_text(report).splitlines()
+    rank_head = lines[2].split()
+    assert rank_head[:2] == ["rank", "events"] or rank_head[:3] == ["rank", "host", "events"]
+    if sc.device == "gpu":
+        assert "kernels" in rank_head and "Temporal breakdown (first to last kernel)" in lines
+    else:
+        assert "kernels" not in rank_head and "Temporal breakdown (first to last CPU op)" in lines
+        assert not any("kernel" in line for line in lines), [line for line in lines if "kernel" in line]
 
 
 def test_balanced_run_says_so(tmp_path):
