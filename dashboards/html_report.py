@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 import plotly.graph_objects as go
 from ddprof.analyses.sections import tables
+from ddprof.analyses.verdicts import badge
 from ddprof.dashboards.panels import panel_figures
 from ddprof.dashboards.timeline.data import load
 from ddprof.dashboards.timeline.figure import timeline_figure
@@ -33,7 +34,7 @@ h1{margin:0 0 8px}.card{background:#fff;border:1px solid #ddd;border-radius:6px;
 .grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(560px,1fr));gap:10px}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}
 th{background:#f5f5f5}.status{color:#fff;padding:2px 10px;border-radius:4px;font-weight:bold}
-.ok{background:#2e7d32}.problem{background:#c62828}.partial{background:#ef6c00}.failed{color:#c62828}"""
+.ok{background:#2e7d32}.attention{background:#b26a00}.problem{background:#c62828}.partial{background:#ef6c00}.failed{color:#c62828}"""
 
 TABLE_LIMIT = 200
 
@@ -68,10 +69,11 @@ def figures(report: dict[str, Any], run: Run | None) -> dict[str, go.Figure]:
 def render_html(report: dict[str, Any], run: Run | None = None, title: str = "ddprof report") -> str:
     """The whole page (module doc)."""
     r = msgspec.convert(report["run"], RunSection)
-    status = str(report.get("status", "ok"))
+    shown = badge(report)  # not a green OK beside a verdict that names a problem
     figs = figures(report, run)
-    parts = [f"<h1>{html.escape(title)}</h1><div class='card'><span class='status {html.escape(status)}'>"
-             f"{html.escape(status.upper())}</span> {r.world_size or '?'} ranks · "
+    parts = [f"<h1>{html.escape(title)}</h1><div class='card'><span id='status' class='status "
+             f"{html.escape(shown.kind)}' title='{html.escape('; '.join(shown.why))}'>"
+             f"{html.escape(shown.label)}</span> {r.world_size or '?'} ranks · "
              f"{html.escape(str(r.backend))} · {html.escape(str(r.device))}"
              "<ul id='verdicts'>" + "".join(f"<li>{html.escape(v)}</li>" for v in report.get("verdicts") or [])
              + "</ul>"]

@@ -234,6 +234,7 @@ def test_a_run_on_demand_only_that_no_trigger_reached_says_so(tmp_path):
     """``ddprof launch --active 0`` and no ``ddprof trigger``: the explanation and the launcher's closing
     line say that no trigger was sent; a rank that was asked for a window is explained as before."""
     from ddprof.collectors.launch import closing_line
+
     from ddprof.store.capture_status import STATUS_DIR, explain_no_trace
 
     folder = tmp_path / STATUS_DIR
