@@ -162,11 +162,12 @@ def bubble_verdicts(report: dict[str, Any]) -> list[str]:
             theory = stages[0].theoretical_pct
             key = (stages[0].stages, f"{m:g}", f"{mean(measured):.1f}", "" if theory is None else f"{theory:.1f}")
             alike.setdefault(key, []).append([r.rank for r in sorted(stages, key=lambda r: r.stage)])
-    for (p, m, measured, theory), chains in alike.items():
-        shape = f"{p} stages x {m} micro-batches"
+    for (nstages, micro, said_measured, said_theory), chains in alike.items():
+        shape = f"{nstages} stages x {micro} micro-batches"
         what = (f"pipeline of {shape} ({_pipelines_named(chains)})" if len(chains) == 1
                 else f"{len(chains)} pipelines of {shape} ({_pipelines_named(chains)})")
-        out.append(f"{what}: bubble {measured} % measured" + (f", {theory} % in theory" if theory else ""))
+        out.append(f"{what}: bubble {said_measured} % measured"
+                   + (f", {said_theory} % in theory" if said_theory else ""))
     bubbles = msgspec.convert(report["bubbles"], BubbleStepSummary).per_rank
     if not out and bubbles:  # no pipeline: say what is measured, not "bubble" (a null share counts as 0)
         idle = sum(b.bubble_pct.total or 0.0 for b in bubbles) / sum(b.steps for b in bubbles)

@@ -151,7 +151,8 @@ OVERLAP_TABLE = Table(
 def _breakdown_title(report: dict[str, Any]) -> str:
     """What the breakdown's span runs between: kernels on a GPU rank, CPU ops (gloo ops and CPU compute) on a
     CPU-only one, said for the ranks the table shows."""
-    devices = {row.device for row in rows(report.get("overlap") or [], OverlapRow)} or {(report.get("run") or {}).get("device")}
+    devices: set[str | None] = {row.device for row in rows(report.get("overlap") or [], OverlapRow)}
+    devices = devices or {(report.get("run") or {}).get("device")}
     if devices == {"cpu"}:
         return "Temporal breakdown (first to last CPU op)"
     if "cpu" in devices:
