@@ -80,8 +80,8 @@ def render_run(summary: dict[str, Any], run_warnings: bool = True) -> str:
         lines.append(f"{p.rank:>5}{host} {p.events:>9}{kern} {p.comm_events:>6} {span}{win}  "
                      f"{fmt_spans(p.step_ranges) or '-'}")
     if windows:
-        lines.append("span: the traced time, each rank's profiling windows added up (the time between two "
-                     "windows was never traced)")
+        lines.append("span: the traced time, each rank's windows added up (the time between two windows was "
+                     "not traced)")
     if run.failed:
         lines += ["", f"failed inputs ({len(run.failed)}):"]
         lines += [_item(str(f.error)) for f in run.failed]

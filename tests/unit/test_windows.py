@@ -172,8 +172,9 @@ def test_text_report_shows_the_windows(two_files, single):
     assert [line.split()[5] for line in text.splitlines()[3:5]] == ["2", "2"]
     assert "untraced_gaps (ranks 0-1, 2)" in text
     assert "windows" not in render_text(single).splitlines()[2]
-    assert "span: the traced time, each rank's profiling windows added up" in text
-    assert "profiling windows added up" not in render_text(single)
+    assert "span: the traced time, each rank's windows added up (the time between two windows was not traced)" in text
+    assert "windows added up" not in render_text(single)
+    assert max(len(line) for line in text.splitlines()) <= 100
 
 
 def test_the_rank_table_spans_the_traced_time_and_windows_are_no_warning(two_files, single):
