@@ -148,6 +148,8 @@ OVERLAP_TABLE = Table(
      Column("comm", "comm_us", fmt_us), Column("overlapped", "overlapped_us", fmt_us),
      Column("exposed comm", "exposed_comm_us", fmt_us)),
     rows=lambda r: rows(r["overlap"], OverlapRow), at=10)
+
+
 def _breakdown_title(report: dict[str, Any]) -> str:
     """What the breakdown's span runs between: kernels on a GPU rank, CPU ops (gloo ops and CPU compute) on a
     CPU-only one, said for the ranks the table shows."""
