@@ -9,6 +9,7 @@ the CPU compute ops and gloo ops (HTA cannot analyse such traces). Union lengths
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import msgspec
 import polars as pl
@@ -17,7 +18,7 @@ from ddprof.analyses.frames.memo import Events, collect
 from ddprof.analyses.sections import Section
 
 from ddprof.report.display import Column, Table
-from ddprof.report.schema import BreakdownRow, BreakdownStepRow, BreakdownStepSummary, rows
+from ddprof.report.schema import BreakdownRow, BreakdownStepRow, BreakdownStepSummary, OverlapRow, rows
 from ddprof.vocabulary.units import NS_PER_US, fmt_pct, fmt_us
 
 
@@ -62,8 +63,20 @@ def breakdown_by_step(events: Events) -> pl.DataFrame:
 
 # --- the report's sections this module computes (ddprof.analyses.sections) ------------------------------------------
 
+def _breakdown_title(report: dict[str, Any]) -> str:
+    """What the breakdown's span runs between: kernels on a GPU rank, CPU ops (gloo ops and CPU compute) on a
+    CPU-only one, said for the ranks the table shows."""
+    devices: set[str | None] = {row.device for row in rows(report.get("overlap") or [], OverlapRow)}
+    devices = devices or {(report.get("run") or {}).get("device")}
+    if devices == {"cpu"}:
+        return "Temporal breakdown (first to last CPU op)"
+    if "cpu" in devices:
+        return "Temporal breakdown (first to last kernel; CPU op on CPU-only ranks)"
+    return "Temporal breakdown (first to last kernel)"
+
+
 BREAKDOWN_TABLE = Table(
-    "Temporal breakdown (first to last kernel)",
+    _breakdown_title,
     (Column("rank", "rank"), Column("span", "span_us", fmt_us), Column("idle", "idle_us", fmt_us),
      Column("compute", "compute_us", fmt_us), Column("non-compute", "non_compute_us", fmt_us),
      Column("idle %", "idle_pct", fmt_pct), Column("compute %", "compute_pct", fmt_pct),

@@ -24,7 +24,7 @@ from ddprof.analyses.sections import Section
 
 from ddprof.report.display import Column, Table
 from ddprof.report.schema import BubbleRow, BubbleStepSummary, PipelineRow, rows
-from ddprof.vocabulary.units import NS_PER_US, fmt_pct, fmt_plain, fmt_us
+from ddprof.vocabulary.units import NS_PER_US, fmt_pct, fmt_plain, fmt_ranges, fmt_us
 
 
 @derived
@@ -118,19 +118,59 @@ def pipeline_stages(events: Events) -> pl.DataFrame:
     )
 
 
+def _chain(ranks: list[int]) -> str:
+    """A pipeline's ranks in stage order: ``[0, 16, 32, 48]`` -> ``'0→16→32→48'`` (past 8 stages, the first
+    three and the last)."""
+    shown = ranks if len(ranks) <= 8 else [*ranks[:3], "…", ranks[-1]]
+    return "→".join(map(str, shown))
+
+
+def _pipelines_named(chains: list[list[int]]) -> str:
+    """Which ranks a group of pipelines (each its ranks in stage order) covers, stage by stage.
+
+    One pipeline: ``'ranks 0→16→32→48'``; two or three: ``'ranks 0→16→32→48, 1→17→33→49'``; more: the
+    ranks of each stage, ``'stage 0 on ranks 0-15; stage 1 on 16-31; ...'`` (past 4 stages, the first two
+    and the last, and every rank they cover).
+    """
+    if len(chains) <= 3:
+        return "ranks " + ", ".join(_chain(c) for c in chains)
+    stages = max(len(c) for c in chains)
+    on = [fmt_ranges([c[i] for c in chains if i < len(c)]) for i in range(stages)]
+    named = [f"stage {i} on {'ranks ' if i == 0 else ''}{on[i]}" for i in range(stages)]
+    if stages > 4:
+        every = fmt_ranges([r for c in chains for r in c])
+        named = [*named[:2], "…", named[-1], f"in all ranks {every}"]
+    return "; ".join(named)
+
+
 def bubble_verdicts(report: dict[str, Any]) -> list[str]:
-    """Per pipeline, its measured and theoretical bubble; without one, the share of the average step with
-    no compute (not called a bubble)."""
+    """Per pipeline, which ranks it covers (stage 0 first), its measured and its theoretical bubble; the
+    pipelines whose figures read the same are one line that names all their ranks. Without a pipeline, the
+    share of the average step with no compute (not called a bubble).
+
+    Example: 16 pipelines of 4 stages x 8 micro-batches, ranks r, r+16, r+32, r+48 for r in 0-15, measured
+    37.1 % on twelve and 37.2 % on four -> "12 pipelines of 4 stages x 8 micro-batches (stage 0 on ranks
+    0, 2-12, 14; stage 1 on 16, 18-28, 30; ...): bubble 37.1 % measured, 27.3 % in theory" and one line for
+    the four others.
+    """
     out = []
     pipelines: dict[int, list[PipelineRow]] = {}
     for row in rows(report.get("pipeline", []), PipelineRow):
         pipelines.setdefault(row.pipeline, []).append(row)
+    alike: dict[tuple[int, str, str, str], list[list[int]]] = {}  # (P, M, measured, theory) as said
     for stages in pipelines.values():
         measured = [r.bubble_pct for r in stages if r.bubble_pct is not None]
         m = stages[0].micro_batches
         if measured and m is not None:
-            out.append(f"pipeline of {stages[0].stages} stages x {m:g} micro-batches: bubble "
-                       f"{mean(measured):.1f} % measured, {stages[0].theoretical_pct:.1f} % in theory")
+            theory = stages[0].theoretical_pct
+            key = (stages[0].stages, f"{m:g}", f"{mean(measured):.1f}", "" if theory is None else f"{theory:.1f}")
+            alike.setdefault(key, []).append([r.rank for r in sorted(stages, key=lambda r: r.stage)])
+    for (nstages, micro, said_measured, said_theory), chains in alike.items():
+        shape = f"{nstages} stages x {micro} micro-batches"
+        what = (f"pipeline of {shape} ({_pipelines_named(chains)})" if len(chains) == 1
+                else f"{len(chains)} pipelines of {shape} ({_pipelines_named(chains)})")
+        out.append(f"{what}: bubble {said_measured} % measured"
+                   + (f", {said_theory} % in theory" if said_theory else ""))
     bubbles = msgspec.convert(report["bubbles"], BubbleStepSummary).per_rank
     if not out and bubbles:  # no pipeline: say what is measured, not "bubble" (a null share counts as 0)
         idle = sum(b.bubble_pct.total or 0.0 for b in bubbles) / sum(b.steps for b in bubbles)

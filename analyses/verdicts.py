@@ -5,13 +5,23 @@ strings. A section whose numbers call for a verdict declares its rule (``verdict
 ``verdict_at``: :data:`ddprof.analyses.sections.SECTIONS`), written beside its analysis; each rule names its
 threshold, and one whose section is empty says nothing. Here: the declared rules in their order, then the
 run's warnings count, and the hang's own sentence (:mod:`.hang`) placed first or last.
+
+:func:`badge` is what the dashboard and the HTML report show beside the verdicts: the status, except that a
+report whose status is ``ok`` but whose verdicts name a problem (a straggler, a trace finding that changes a
+headline number) is not shown as a green OK.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from ddprof.analyses import sections
+from ddprof.analyses.health import health_verdicts
+from ddprof.analyses.stragglers import straggler_verdicts
+
+from ddprof.report.schema import Stragglers
 
 from ddprof.report.schema import Hang, RunSection, field_of, parse
 
@@ -35,3 +45,29 @@ def verdicts(report: dict[str, Any]) -> list[str]:
     elif hang.verdict:
         out.append(hang.verdict)  # "no hang found" (a healthy capture's dumps) is worth a line, last
     return out
+
+
+@dataclass(frozen=True)
+class Badge:
+    """The report's state in one word, for a coloured badge: ``kind`` (``ok``, ``attention``, ``partial``,
+    ``problem``: its colour), ``label`` (the word shown) and ``why`` (the verdicts that made it so)."""
+
+    kind: str
+    label: str
+    why: tuple[str, ...]
+
+
+def badge(report: dict[str, Any]) -> Badge:
+    """The status (``problem``: a hang; ``partial``: inputs failed), or, for a report whose status is ``ok``,
+    ``attention`` where its verdicts name a problem the exit code does not follow: a straggler, or a trace
+    finding that changes a headline number (GPU side not captured, events lost, ranks missing); ``ok``
+    only where they name none. Example: the DLRM sample, status ok with "rank 7 is the straggler: ..." ->
+    Badge("attention", "ATTENTION", ("rank 7 is the straggler: ...",))."""
+    status = str(report.get("status") or "ok")
+    why: list[str] = []
+    if msgspec.convert(report.get("stragglers") or {}, Stragglers).ranks:
+        why += [v for v in straggler_verdicts(report) if not v.startswith("no straggler")]
+    why += health_verdicts(report)
+    if status != "ok":
+        return Badge(status, status.upper(), tuple(why))
+    return Badge("attention", "ATTENTION", tuple(why)) if why else Badge("ok", "OK", ())

@@ -142,7 +142,8 @@ class Profile(contextlib.ContextDecorator):
             self._ondemand = OnDemand(files.run_dir, self._status, step=self._first_step)
             listening = self._ondemand.install_signal()
             self._status.update(rank=files.info.rank, world_size=files.info.world_size, listening=listening,
-                                first_recorded_step=self._first_recorded(), force=True)
+                                first_recorded_step=self._first_recorded(), active=self.schedule["active"],
+                                force=True)
         except Exception as exc:
             files.fail("on-demand listener", exc)
             self._ondemand = None

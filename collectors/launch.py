@@ -31,7 +31,7 @@ from ddprof.collectors.bootstrap import bootstrap_env, write_bootstrap
 from ddprof.collectors.flight_recorder import DEFAULT_BUFFER, fr_env
 
 from ddprof.errors import UsageError
-from ddprof.store.capture_status import read_statuses
+from ddprof.store.capture_status import never_asked, read_statuses
 from ddprof.store.rundir import MANIFEST
 
 
@@ -98,4 +98,7 @@ def closing_line(run_dir: Path) -> str:
     if not statuses:
         return (f"ddprof: no process of the job loaded ddprof's bootstrap (is ddprof installed in the job's Python, "
                 f"and is the job a Python program started without -S/-I?); nothing captured in {run_dir}")
+    if never_asked(statuses):
+        return (f"ddprof: no trace was written: --active 0 records only the windows `ddprof trigger {run_dir} "
+                "--steps N` asks for while the job runs, and no trigger was sent")
     return f"ddprof: no trace was written; `ddprof analyze {run_dir}` says what each process saw"

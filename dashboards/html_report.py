@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 import plotly.graph_objects as go
 from ddprof.analyses.sections import tables
+from ddprof.analyses.verdicts import badge
 from ddprof.dashboards.panels import panel_figures
 from ddprof.dashboards.timeline.data import load
 from ddprof.dashboards.timeline.figure import timeline_figure
@@ -30,10 +31,17 @@ from ddprof.store.rundir import Run
 
 CSS = """body{font-family:system-ui,sans-serif;margin:16px 24px;background:#fafafa;color:#222}
 h1{margin:0 0 8px}.card{background:#fff;border:1px solid #ddd;border-radius:6px;padding:8px 12px;margin:10px 0}
-.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(560px,1fr));gap:10px}
+.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:10px}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}
 th{background:#f5f5f5}.status{color:#fff;padding:2px 10px;border-radius:4px;font-weight:bold}
-.ok{background:#2e7d32}.problem{background:#c62828}.partial{background:#ef6c00}.failed{color:#c62828}"""
+.ok{background:#2e7d32}.attention{background:#b26a00}.problem{background:#c62828}.partial{background:#ef6c00}.failed{color:#c62828}"""
+
+#: Each figure is drawn by its own script as the page is parsed, at the width its card has then; the grid's
+#: columns are fixed by the page's width alone (``auto-fill``: a first card alone does not span the row),
+#: and once the page is loaded every figure is fitted to its card again (a card that changed width after its
+#: figure was drawn would clip it: the first panel of a 1,400 px page showed ranks 0-3 of 8).
+FIT = ("window.addEventListener('load',function(){document.querySelectorAll('.js-plotly-plot')"
+       ".forEach(function(g){Plotly.Plots.resize(g);});});")
 
 TABLE_LIMIT = 200
 
@@ -68,10 +76,11 @@ def figures(report: dict[str, Any], run: Run | None) -> dict[str, go.Figure]:
 def render_html(report: dict[str, Any], run: Run | None = None, title: str = "ddprof report") -> str:
     """The whole page (module doc)."""
     r = msgspec.convert(report["run"], RunSection)
-    status = str(report.get("status", "ok"))
+    shown = badge(report)  # not a green OK beside a verdict that names a problem
     figs = figures(report, run)
-    parts = [f"<h1>{html.escape(title)}</h1><div class='card'><span class='status {html.escape(status)}'>"
-             f"{html.escape(status.upper())}</span> {r.world_size or '?'} ranks · "
+    parts = [f"<h1>{html.escape(title)}</h1><div class='card'><span id='status' class='status "
+             f"{html.escape(shown.kind)}' title='{html.escape('; '.join(shown.why))}'>"
+             f"{html.escape(shown.label)}</span> {r.world_size or '?'} ranks · "
              f"{html.escape(str(r.backend))} · {html.escape(str(r.device))}"
              "<ul id='verdicts'>" + "".join(f"<li>{html.escape(v)}</li>" for v in report.get("verdicts") or [])
              + "</ul>"]
@@ -97,4 +106,4 @@ def render_html(report: dict[str, Any], run: Run | None = None, title: str = "dd
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'>"
             f"<title>{html.escape(title)}</title><style>{CSS}</style>"
             f"<script type='text/javascript'>{get_plotlyjs()}</script></head><body>"
-            + "".join(parts) + "</body></html>")
+            + "".join(parts) + f"<script type='text/javascript'>{FIT}</script></body></html>")

@@ -7,14 +7,17 @@ from typing import Any
 
 import msgspec
 from dash import dcc, html
+from ddprof.analyses.verdicts import badge
 from ddprof.dashboards.app.state import DashboardState
 from ddprof.dashboards.figures.hang import hang_rows
 from ddprof.dashboards.panels import panel_ids
 
 from ddprof.report.schema import Hang, HealthFinding, RunSection, rows
+from ddprof.vocabulary.units import fmt_ranges
 
 CARD = {"border": "1px solid #ddd", "borderRadius": "6px", "padding": "6px", "background": "white"}
-STATUS_COLOURS = {"ok": "#2e7d32", "problem": "#c62828", "partial": "#ef6c00"}
+#: The badge's colour by kind (:func:`ddprof.analyses.verdicts.badge`): green only when nothing is named.
+STATUS_COLOURS = {"ok": "#2e7d32", "attention": "#b26a00", "problem": "#c62828", "partial": "#ef6c00"}
 
 
 def table(rows: list[dict[str, Any]], table_id: str) -> html.Table:
@@ -33,13 +36,14 @@ def header(state: DashboardState) -> list[Any]:
     if report is None:
         return [html.Div("analysing the run… the panels appear when the report is ready", id="report-pending",
                          style={"color": "#666"})]
-    status = report.get("status", "ok")
+    shown = badge(report)  # not a green OK beside a verdict that names a problem
     run = msgspec.convert(report["run"], RunSection)
-    out: list[Any] = [html.Span(status.upper(), id="status", style={
-        "background": STATUS_COLOURS.get(status, "#555"), "color": "white", "padding": "2px 10px",
+    out: list[Any] = [html.Span(shown.label, id="status", className=f"status {shown.kind}",
+                                title="; ".join(shown.why) or None, style={
+        "background": STATUS_COLOURS.get(shown.kind, "#555"), "color": "white", "padding": "2px 10px",
         "borderRadius": "4px", "fontWeight": "bold", "marginRight": "10px"}),
         html.Span(f"{run.world_size or '?'} ranks · {run.backend or '?'} · {run.device}"
-                  f" · steps {', '.join(map(str, run.steps)) or 'none'}")]
+                  f" · steps {fmt_ranges(run.steps) or 'none'}")]
     out.append(html.Ul(id="verdicts", children=[html.Li(v) for v in report.get("verdicts") or []],
                        style={"margin": "6px 0", "fontSize": "15px"}))
     failed = run.failed

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 
@@ -42,5 +44,6 @@ def synth(out_dir: str, ranks: int, steps: int, kernels: int, tp: int, pp: int, 
                 schedule=schedule, gpus_per_host=gpus_per_host, slow=_pairs(slow, "RANK=FACTOR"),
                 clock_offset_us=_pairs(clock_offset, "HOST=MICROSECONDS"), noise=noise, seed=seed)
     truth = generate(spec, out_dir)
-    click.echo(f"{ranks} ranks, {truth['total_events']:,} events: {out_dir}/traces; truth: {out_dir}/truth.json")
+    out = Path(out_dir)  # "out/" names out/traces, not out//traces
+    click.echo(f"{ranks} ranks, {truth['total_events']:,} events: {out / 'traces'}; truth: {out / 'truth.json'}")
     return 0

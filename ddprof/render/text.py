@@ -68,13 +68,20 @@ def render_run(summary: dict[str, Any], run_warnings: bool = True) -> str:
     host_head = f" {'host':<16}" if hosts else ""
     windows = any((p.windows or 1) > 1 for p in run.per_rank)  # profiling windows, where several
     win_head = f" {'windows':>7}" if windows else ""
-    lines = [head, "", f"{'rank':>5}{host_head} {'events':>9} {'kernels':>8} {'comm':>6} {'span ms':>10}{win_head}  steps"]
+    # a CPU-only run (gloo) has no kernels: its column would be zeros; "comm" counts its gloo ops
+    kernels = run.device != "cpu" or any(p.kernels for p in run.per_rank)
+    kern_head = f" {'kernels':>8}" if kernels else ""
+    lines = [head, "", f"{'rank':>5}{host_head} {'events':>9}{kern_head} {'comm':>6} {'span ms':>10}{win_head}  steps"]
     for p in run.per_rank:
         span = f"{p.span_us / 1e3:10.3f}" if p.span_us is not None else f"{'-':>10}"
         host = f" {(p.host or '-')[:16]:<16}" if hosts else ""
         win = f" {p.windows or '-':>7}" if windows else ""
-        lines.append(f"{p.rank:>5}{host} {p.events:>9} {p.kernels:>8} {p.comm_events:>6} {span}{win}  "
+        kern = f" {p.kernels:>8}" if kernels else ""
+        lines.append(f"{p.rank:>5}{host} {p.events:>9}{kern} {p.comm_events:>6} {span}{win}  "
                      f"{fmt_spans(p.step_ranges) or '-'}")
+    if windows:
+        lines.append("span: the traced time, each rank's windows added up (the time between two windows was "
+                     "not traced)")
     if run.failed:
         lines += ["", f"failed inputs ({len(run.failed)}):"]
         lines += [_item(str(f.error)) for f in run.failed]

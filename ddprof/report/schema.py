@@ -67,7 +67,9 @@ class RankSummary(Row):
     comm_events: Annotated[int, Meta(description="communication events (kernels, or gloo ops on a CPU trace)")]
     step_ranges: Annotated[list[list[int]], Meta(description="profiler steps the rank traced, as inclusive "
                                                               "ranges [first, last] of consecutive steps")]
-    span_us: Annotated[float | None, Meta(description="first start to last end of any event, µs")]
+    span_us: Annotated[float | None, Meta(description="traced time: first start to last end of any event in "
+                                                      "each profiling window, added up over the rank's windows "
+                                                      "(the time between them was never traced), µs")]
     device_names: Annotated[list[str], Meta(description="GPU names the trace reports")]
     host: Annotated[str | None, Meta(description="host the rank ran on, when known")]
     warnings: Annotated[list[str], Meta(description="what ingest noticed about this rank's traces")]

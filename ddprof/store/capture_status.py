@@ -12,6 +12,14 @@ when it started, its rank, the steps it saw, what it was recording, how it ended
         exit recorded: last update 12 s ago (killed, or still running): the process ended while recording,
         before the window was written
 
+and for a job launched with ``--active 0`` that no ``ddprof trigger`` asked for a window::
+
+    no trace file in runs/ondemand: 2 processes of the capture reported, none wrote a trace: they record on
+    demand only (--active 0) and no trigger was sent
+      rank 0 (host vm, pid 4130): 40 steps seen (step source: optimizer.step); ended: exited normally:
+        --active 0 records only the windows ddprof trigger asks for, and no trigger was sent: ask with
+        ddprof trigger runs/ondemand --steps N while the job runs
+
 The reader lives in the core (it only reads JSON); the writer in the collectors.
 """
 
@@ -46,8 +54,9 @@ def _steps(window: dict[str, Any]) -> str:
     return f"steps {first}-{last}" if first != last else f"step {first}"
 
 
-def describe(status: dict[str, Any], now: float | None = None) -> str:
-    """One process in one line: who, how many steps, what it recorded or was recording, how it ended."""
+def describe(status: dict[str, Any], now: float | None = None, run_dir: Path | None = None) -> str:
+    """One process in one line: who, how many steps, what it recorded or was recording, how it ended (and,
+    without a trace, why: named commands use ``run_dir``)."""
     now = time.time() if now is None else now
     who = f"rank {status['rank']}" if status.get("rank") is not None else "process"
     parts = []
@@ -65,12 +74,12 @@ def describe(status: dict[str, Any], now: float | None = None) -> str:
     else:
         age = now - float(status.get("updated_wall") or now)
         parts.append(f"no exit recorded: last update {age:.0f} s ago (killed, or still running)")
-    reason = status.get("why_no_trace") or _why(status, steps, bool(end))
+    reason = status.get("why_no_trace") or _why(status, steps, bool(end), run_dir)
     return (f"{who} (host {status.get('host')}, pid {status.get('pid')}): " + "; ".join(parts)
             + (f": {reason}" if reason and not written else ""))
 
 
-def _why(status: dict[str, Any], steps: int, ended: bool) -> str:
+def _why(status: dict[str, Any], steps: int, ended: bool, run_dir: Path | None) -> str:
     if status.get("errors"):
         return "capture failed: " + "; ".join(str(e) for e in status["errors"][-3:])
     if steps == 0 and status.get("rank") is None:
@@ -82,10 +91,20 @@ def _why(status: dict[str, Any], steps: int, ended: bool) -> str:
                 "--step-on-loader MODULE:NAME)")
     if status.get("recording") and not ended:  # the first recorded step had begun: the schedule was reached
         return "the process ended while recording, before the window was written"
+    if status.get("active") == 0 and not status.get("windows"):  # on demand only, and never asked
+        return ("--active 0 records only the windows ddprof trigger asks for, and no trigger was sent: "
+                f"ask with ddprof trigger {run_dir or 'RUN'} --steps N while the job runs")
     first = status.get("first_recorded_step")
     if first is not None and steps <= int(first):
         return f"the job ended before step {first}, the first the schedule records; lower --wait/--warmup"
     return ""
+
+
+def never_asked(statuses: list[dict[str, Any]]) -> bool:
+    """Whether every rank of the capture records only on demand (``--active 0``) and none was asked for a
+    window (no ``ddprof trigger`` reached it)."""
+    ranked = [s for s in statuses if s.get("rank") is not None]
+    return bool(ranked) and all(s.get("active") == 0 and not s.get("windows") for s in ranked)
 
 
 def explain_no_trace(run_dir: Path) -> str | None:
@@ -95,6 +114,7 @@ def explain_no_trace(run_dir: Path) -> str | None:
         return None
     now = time.time()
     lines = [f"no trace file in {run_dir}: {len(statuses)} process(es) of the capture reported, none wrote "
-             "a trace"]
-    lines += [f"  {describe(s, now)}" for s in statuses]
+             "a trace" + (": they record on demand only (--active 0) and no trigger was sent"
+                          if never_asked(statuses) else "")]
+    lines += [f"  {describe(s, now, run_dir)}" for s in statuses]
     return "\n".join(lines)

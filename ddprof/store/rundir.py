@@ -130,7 +130,8 @@ class Run:
     def summary(self) -> dict[str, Any]:
         """What was ingested, from the manifest (no event scan): the report's ``run`` section before the
         analyses add their warnings. World size, ranks, backend, device, steps; per rank its event,
-        kernel and communication counts, steps (as ranges: ``[[first, last], ...]``), span, devices, host
+        kernel and communication counts, steps (as ranges: ``[[first, last], ...]``), span (the traced time:
+        its profiling windows added up), devices, host
         and warnings; the inputs that failed
         (``{path, rank, error}``, the error naming the file) and the run's warnings."""
         per_rank = []
@@ -144,7 +145,7 @@ class Run:
                 "comm_kernels": info.get("comm_kernels", 0),
                 "comm_events": info.get("comm_events", info.get("comm_kernels", 0)),
                 "step_ranges": step_ranges(info.get("steps", [])),
-                "span_us": round((last - first) / NS_PER_US, 3) if first is not None and last is not None else None,
+                "span_us": _traced_us(info.get("windows"), first, last),
                 "device_names": sorted(set(info.get("device_names", []))),
                 "host": self.manifest.get("hosts", {}).get(str(r)),
                 "warnings": info.get("warnings", []),
@@ -160,6 +161,15 @@ class Run:
             "failed": [{"path": v.get("path"), "rank": v.get("rank"), "error": v.get("error")}
                        for v in self.failed.values()],
         }
+
+
+def _traced_us(windows: list[list[int]] | None, first: int | None, last: int | None) -> float | None:
+    """A rank's traced time, µs: its profiling windows' lengths added up (:mod:`ddprof.store.windows`: the
+    time between two windows was never traced), or first start to last end where the manifest has no
+    windows. Example: windows [0, 2) s and [180, 181) s -> 3 s, not 181 s."""
+    if windows:
+        return round(sum(end - start for start, end in windows) / NS_PER_US, 3)
+    return round((last - first) / NS_PER_US, 3) if first is not None and last is not None else None
 
 
 def open_run(path: str | Path) -> Run:

@@ -172,6 +172,28 @@ def test_figures_from_the_dlrm_report(dlrm):
     assert pipeline_figure(report).layout.annotations[0].text.startswith("not a pipeline run")
 
 
+def test_the_header_names_a_problem_and_the_steps_as_ranges(dlrm):
+    """The DLRM sample's status is ok, but its first verdict is "rank 7 is the straggler": its badge is not a
+    green OK; and the steps are ranges ("steps 2-21"), not every step listed."""
+    from ddprof.dashboards.app.layout import STATUS_COLOURS, header
+    from ddprof.dashboards.app.state import DashboardState
+    from ddprof.dashboards.html_report import render_html
+
+    run, report = dlrm
+    state = DashboardState(run=run, dumps=None, title="dlrm", report=report)
+    state._done.set()
+    badge, facts = header(state)[:2]
+    assert report["status"] == "ok" and report["verdicts"][0].startswith("rank 7 is the straggler")
+    assert badge.children == "ATTENTION" and badge.style["background"] != STATUS_COLOURS["ok"]
+    assert badge.title == report["verdicts"][0]
+    assert facts.children.endswith(" · steps 10")  # its one step
+    state.report = {**report, "run": {**report["run"], "steps": [*range(2, 22), 30, 31]}}
+    assert header(state)[1].children.endswith(" · steps 2-21, 30-31")
+    page = render_html(report)
+    assert "<span id='status' class='status attention'" in page and ">ATTENTION</span>" in page
+    assert ">OK</span>" not in page
+
+
 def test_hang_figure_and_rows_name_the_suspect():
     with open_source([FR_HANG]) as src:
         report = build_report(None, dumps=src.dumps)

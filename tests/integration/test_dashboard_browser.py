@@ -209,3 +209,48 @@ def test_html_report_renders(driver: Any, tmp_path: Path) -> None:
     assert driver.execute_script("return document.querySelectorAll('#timeline .barlayer .point').length") > 2000
     screenshot(driver, "html-report-dlrm")
     assert severe_console(driver) == []
+
+
+def test_html_report_at_1400_px_shows_every_rank_of_every_panel(tmp_path: Path) -> None:
+    """The HTML report in a 1,400 px wide window, as first drawn (no resize): each figure fits its card, so
+    the first panel ("Time per rank") shows all 8 ranks of the DLRM sample and its title stays in its card
+    (drawn as the page was parsed, it once took the whole row's width and showed ranks 0-3, its title under
+    the next panel); the tables are headed and formatted as the text report is."""
+    from ddprof.analyses.report import build_report
+    from ddprof.dashboards.html_report import render_html
+
+    from tests.support.browser import artifacts_dir
+
+    with open_source([REPO / "sample_traces/dlrm-8xV100-nccl"], cache=tmp_path / "run") as src:
+        page = render_html(build_report(src.run, dumps=src.dumps), src.run, title="dlrm report")
+    out = tmp_path / "report.html"
+    out.write_text(page)
+    with chromium(width=1400, height=900) as d:
+        d.get(out.as_uri())
+        wait_for(lambda: d.execute_script("return document.readyState") == "complete"
+                 and len(d.find_elements("css selector", ".grid .js-plotly-plot .main-svg")) >= 9, what="the panels")
+        time.sleep(0.5)  # the resize after load is plotly's own, synchronous; let it paint
+        fit = d.execute_script("""
+            return [...document.querySelectorAll('.grid .card')].map(card => {
+              const g = card.querySelector('.js-plotly-plot'), c = card.getBoundingClientRect();
+              const svg = g.querySelector('.main-svg').getBoundingClientRect();
+              const title = g.querySelector('.gtitle').getBoundingClientRect();
+              return {id: g.id, card_left: c.left, card_right: c.right, card_height: c.height,
+                      svg_width: svg.width, svg_height: svg.height, title_right: title.right,
+                      ticks: [...g.querySelectorAll('.xtick text')].map(t => {
+                        const r = t.getBoundingClientRect(); return [t.textContent, r.left, r.right]; })};
+            });""")
+        d.execute_script("document.getElementById('breakdown').scrollIntoView();")
+        d.save_screenshot(str(artifacts_dir() / "html-report-dlrm-1400px.png"))
+        headings = d.execute_script("return [...document.querySelectorAll('th')].map(t => t.textContent)")
+        assert severe_console(d) == []
+    assert [p["id"] for p in fit][:2] == ["breakdown", "overlap"]
+    for panel in fit:
+        assert panel["svg_width"] <= panel["card_right"] - panel["card_left"], panel["id"]
+        assert panel["title_right"] <= panel["card_right"], panel["id"]
+        assert panel["svg_height"] < panel["card_height"], panel["id"]
+    breakdown = fit[0]
+    assert [t[0] for t in breakdown["ticks"]] == [str(r) for r in range(8)]
+    assert all(breakdown["card_left"] <= left and right <= breakdown["card_right"] for _, left, right in breakdown["ticks"])
+    assert "overlap" in headings and "exposed comm" in headings
+    assert not [h for h in headings if "_" in h]  # headings, not the JSON's keys (overlap_pct, comm_us)

@@ -114,6 +114,30 @@ def test_on_demand_profile_in_a_script_records_the_window_asked_for(tmp_path):
     assert status["exit"]["how"] == "profile exited"
 
 
+def test_on_demand_only_and_never_triggered_says_no_trigger_was_sent(tmp_path):
+    """``active=0`` and no ``ddprof trigger``: nothing is recorded, and the run dir's explanation says that
+    no trigger was sent (not only that no process wrote a trace)."""
+    import torch
+
+    from ddprof.store.capture_status import explain_no_trace
+
+    run_dir = tmp_path / "run"
+    model, x = torch.nn.Linear(16, 16), torch.randn(4, 16)
+    with ddprof.profile(run_dir, active=0, on_demand=True, ingest=False, flight_recorder=False) as prof:
+        for _ in range(6):
+            model(x).sum().backward()
+            prof.step()
+    assert not list(run_dir.glob("raw/rank-*/*.pt.trace.json.gz"))
+    assert statuses(run_dir)[0]["active"] == 0
+    head, rank0 = explain_no_trace(run_dir).splitlines()
+    assert head.endswith("none wrote a trace: they record on demand only (--active 0) and no trigger was sent")
+    assert rank0.startswith("  rank 0 ") and rank0.endswith(
+        f"--active 0 records only the windows ddprof trigger asks for, and no trigger was sent: ask with "
+        f"ddprof trigger {run_dir} --steps N while the job runs")
+    with pytest.raises(Exception, match="no trigger was sent"):
+        ddprof.analyze(run_dir)
+
+
 def _request(run_dir, trigger_id: int, steps: int, ranks: list[int]) -> None:
     from ddprof.collectors.ondemand import trigger_path
 

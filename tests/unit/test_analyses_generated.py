@@ -7,7 +7,7 @@ import json
 import polars as pl
 import pytest
 from ddprof.analyses.breakdown import breakdown_by_step, temporal_breakdown
-from ddprof.analyses.bubbles import bubbles, pipeline_stages
+from ddprof.analyses.bubbles import bubble_verdicts, bubbles, pipeline_stages
 from ddprof.analyses.collectives import bandwidth, collective_warnings, collectives
 from ddprof.analyses.idle import idle_breakdown, idle_by_step
 from ddprof.analyses.overlap import overlap, overlap_by_step
@@ -191,6 +191,39 @@ def test_pipeline_stages_and_bubbles(order, micro):
     p2p = collectives(lf)
     assert set(p2p["op"]) == {"sendrecv"} and p2p["ranks_seen"].list.len().min() == 2
     assert collective_warnings(p2p) == []
+
+
+def test_pipeline_verdict_names_the_ranks_of_its_stages():
+    """A pipeline's verdict says which ranks it covers, stage 0 first."""
+    pp = Pipeline(order=(2, 0, 3, 1), micro=6)
+    report = {"pipeline": pipeline_stages(pp.events().lazy()).to_dicts(), "bubbles": {"per_rank": [], "worst": []}}
+    (line,) = bubble_verdicts(report)
+    assert line.startswith("pipeline of 4 stages x 6 micro-batches (ranks 2→0→3→1): bubble ")
+    assert line.endswith(f"% measured, {pp.truth()['bubble_pct']:.1f} % in theory")
+
+
+def _pipeline_rows(first: int, stride: int, stages: int, bubble: float) -> list[dict]:
+    return [{"rank": first + i * stride, "pipeline": first, "stage": i, "stages": stages, "micro_batches": 8.0,
+             "bubble_pct": bubble, "theoretical_pct": 100 * (stages - 1) / (8 + stages - 1)} for i in range(stages)]
+
+
+def test_pipelines_with_the_same_figures_are_one_verdict_naming_their_ranks():
+    """64 ranks, 16 pipelines of 4 stages (ranks r, r+16, r+32, r+48): not 16 lines that read the same, but
+    one per distinct figure, each naming the ranks of every stage of its pipelines."""
+    rows = [row for r in range(16) for row in _pipeline_rows(r, 16, 4, 37.2 if r in (1, 7) else 37.14)]
+    lines = bubble_verdicts({"pipeline": rows, "bubbles": {"per_rank": [], "worst": []}})
+    assert lines == [
+        "14 pipelines of 4 stages x 8 micro-batches (stage 0 on ranks 0, 2-6, 8-15; stage 1 on 16, 18-22, "
+        "24-31; stage 2 on 32, 34-38, 40-47; stage 3 on 48, 50-54, 56-63): bubble 37.1 % measured, "
+        "27.3 % in theory",
+        "2 pipelines of 4 stages x 8 micro-batches (ranks 1→17→33→49, 7→23→39→55): bubble 37.2 % measured, "
+        "27.3 % in theory",
+    ]
+    # many stages: the first two, the last, and every rank the pipelines cover
+    rows = [row for r in range(4) for row in _pipeline_rows(r, 4, 8, 50.0)]
+    (line,) = bubble_verdicts({"pipeline": rows, "bubbles": {"per_rank": [], "worst": []}})
+    assert line.startswith("4 pipelines of 8 stages x 8 micro-batches (stage 0 on ranks 0-3; stage 1 on 4-7; …; "
+                           "stage 7 on 28-31; in all ranks 0-31): bubble 50.0 % measured")
 
 
 def test_no_pipeline_in_data_parallel_run():

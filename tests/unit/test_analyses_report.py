@@ -18,6 +18,7 @@ from ddprof.analyses.overlap import overlap, overlap_by_step
 from ddprof.analyses.report import COLUMNS, EMPTY_SECTIONS, _rows, analyse, build_report, read_events
 from ddprof.analyses.sections import DETAIL
 from ddprof.analyses.stragglers import stragglers
+from ddprof.analyses.verdicts import Badge, badge
 
 import ddprof
 from ddprof.render.text import render_text
@@ -85,12 +86,41 @@ def test_generated_run_through_ingest_recovers_the_truth(sc, tmp_path):
     share = 100 * exposed / (sc.steps * sc.step_ns / 1000)
     assert any(v.startswith(f"exposed communication is {share:.0f} % of step time") for v in report["verdicts"])
     assert report["hang"] == {"collectives": []}
+    # the text says what was measured: kernels on a GPU run; on a CPU-only run its ops, and no kernels column
+    lines = render_text(report).splitlines()
+    rank_head = lines[2].split()
+    assert rank_head[:2] == ["rank", "events"] or rank_head[:3] == ["rank", "host", "events"]
+    if sc.device == "gpu":
+        assert "kernels" in rank_head and "Temporal breakdown (first to last kernel)" in lines
+    else:
+        assert "kernels" not in rank_head and "Temporal breakdown (first to last CPU op)" in lines
+        assert not any("kernel" in line for line in lines), [line for line in lines if "kernel" in line]
 
 
 def test_balanced_run_says_so(tmp_path):
     report = build_report(ingest_generated(DataParallel(slow_rank=None), tmp_path))
     assert report["stragglers"]["ranks"] == []
     assert "no straggler: no rank keeps the others waiting at collectives" in report["verdicts"]
+
+
+def test_the_badge_is_ok_only_where_no_verdict_names_a_problem(tmp_path):
+    """Status ok (exit 0) with "rank 2 is the straggler" among the verdicts is not a green OK: the badge is
+    ATTENTION and says why, in the verdict's words; a balanced run is OK; a failed input or a hang keep
+    their status."""
+    balanced = build_report(ingest_generated(DataParallel(slow_rank=None), tmp_path / "ok"))
+    assert balanced["status"] == "ok" and badge(balanced) == Badge("ok", "OK", ())
+    slow = build_report(ingest_generated(DataParallel(), tmp_path / "slow"))
+    assert slow["status"] == "ok" and slow["stragglers"]["ranks"] == [2]
+    shown = badge(slow)
+    assert (shown.kind, shown.label) == ("attention", "ATTENTION")
+    assert shown.why == tuple(v for v in slow["verdicts"] if v.startswith("rank 2 is the straggler"))
+    assert len(shown.why) == 1
+    assert badge({**slow, "status": "partial"}).label == "PARTIAL"
+    assert badge({**balanced, "status": "problem"}) == Badge("problem", "PROBLEM", ())
+    lost = {"finding": "events_lost", "rank": 1, "ranks": [1], "count": 3, "example": "WARNING: 3 events lost",
+            "affects": "every timeline metric", "headline": True}
+    shown = badge({**balanced, "health": [lost]})
+    assert shown.kind == "attention" and "lost events" in shown.why[0]
 
 
 def test_render_text_fits_100_columns_and_starts_with_the_run_then_the_verdicts(tmp_path):

@@ -228,3 +228,32 @@ def test_a_run_dir_without_trace_is_explained_from_the_status_files(tmp_path):
         "  rank 1 (host h, pid 2): 2 steps seen (step source: optimizer.step); ended: exited normally: the job "
         "ended before step 2, the first the schedule records; lower --wait/--warmup",
     ]
+
+
+def test_a_run_on_demand_only_that_no_trigger_reached_says_so(tmp_path):
+    """``ddprof launch --active 0`` and no ``ddprof trigger``: the explanation and the launcher's closing
+    line say that no trigger was sent; a rank that was asked for a window is explained as before."""
+    from ddprof.collectors.launch import closing_line
+
+    from ddprof.store.capture_status import STATUS_DIR, explain_no_trace
+
+    folder = tmp_path / STATUS_DIR
+    folder.mkdir(parents=True)
+    base = {"host": "h", "step_source": "optimizer.step", "exit": {"how": "exited normally"}, "steps_seen": 40,
+            "first_recorded_step": None, "active": 0, "windows": []}
+    for r in (0, 1):
+        (folder / f"h-{r}.json").write_text(json.dumps(base | {"rank": r, "pid": r}))
+    lines = explain_no_trace(tmp_path).splitlines()
+    assert lines[0] == (f"no trace file in {tmp_path}: 2 process(es) of the capture reported, none wrote a trace: "
+                        "they record on demand only (--active 0) and no trigger was sent")
+    assert lines[1] == ("  rank 0 (host h, pid 0): 40 steps seen (step source: optimizer.step); ended: exited "
+                        "normally: --active 0 records only the windows ddprof trigger asks for, and no trigger was "
+                        f"sent: ask with ddprof trigger {tmp_path} --steps N while the job runs")
+    assert "no trigger was sent" in closing_line(tmp_path)
+    # rank 1 was asked for a window (the job ended before it began): not "no trigger was sent"
+    asked = {"id": 1, "start_step": 41, "end_step": 43, "written": None}
+    (folder / "h-1.json").write_text(json.dumps(base | {"rank": 1, "pid": 1, "windows": [asked]}))
+    text = explain_no_trace(tmp_path)
+    assert text.splitlines()[0].endswith("none wrote a trace")
+    assert "no trigger was sent" not in text.splitlines()[2]
+    assert "no trigger was sent" not in closing_line(tmp_path)

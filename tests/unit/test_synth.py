@@ -135,9 +135,11 @@ def test_bad_spec_is_a_usage_error() -> None:
 
 def test_cli_writes_a_run_analyze_reads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "synth"
-    assert main(["synth", str(out), "--ranks", "4", "--steps", "2", "--kernels", "30", "--slow", "2=1.6",
+    assert main(["synth", f"{out}/", "--ranks", "4", "--steps", "2", "--kernels", "30", "--slow", "2=1.6",
                  "--clock-offset", "0=3"]) == 0
     truth = json.loads((out / "truth.json").read_text())
+    said = capsys.readouterr().out  # the paths it names, as a user would copy them (no "synth//traces")
+    assert said == f"4 ranks, {truth['total_events']:,} events: {out / 'traces'}; truth: {out / 'truth.json'}\n"
     assert truth["stragglers"]["slow_ranks"] == [2]
     capsys.readouterr()
     assert main(["analyze", str(out / "traces"), "--cache", str(tmp_path / "run"), "--format", "json"]) == 0

@@ -172,3 +172,21 @@ def test_text_report_shows_the_windows(two_files, single):
     assert [line.split()[5] for line in text.splitlines()[3:5]] == ["2", "2"]
     assert "untraced_gaps (ranks 0-1, 2)" in text
     assert "windows" not in render_text(single).splitlines()[2]
+    assert "span: the traced time, each rank's windows added up (the time between two windows was not traced)" in text
+    assert "windows added up" not in render_text(single)
+    assert max(len(line) for line in text.splitlines()) <= 100
+
+
+def test_the_rank_table_spans_the_traced_time_and_windows_are_no_warning(two_files, single):
+    """A rank traced in two windows 3 minutes apart: its span in the run's rank table is the two windows'
+    traced time (twice the single window's), not the 3 minutes between them; and two traces of a rank one
+    after the other (a triggered run's windows) are what was asked for, noted in the health findings, not a
+    warning about the input."""
+    one = {p["rank"]: p["span_us"] for p in single["run"]["per_rank"]}
+    two = {p["rank"]: p["span_us"] for p in two_files["run"]["per_rank"]}
+    for r in one:
+        assert two[r] == pytest.approx(2 * one[r], abs=0.002)
+        assert two[r] < MINUTES / 100
+    assert two_files["run"]["warnings"] == []
+    assert not any("warning" in v for v in two_files["verdicts"]), two_files["verdicts"]
+    assert {f["rank"] for f in two_files["health"] if f["finding"] == "untraced_gaps"} == {0, 1}
