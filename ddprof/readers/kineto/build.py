@@ -17,7 +17,7 @@ anything else                 ``other`` (unknown categories are counted in the w
 
 Categories arrive in their modern spelling whatever the trace's generation (:mod:`.categories`).
 
-Which rows communicate, with their collective metadata: :mod:`.comm_rows`. Steps: :mod:`.steps`.
+Which rows communicate, with their collective metadata: :mod:`.comm_rows`. Steps: :mod:`ddprof.readers.steps`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from ddprof.readers.kineto.categories import CAT_KIND, GPU_CATS, KNOWN_CATS
 from ddprof.readers.kineto.comm_rows import communication
 from ddprof.readers.kineto.decode import Decoded
 from ddprof.readers.kineto.link import STORED, rows
-from ddprof.readers.kineto.steps import assign_steps
+from ddprof.readers.steps import assign_steps
 from ddprof.store.schema import Kind, conform
 from ddprof.vocabulary.collective_ops import KERNEL_FAMILIES, CommRule, message_size
 

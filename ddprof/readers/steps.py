@@ -1,4 +1,4 @@
-"""``step`` of every row.
+"""``step`` of every row, for every reader of events with runtime launches (Kineto, Nsight Systems).
 
 CPU rows take the ``ProfilerStep#N`` window (on a CPU thread) that contains their start; GPU rows take
 the step of the runtime call that launched them (matched on ``correlation``), and their own start's
