@@ -27,7 +27,7 @@ from ddprof.errors import BadInputError, DdprofError, OutputError, SchemaError
 from ddprof.ingestion.world import MAX_WORLD_SIZE, checked_world_size
 from ddprof.readers import registry
 from ddprof.readers.base import EventReader, Opened, reads_dumps, reads_events
-from ddprof.readers.ranks import trace_rank
+from ddprof.readers.ranks import member_ranks, trace_rank
 from ddprof.readers.source import quick_digest
 from ddprof.store.atomic import write_atomic
 from ddprof.store.rundir import rank_dir
@@ -73,12 +73,19 @@ class FileResult:
     notices: list[str] = field(default_factory=list)  # the profiler's warnings and errors in the trace
     warnings: list[str] = field(default_factory=list)
     rank_map: dict[str, int] | None = None  # the mapping this result was made with (cache key)
+    member: str | None = None  # the rank's part of a file that holds several (ddprof.readers.base.Opened.members)
+    member_index: int | None = None
     internal: bool = False  # failed by a bug in ddprof, not by its input
     # what the cache checks before reuse (ddprof.ingestion.pipeline): identity, change time, ends' digest
     dev: int | None = None
     ino: int | None = None
     ctime_ns: int | None = None
     quick: str | None = None
+
+    def key(self) -> str:
+        """Its key in the manifest's ``sources``: the file's resolved path, ``#i`` after it for the i-th rank
+        of a file that holds several."""
+        return str(Path(self.path).resolve()) + (f"#{self.member_index}" if self.member_index is not None else "")
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a dict, each list and dict copied one level down (what the manifest holds).
@@ -113,8 +120,11 @@ def ingest_files(paths: Sequence[str], out_dir: str, rank_map: dict[str, int] | 
         got = _guarded(res, _open, path, rank_map, res)
         if got is not None:
             group = ready.setdefault(got[0], ([], []))
-            group[0].append(res)
-            group[1].append(got[1])
+            if len(got[1]) > 1:  # a file of several ranks: a result each
+                results[-1:] = [r for r, _ in got[1]]
+            for member, opened in got[1]:
+                group[0].append(member)
+                group[1].append(opened)
     got = None  # _store frees each opened trace once built: no other reference may keep it
     created: list[Path] = []
     try:
@@ -166,9 +176,11 @@ def _guarded(res: FileResult, step: Callable[..., _T], *args: Any) -> _T | None:
     return None
 
 
-def _open(path: Path, rank_map: dict[str, int] | None, res: FileResult) -> tuple[EventReader, Opened]:
+def _open(path: Path, rank_map: dict[str, int] | None,
+          res: FileResult) -> tuple[EventReader, list[tuple[FileResult, Opened]]]:
     """Recognise a trace and open it with its reader; its identity's facts into ``res`` (a claim that
-    contradicts itself raises)."""
+    contradicts itself raises). A file that holds several ranks gives a result and an opened member each,
+    ``res`` the first."""
     res.quick = quick_digest(path, res.size)
     reader = registry.recognise(path)
     if not reads_events(reader):
@@ -178,13 +190,33 @@ def _open(path: Path, rank_map: dict[str, int] | None, res: FileResult) -> tuple
                             "reads it for the hang diagnosis)", path=path)
     opened = reader.open(path)
     res.sha1 = opened.sha1
+    if not opened.members:
+        ident = opened.identity
+        rank, warns = trace_rank(path, ident.rank, rank_map, ident.claims_in)
+        _identify(path, res, opened, rank, warns)
+        return reader, [(res, opened)]
+    ranks, warns = member_ranks(path, [m.identity.rank for m in opened.members], rank_map,
+                                opened.members[0].identity.claims_in)
+    pairs = []
+    for i, (member, rank) in enumerate(zip(opened.members, ranks)):
+        mine = res if i == 0 else FileResult(path=res.path, size=res.size, mtime_ns=res.mtime_ns, rank_map=res.rank_map,
+                                             dev=res.dev, ino=res.ino, ctime_ns=res.ctime_ns, quick=res.quick)
+        mine.sha1, mine.member, mine.member_index = member.sha1, member.member, i
+        _identify(path, mine, member, rank, warns if i == 0 else [])
+        pairs.append((mine, member))
+    return reader, pairs
+
+
+def _identify(path: Path, res: FileResult, opened: Opened, rank: int, rank_warnings: list[str]) -> None:
+    """An opened trace's rank (``rank``, as resolved) and identity into ``res``; raises for a rank or world
+    size that cannot be."""
     ident = opened.identity
     res.warnings.extend(opened.warnings)
-    res.rank, warns = trace_rank(path, ident.rank, rank_map, ident.claims_in)
+    res.rank = rank
     if not 0 <= res.rank < MAX_WORLD_SIZE:
         bad, res.rank = res.rank, None
         raise BadInputError(f"rank {bad} is not a plausible rank (0 to {MAX_WORLD_SIZE - 1})", path=path)
-    res.warnings.extend(warns)
+    res.warnings.extend(rank_warnings)
     res.world_size, why = checked_world_size(ident.world_size, f"{ident.claims_in}.world_size")
     if why:
         res.warnings.append(why)
@@ -197,7 +229,6 @@ def _open(path: Path, rank_map: dict[str, int] | None, res: FileResult) -> tuple
     res.notices = list(opened.notices)
     for why, n in opened.dropped.items():
         res.warnings.append(f"dropped {n} of {opened.raw_complete} complete events: {why}")
-    return reader, opened
 
 
 def _store(reader: EventReader, out_dir: Path, results: list[FileResult], opened: list[Opened],
@@ -250,7 +281,8 @@ def _write(out_dir: Path, df: pl.DataFrame, drawn: pl.DataFrame | None, res: Fil
         raise BadInputError("no complete events in the trace", path=path, rank=res.rank)
     _summarise(df, facts, res)
     assert res.rank is not None and res.sha1 is not None  # set by _open
-    part = rank_dir(out_dir, res.rank) / f"part-{res.sha1[:16]}.parquet"
+    member = f"-{res.member_index}" if res.member_index is not None else ""  # one file, several ranks
+    part = rank_dir(out_dir, res.rank) / f"part-{res.sha1[:16]}{member}.parquet"
     if not part.exists():
         created.append(part)
     write_atomic(part, lambda p: _write_parquet(df, p), needed=lambda: _write_parquet(df, io.BytesIO()))

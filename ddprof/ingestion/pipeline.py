@@ -117,7 +117,7 @@ def ingest(sources: str | Path | Iterable[str | Path], out_dir: str | Path, *,
             for part in info.get("parts", [])}
     fresh = _run_jobs(todo, out, rank_map, jobs, reporter, kept, rules, executor)
     for res in fresh:
-        results[str(Path(res.path).resolve())] = res
+        results[res.key()] = res
     manifest = _assemble(results, srcs, rank_map)
     manifest["comm_kernel_rules"] = list(rules)
     if extra_manifest:
@@ -153,15 +153,20 @@ def _check_writable(out: Path) -> None:
 def _split_cached(files: list[Path], out: Path, cached: dict[str, dict[str, Any]],
                   rank_map: dict[str, int] | None) -> tuple[dict[str, FileResult], list[Path]]:
     """Results reused from the previous manifest (same content as :func:`_unchanged` checks it, same
-    rank map, part present), and the files that must be parsed."""
+    rank map, parts present; every rank of a file that holds several), and the files that must be parsed."""
+    by_file: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for key, hit in cached.items():
+        index = hit.get("member_index")
+        base = key[:-len(f"#{index}")] if isinstance(index, int) and key.endswith(f"#{index}") else key
+        by_file.setdefault(base, []).append((key, hit))
     results: dict[str, FileResult] = {}
     todo: list[Path] = []
     for f in files:
-        key = str(f.resolve())
-        hit = cached.get(key)
-        if (hit and hit.get("status") == "ok" and hit.get("part") and (out / hit["part"]).is_file()
-                and hit.get("rank_map") == (rank_map or None) and _unchanged(f, hit)):
-            results[key] = FileResult(**{k: v for k, v in hit.items() if k in FileResult.__dataclass_fields__})
+        hits = by_file.get(str(f.resolve()), [])
+        if hits and all(hit.get("status") == "ok" and hit.get("part") and (out / hit["part"]).is_file()
+                        and hit.get("rank_map") == (rank_map or None) and _unchanged(f, hit) for _, hit in hits):
+            for key, hit in hits:
+                results[key] = FileResult(**{k: v for k, v in hit.items() if k in FileResult.__dataclass_fields__})
         else:
             todo.append(f)
     return results, todo
@@ -265,12 +270,14 @@ def _run_jobs(todo: list[Path], out: Path, rank_map: dict[str, int] | None, jobs
     if local and (workers <= 1 or total_bytes < PARALLEL_MIN_BYTES):
         workers = 1
     units = _batches(todo, sizes, workers)
-    parsed: dict[Path, FileResult] = {}
+    parsed: dict[Path, list[FileResult]] = {}  # a file's results: one, or one per rank it holds
     progress.start(len(todo), total_bytes)
 
     def done(unit: list[Path], batch: list[FileResult]) -> None:
-        for f, res in zip(unit, batch):
-            parsed[f] = res
+        mine = {str(f): f for f in unit} | {str(f.resolve()): f for f in unit}
+        for res in batch:
+            parsed.setdefault(mine[res.path], []).append(res)
+        for f in unit:
             progress.advance(f, sizes[f])
 
     try:
@@ -299,11 +306,11 @@ def _run_jobs(todo: list[Path], out: Path, rank_map: dict[str, int] | None, jobs
                 if failure is not None:
                     raise failure
     except OutputError:
-        _remove_parts(out, list(parsed.values()), kept)
+        _remove_parts(out, [r for rs in parsed.values() for r in rs], kept)
         raise
     finally:
         progress.close()
-    return [parsed[f] for f in todo if f in parsed]  # in the traces' order, whatever order they finished in
+    return [r for f in todo for r in parsed.get(f, [])]  # in the traces' order, whatever order they finished in
 
 
 @contextmanager

@@ -6,7 +6,9 @@ Two kinds of reader, one shape:
   (:mod:`ddprof.store.schema`): :meth:`~EventReader.open` decodes it and says who wrote it (an :class:`Opened`
   with its :class:`Identity`), :meth:`~EventReader.read` turns opened files into rows. ``read`` takes
   several files at once: the ingest pipeline builds many small traces as one frame (a frame operation
-  costs about the same on a hundred rows as on ten thousand), each file's rows tagged ``_trace``.
+  costs about the same on a hundred rows as on ten thousand), each file's rows tagged ``_trace``. A file
+  that holds several ranks opens as one :class:`Opened` whose ``members`` are its ranks: ``read`` then takes
+  the members, each as a file of its own.
 * a :class:`DumpReader` reads a file of another kind of record (a Flight Recorder dump) for an analysis
   that is not the event table's (the hang diagnosis).
 
@@ -77,6 +79,10 @@ class Opened:
     notices: list[str] = field(default_factory=list)  # the producer's own warnings and errors in the file
     warnings: list[str] = field(default_factory=list)  # what opening it found wrong (kept, not fatal)
     state: Any = None
+    #: A file that holds several ranks (an Nsight Systems export of several processes): one Opened per rank,
+    #: in the file's order (:func:`ddprof.readers.ranks.member_ranks`), each read as a file of its own.
+    members: list[Opened] = field(default_factory=list)
+    member: str | None = None  # which part of its file this is, for messages ("process 111 on CUDA device 0")
 
 
 @runtime_checkable

@@ -4,6 +4,8 @@
   (Kineto's ``distributedInfo.rank``), then a clear rank number in the file or folder name
   (``rank-3.json``, ``rank=00003/``, ``worker7_step_12.json``); disagreements are warnings, the more
   trusted claim wins.
+* A file of several ranks, an Nsight Systems export of several processes (:func:`member_ranks`): its
+  processes in the file's order are ranks N, N+1, ..., N from ``--rank FILE=N``, else 0 (with a warning).
 * A dump (:func:`dump_rank`): PyTorch names dump files prefix + rank (``_dump_12``,
   ``fr_trace_rank_3``), and the content may pin the rank too; content and name must agree, a
   disagreement is refused (a file copied from another rank).
@@ -112,3 +114,25 @@ def dump_rank(content_rank: int | None, name_rank: int | None, path: str | Path)
         "trailing rank number (name it like _dump_<rank>)",
         path=path,
     )
+
+
+def member_ranks(path: Path, claimed: list[Any], rank_map: dict[str, int] | None,
+                 claims_in: str) -> tuple[list[int], list[str]]:
+    """(ranks, warnings) of the processes of one file that holds several ranks (an Nsight Systems export),
+    given in the file's order (:mod:`ddprof.readers.nsys.export`: by CUDA device). One process is a trace
+    of its own (:func:`trace_rank`), and, with no claim at all, rank 0, said in a warning. Several are ranks
+    N to N+n-1: N from ``--rank FILE=N``, else 0, said in a warning (their own claims, which one export of
+    several processes does not record, are not read)."""
+    if len(claimed) == 1:
+        try:
+            rank, warnings = trace_rank(path, claimed[0], rank_map, claims_in)
+        except RankError:
+            return [0], [f"no rank recorded for the export's one process and none in its name: rank 0 (give "
+                         f"another with --rank {path.name}=N)"]
+        return [rank], warnings
+    first = lookup_map(path, rank_map)
+    if first is not None:
+        return [first + i for i in range(len(claimed))], []
+    return list(range(len(claimed))), [
+        f"no rank recorded for the export's {len(claimed)} processes: ranks 0-{len(claimed) - 1} in the order "
+        f"of their CUDA devices (another node's export takes its first rank with --rank {path.name}=N)"]
