@@ -9,8 +9,8 @@ Recognition (:func:`recognise`) reads the file's first :data:`HEAD_BYTES` (infla
 
 1. the first reader of :data:`READERS` that recognises the content (order: the more particular first;
    a Flight Recorder JSON dump is JSON too);
-2. else a format recognised only to be refused (:mod:`.unread`): an Nsight Systems SQLite export, another
-   SQLite database, a Perfetto protobuf trace ... refused naming what the file is;
+2. else a format recognised only to be refused (:mod:`.unread`): an Nsight Systems report (whose SQLite
+   export the Nsight Systems reader takes), a Perfetto protobuf trace ... refused naming what the file is;
 3. else the first reader that claims the file's name (``.json``: the Kineto reader, whose decoder then
    says precisely what is wrong: empty, truncated gzip, not JSON);
 4. else the file is refused: "not a format ddprof reads", with the formats it reads.
@@ -25,12 +25,14 @@ from ddprof.errors import BadInputError
 from ddprof.readers.base import DumpReader, EventReader, Recogniser, reads_dumps, reads_events
 from ddprof.readers.flightrec.reader import FlightRecorderReader
 from ddprof.readers.kineto.reader import KinetoReader
+from ddprof.readers.nsys.reader import NsysReader
 from ddprof.readers.unread import refusal
 
 #: The readers, the more particular first (module doc).
 READERS: list[Recogniser] = [
     FlightRecorderReader(),
     KinetoReader(),
+    NsysReader(),
 ]
 
 #: Bytes of a file recognition looks at (inflated ones for a gzip file).
@@ -56,7 +58,7 @@ def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
 
 def unread(path: Path) -> str | None:
     """Why ``path`` is not read when it is a format ddprof knows but reads not (:mod:`.unread`), e.g.
-    ``"an Nsight Systems SQLite export: not supported yet"``; None for any other file (or one that
+    ``"a Perfetto protobuf trace: not supported yet"``; None for any other file (or one that
     cannot be read)."""
     try:
         head = read_head(path)

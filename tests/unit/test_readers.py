@@ -79,25 +79,30 @@ def perfetto_like(path: Path) -> Path:
     return path
 
 
-def test_an_nsight_systems_export_is_refused_by_name(tmp_path, capsys):
+#: What opening :func:`nsight_export` says: its kernel table lacks columns the Nsight Systems reader reads.
+LACKS = ("an Nsight Systems export whose CUPTI_ACTIVITY_KIND_KERNEL table lacks column(s) globalPid: not an "
+         "export ddprof can read")
+
+
+def test_an_nsight_systems_export_is_its_reader_s_and_one_it_cannot_read_is_refused_naming_why(tmp_path, capsys):
     db = nsight_export(tmp_path / "profile.sqlite")
+    assert registry.recognise(db).name == "nsys"
     with pytest.raises(BadInputError) as exc:
-        registry.recognise(db)
-    assert str(exc.value) == f"{db}: an Nsight Systems SQLite export: not supported yet"
+        registry.recognise(db).open(db)
+    assert str(exc.value) == f"{db}: {LACKS}"
     rc, _, err = run_cli(["analyze", str(db)], capsys)
-    assert rc == 2 and f"{db}: an Nsight Systems SQLite export: not supported yet" in err
+    assert rc == 2 and f"{db}: {LACKS}" in err
     assert "not valid JSON" not in err and "Traceback" not in err
 
 
-def test_a_directory_of_exports_only_says_what_it_holds(tmp_path, capsys):
+def test_a_directory_of_exports_is_read_as_traces(tmp_path, capsys):
     src = tmp_path / "nsys"
     src.mkdir()
     db = nsight_export(src / "report.sqlite")
     (src / "notes.txt").write_text("rank 0 ran on node 3\n")
+    assert discover([src]) == [db]
     rc, _, err = run_cli(["analyze", str(src)], capsys)
-    assert rc == 2
-    assert (f"no trace files (*.json, *.json.gz) found in {src}; {db}: an Nsight Systems SQLite export: not "
-            "supported yet") in err
+    assert rc == 2 and f"{db}: {LACKS}" in err
 
 
 def test_an_nsight_systems_report_is_refused_pointing_to_its_export(tmp_path):
@@ -105,15 +110,15 @@ def test_an_nsight_systems_report_is_refused_pointing_to_its_export(tmp_path):
     rep.write_bytes(b"\x00\x01QDSTRM" + bytes(range(256)) * 4)
     with pytest.raises(BadInputError) as exc:
         registry.recognise(rep)
-    assert str(exc.value) == (f"{rep}: an Nsight Systems report: not supported yet (a reader would take its "
-                              "SQLite export, nsys export --type sqlite, not the report)")
+    assert str(exc.value) == (f"{rep}: an Nsight Systems report: not read directly: export it with `nsys export "
+                              "--type sqlite profile.nsys-rep` and give ddprof the .sqlite file it writes")
 
 
 def test_a_database_that_is_not_nsight_s_is_refused_naming_its_tables(tmp_path, capsys):
     db = other_database(tmp_path / "app.db")
     message = f"{db}: an SQLite database that is not an Nsight Systems export (tables: users): not a format ddprof reads"
     with pytest.raises(BadInputError) as exc:
-        registry.recognise(db)
+        registry.recognise(db).open(db)
     assert str(exc.value) == message
     rc, _, err = run_cli(["ingest", str(db), "-o", str(tmp_path / "run")], capsys)
     assert rc == 2 and message in err
@@ -154,7 +159,7 @@ def test_a_file_no_reader_takes_is_refused_with_the_formats_read(tmp_path, capsy
     f = tmp_path / "notes.txt"
     f.write_text("step 1 took 3 s\n")
     message = (f"{f}: not a format ddprof reads (it reads an NCCL Flight Recorder dump, a PyTorch profiler "
-               "(Kineto) trace)")
+               "(Kineto) trace, an Nsight Systems SQLite export)")
     with pytest.raises(BadInputError) as exc:
         registry.recognise(f)
     assert str(exc.value) == message
@@ -173,7 +178,7 @@ def test_refused_files_beside_read_ones_are_named_and_the_others_analysed(tmp_pa
     assert [r["rank"] for r in report["run"]["per_rank"]] == [0, 1]
     failed = {Path(f["path"]).name: f["error"] for f in report["run"]["failed"]}
     assert failed == {"merged_timeline.json": f"{src / 'merged_timeline.json'}: {NOT_PYTORCH}",
-                      "profile.sqlite": f"{db}: an Nsight Systems SQLite export: not supported yet"}
+                      "profile.sqlite": f"{db}: {LACKS}"}
 
 
 def test_a_flight_recorder_dump_is_not_ingested_as_a_trace(tmp_path, capsys):
@@ -261,8 +266,7 @@ def test_recognition_goes_by_content_before_names(tmp_path):
     db_named_json = nsight_export(tmp_path / "profile.json")
     assert registry.recognise(fr_json) is dumps
     assert registry.recognise(trace_named_like_a_dump) is kineto
-    with pytest.raises(BadInputError, match="an Nsight Systems SQLite export: not supported yet"):
-        registry.recognise(db_named_json)
+    assert registry.recognise(db_named_json).name == "nsys"
     empty, bad_gzip = tmp_path / "empty.json", tmp_path / "bad.json.gz"  # the name: the decoder says what is wrong
     empty.write_bytes(b"")
     bad_gzip.write_bytes(b"\x1f\x8b\x08\x00garbage")
@@ -307,7 +311,7 @@ def test_a_new_format_is_one_reader_and_one_registration_line(tmp_path, monkeypa
         (src / f"rank{rank}.spans.csv").write_bytes(SpansReader.HEADER + b"".join(
             f"op{i},{100 * i + rank},{100 * i + 50}\n".encode() for i in range(4)))
     rc, _, err = run_cli(["ingest", str(src), "-o", str(tmp_path / "before")], capsys)
-    assert rc == 2 and "no trace files (*.json, *.json.gz) found" in err  # nobody reads it yet
+    assert rc == 2 and "no trace files (*.json, *.json.gz, *.sqlite) found" in err  # nobody reads it yet
 
     monkeypatch.setattr(registry, "READERS", [*registry.READERS, SpansReader()])  # the one line
 

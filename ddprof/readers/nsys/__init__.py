@@ -1,0 +1,1 @@
+"""Nsight Systems SQLite exports (``nsys export --type sqlite REPORT.nsys-rep``): :mod:`.reader`."""
