@@ -35,15 +35,19 @@ def _pairs(values: tuple[str, ...], what: str) -> dict[int, float]:
 @click.option("--clock-offset", multiple=True, metavar="HOST=US", help="A host whose clock reads US µs ahead.")
 @click.option("--noise", type=float, default=0.1, show_default=True, help="Kernel duration jitter (fraction).")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["kineto", "nsys"]), default="kineto", show_default=True,
+              help="kineto: a Kineto JSON trace per rank; nsys: every rank in one Nsight Systems SQLite export.")
 def synth(out_dir: str, ranks: int, steps: int, kernels: int, tp: int, pp: int, micro_batches: int, schedule: str,
-          gpus_per_host: int, slow: tuple[str, ...], clock_offset: tuple[str, ...], noise: float, seed: int) -> int:
-    """Write a generated run: OUT_DIR/traces (Kineto JSON per rank) and OUT_DIR/truth.json (its true metrics)."""
+          gpus_per_host: int, slow: tuple[str, ...], clock_offset: tuple[str, ...], noise: float, seed: int,
+          fmt: str) -> int:
+    """Write a generated run: OUT_DIR/traces (Kineto JSON per rank, or one Nsight Systems SQLite export with
+    --format nsys) and OUT_DIR/truth.json (its true metrics)."""
     from ddprof.synth import Spec, generate
 
     spec = Spec(ranks=ranks, steps=steps, kernels=kernels, tp=tp, pp=pp, micro_batches=micro_batches,
                 schedule=schedule, gpus_per_host=gpus_per_host, slow=_pairs(slow, "RANK=FACTOR"),
                 clock_offset_us=_pairs(clock_offset, "HOST=MICROSECONDS"), noise=noise, seed=seed)
-    truth = generate(spec, out_dir)
+    truth = generate(spec, out_dir, fmt=fmt)
     out = Path(out_dir)  # "out/" names out/traces, not out//traces
     click.echo(f"{ranks} ranks, {truth['total_events']:,} events: {out / 'traces'}; truth: {out / 'truth.json'}")
     return 0

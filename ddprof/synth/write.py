@@ -1,5 +1,6 @@
-"""A generated run on disk: ``OUT/traces/rank<N>.pt.trace.json`` (one Kineto trace per rank) and
-``OUT/truth.json`` (the true metrics, :mod:`.truth`, with the spec and the event counts). Beside each trace,
+"""A generated run on disk: ``OUT/traces/rank<N>.pt.trace.json`` (one Kineto trace per rank; or, in
+format ``nsys``, ``OUT/traces/run.sqlite``: the same run as one Nsight Systems SQLite export of every rank,
+:mod:`.nsys`) and ``OUT/truth.json`` (the true metrics, :mod:`.truth`, with the spec and the event counts). Beside each trace,
 the collector's ``rank-NNNNN.meta.json`` names the rank's host (``node000``, ...), as a captured run does.
 
 >>> truth = generate(Spec(ranks=16, tp=2, pp=2, slow={5: 1.5}), "runs/synth")   # doctest: +SKIP
@@ -19,13 +20,18 @@ from ddprof.ingestion import ingest
 from ddprof.store.atomic import write_json_atomic
 from ddprof.store.rundir import Run
 from ddprof.store.sidecar import META_FORMAT
+from ddprof.synth.kineto import events as kineto_events
 from ddprof.synth.kineto import write_json_trace, write_trace
+from ddprof.synth.nsys import write_export
 from ddprof.synth.schedule import groups, simulate
 from ddprof.synth.spec import Spec
 from ddprof.synth.truth import truth as true_metrics
 
 TRUTH = "truth.json"
 TRACES = "traces"
+NSYS_EXPORT = "run.sqlite"
+#: The formats a generated run is written in.
+FORMATS = ("kineto", "nsys")
 
 
 def trace_name(rank: int, compress: bool = False) -> str:
@@ -43,17 +49,23 @@ def write_meta(folder: Path, rank: int, host: str) -> Path:
     return path
 
 
-def generate(spec: Spec, out_dir: str | Path, *, with_truth: bool = True, compress: bool = False) -> dict[str, Any]:
+def generate(spec: Spec, out_dir: str | Path, *, with_truth: bool = True, compress: bool = False,
+             fmt: str = "kineto") -> dict[str, Any]:
     """Simulate ``spec``, write every rank's trace into ``out_dir/traces`` (``compress``: gzip, about a
-    tenth of the size, for runs of many events) and (``with_truth``) ``out_dir/truth.json``; returns the
-    truth (without it: only the event counts)."""
+    tenth of the size, for runs of many events; ``fmt`` ``nsys``: every rank in one Nsight Systems SQLite
+    export, ``traces/run.sqlite``, without the collectives' metadata, which an export does not carry) and
+    (``with_truth``) ``out_dir/truth.json``; returns the truth (without it: only the event counts)."""
     out = Path(out_dir)
     traces = out / TRACES
     traces.mkdir(parents=True, exist_ok=True)
     lines = simulate(spec)
     all_groups = groups(spec)
-    counts = {str(line.rank): write_trace(spec, line, traces / trace_name(line.rank, compress), all_groups)
-              for line in lines}
+    if fmt == "nsys":
+        total = write_export(traces / NSYS_EXPORT, {line.rank: kineto_events(spec, line) for line in lines})
+        counts = {NSYS_EXPORT: total}
+    else:
+        counts = {str(line.rank): write_trace(spec, line, traces / trace_name(line.rank, compress), all_groups)
+                  for line in lines}
     for r in range(spec.ranks):
         write_meta(traces, r, host_name(spec.host_of(r)))
     result = true_metrics(spec, lines) if with_truth else {}
