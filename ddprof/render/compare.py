@@ -19,11 +19,19 @@ _MARK = {"pass": "ok  ", "fail": "FAIL", "skip": "skip"}
 _HEAD = {"ok": "OK: no regression", "regression": "REGRESSION", "workload_changed": "WORKLOAD CHANGED"}
 
 
+def _ranks(side: dict[str, Any]) -> str:
+    """``8 ranks``; with no world size recorded (an Nsight Systems export, a trace without distributedInfo),
+    the ranks there are: ``2 ranks (world size not recorded)``."""
+    if side.get("world_size") is not None:
+        return f"{side['world_size']} ranks"
+    return f"{len(side.get('ranks') or [])} ranks (world size not recorded)"
+
+
 def check_text(result: dict[str, Any]) -> str:
     b, r = result["baseline"], result["run"]
     lines = [f"ddprof check: {_HEAD[result['status']]}",
-             f"run      {r['source']}: {r['world_size']} ranks, {len(r['steps'] or [])} steps",
-             f"baseline {b['source']}: {b['world_size']} ranks, {len(b['steps'] or [])} steps",
+             f"run      {r['source']}: {_ranks(r)}, {len(r['steps'] or [])} steps",
+             f"baseline {b['source']}: {_ranks(b)}, {len(b['steps'] or [])} steps",
              f"rule: a change fails when its {100 * result['confidence']:g} % interval excludes zero and it "
              "exceeds the tolerance"]
     for d in result["job_differences"]:

@@ -10,7 +10,8 @@ REPO = Path(__file__).resolve().parents[2]
 TESTS = REPO / "tests"
 SUPPORT = TESTS / "support"
 SAMPLES = REPO / "sample_traces"
-#: Real public traces and Flight Recorder dumps: ``hta/``, ``tracelens/``, ``flight-recorder/``, ``kineto-1.8-era/``.
+#: Real public traces and Flight Recorder dumps: ``hta/``, ``tracelens/``, ``nsys-h100-2gpu/``, ``flight-recorder/``,
+#: ``kineto-1.8-era/``.
 TRACES = TESTS / "data" / "traces"
 #: The bundled 8-rank DLRM traces (also the README's quick-start input).
 DLRM = SAMPLES / "dlrm-8xV100-nccl"

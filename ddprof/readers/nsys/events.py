@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from ddprof.errors import BadInputError
 from ddprof.readers.nsys.export import (
     KERNEL, MEMCPY, MEMSET, NVTX, PID_SHIFT, RUNTIME, SYNC, Export, batches, connect,
     kernel_name_column,
@@ -198,6 +199,8 @@ def read_exports(opened: Sequence[tuple[Export, int]], ranks: Sequence[int],
         con = connect(export.path)
         try:
             gpu, cpu = _gpu(con, export), _cpu(con, export)
+        except sqlite3.DatabaseError as exc:  # a page past the ones opening read is damaged
+            raise BadInputError(f"a damaged SQLite file ({exc})", path=export.path) from None
         finally:
             con.close()
         cpu = _classify_nvtx(cpu.with_columns(gpid=(pl.col("gtid") // (1 << PID_SHIFT)) * (1 << PID_SHIFT)))

@@ -13,6 +13,7 @@ rank (``members``), which the ingest pipeline stores as separate ranks.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -52,6 +53,8 @@ class NsysReader:
         con = connect(path)
         try:
             counts = member_counts(con, export)
+        except sqlite3.DatabaseError as exc:
+            raise BadInputError(f"a damaged SQLite file ({exc})", path=path) from None
         finally:
             con.close()
         try:

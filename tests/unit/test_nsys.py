@@ -1,0 +1,233 @@
+"""Nsight Systems SQLite exports (ddprof/readers/nsys): real 2-GPU H100 exports against direct SQL, a generated
+run written as an export against the same run written as Kineto traces, check/diff between two exports, and
+the refusal of damaged or foreign SQLite files."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import ddprof
+from ddprof.cli import main
+from ddprof.errors import BadInputError
+from ddprof.readers import registry
+from ddprof.synth import Spec, generate
+from tests.support.paths import TRACES
+
+EXPORTS = TRACES / "nsys-h100-2gpu"
+NAMES = ("mfu_2gpu_before", "h100_2gpu_1s")
+#: The kernel names the NCCL family matches (ddprof.vocabulary.collective_ops), as SQL.
+NCCL_SQL = "(s.value LIKE 'ncclDevKernel%' OR s.value LIKE 'ncclKernel%')"
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory) -> dict[str, Path]:
+    """The bundled exports (kept gzip-compressed in the repository), inflated."""
+    out = tmp_path_factory.mktemp("nsys")
+    paths = {}
+    for name in NAMES:
+        paths[name] = out / f"{name}.sqlite"
+        with gzip.open(EXPORTS / f"{name}.sqlite.gz") as src, open(paths[name], "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    return paths
+
+
+def sql(path: Path, query: str) -> list[tuple]:
+    con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    try:
+        return con.execute(query).fetchall()
+    finally:
+        con.close()
+
+
+def union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def length(intervals: list[tuple[int, int]]) -> int:
+    return sum(e - s for s, e in intervals)
+
+
+def intersection(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
+    total, i, j = 0, 0, 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        total += max(0, hi - lo)
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def by_device(path: Path) -> list[int]:
+    """The export's processes with kernels, in the order of their CUDA device: ranks 0, 1, ..."""
+    rows = sql(path, "SELECT globalPid, min(deviceId) FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY 1 ORDER BY 2, 1")
+    return [g for g, _ in rows]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_real_export_is_two_ranks_with_the_kernels_sql_counts(exports, tmp_path, name):
+    path = exports[name]
+    before = hashlib.sha1(path.read_bytes()).hexdigest()
+    run = ddprof.ingest([path], tmp_path / "run")
+    assert run.ranks == [0, 1]
+    per_rank = run.manifest["per_rank"]
+    for rank, gpid in enumerate(by_device(path)):
+        (kernels,) = sql(path, f"SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE globalPid = {gpid}")[0]
+        (nccl,) = sql(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = "
+                            f"k.demangledName WHERE k.globalPid = {gpid} AND {NCCL_SQL}")[0]
+        assert (per_rank[str(rank)]["kernels"], per_rank[str(rank)]["comm_kernels"]) == (kernels, nccl)
+    if name == "mfu_2gpu_before":
+        assert [per_rank[r]["comm_kernels"] for r in ("0", "1")] == [33, 33]  # ncclDevKernel_SendRecv
+    events = run.events().collect()
+    ops = events.filter(pl.col("kind") == "cpu_op").get_column("name")
+    assert ops.str.contains(", op_id = ").sum() == 0 and "aten::mul" in ops.to_list()
+    assert hashlib.sha1(path.read_bytes()).hexdigest() == before  # never changed
+    assert not [p for p in path.parent.iterdir() if p.name.endswith(("-journal", "-wal", "-shm"))]  # none beside it
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_real_export_s_report_equals_unions_computed_from_sql(exports, name):
+    path = exports[name]
+    report = ddprof.analyze(path)
+    assert report["status"] == "ok" and report["run"]["ranks"] == [0, 1]
+    assert report["run"]["steps"] == [] and report["step_times"]["per_rank"] == []  # no step ranges here
+    overlap = {r["rank"]: r for r in report["overlap"]}
+    breakdown = {r["rank"]: r for r in report["breakdown"]}
+    for rank, gpid in enumerate(by_device(path)):
+        rows = sql(path, "SELECT k.start, k.end, " + NCCL_SQL + " FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s "
+                         f"ON s.id = k.demangledName WHERE k.globalPid = {gpid}")
+        memory = sql(path, "SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE globalPid = "
+                           f"{gpid} UNION ALL SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMSET WHERE globalPid = {gpid}")
+        compute = union([(s, e) for s, e, comm in rows if not comm])
+        comm = union([(s, e) for s, e, c in rows if c])
+        work = union([(s, e) for s, e, _ in rows] + memory)
+        span = max(e for _, e in work) - min(s for s, _ in work)
+        assert overlap[rank]["comm_us"] == pytest.approx(length(comm) / 1e3, abs=1e-3)
+        assert overlap[rank]["overlapped_us"] == pytest.approx(intersection(comm, compute) / 1e3, abs=1e-3)
+        if comm:
+            assert overlap[rank]["overlap_pct"] == pytest.approx(100 * intersection(comm, compute) / length(comm))
+        assert breakdown[rank]["span_us"] == pytest.approx(span / 1e3, abs=1e-3)
+        assert breakdown[rank]["compute_us"] == pytest.approx(length(compute) / 1e3, abs=1e-3)
+        assert breakdown[rank]["idle_us"] == pytest.approx((span - length(work)) / 1e3, abs=1e-3)
+    if name == "mfu_2gpu_before":
+        assert overlap[0]["comm_us"] > 0 and overlap[1]["comm_us"] > 0
+
+
+def test_a_generated_run_as_an_export_reports_what_its_kineto_traces_report(tmp_path):
+    spec = Spec(ranks=4, steps=3, kernels=24, layers=2, buckets=2, slow={2: 1.3}, seed=3)
+    generate(spec, tmp_path / "kineto")
+    truth = generate(spec, tmp_path / "nsys", fmt="nsys")
+    assert sorted(p.name for p in (tmp_path / "nsys" / "traces").glob("*.sqlite")) == ["run.sqlite"]
+    kineto, nsys = ddprof.analyze(tmp_path / "kineto" / "traces"), ddprof.analyze(tmp_path / "nsys" / "traces")
+    assert nsys["status"] == "ok" and nsys["run"]["ranks"] == kineto["run"]["ranks"] == [0, 1, 2, 3]
+    assert nsys["run"]["steps"] == kineto["run"]["steps"]
+    for section in ("overlap", "breakdown", "idle"):
+        assert nsys[section] == kineto[section], section
+    for a, b in zip(nsys["step_times"], kineto["step_times"]):
+        assert a == b
+    assert [r["kernels"] for r in nsys["run"]["per_rank"]] == [r["kernels"] for r in kineto["run"]["per_rank"]]
+    assert [r["comm_kernels"] for r in nsys["run"]["per_rank"]] == [r["comm_kernels"] for r in kineto["run"]["per_rank"]]
+    true = {r["rank"]: r for r in truth["per_rank"]}
+    for row in nsys["overlap"]:
+        assert row["overlap_pct"] == pytest.approx(true[row["rank"]]["overlap_pct"], abs=1e-6)
+    for row in nsys["breakdown"]:
+        assert row["idle_us"] == pytest.approx(true[row["rank"]]["idle_us"], abs=1e-3)
+
+
+def test_the_synth_command_writes_an_export(tmp_path, capsys):
+    assert main(["synth", str(tmp_path / "out"), "--ranks", "2", "--steps", "2", "--format", "nsys"]) == 0
+    capsys.readouterr()
+    db = tmp_path / "out" / "traces" / "run.sqlite"
+    assert registry.recognise(db).name == "nsys"
+    assert main(["analyze", str(db), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["run"]["ranks"] == [0, 1]
+
+
+def test_check_and_diff_between_two_exports(exports, tmp_path, capsys):
+    real = exports["mfu_2gpu_before"]
+    again = tmp_path / "again.sqlite"
+    shutil.copyfile(real, again)
+    assert main(["check", str(again), "--baseline", str(real), "--cache", str(tmp_path / "c")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("ddprof check: OK: no regression") and "2 ranks (world size not recorded)" in out
+    assert main(["diff", str(again), str(real), "--format", "json", "--cache", str(tmp_path / "c")]) == 0
+    same = json.loads(capsys.readouterr().out)
+    kernels = {k["name"]: k for k in same["kernels"]}
+    nccl = kernels["ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<(unsigned long)4096>)"]
+    assert nccl["kind"] == "comm" and nccl["base_count"] == nccl["run_count"] == 66
+    for name, slow in (("base", {}), ("slow", {1: 1.5})):  # generated exports with steps: one rank slowed
+        generate(Spec(ranks=2, steps=4, kernels=24, layers=2, buckets=2, slow=slow), tmp_path / name, fmt="nsys")
+    slow, base = (str(tmp_path / n / "traces" / "run.sqlite") for n in ("slow", "base"))
+    assert main(["check", slow, "--baseline", base, "--cache", str(tmp_path / "c")]) == 1
+    assert "REGRESSION" in capsys.readouterr().out
+    assert main(["diff", slow, base, "--cache", str(tmp_path / "c")]) == 0
+    out = capsys.readouterr().out
+    assert "median step time: " in out and "ncclDevKernel_AllReduce" in out and "sm90_xmma_gemm" in out
+
+
+def test_ranks_of_another_node_s_export_start_where_rank_says(exports, tmp_path):
+    run = ddprof.ingest([exports["mfu_2gpu_before"]], tmp_path / "run", rank_map={"mfu_2gpu_before.sqlite": 6})
+    assert run.ranks == [6, 7]
+    assert not any("no rank recorded" in w for w in run.manifest["per_rank"]["6"]["warnings"])
+
+
+def test_a_damaged_export_is_refused_naming_the_file(exports, tmp_path, capsys):
+    cut = tmp_path / "cut.sqlite"
+    cut.write_bytes(exports["mfu_2gpu_before"].read_bytes()[:300_000])  # the header, then nothing whole
+    with pytest.raises(BadInputError) as exc:
+        registry.recognise(cut).open(cut)
+    assert str(exc.value).startswith(f"{cut}: ") and "SQLite" in str(exc.value)
+    torn = tmp_path / "torn.sqlite"  # whole in length, pages in the middle overwritten
+    data = bytearray(exports["mfu_2gpu_before"].read_bytes())
+    data[1_500_000:1_600_000] = b"\xa5" * 100_000
+    torn.write_bytes(bytes(data))
+    assert main(["analyze", str(torn)]) == 2
+    err = capsys.readouterr().err
+    assert f"{torn}: a damaged SQLite file (database disk image is malformed)" in err and "Traceback" not in err
+    garbage = tmp_path / "garbage.sqlite"
+    garbage.write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 64)
+    rc = main(["analyze", str(garbage)])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{garbage}: " in err and "SQLite" in err and "Traceback" not in err
+
+
+def test_a_foreign_database_named_like_an_export_is_refused_naming_its_tables(tmp_path, capsys):
+    db = tmp_path / "metrics.sqlite"
+    con = sqlite3.connect(db)
+    con.executescript("CREATE TABLE runs (id INTEGER, loss REAL); INSERT INTO runs VALUES (1, 0.5);")
+    con.commit()
+    con.close()
+    rc = main(["analyze", str(db)])
+    err = capsys.readouterr().err
+    assert rc == 2 and (f"{db}: an SQLite database that is not an Nsight Systems export (tables: runs): not a "
+                        "format ddprof reads") in err
+
+
+def test_an_export_without_gpu_activity_is_refused_saying_so(tmp_path):
+    db = tmp_path / "cpu.sqlite"
+    con = sqlite3.connect(db)
+    con.executescript("""
+        CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE TARGET_INFO_SESSION_START_TIME (utcEpochNs INTEGER, systemClockNs INTEGER);
+        CREATE TABLE NVTX_EVENTS (start INTEGER, end INTEGER, eventType INTEGER, globalTid INTEGER, text TEXT,
+            textId INTEGER, domainId INTEGER);
+    """)
+    con.commit()
+    con.close()
+    with pytest.raises(BadInputError, match="no GPU activity"):
+        registry.recognise(db).open(db)
