@@ -25,7 +25,8 @@ UTC_START_NS = 1_700_000_000_000_000_000
 SESSION_CLOCK_NS = 5_000_000_000
 #: Nsight Systems' ``ENUM_NSYS_EVENT_TYPE`` of an NVTX push/pop range.
 NVTX_PUSH_POP = 59
-_SCHEMA = """
+#: The tables of an export, with the columns the Nsight Systems reader reads (and a few it does not).
+SCHEMA = """
 CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE TARGET_INFO_SESSION_START_TIME (utcEpochNs INTEGER, utcTime TEXT, localTime TEXT, systemClockNs INTEGER);
 CREATE TABLE META_DATA_EXPORT (name TEXT, value TEXT);
@@ -91,7 +92,7 @@ def write_export(path: Path, ranks: dict[int, Iterable[str]]) -> int:
     def body(tmp: Path) -> None:
         con = sqlite3.connect(tmp)
         try:
-            con.executescript(_SCHEMA)
+            con.executescript(SCHEMA)
             con.execute("INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (?, ?, ?, ?)",
                         (UTC_START_NS, "2023-11-14T22:13:20", "2023-11-14T22:13:20", SESSION_CLOCK_NS))
             con.executemany("INSERT INTO META_DATA_EXPORT VALUES (?, ?)",

@@ -19,6 +19,7 @@ from ddprof.cli import main
 from ddprof.errors import BadInputError
 from ddprof.readers import registry
 from ddprof.synth import Spec, generate
+from ddprof.synth.nsys import SCHEMA, SESSION_CLOCK_NS, UTC_START_NS, global_pid
 from tests.support.paths import TRACES
 
 EXPORTS = TRACES / "nsys-h100-2gpu"
@@ -231,3 +232,103 @@ def test_an_export_without_gpu_activity_is_refused_saying_so(tmp_path):
     con.close()
     with pytest.raises(BadInputError, match="no GPU activity"):
         registry.recognise(db).open(db)
+
+
+def tiny_export(path: Path, *, kernels=(), runtime=(), nvtx=(), memcpy=(), syncs=(), env: dict | None = None,
+                utc: int = UTC_START_NS, clock: int = SESSION_CLOCK_NS) -> Path:
+    """A small export made here (the tables of :data:`ddprof.synth.nsys.SCHEMA`, plus synchronisations and the
+    capture's recorded environment). Rows name their process by pid (``gpid``: its global id) and their
+    strings as text (put in ``StringIds`` here)."""
+    con = sqlite3.connect(path)
+    con.executescript(SCHEMA + """
+        CREATE TABLE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (start INTEGER, end INTEGER, deviceId INTEGER,
+            contextId INTEGER, streamId INTEGER, correlationId INTEGER, globalPid INTEGER, syncType INTEGER);
+        CREATE TABLE META_DATA_CAPTURE (name TEXT, value TEXT);
+    """)
+    strings: dict[str, int] = {}
+
+    def sid(text: str) -> int:
+        return strings.setdefault(text, len(strings) + 1)
+
+    con.execute("INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (?, '', '', ?)", (utc, clock))
+    for pid, dev, stream, start, end, corr, name in kernels:
+        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?)",
+                    (start, end, dev, stream, corr, global_pid(pid), sid(name), sid(name)))
+    for pid, start, end, corr, name in runtime:
+        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 1, ?, ?, ?, 0)",
+                    (start, end, global_pid(pid) | pid, corr, sid(name)))
+    for pid, start, end, text in nvtx:
+        con.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) VALUES (?, ?, 59, ?, ?, 0)",
+                    (start, end, text, global_pid(pid) | pid))
+    for pid, dev, stream, start, end, copy, src, dst in memcpy:
+        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (?, ?, ?, 1, ?, 0, ?, 64, ?, ?, ?)",
+                    (start, end, dev, stream, global_pid(pid), copy, src, dst))
+    for pid, dev, stream, start, end, kind in syncs:
+        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_SYNCHRONIZATION VALUES (?, ?, ?, 1, ?, 0, ?, ?)",
+                    (start, end, dev, stream, global_pid(pid), kind))
+    for k, v in (env or {}).items():
+        con.execute("INSERT INTO META_DATA_CAPTURE VALUES ('PROCESS_0:ENVIRONMENT_VARIABLE', ?)", (f'{k}="{v}"',))
+    con.executemany("INSERT INTO StringIds VALUES (?, ?)", [(i, s) for s, i in strings.items()])
+    con.commit()
+    con.close()
+    return path
+
+
+GEMM = "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32"
+
+
+def test_rows_are_named_and_classified_as_the_kineto_reader_names_them(tmp_path):
+    db = tiny_export(
+        tmp_path / "one.sqlite", env={"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "3"},
+        kernels=[(7, 3, 7, 1_000, 5_000, 11, GEMM), (7, 3, 20, 6_000, 9_000, 12, "ncclKernel_AllReduce_RING_LL_Sum_float")],
+        runtime=[(7, 500, 900, 11, "cudaLaunchKernel_v7000"), (7, 5_500, 5_900, 12, "cuLaunchKernelEx")],
+        nvtx=[(7, 400, 1_000, "aten::mm, seq = 4, op_id = 17, sizes = [[2, 2], [2, 2]]"), (7, 5_400, 6_000, "ncclAllReduce")],
+        memcpy=[(7, 3, 7, 10_000, 10_500, 1, 1, 2)],
+        syncs=[(7, 3, 7, 11_000, 11_100, 3), (7, 3, 0xFFFFFFFF, 12_000, 12_100, 1)])
+    run = ddprof.ingest([db], tmp_path / "run")
+    assert run.ranks == [3] and run.manifest["world_size"] == 4  # torchrun's RANK, recorded in the capture's environment
+    ev = run.events().sort("ts_ns").collect()
+    rows = {r["name"]: r for r in ev.iter_rows(named=True)}
+    assert set(rows) == {GEMM, "ncclKernel_AllReduce_RING_LL_Sum_float", "cudaLaunchKernel", "cuLaunchKernelEx",
+                         "aten::mm", "ncclAllReduce", "Memcpy HtoD (Pinned -> Device)", "Stream Sync"}
+    assert [rows[n]["kind"] for n in (GEMM, "ncclKernel_AllReduce_RING_LL_Sum_float", "cudaLaunchKernel", "aten::mm",
+                                      "ncclAllReduce", "Memcpy HtoD (Pinned -> Device)", "Stream Sync")] == \
+        ["compute", "comm", "runtime", "cpu_op", "annotation", "memcpy", "sync"]
+    assert rows["ncclKernel_AllReduce_RING_LL_Sum_float"]["coll_op"] == "all_reduce"
+    assert rows["cuLaunchKernelEx"]["cat"] == "cuda_driver" and rows["cudaLaunchKernel"]["cat"] == "cuda_runtime"
+    assert (rows[GEMM]["device"], rows[GEMM]["stream"], rows[GEMM]["pid"], rows[GEMM]["correlation"]) == (3, 7, 7, 11)
+    assert (rows["aten::mm"]["pid"], rows["aten::mm"]["tid"], rows["aten::mm"]["stream"]) == (7, 7, None)
+    # the session's clock mapped onto the epoch: t - systemClockNs + utcEpochNs
+    assert rows[GEMM]["ts_ns"] == UTC_START_NS + 1_000 - SESSION_CLOCK_NS and rows[GEMM]["dur_ns"] == 4_000
+
+
+def test_step_ranges_a_user_names_are_steps_unless_profiler_steps_are_there(tmp_path):
+    kernels = [(9, 0, 7, 1_000 + 10_000 * i, 4_000 + 10_000 * i, 100 + i, GEMM) for i in range(3)]
+    launches = [(9, 500 + 10_000 * i, 900 + 10_000 * i, 100 + i, "cudaLaunchKernel_v7000") for i in range(3)]
+    steps = [(9, 10_000 * i, 10_000 * i + 9_000, f"train_step {i + 5}") for i in range(3)]
+    run = ddprof.ingest([tiny_export(tmp_path / "user.sqlite", kernels=kernels, runtime=launches, nvtx=steps)],
+                        tmp_path / "run-user")
+    ev = run.events().collect()
+    assert run.manifest["per_rank"]["0"]["steps"] == [5, 6, 7]
+    assert sorted(ev.filter(pl.col("kind") == "annotation").get_column("name").to_list()) == \
+        ["ProfilerStep#5", "ProfilerStep#6", "ProfilerStep#7"]
+    assert ev.filter(pl.col("kind") == "compute").sort("ts_ns").get_column("step").to_list() == [5, 6, 7]
+    report = ddprof.analyze(tmp_path / "run-user")
+    assert report["run"]["steps"] == [5, 6, 7] and len(report["step_times"]["per_rank"]) == 1
+
+    profiler = [(9, 10_000 * i, 10_000 * i + 9_000, f"ProfilerStep#{i}") for i in range(3)]
+    run = ddprof.ingest([tiny_export(tmp_path / "both.sqlite", kernels=kernels, runtime=launches,
+                                     nvtx=profiler + [(9, 100, 200, "step 40")])], tmp_path / "run-both")
+    names = run.events().collect().filter(pl.col("kind") == "annotation").get_column("name").to_list()
+    assert run.manifest["per_rank"]["0"]["steps"] == [0, 1, 2] and "step 40" in names
+
+
+def test_a_file_of_several_ranks_is_reused_from_the_cache_whole(exports, tmp_path):
+    first = ddprof.ingest([exports["h100_2gpu_1s"]], tmp_path / "run")
+    key = str(exports["h100_2gpu_1s"].resolve())
+    assert sorted(first.manifest["sources"]) == [f"{key}#0", f"{key}#1"]
+    parts = sorted((tmp_path / "run" / "events").rglob("*.parquet"))
+    stamps = [p.stat().st_mtime_ns for p in parts]
+    again = ddprof.ingest([exports["h100_2gpu_1s"]], tmp_path / "run")
+    assert again.ranks == [0, 1] and sorted(again.manifest["sources"]) == [f"{key}#0", f"{key}#1"]
+    assert [p.stat().st_mtime_ns for p in parts] == stamps  # nothing parsed again

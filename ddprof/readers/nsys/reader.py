@@ -7,8 +7,8 @@ the user's ``nsys export --type sqlite REPORT.nsys-rep`` writes, and refuses the
 An export is recognised by its first bytes (an SQLite database) and told apart from any other database
 when opened, by its tables (:func:`.export.is_export`): another database is refused naming its tables.
 Opening reads the export's clock and processes (:mod:`.export`: which rank each process is); reading
-builds their rows (:mod:`.events`). A file holding several ranks is opened as one :class:`Opened` per
-rank (``members``), which the ingest pipeline stores as separate ranks.
+builds their rows (:mod:`.events`). An export is opened as one :class:`Opened` per process (``members``,
+one or several), which the ingest pipeline stores as separate ranks.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from ddprof.vocabulary.collective_ops import CommRule
 
 #: Names of exports in a directory tree (what ``nsys export --type sqlite`` writes).
 SUFFIXES = (".sqlite", ".sqlite3")
-CLAIMS_IN = "the export's recorded environment"
+#: Where an export records a rank (torchrun's ``RANK``, ``WORLD_SIZE`` in the launched process's environment).
+CLAIMS_IN = "META_DATA_CAPTURE"
 
 
 class NsysReader:
@@ -68,12 +69,8 @@ class NsysReader:
             members.append(Opened(identity=identity, sha1=sha1, raw_complete=counts.get(m.global_pid, 0),
                                   warnings=list(export.warnings) if i == 0 else [], state=(export, i),
                                   member=m.label))
-        whole = Opened(identity=members[0].identity, sha1=sha1, raw_complete=sum(o.raw_complete for o in members),
-                       warnings=list(export.warnings), state=export)
-        whole.members = members if len(members) > 1 else []
-        if not whole.members:
-            whole.state, whole.member = members[0].state, members[0].member
-        return whole
+        return Opened(identity=members[0].identity, sha1=sha1, raw_complete=sum(o.raw_complete for o in members),
+                      warnings=list(export.warnings), state=export, members=members)
 
     def read(self, opened: Sequence[Opened], ranks: Sequence[int],
              rules: tuple[CommRule, ...]) -> tuple[pl.DataFrame, list[list[str]]]:
