@@ -99,7 +99,9 @@ def ingest_file(path_str: str, out_dir: str, rank_map: dict[str, int] | None,
                 comm_kernels: tuple[str, ...] = ()) -> FileResult:
     """Never raises for bad input: the failure is recorded in the result, with file and rank. Raises
     :class:`~ddprof.errors.OutputError` when the run dir cannot be written (no rank could be).
-    ``comm_kernels``: the user's ``REGEX[=op]`` rules for communication kernels (already checked)."""
+    ``comm_kernels``: the user's ``REGEX[=op]`` rules for communication kernels (already checked). The result
+    of the file's first rank: a file of several ranks (an Nsight Systems export) gives one each, through
+    :func:`ingest_files`."""
     return ingest_files([path_str], out_dir, rank_map, comm_kernels)[0]
 
 
@@ -122,9 +124,8 @@ def ingest_files(paths: Sequence[str], out_dir: str, rank_map: dict[str, int] | 
             group = ready.setdefault(got[0], ([], []))
             if len(got[1]) > 1:  # a file of several ranks: a result each
                 results[-1:] = [r for r, _ in got[1]]
-            for member, opened in got[1]:
-                group[0].append(member)
-                group[1].append(opened)
+            group[0].extend(r for r, _ in got[1])
+            group[1].extend(o for _, o in got[1])
     got = None  # _store frees each opened trace once built: no other reference may keep it
     created: list[Path] = []
     try:

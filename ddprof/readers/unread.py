@@ -1,9 +1,9 @@
 """Formats ddprof recognises but does not read: each is refused naming what the file is.
 
 Recognition looks at the name and the first bytes only. When a reader for one of them arrives
-(:mod:`ddprof.readers.registry`), its entry here goes: an Nsight Systems SQLite export (and any other SQLite
-database, refused naming its tables) is now the Nsight Systems reader's (:mod:`ddprof.readers.nsys`); the
-report it is exported from is still refused here, with the command that exports it.
+(:mod:`ddprof.readers.registry`), its entry here goes. An Nsight Systems report (``.nsys-rep``, ``.qdrep``) is
+refused here with the command that exports it to the SQLite file the Nsight Systems reader takes
+(:mod:`ddprof.readers.nsys`, which also refuses any other SQLite database, naming its tables).
 """
 
 from __future__ import annotations
