@@ -35,7 +35,6 @@ The tables are read ``BATCH`` rows at a time (``fetchmany``), each batch a frame
 
 from __future__ import annotations
 
-import re
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
@@ -169,22 +168,21 @@ def _cpu(con: sqlite3.Connection, export: Export) -> pl.DataFrame:
 def _classify_nvtx(cpu: pl.DataFrame) -> pl.DataFrame:
     """NVTX ranges as ops, steps and annotations (module doc), per process (``gpid``)."""
     is_nvtx = pl.col("cat") == "nvtx"
-    op = pl.col("name").str.extract(OP_RANGE, 1)
-    user_step = pl.col("name").str.extract(USER_STEP, 1).cast(pl.Int64, strict=False)
-    profiler_step = is_nvtx & pl.col("name").str.contains(rf"^{re.escape(STEP_PREFIX)}\d+$")
-    has_profiler_steps = profiler_step.any().over("gpid")
-    rename_step = is_nvtx & user_step.is_not_null() & ~has_profiler_steps
-    return cpu.with_columns(
-        kind=pl.when(is_nvtx & op.is_not_null()).then(pl.lit("cpu_op"))
-        .when(is_nvtx).then(pl.lit("annotation"))
-        .otherwise(pl.lit("runtime")),
-        cat=pl.when(is_nvtx & op.is_not_null()).then(pl.lit("cpu_op"))
-        .when(is_nvtx).then(pl.lit("user_annotation"))
-        .otherwise("cat"),
-        name=pl.when(is_nvtx & op.is_not_null()).then(op)
-        .when(rename_step).then(pl.format(f"{STEP_PREFIX}{{}}", user_step))
-        .otherwise("name"),
+    cpu = cpu.with_columns(  # each pattern matched once (on NVTX rows only)
+        _op=pl.when(is_nvtx).then(pl.col("name").str.extract(OP_RANGE, 1)),
+        _user_step=pl.when(is_nvtx).then(pl.col("name").str.extract(USER_STEP, 1)),
+        _profiler_step=is_nvtx & pl.col("name").str.starts_with(STEP_PREFIX)
+        & pl.col("name").str.slice(len(STEP_PREFIX)).str.contains(r"^\d+$"),
     )
+    is_op = pl.col("_op").is_not_null()
+    rename_step = pl.col("_user_step").is_not_null() & ~pl.col("_profiler_step").any().over("gpid")
+    return cpu.with_columns(
+        kind=pl.when(is_op).then(pl.lit("cpu_op")).when(is_nvtx).then(pl.lit("annotation")).otherwise(pl.lit("runtime")),
+        cat=pl.when(is_op).then(pl.lit("cpu_op")).when(is_nvtx).then(pl.lit("user_annotation")).otherwise("cat"),
+        name=pl.when(is_op).then("_op")
+        .when(rename_step).then(pl.format(f"{STEP_PREFIX}{{}}", pl.col("_user_step").cast(pl.Int64, strict=False)))
+        .otherwise("name"),
+    ).drop("_op", "_user_step", "_profiler_step")
 
 
 def read_exports(opened: Sequence[tuple[Export, int]], ranks: Sequence[int],
