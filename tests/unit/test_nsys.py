@@ -282,7 +282,8 @@ def test_rows_are_named_and_classified_as_the_kineto_reader_names_them(tmp_path)
         tmp_path / "one.sqlite", env={"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "3"},
         kernels=[(7, 3, 7, 1_000, 5_000, 11, GEMM), (7, 3, 20, 6_000, 9_000, 12, "ncclKernel_AllReduce_RING_LL_Sum_float")],
         runtime=[(7, 500, 900, 11, "cudaLaunchKernel_v7000"), (7, 5_500, 5_900, 12, "cuLaunchKernelEx")],
-        nvtx=[(7, 400, 1_000, "aten::mm, seq = 4, op_id = 17, sizes = [[2, 2], [2, 2]]"), (7, 5_400, 6_000, "ncclAllReduce")],
+        nvtx=[(7, 400, 1_000, "aten::mm, seq = 4, op_id = 17, sizes = [[2, 2], [2, 2]]"), (7, 5_400, 6_000, "ncclAllReduce"),
+              (7, 13_000, 13_500, "MmBackward, stashed seq = 4, op_id = 18")],
         memcpy=[(7, 3, 7, 10_000, 10_500, 1, 1, 2)],
         syncs=[(7, 3, 7, 11_000, 11_100, 3), (7, 3, 0xFFFFFFFF, 12_000, 12_100, 1)])
     run = ddprof.ingest([db], tmp_path / "run")
@@ -290,7 +291,8 @@ def test_rows_are_named_and_classified_as_the_kineto_reader_names_them(tmp_path)
     ev = run.events().sort("ts_ns").collect()
     rows = {r["name"]: r for r in ev.iter_rows(named=True)}
     assert set(rows) == {GEMM, "ncclKernel_AllReduce_RING_LL_Sum_float", "cudaLaunchKernel", "cuLaunchKernelEx",
-                         "aten::mm", "ncclAllReduce", "Memcpy HtoD (Pinned -> Device)", "Stream Sync"}
+                         "aten::mm", "ncclAllReduce", "Memcpy HtoD (Pinned -> Device)", "Stream Sync", "MmBackward"}
+    assert rows["MmBackward"]["kind"] == "cpu_op"
     assert [rows[n]["kind"] for n in (GEMM, "ncclKernel_AllReduce_RING_LL_Sum_float", "cudaLaunchKernel", "aten::mm",
                                       "ncclAllReduce", "Memcpy HtoD (Pinned -> Device)", "Stream Sync")] == \
         ["compute", "comm", "runtime", "cpu_op", "annotation", "memcpy", "sync"]

@@ -58,8 +58,9 @@ NVTX_RANGES = (59, 60)
 NVTX_DOMAIN_CREATE = 75
 #: A stream id CUPTI gives an activity on no stream (an event or context synchronisation).
 NO_STREAM = (0xFFFFFFFF, -1)
-#: ``aten::mul, seq = 4, op_id = 17[, sizes = ...]``: PyTorch's emit_nvtx op range -> ``aten::mul``.
-OP_RANGE = r"^(.+?), (?:seq = \d+, )?op_id = \d+"
+#: ``aten::mul, seq = 4, op_id = 17[, input_op_ids = ...][, sizes = ...]``: PyTorch's emit_nvtx op range ->
+#: ``aten::mul`` (a backward op of older PyTorch: ``MmBackward, stashed seq = 4, op_id = 18``).
+OP_RANGE = r"^(.+?), (?:(?:stashed )?seq = \d+, )?op_id = \d+"
 #: A step range a user names: ``step 12``, ``train_step_12``, ``iteration 12``, ``iter#12`` (module doc).
 USER_STEP = r"(?i)^(?:train(?:ing)?[ _-]?)?(?:step|iteration|iter)[ _#:=-]*(\d+)$"
 _VERSION_SUFFIX = r"_v\d+$"
