@@ -18,10 +18,10 @@ def discover(sources: Sequence[str | Path]) -> list[Path]:
 
     A file named explicitly is always taken (recognition then says what it is). In a directory tree, the
     files an event reader claims by name are taken (Kineto: ``*.json``/``*.json.gz``, except
-    ``manifest.json`` and ``*.meta.json``), except under a hidden folder (caches) or a run dir's
+    ``manifest.json`` and ``*.meta.json``; Nsight Systems: ``*.sqlite``), except under a hidden folder (caches) or a run dir's
     ``events/``. When nothing is found in a capture's run dir, the error is what its processes' status
     files say (:func:`ddprof.store.capture_status.explain_no_trace`), not a bare "no trace files"; elsewhere, it
-    names the files of a format ddprof knows but reads not (an Nsight Systems export...).
+    names the files of a format ddprof knows but reads not (an Nsight Systems report, a Perfetto trace...).
     """
     found: dict[Path, None] = {}
     for src in sources:
