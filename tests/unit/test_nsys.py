@@ -137,10 +137,11 @@ def test_a_generated_run_as_an_export_reports_what_its_kineto_traces_report(tmp_
     kineto, nsys = ddprof.analyze(tmp_path / "kineto" / "traces"), ddprof.analyze(tmp_path / "nsys" / "traces")
     assert nsys["status"] == "ok" and nsys["run"]["ranks"] == kineto["run"]["ranks"] == [0, 1, 2, 3]
     assert nsys["run"]["steps"] == kineto["run"]["steps"]
-    for section in ("overlap", "breakdown", "idle"):
+    # every section but those of the collectives' metadata (message sizes, groups), which an export lacks
+    for section in sorted(set(kineto) - {"run", "verdicts", "collectives", "bandwidth"}):
         assert nsys[section] == kineto[section], section
-    for a, b in zip(nsys["step_times"], kineto["step_times"]):
-        assert a == b
+    assert nsys["verdicts"] == [v for v in kineto["verdicts"] if "bus bandwidth" not in v]
+    assert nsys["stragglers"] and nsys["overlap"] and nsys["step_times"]["per_rank"]
     assert [r["kernels"] for r in nsys["run"]["per_rank"]] == [r["kernels"] for r in kineto["run"]["per_rank"]]
     assert [r["comm_kernels"] for r in nsys["run"]["per_rank"]] == [r["comm_kernels"] for r in kineto["run"]["per_rank"]]
     true = {r["rank"]: r for r in truth["per_rank"]}
