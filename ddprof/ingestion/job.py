@@ -167,6 +167,8 @@ def _guarded(res: FileResult, step: Callable[..., _T], *args: Any) -> _T | None:
         raise
     except DdprofError as exc:
         res.status, res.error = "failed", str(exc)
+        if isinstance(exc, BadInputError) and exc.rank is None and res.member is not None and res.rank is not None:
+            res.error = str(BadInputError(exc.cause, path=exc.path or path, rank=res.rank))  # which rank of the file
     except OSError as exc:
         res.status, res.error = "failed", str(BadInputError(f"cannot read file ({exc.strerror or exc})", path=path))
     except Exception as exc:  # a bug must not take the other ranks down; keep the evidence

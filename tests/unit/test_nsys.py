@@ -201,6 +201,18 @@ def test_a_damaged_export_is_refused_naming_the_file(exports, tmp_path, capsys):
     assert main(["analyze", str(torn)]) == 2
     err = capsys.readouterr().err
     assert f"{torn}: a damaged SQLite file (database disk image is malformed)" in err and "Traceback" not in err
+    odd = tmp_path / "odd.sqlite"  # a well-formed database, a time that is text
+    shutil.copyfile(exports["mfu_2gpu_before"], odd)
+    con = sqlite3.connect(odd)
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 'soon' WHERE rowid = 5")
+    con.commit()
+    con.close()
+    assert main(["analyze", str(odd)]) == 2
+    err = capsys.readouterr().err
+    for rank in (0, 1):  # each rank of the file fails, named
+        assert (f"{odd}, rank {rank}: an Nsight Systems export with a value of the wrong type in "
+                "CUPTI_ACTIVITY_KIND_KERNEL: ") in err
+    assert "Traceback" not in err
     garbage = tmp_path / "garbage.sqlite"
     garbage.write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 64)
     rc = main(["analyze", str(garbage)])

@@ -77,9 +77,18 @@ _CPU_SCHEMA = {"ts": pl.Int64, "end": pl.Int64, "gtid": pl.Int64, "correlation":
                "domain": pl.Int64}
 
 
+class BadValue(Exception):
+    """A table holds a value of another type than its column's (text where a time should be)."""
+
+
 def _frame(con: sqlite3.Connection, sql: str, schema: dict[str, Any]) -> pl.DataFrame:
-    """A query's rows as one frame, read :data:`BATCH` rows at a time."""
-    parts = [pl.DataFrame(rows, schema=schema, orient="row") for rows in batches(con, sql, size=BATCH)]
+    """A query's rows as one frame, read :data:`BATCH` rows at a time; :class:`BadValue` naming the table
+    when a value is not of its column's type."""
+    try:
+        parts = [pl.DataFrame(rows, schema=schema, orient="row") for rows in batches(con, sql, size=BATCH)]
+    except (pl.exceptions.PolarsError, TypeError, ValueError, OverflowError) as exc:
+        table = sql.split(" FROM ", 1)[1].split()[0] if " FROM " in sql else "a table"
+        raise BadValue(f"{table}: {str(exc).splitlines()[0].split('; make sure')[0]}") from None
     return pl.concat(parts) if parts else pl.DataFrame(schema=schema)
 
 
@@ -200,6 +209,9 @@ def read_exports(opened: Sequence[tuple[Export, int]], ranks: Sequence[int],
             gpu, cpu = _gpu(con, export), _cpu(con, export)
         except sqlite3.DatabaseError as exc:  # a page past the ones opening read is damaged
             raise BadInputError(f"a damaged SQLite file ({exc})", path=export.path) from None
+        except BadValue as exc:
+            raise BadInputError(f"an Nsight Systems export with a value of the wrong type in {exc}",
+                                path=export.path) from None
         finally:
             con.close()
         cpu = _classify_nvtx(cpu.with_columns(gpid=(pl.col("gtid") // (1 << PID_SHIFT)) * (1 << PID_SHIFT)))
