@@ -69,14 +69,15 @@ def test_every_option_the_docs_show_exists(doc, command, option):
     assert option in accepted(command), f"{doc} shows `ddprof {command} ... {option}`, which `ddprof {command} --help` does not list"
 
 
-#: Options of other programs the docs show: ``torchrun``'s and ``ray start``'s.
-OTHER_PROGRAMS = {"--nproc-per-node": "torchrun", "--head": "ray start", "--address": "ray start"}
+#: Options of other programs the docs show: ``torchrun``'s, ``ray start``'s and ``nsys export``'s.
+OTHER_PROGRAMS = {"--nproc-per-node": "torchrun", "--head": "ray start", "--address": "ray start",
+                  "--type": "nsys export"}
 
 
 def test_every_option_named_in_the_prose_belongs_to_a_command_or_a_script():
     """An option written alone (``--fr-buffer``, ``--comm-kernel``, ``--allow-different-job``) is an option
     of some ddprof command, of a benchmark script under benchmarks/ (its argument parser names it), or of
-    the other program the docs run beside (torchrun, ray)."""
+    the other program the docs run beside (torchrun, ray, Nsight Systems' nsys)."""
     ours = set().union(*(accepted(name) for name in COMMANDS))
     scripts = "\n".join(p.read_text(encoding="utf-8") for p in (REPO / "benchmarks").glob("*.py"))
     unknown = []
