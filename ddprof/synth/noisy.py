@@ -2,7 +2,7 @@
 
 ``NoisyDP``, per rank r and step s (all times whole µs, GPU kernels on stream 7, the all-reduce on 20)::
 
-    fwd [t0+40, +F·n)   bwd [.., +B·n + slow)   all_reduce buckets [arrive, e)   opt [e+10, +Opt·n)   step ends +30
+    [host op]   fwd [t0+40, +F·n)   bwd [.., +B·n + slow)   all_reduce buckets [arrive, e)   opt [e+10, +Opt·n)   step ends +30
 
 with n a lognormal noise factor per (rank, step, kernel) (sd ``noise``) times one factor per run (sd
 ``run_noise``: nights differ a little as a whole), ``slow`` = ``slow_us`` on ``slow_rank``. Each of the
@@ -10,6 +10,20 @@ with n a lognormal noise factor per (rank, step, kernel) (sd ``noise``) times on
 latest arrival plus the transfer ``T / bw`` (noise as well), so a slow rank makes the others wait, and a
 ``bw`` of 0.7 is a 30 % drop in bus bandwidth. ``ProfilerStep#s`` spans the step on each rank and the
 next step starts where it ended. Two runs with the same parameters but their ``seed`` differ by noise only.
+
+The known causes of a slower run, one parameter each:
+
+* ``host_us``: host work per step before the forward (``aten::copy_`` on the main thread, ``host_us · n``
+  long), which the forward waits for; ``host_factor`` scales every piece of host work: on a GPU run that op
+  (the kernels keep their times, the GPU waits longer), on a CPU run (``device="cpu"``) every op and the
+  gloo transfer, which runs on the host too. 1.5 is a machine 1.5 times slower (another job beside it);
+* ``factors``: ``(("bwd", 1.3),)`` makes one piece of work (``fwd``, ``bwd``, ``opt``, ``host``) 1.3 times
+  longer on every rank: a change of the code; ``extra_us`` adds a new op after the forward;
+* ``slow_rank``/``slow_us`` (one rank), ``bw`` (communication), ``buckets`` (the workload).
+
+``device="cpu"``: every op is a CPU op on the main thread (``aten::addmm`` forward, ``aten::mm`` backward,
+``aten::add_`` optimizer step, ``aten::copy_`` host op, ``aten::cat`` the extra op) and each all-reduce a
+``gloo:all_reduce`` on thread 2, as a gloo job records them.
 
 ``NoisyPipeline``: a pipeline run whose bubble per stage is known, one stage's larger on demand.
 """
@@ -46,8 +60,23 @@ class NoisyDP:
     bw: float = 1.0
     seed: int = 0
     base: int = 1_700_000_000_000_000 * US
+    device: str = "gpu"
+    host_us: int = 0
+    host_factor: float = 1.0
+    factors: tuple[tuple[str, float], ...] = ()
+    extra_us: int = 0
+
+    def names(self) -> dict[str, str]:
+        """The op (CPU) or kernel (GPU) name of each piece of work."""
+        if self.device == "cpu":
+            return {"fwd": "aten::addmm", "bwd": "aten::mm", "opt": "aten::add_", "host": "aten::copy_",
+                    "extra": "aten::cat"}
+        return {"fwd": "gemm_fwd_kernel", "bwd": "gemm_bwd_kernel", "opt": "sgd_kernel", "host": "aten::copy_",
+                "extra": "fused_extra_kernel"}
 
     def events(self) -> pl.DataFrame:
+        if self.device == "cpu":
+            return self._cpu_events()
         rng = random.Random(f"noisy-dp-{self.seed}")
         run_factor = math.exp(rng.gauss(0, self.run_noise))
 
@@ -58,13 +87,23 @@ class NoisyDP:
         t0 = [self.base + r * 7 * US for r in range(self.ranks)]
         meta = dict(coll_op="all_reduce", pg="0", group_size=self.ranks, bytes=self.nbytes,
                     in_bytes=self.nbytes, out_bytes=self.nbytes, dtype="Float")
+        fac = dict(self.factors)
         for s in range(self.steps):
             bwd_end = []
             for r in range(self.ranks):
                 f = t0[r] + 40 * US
-                fd = us(self.F) * US
+                if self.host_us:
+                    hd = us(self.host_us * self.host_factor * fac.get("host", 1.0)) * US
+                    rows.add(rank=r, ts_ns=f, dur_ns=hd, pid=100, tid=1, kind="cpu_op", cat="cpu_op",
+                             name="aten::copy_", step=s)
+                    f += hd + 30 * US
+                fd = us(self.F * fac.get("fwd", 1.0)) * US
                 rows.kernel(r, s, "compute", "gemm_fwd_kernel", f, fd, 7, f - 20 * US)
-                bd = (us(self.B) + (self.slow_us if r == self.slow_rank else 0)) * US
+                if self.extra_us:
+                    xd = us(self.extra_us) * US
+                    rows.kernel(r, s, "compute", "fused_extra_kernel", f + fd, xd, 7, f - 18 * US)
+                    fd += xd
+                bd = (us(self.B * fac.get("bwd", 1.0)) + (self.slow_us if r == self.slow_rank else 0)) * US
                 rows.kernel(r, s, "compute", "gemm_bwd_kernel", f + fd, bd, 7, f - 15 * US)
                 bwd_end.append(f + fd + bd)
             start = list(bwd_end)
@@ -75,9 +114,52 @@ class NoisyDP:
                 start = [end] * self.ranks
             for r in range(self.ranks):
                 o = start[r] + 10 * US
-                od = us(self.Opt) * US
+                od = us(self.Opt * fac.get("opt", 1.0)) * US
                 rows.kernel(r, s, "compute", "sgd_kernel", o, od, 7, t0[r] + 35 * US)
                 step_end = o + od + 30 * US
+                step_row(rows, r, s, t0[r], step_end - t0[r])
+                t0[r] = step_end
+        return rows.frame()
+
+    def _cpu_events(self) -> pl.DataFrame:
+        """The same job as a gloo run on CPUs (module doc): every op host work, scaled by ``host_factor``."""
+        rng = random.Random(f"noisy-dp-cpu-{self.seed}")
+        run_factor = math.exp(rng.gauss(0, self.run_noise))
+        fac, name, hf = dict(self.factors), self.names(), self.host_factor
+
+        def us(x: float, sd: float | None = None) -> int:
+            return max(1, round(x * hf * run_factor * math.exp(rng.gauss(0, self.noise if sd is None else sd))))
+
+        rows = Rows()
+
+        def op(r: int, s: int, part: str, ts: int, dur: int) -> int:
+            rows.add(rank=r, ts_ns=ts, dur_ns=dur, pid=100, tid=1, kind="cpu_op", cat="cpu_op", name=name[part],
+                     step=s)
+            return ts + dur
+
+        t0 = [self.base + r * 7 * US for r in range(self.ranks)]
+        meta = dict(coll_op="all_reduce", pg="0", group_size=self.ranks, bytes=self.nbytes,
+                    in_bytes=self.nbytes, out_bytes=self.nbytes, dtype="Float")
+        for s in range(self.steps):
+            bwd_end = []
+            for r in range(self.ranks):
+                t = t0[r] + 40 * US
+                if self.host_us:
+                    t = op(r, s, "host", t, us(self.host_us * fac.get("host", 1.0)) * US) + 20 * US
+                t = op(r, s, "fwd", t, us(self.F * fac.get("fwd", 1.0)) * US)
+                if self.extra_us:
+                    t = op(r, s, "extra", t, us(self.extra_us) * US)
+                slow = self.slow_us if r == self.slow_rank else 0
+                bwd_end.append(op(r, s, "bwd", t, (us(self.B * fac.get("bwd", 1.0)) + slow) * US))
+            start = list(bwd_end)
+            for _ in range(self.buckets):
+                end = max(start) + us(self.T / self.bw, self.noise / 2) * US
+                for r in range(self.ranks):
+                    rows.add(rank=r, ts_ns=start[r], dur_ns=end - start[r], pid=100, tid=2, kind="comm",
+                             cat="user_annotation", name="gloo:all_reduce", step=s, **meta)
+                start = [end] * self.ranks
+            for r in range(self.ranks):
+                step_end = op(r, s, "opt", start[r] + 10 * US, us(self.Opt * fac.get("opt", 1.0)) * US) + 30 * US
                 step_row(rows, r, s, t0[r], step_end - t0[r])
                 t0[r] = step_end
         return rows.frame()
