@@ -1,0 +1,343 @@
+"""What kind of change a run shows against its baseline: a cause class with its evidence.
+
+``classify(base, run)`` returns None when nothing changed beyond the noise, else::
+
+    {"class": "environment" | "code" | "communication" | "rank" | "workload" | "unclear",
+     "rank": int | None, "summary": str, "evidence": [str, ...]}
+
+It reads three things from each report (each beyond the noise when its 99 % interval, :mod:`.stats`,
+excludes zero, and large when at least the tolerance):
+
+* **each rank's own time** per step: the step minus its exposed communication (:func:`.samples.own_us`).
+  A slow rank raises its own time; the others wait for it in the collectives, so theirs stays. A rank
+  *changed* when its Hodges–Lehmann shift is beyond the noise and at least the step-time tolerance
+  (``tolerance_pct`` of its median, at least ``min_change_us``);
+* **each op's time per step** (``kernels_by_step``: GPU kernels on GPU ranks, CPU ops on CPU ranks;
+  communication left out), as the factor run / baseline of the medians. An op *changed* when its shift is
+  beyond the noise and the factor is off 1 by at least ``OP_CHANGE`` (10 %), *kept its time* when its
+  shift is within the noise or the factor is within ``OP_SAME`` (5 %) of 1. Ops under ``OP_MIN_SHARE``
+  (2 %) of the compared time are left out: they are too short to tell;
+* **bus bandwidth** per collective op and message size, as the factor of the medians.
+
+The classes, decided in this order:
+
+1. **workload**: other collectives per step or other message sizes (:func:`.job.workload_changes`); more
+   or fewer ops per step is the workload too, unless ops of other names appeared or vanished (code);
+2. **rank** (with ``rank``): exactly one rank changed, and every other rank's own time moved less than
+   the tolerance and less than a quarter of that rank's shift. Not when all ranks slowed together: then
+   the others' own time rose too;
+3. **code**: ops of other names (an op among the other side's top ops and at least twice the smallest of
+   them, or any op when that side kept all its ops), or a subset of the ops changed while the others kept
+   their time: the ops that kept it hold at least ``SAME_SHARE`` (25 %) of the compared time, or half of
+   the ops;
+4. **environment**: the ops changed together (all of them by a similar factor: the ones that kept their
+   time fall short of the code rule) and more than one rank changed, or the ops (device kernels) kept
+   their times while the ranks' own time rose on more than one rank (the host side: launches, data
+   loading, the time between ops). On a CPU run everything is host work, so a uniform factor over every
+   op and rank, communication included, is what a busier machine does; a code change moves some ops and
+   not the others;
+5. **communication**: no rank's own time changed, and busbw fell by at least ``BW_CHANGE`` (10 %) beyond
+   the noise, or the run names a new straggler — then **rank**, the straggler (it arrives late without
+   working longer: a delay the trace does not show as work);
+6. **unclear**: the step time changed beyond its tolerance and none of the above fits.
+
+Example (a CPU run, a busy machine): every op ×1.47–×1.49, all 4 ranks' own time ×1.46–×1.48, busbw
+×0.67 -> environment: "every op slower by a similar factor (×1.47–×1.49, 4 ops) on all 4 ranks".
+The same run with only ``aten::mm`` ×1.3 -> code: "aten::mm ×1.30 while aten::addmm, aten::add_,
+aten::copy_ kept their time (58 % of the op time)".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import numpy as np
+from ddprof.analyses.compare import samples as S
+from ddprof.analyses.compare.job import stage_count, workload_changes
+from ddprof.analyses.compare.stats import hodges_lehmann
+from ddprof.analyses.compare.words import direction, ratio_range, ratio_text, signed
+
+from ddprof.report.schema import KernelRow, RunSection, Stragglers, rows
+from ddprof.vocabulary.units import fmt_bytes, fmt_us
+
+CLASSES = ("environment", "code", "communication", "rank", "workload", "unclear")
+OP_CHANGE = 0.10
+OP_SAME = 0.05
+OP_MIN_SHARE = 0.02
+SAME_SHARE = 0.25
+BW_CHANGE = 0.10
+OTHERS_SHARE = 0.25
+DOMINANT = 0.1
+UNEVEN = 0.5
+UNEVEN_RATIO = 3.0
+EXPLAINED = 0.5
+NEW_SHARE = 0.05
+
+
+@dataclass(frozen=True)
+class Moved:
+    """One quantity in both reports: medians, the shift (run − baseline) and whether it is beyond the noise."""
+
+    subject: str
+    base: float
+    run: float
+    shift: float
+    beyond_noise: bool
+
+    @property
+    def ratio(self) -> float:
+        return self.run / self.base if self.base else math.inf
+
+
+def moved(subject: str, base: np.ndarray, run: np.ndarray, confidence: float) -> Moved | None:
+    """The medians and Hodges–Lehmann shift of two samples; None when a side is empty. Too few values for an
+    interval: beyond the noise when the shift is (judged by size alone)."""
+    if not base.size or not run.size:
+        return None
+    shift = hodges_lehmann(base, run, confidence)
+    iv = shift.interval
+    beyond = (iv[0] > 0 or iv[1] < 0) if iv is not None else shift.estimate != 0
+    return Moved(subject, float(np.median(base)), float(np.median(run)), shift.estimate, beyond)
+
+
+def _cause(klass: str, summary: str, evidence: list[str], rank: int | None = None) -> dict[str, Any]:
+    return {"class": klass, "rank": rank, "summary": summary, "evidence": evidence}
+
+
+def op_word(report: dict[str, Any]) -> str:
+    """What the report's per-op tables hold: "CPU op" on a CPU run, "kernel" on a GPU run."""
+    return "CPU op" if msgspec.convert(report["run"], RunSection).device == "cpu" else "kernel"
+
+
+def _ranks_own(base: dict[str, Any], run: dict[str, Any], confidence: float, pct: float,
+               min_us: float) -> tuple[dict[int, Moved], dict[int, float]]:
+    """Each rank's own time moved, and its tolerance (module doc)."""
+    b, r = S.own_us(base), S.own_us(run)
+    out, tol = {}, {}
+    for rank in sorted(set(b) & set(r)):
+        m = moved(f"rank {rank}", b[rank], r[rank], confidence)
+        if m is not None:
+            out[rank] = m
+            tol[rank] = max(pct / 100 * m.base, min_us)
+    return out, tol
+
+
+def _ops(base: dict[str, Any], run: dict[str, Any], confidence: float) -> list[Moved]:
+    """The non-communication ops in both reports' per-step tables, with at least OP_MIN_SHARE of the time."""
+    b, r = S.kernel_steps(base), S.kernel_steps(run)
+    keys = [k for k in b if k in r and k[1] != "comm" and b[k].size and r[k].size]
+    meds = {k: float(np.median(b[k])) for k in keys}
+    total = sum(meds.values())
+    out = []
+    for k in sorted(keys, key=lambda k: -meds[k]):
+        if total and meds[k] >= OP_MIN_SHARE * total:
+            m = moved(k[0], b[k], r[k], confidence)
+            if m is not None and m.base > 0:
+                out.append(m)
+    return out
+
+
+def _top(report: dict[str, Any]) -> list[KernelRow]:
+    return rows(report["kernels"], KernelRow)
+
+
+def _other_names(base: dict[str, Any], run: dict[str, Any], step_us: float) -> tuple[list[str], list[str]]:
+    """(new ops, ops gone): names in one side's top ops the other side does not hold. When the other side
+    kept every op, each such op of at least 1 % of the median step (per rank and step); when it kept only
+    its top N, only an op it would have listed: at least twice its smallest and ``NEW_SHARE`` (5 %) of
+    the step (short CPU ops trade places at the end of the list from run to run)."""
+    from ddprof.analyses.kernels import TOP_N
+
+    def absent(side: list[KernelRow], other: list[KernelRow]) -> list[str]:
+        names = {k.name for k in other}
+        full = len(other) >= TOP_N
+        smallest = min((k.per_step_us or 0.0 for k in other), default=0.0)
+        floor = max(NEW_SHARE * step_us, 2 * smallest) if full else 0.01 * step_us
+        return [k.name for k in side if k.kind != "comm" and k.name not in names and (k.per_step_us or 0.0) >= floor]
+
+    b, r = _top(base), _top(run)
+    return absent(r, b), absent(b, r)
+
+
+def _busbw(base: dict[str, Any], run: dict[str, Any], confidence: float) -> list[Moved]:
+    b, r = S.busbw(base), S.busbw(run)
+    out = []
+    for key in sorted(set(b) & set(r)):
+        m = moved(f"{key[0]} {fmt_bytes(key[1])}", b[key], r[key], confidence)
+        if m is not None:
+            out.append(m)
+    return out
+
+
+def _new_stragglers(base: dict[str, Any], run: dict[str, Any]) -> list[int]:
+    before = set(msgspec.convert(base["stragglers"], Stragglers).ranks)
+    return [r for r in msgspec.convert(run["stragglers"], Stragglers).ranks if r not in before]
+
+
+def _names(ms: list[Moved], limit: int = 3) -> str:
+    names = [m.subject for m in ms[:limit]]
+    return ", ".join(names) + (f" and {len(ms) - limit} more" if len(ms) > limit else "")
+
+
+def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0.99, tolerance_pct: float = 5.0,
+             min_change_us: float = 20.0, workload_rule: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The cause class of the change from ``base`` to ``run`` with its evidence, or None when nothing changed
+    beyond the noise and the tolerances (module doc). ``tolerance_pct`` and ``min_change_us``: the step-time
+    rule's; ``workload_rule``: the workload rule's allowances (default: the check's)."""
+    from ddprof.analyses.compare.rules import DEFAULTS
+
+    wl = dict(workload_rule or DEFAULTS["workload"])
+    word = op_word(run)
+    ops_word = f"{word}s"
+
+    # 1. the workload
+    other_work = workload_changes(base, run, {**wl, "kernels_per_step_pct": math.inf})
+    if other_work:
+        return _cause("workload", "the workload changed: " + "; ".join(other_work), other_work)
+    step_b = S.step_us(base).get(None, np.empty(0))
+    step_med = float(np.median(step_b)) if step_b.size else 0.0
+    new, gone = _other_names(base, run, step_med)
+    more_ops = workload_changes(base, run, {**wl, "collectives_per_step": math.inf, "message_sizes": False})
+    if more_ops and not (new or gone):
+        return _cause("workload", "the workload changed: " + "; ".join(more_ops), more_ops)
+    if new or gone:
+        ev = ([f"new {ops_word}: {', '.join(new[:5])}"] if new else []) + (
+            [f"{ops_word} no longer run: {', '.join(gone[:5])}"] if gone else []) + more_ops
+        return _cause("code", f"the {ops_word} changed: " + "; ".join(ev), ev)
+
+    # each rank's own time; pooled over the ranks it tells a change the few steps of one rank cannot
+    ranks, tol = _ranks_own(base, run, confidence, tolerance_pct, min_change_us)
+    own_b, own_r = S.own_us(base), S.own_us(run)
+    pooled = moved("all ranks", np.concatenate([own_b[r] for r in ranks]) if ranks else np.empty(0),
+                   np.concatenate([own_r[r] for r in ranks]) if ranks else np.empty(0), confidence)
+    step = moved("all ranks", step_b, S.step_us(run).get(None, np.empty(0)), confidence)
+    pooled_rose = any(m is not None and m.beyond_noise and m.shift >= max(tolerance_pct / 100 * m.base, min_change_us)
+                      for m in (pooled, step))
+    rose = [r for r, m in ranks.items() if m.shift >= tol[r] and (m.beyond_noise or pooled_rose)]
+    ops = _ops(base, run, confidence)
+    slower = [m for m in ops if m.beyond_noise and m.ratio >= 1 + OP_CHANGE]
+    op_same = [m for m in ops if not m.beyond_noise or abs(m.ratio - 1) < OP_SAME]
+    compared = sum(m.base for m in ops) or 1.0
+    same_share = sum(m.base for m in op_same) / compared
+    bw = _busbw(base, run, confidence)
+    bw_fell = [m for m in bw if m.beyond_noise and m.ratio <= 1 - BW_CHANGE]
+    comm_b, comm_r = S.kernel_steps(base), S.kernel_steps(run)
+    comm_rose = [m for k in comm_b if k[1] == "comm" and k in comm_r
+                 for m in [moved(k[0], comm_b[k], comm_r[k], confidence)]
+                 if m is not None and m.beyond_noise and m.ratio >= 1 + OP_CHANGE]
+    stragglers = _new_stragglers(base, run)
+    n_ranks = max(len(ranks), 1)
+    pipeline = stage_count(base) > 1
+
+    def factors(rs: list[int]) -> str:
+        where = f"all {len(ranks)} ranks" if len(rs) == len(ranks) else f"{len(rs)} of {len(ranks)} ranks"
+        return f"own time per step (the step minus its exposed communication) {ratio_range([ranks[r].ratio for r in rs])} on {where}"
+
+    def bw_text() -> str:
+        return "; ".join(f"busbw ({m.subject}) {ratio_text(m.ratio)}: {m.base:.3g} → {m.run:.3g} GB/s"
+                         for m in bw_fell[:2])
+
+    def ops_text() -> str:
+        if not ops:
+            return f"no {ops_word} to compare"
+        weights = sorted((m.ratio, m.base) for m in ops)
+        half, acc = sum(w for _, w in weights) / 2, 0.0
+        for ratio, w in weights:
+            acc += w
+            if acc >= half:
+                break
+        return (f"the {ops_word} together {ratio_text(ratio)} (time-weighted median of {len(ops)}, "
+                f"{ratio_range([m.ratio for m in ops])})")
+
+    # 2. one rank alone
+    if len(ranks) >= 2 and rose:
+        top = max(rose, key=lambda r: ranks[r].shift)
+        t = ranks[top]
+        others = {r: m for r, m in ranks.items() if r != top}
+        if t.beyond_noise and all(m.shift < max(min(tol[r], OTHERS_SHARE * t.shift), DOMINANT * t.shift)
+                                  for r, m in others.items()):
+            shifts = [m.shift for m in others.values()]
+            ev = [f"rank {top}'s own time per step (the step minus its exposed communication) rose "
+                  f"{fmt_us(t.shift)} ({ratio_text(t.ratio)}: {fmt_us(t.base)} → {fmt_us(t.run)})",
+                  f"the other {len(others)} ranks' own time moved {signed(min(shifts), 'us')} … "
+                  f"{signed(max(shifts), 'us')}" + ("" if max(shifts) < tol[top] else
+                                                    f", a tenth of rank {top}'s at most")
+                  + ": they wait for it in the collectives"]
+            if top in stragglers:
+                ev.append(f"rank {top} became a straggler")
+            return _cause("rank", f"rank {top} alone slowed: its own time per step rose {fmt_us(t.shift)} "
+                                  f"({ratio_text(t.ratio)}), the other ranks' did not", ev, rank=top)
+
+    # 3. the ranks slowed unevenly: a change of the code moves every rank of a data-parallel job alike
+    excess = sorted(ranks[r].ratio - 1 for r in rose)
+    if len(rose) >= 2 and not pipeline and excess[-1] - excess[0] >= UNEVEN and excess[-1] >= UNEVEN_RATIO * excess[0]:
+        ev = [f"{factors(rose)}: unevenly, as a busy machine slows its processes", ops_text()]
+        if bw_fell:
+            ev.append(bw_text())
+        return _cause("environment", f"every rank slowed, unevenly ({ratio_range([ranks[r].ratio for r in rose])}): "
+                                     "the machine, not the code", ev)
+
+    # 4. code: a subset of the ops slowed, accounting for most of the change, the others kept their time
+    own_shift = pooled.shift if pooled is not None else 0.0
+    explained = sum(m.run - m.base for m in slower) / n_ranks
+    if slower and own_shift > 0 and explained >= EXPLAINED * own_shift and (
+            same_share >= SAME_SHARE or len(op_same) >= max(1, len(ops) / 2)):
+        moved_text = ", ".join(f"{m.subject} {ratio_text(m.ratio)}" for m in slower[:4])
+        ev = [f"{moved_text} (+{fmt_us(explained)} per rank and step) while {_names(op_same)} kept their time "
+              f"({100 * same_share:.0f} % of the {word} time)"]
+        if rose:
+            ev.append(factors(rose))
+        if bw_fell:
+            ev.append(bw_text())
+        return _cause("code", f"some {ops_word} slowed, the others did not: {moved_text}", ev)
+
+    # 5. the environment: the ranks' own time rose together, the ops alike or the device kernels unchanged
+    if len(rose) >= 2:
+        ev = [factors(rose), ops_text()]
+        if slower and len(slower) == len(ops):
+            summary = (f"every {word} slower by a similar factor ({ratio_range([m.ratio for m in slower])}, "
+                       f"{len(slower)} {ops_word}) on {'every rank' if len(rose) == len(ranks) else f'{len(rose)} ranks'}")
+        elif word == "kernel" and not slower:
+            summary = f"the kernels kept their times while every rank's own time grew: the host side, not the code"
+        else:
+            summary = f"every rank slowed ({ratio_range([ranks[r].ratio for r in rose])}) and no subset of the {ops_word} explains it"
+        if bw_fell:
+            ev.append(bw_text() + (" (gloo runs on the same host)" if word == "CPU op" else ""))
+        return _cause("environment", summary, ev)
+
+    # 6. communication
+    if not rose and (bw_fell or comm_rose):
+        what = bw_text() if bw_fell else "; ".join(f"{m.subject[:60]} {ratio_text(m.ratio)}" for m in comm_rose[:2])
+        ev = [what, f"no rank's own time changed ({ratio_range([m.ratio for m in ranks.values()])})"
+              if ranks else "no per-rank step times to compare"]
+        return _cause("communication", f"the collectives slowed, compute did not: {what}", ev)
+
+    # 7. a straggler that does no more work than before: it arrives late, the machine made it so
+    if stragglers and not rose:
+        r = stragglers[0]
+        m = ranks.get(r)
+        ev = [f"rank {r} became a straggler, but no rank's own time rose beyond the noise"
+              + (f" (rank {r}: {ratio_text(m.ratio)})" if m else ""), ops_text()]
+        return _cause("environment", f"rank {r} arrives late without doing more work: scheduling on the machine, "
+                                     "not the rank's code", ev)
+
+    # 8. unclear
+    m = step
+    if m is not None and m.beyond_noise and abs(m.shift) >= max(tolerance_pct / 100 * m.base, min_change_us):
+        ev = [f"median step time {direction(m.shift)} {fmt_us(abs(m.shift))}", ops_text()]
+        if rose:
+            ev.append(factors(rose))
+        return _cause("unclear", "the step time changed, and no single cause fits", ev)
+    return None
+
+
+def cause_line(cause: dict[str, Any] | None) -> str:
+    """The cause as a phrase for a headline: "environment", "one rank (rank 2)", "code"."""
+    if cause is None:
+        return "none"
+    if cause["class"] == "rank":
+        return f"one rank (rank {cause['rank']})"
+    return str(cause["class"])
