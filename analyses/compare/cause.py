@@ -243,12 +243,9 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
     def ops_text() -> str:
         if not ops:
             return f"no {ops_word} to compare"
-        weights = sorted((m.ratio, m.base) for m in ops)
-        half, acc = sum(w for _, w in weights) / 2, 0.0
-        for ratio, w in weights:
-            acc += w
-            if acc >= half:
-                break
+        ordered = sorted(ops, key=lambda m: m.ratio)
+        cum = np.cumsum([m.base for m in ordered])
+        ratio = ordered[int(np.searchsorted(cum, cum[-1] / 2))].ratio  # the time-weighted median
         return (f"the {ops_word} together {ratio_text(ratio)} (time-weighted median of {len(ops)}, "
                 f"{ratio_range([m.ratio for m in ops])})")
 
@@ -301,7 +298,7 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
             summary = (f"every {word} slower by a similar factor ({ratio_range([m.ratio for m in slower])}, "
                        f"{len(slower)} {ops_word}) on {'every rank' if len(rose) == len(ranks) else f'{len(rose)} ranks'}")
         elif word == "kernel" and not slower:
-            summary = f"the kernels kept their times while every rank's own time grew: the host side, not the code"
+            summary = "the kernels kept their times while every rank's own time grew: the host side, not the code"
         else:
             summary = f"every rank slowed ({ratio_range([ranks[r].ratio for r in rose])}) and no subset of the {ops_word} explains it"
         if bw_fell:

@@ -2,11 +2,17 @@
 
 ``check(run, base, rules)`` returns::
 
-    {status: "ok" | "regression" | "workload_changed", confidence, run: {...}, baseline: {...},
-     job_differences: [..], summary: [sentences], outcomes: [{id, rule, subject, kind, outcome, unit,
-     baseline, run, change, change_pct, interval, tolerance, samples, message, cause}]}
+    {status: "ok" | "regression" | "workload_changed", cause: {class, rank, summary, evidence} | null,
+     environment: "fail" | "warn", confidence, run: {...}, baseline: {...}, job_differences: [..],
+     summary: [sentences], outcomes: [{id, rule, subject, kind, outcome, unit, baseline, run, change,
+     change_pct, interval, tolerance, samples, message, cause}]}
 
-``outcome`` is pass, fail or skip; ``kind`` relative (noise-aware, :mod:`.stats`), absolute (noise-aware
+``cause`` is what kind of change it is (:mod:`.cause`: environment, code, communication, rank,
+workload, or unclear), given when a rule failed or the workload changed, else null. With ``environment``
+warn, a change whose cause is the environment does not fail: its relative and straggler outcomes become
+``warn`` and the status is ok (absolute rules still fail: a bound is a bound).
+
+``outcome`` is pass, fail, warn or skip; ``kind`` relative (noise-aware, :mod:`.stats`), absolute (noise-aware
 against a fixed bound: :func:`absolute`), straggler or workload. A relative outcome fails when its interval lies wholly on the worse side of zero and its change
 is at least the tolerance. When the workload changed (:mod:`.job`), the rules whose numbers depend on it
 (step time, exposed communication, overlap, idle, bubble, kernels) are skipped, not failed: the run does
@@ -23,16 +29,21 @@ from typing import Any
 import msgspec
 import numpy as np
 from ddprof.analyses.compare import samples as S
+from ddprof.analyses.compare.cause import classify, op_word
 from ddprof.analyses.compare.explain import attach_causes, straggler_outcomes
 from ddprof.analyses.compare.group import grouped_summary
 from ddprof.analyses.compare.job import job_differences, workload_changes
 from ddprof.analyses.compare.rules import DEFAULTS
 from ddprof.analyses.compare.stats import Shift, hodges_lehmann, quantile_interval, quantile_shift
+from ddprof.analyses.compare.words import amount, direction, fmt, signed
 
 from ddprof.errors import BadInputError
 from ddprof.report.schema import RunSection
 from ddprof.vocabulary.units import fmt_bytes, fmt_us
 
+#: Whether a change whose cause is the environment fails the check (``--environment``, ``environment`` in
+#: the rules file): fail (the default: it is still slower, and says why) or warn (exit 0, the rules marked warn).
+ENVIRONMENT_POLICIES = ("fail", "warn")
 WORKLOAD_BOUND = ("step_time", "step_time_p90", "exposed_comm", "overlap", "idle", "bubble", "kernels")
 
 
@@ -40,24 +51,17 @@ class DifferentJobError(BadInputError):
     """The baseline is another job (exit 2); the message gives each difference."""
 
 
-def _fmt(value: float, unit: str) -> str:
-    if unit == "us":
-        return fmt_us(value)
-    if unit == "GB/s":
-        return f"{value:.3g} GB/s"
-    return f"{value:.1f} %"
-
-
-def _signed(value: float, unit: str) -> str:
-    sign = "+" if value >= 0 else "−"
-    return sign + (_fmt(abs(value), unit) if unit != "%" else f"{abs(value):.1f} pts")
+_fmt, _signed = fmt, signed
 
 
 def relative(rule: str, subject: str, base: np.ndarray, run: np.ndarray, *, what: str, unit: str,
              worse_if_higher: bool, tolerance: float, tolerance_text: str, confidence: float,
-             quantile: float | None = None) -> dict[str, Any]:
+             quantile: float | None = None, label: str | None = None) -> dict[str, Any]:
     """One noise-aware outcome (module doc): the medians (or quantiles) of both samples, the shift with its
-    interval, the decision and a sentence."""
+    interval, the decision and a sentence. The sentence begins with ``label`` when given, else
+    "WHAT (SUBJECT)"; its direction word follows the sign of the number beside it (:mod:`.words`): the
+    change of the medians, or the shift when the two disagree ("rose 1.6 pts (shift, ...; the medians
+    53.6 % → 50.7 %)")."""
     out: dict[str, Any] = {"id": f"{rule}[{subject}]", "rule": rule, "subject": subject, "kind": "relative",
                            "unit": unit, "tolerance": tolerance, "samples": [int(base.size), int(run.size)],
                            "cause": None}
@@ -75,12 +79,20 @@ def relative(rule: str, subject: str, base: np.ndarray, run: np.ndarray, *, what
     beyond_noise = iv is not None and (iv[0] > 0 if worse_if_higher else iv[1] < 0)
     failed = beyond_noise and worse >= tolerance
     pct = 100 * (r - b) / b if b else None
-    verb = ("rose" if r >= b else "fell")
-    change_text = (f"{abs(pct):.0f} %" if pct is not None and unit != "%" else _signed(r - b, unit))
     interval_text = (f"{100 * confidence:g} % interval {_signed(iv[0], unit)} … {_signed(iv[1], unit)}" if iv
                      else "too few values for an interval at this confidence")
-    msg = (f"{what} ({subject}) {verb} {change_text}: {_fmt(b, unit)} → {_fmt(r, unit)} (shift {_signed(shift.estimate, unit)}, "
-           f"{interval_text}; tolerance {tolerance_text})")
+    # the direction word follows the sign of the number beside it: the medians' change, or the shift (what
+    # the rule tests) when the two disagree
+    head = label or f"{what} ({subject})"
+    if r == b and shift.estimate == 0:
+        msg = f"{head} did not change: {_fmt(b, unit)} → {_fmt(r, unit)} ({interval_text}; tolerance {tolerance_text})"
+    elif (r - b) * shift.estimate >= 0 and r != b:
+        change_text = f"{abs(pct):.0f} %" if pct is not None and unit != "%" else amount(r - b, unit)
+        msg = (f"{head} {direction(r - b)} {change_text}: {_fmt(b, unit)} → {_fmt(r, unit)} "
+               f"(shift {_signed(shift.estimate, unit)}, {interval_text}; tolerance {tolerance_text})")
+    else:
+        msg = (f"{head} {direction(shift.estimate)} {amount(shift.estimate, unit)} (shift, {interval_text}; "
+               f"the medians {_fmt(b, unit)} → {_fmt(r, unit)}; tolerance {tolerance_text})")
     if not failed:
         why = ("within tolerance" if beyond_noise else "within the noise" if iv else "not enough values to tell")
         msg += f": {why}"
@@ -151,16 +163,19 @@ def _relative_rules(base: dict[str, Any], run: dict[str, Any], rules: dict[str, 
                                 tolerance=tol, tolerance_text=f"{pct:g} % = {tol:.3g} GB/s", confidence=c))
     kc = rules["kernels"]
     if kc["enabled"] and med:
-        rk = S.kernel_steps(run)
-        for (name, kind), arr in S.kernel_steps(base).items():
+        word = op_word(run)
+        rk = S.kernel_steps(run, per_rank=True)
+        for (name, kind), arr in S.kernel_steps(base, per_rank=True).items():
             if (name, kind) not in rk or not arr.size:
                 continue
             kmed = float(np.median(arr))
             tol = max(kc["tolerance_pct"] / 100 * kmed, kc["min_share_pct"] / 100 * med)
-            out.append(relative("kernels", name, arr, rk[(name, kind)], what=f"{kind} time per step, all ranks",
+            what = word if kind != "comm" else ("gloo op" if word == "CPU op" else "communication kernel")
+            out.append(relative("kernels", name, arr, rk[(name, kind)], what=f"{what} time per rank and step",
                                 unit="us", worse_if_higher=True, tolerance=tol,
                                 tolerance_text=f"{kc['tolerance_pct']:g} %, at least {kc['min_share_pct']:g} % of the "
-                                               f"step = {fmt_us(tol)}", confidence=c))
+                                               f"step = {fmt_us(tol)}", confidence=c,
+                                label=f"{what} {name}: time per rank and step (median of the steps)"))
     return out
 
 
@@ -232,9 +247,15 @@ def describe(report: dict[str, Any], source: str) -> dict[str, Any]:
 
 
 def check(run: dict[str, Any], base: dict[str, Any], rules: dict[str, Any] | None = None, *,
-          allow_different_job: bool = False, run_source: str = "run", base_source: str = "baseline") -> dict[str, Any]:
-    """The check of report ``run`` against report ``base`` (module doc)."""
+          allow_different_job: bool = False, run_source: str = "run", base_source: str = "baseline",
+          environment: str | None = None) -> dict[str, Any]:
+    """The check of report ``run`` against report ``base`` (module doc). ``environment`` (``fail`` or
+    ``warn``; default: the rules' ``environment``, itself ``fail``): whether a change whose cause is the
+    environment fails the check."""
     rules = rules if rules is not None else DEFAULTS
+    policy = environment or rules.get("environment", "fail")
+    if policy not in ENVIRONMENT_POLICIES:
+        raise BadInputError(f"environment must be one of {', '.join(ENVIRONMENT_POLICIES)}, got {policy!r}")
     diffs = job_differences(base, run)
     if diffs and not allow_different_job:
         raise DifferentJobError("the baseline is another job: " + "; ".join(diffs)
@@ -260,10 +281,23 @@ def check(run: dict[str, Any], base: dict[str, Any], rules: dict[str, Any] | Non
     outcomes.extend(_absolute_rules(run, rules))
     attach_causes(outcomes)
     failed = [o for o in outcomes if o["outcome"] == "fail" and o["kind"] != "workload"]
+    cause = None
+    if failed or changes:
+        st = rules["step_time"]
+        cause = classify(base, run, confidence=rules["confidence"], tolerance_pct=st["tolerance_pct"],
+                         min_change_us=st["min_change_us"], workload_rule=rules["workload"])
+        if cause is None:
+            cause = {"class": "unclear", "rank": None, "summary": "rules failed, and no cause stands out beyond "
+                     "the noise", "evidence": [o["message"] for o in failed[:2]]}
+    summary = grouped_summary(outcomes)  # told before a warning policy marks them, so a warning says what changed
+    if cause is not None and cause["class"] == "environment" and policy == "warn":
+        for o in outcomes:
+            if o["outcome"] == "fail" and o["kind"] in ("relative", "straggler"):
+                o["outcome"] = "warn"
+        failed = [o for o in failed if o["outcome"] == "fail"]
     status = "regression" if failed else "workload_changed" if changes else "ok"
-    summary = grouped_summary(outcomes)
     if not summary:
         summary = [f"no regression: {sum(o['outcome'] == 'pass' for o in outcomes)} rules pass"]
-    return {"status": status, "confidence": rules["confidence"], "run": describe(run, run_source),
-            "baseline": describe(base, base_source), "job_differences": diffs, "summary": summary,
-            "outcomes": outcomes}
+    return {"status": status, "cause": cause, "environment": policy, "confidence": rules["confidence"],
+            "run": describe(run, run_source), "baseline": describe(base, base_source), "job_differences": diffs,
+            "summary": summary, "outcomes": outcomes}

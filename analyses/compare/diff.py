@@ -1,7 +1,9 @@
 """The side-by-side table behind a check: per kernel and per collective (op, message size), the count, total
 and per-step time in the baseline and the run, sorted by the change of the time per step (largest first).
 
-* kernels: count, total_us, per_step_us (per rank and step). Given every kernel of both sides (read from
+* kernels (CPU ops on a CPU run): count, total_us, per_step_us (per rank and step: the time inside
+  profiler steps over the (rank, step) pairs, so the mean over the steps; ``ddprof check`` compares the
+  median over the steps of the same per-rank time, and says so). Given every kernel of both sides (read from
   their stores, :mod:`.all_kernels`), every kernel name; a kernel one side never ran shows null there.
   When a side is a saved report, which keeps only its top N (``kernels`` section), the table holds that
   report's top N, each with the other side's exact figures where it has a store; ``kernels_scope`` says
@@ -20,9 +22,11 @@ from collections import defaultdict
 from statistics import median
 from typing import Any
 
+import msgspec
+from ddprof.analyses.compare.cause import classify, op_word
 from ddprof.analyses.compare.check import describe
 
-from ddprof.report.schema import CollectiveRow, StepTimeRow, rows
+from ddprof.report.schema import CollectiveRow, KernelRow, RunSection, StepTimeRow, rows
 from ddprof.report.tables import detail_rows
 
 
@@ -34,7 +38,7 @@ def _change(b: float | None, r: float | None) -> tuple[float | None, float | Non
 
 
 def _collectives(report: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
-    steps = max(len(report["run"].get("steps") or []), 1)
+    steps = max(len(msgspec.convert(report["run"], RunSection).steps), 1)
     per: dict[tuple[str, int], list[CollectiveRow]] = defaultdict(list)
     for c in rows(detail_rows(report, "collectives"), CollectiveRow):
         if c.bytes is not None:
@@ -64,14 +68,14 @@ def _side_by_side(base: dict[Any, dict[str, Any]], run: dict[Any, dict[str, Any]
 def _kernel_sides(run: dict[str, Any], base: dict[str, Any], run_all: list[dict[str, Any]] | None,
                   base_all: list[dict[str, Any]] | None) -> tuple[dict[Any, Any], dict[Any, Any], dict[str, Any]]:
     """The kernels of each side to put side by side, and the scope said in the diff (module doc)."""
-    def keyed(rows: list[dict[str, Any]]) -> dict[Any, dict[str, Any]]:
-        return {(k["name"], k["kind"]): k for k in rows}
+    def keyed(items: list[dict[str, Any]]) -> dict[Any, dict[str, Any]]:
+        return {(k.name, k.kind): msgspec.structs.asdict(k) for k in rows(items, KernelRow)}
 
     b = keyed(base_all if base_all is not None else base["kernels"])
     r = keyed(run_all if run_all is not None else run["kernels"])
     if run_all is not None and base_all is not None:
         return r, b, {"every_kernel": True, "note": f"every kernel of both runs ({len(set(r) | set(b))} names)"}
-    saved = [side for side, rows in (("run", run_all), ("baseline", base_all)) if rows is None]
+    saved = [side for side, items in (("run", run_all), ("baseline", base_all)) if items is None]
     top = {side: len((run if side == "run" else base)["kernels"]) for side in saved}
     keep = set().union(*(keyed((run if side == "run" else base)["kernels"]) for side in saved))
     r, b = {k: v for k, v in r.items() if k in keep}, {k: v for k, v in b.items() if k in keep}
@@ -84,10 +88,12 @@ def _kernel_sides(run: dict[str, Any], base: dict[str, Any], run_all: list[dict[
 def diff(run: dict[str, Any], base: dict[str, Any], *, run_source: str = "run", base_source: str = "baseline",
          run_kernels: list[dict[str, Any]] | None = None,
          base_kernels: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """``{run, baseline, step_time: {base_median_us, run_median_us, change_us, change_pct}, kernels_scope:
-    {every_kernel, note}, kernels: [..], collectives: [..]}`` (module doc). ``run_kernels`` and
-    ``base_kernels``: every kernel of each side's store (:func:`.all_kernels.every_kernel`), None for a side
-    that is a saved report."""
+    """``{run, baseline, cause, op_word, step_time: {base_median_us, run_median_us, change_us, change_pct},
+    kernels_scope: {every_kernel, note}, kernels: [..], collectives: [..]}`` (module doc). ``run_kernels``
+    and ``base_kernels``: every kernel of each side's store (:func:`.all_kernels.every_kernel`), None for a
+    side that is a saved report. ``cause``: what kind of change it is (:func:`.cause.classify`, the check's
+    default tolerances), null when nothing changed beyond the noise; ``op_word``: what the kernel rows are,
+    "CPU op" on a CPU run, else "kernel"."""
     run_k, base_k, scope = _kernel_sides(run, base, run_kernels, base_kernels)
 
     bs = [s.step_us for s in rows(detail_rows(base, "step_times"), StepTimeRow)]
@@ -96,6 +102,8 @@ def diff(run: dict[str, Any], base: dict[str, Any], *, run_source: str = "run", 
     change, pct = _change(bm, rm) if bm is not None and rm is not None else (None, None)
     return {
         "run": describe(run, run_source), "baseline": describe(base, base_source),
+        "cause": classify(base, run),
+        "op_word": op_word(run),
         "step_time": {"base_median_us": bm, "run_median_us": rm, "change_us": change, "change_pct": pct},
         "kernels_scope": scope,
         "kernels": _side_by_side(base_k, run_k, ("count", "total_us", "per_step_us"), ("name", "kind")),

@@ -19,8 +19,9 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+from ddprof.analyses.compare.words import direction
 
-from ddprof.report.schema import Stragglers
+from ddprof.report.schema import RunSection, Stragglers
 from ddprof.vocabulary.units import fmt_us
 
 _ORDER = ("straggler", "busbw", "kernels:compute", "kernels", "exposed_comm", "idle", "overlap", "bubble")
@@ -36,7 +37,7 @@ def wait_per_step(report: dict[str, Any], rank: int) -> float:
     p = per.get(rank)
     if not p or not p.wait_caused_us:
         return 0.0
-    steps = max(len(report["run"].get("steps") or []), 1)
+    steps = max(len(msgspec.convert(report["run"], RunSection).steps), 1)
     return p.wait_caused_us / max(p.waiting_ranks or 1, 1) / steps
 
 
@@ -50,8 +51,8 @@ def straggler_outcomes(base: dict[str, Any], run: dict[str, Any], tolerance_us: 
     for r in _stragglers(run).ranks:
         b, a = wait_per_step(base, r), wait_per_step(run, r)
         if r not in before:
-            msg = (f"rank {r} became a straggler: the others wait {fmt_us(a - b)} more per step "
-                   f"({fmt_us(b)} → {fmt_us(a)})")
+            msg = (f"rank {r} became a straggler: the others wait {fmt_us(abs(a - b))} "
+                   f"{direction(a - b, 'more', 'less', 'as long')} per step ({fmt_us(b)} → {fmt_us(a)})")
         elif a - b > tolerance_us:
             msg = (f"rank {r}, a straggler already, makes the others wait {fmt_us(a - b)} more per step "
                    f"({fmt_us(b)} → {fmt_us(a)}; tolerance {fmt_us(tolerance_us)})")
@@ -70,7 +71,8 @@ def straggler_outcomes(base: dict[str, Any], run: dict[str, Any], tolerance_us: 
 
 def evidence_key(o: dict[str, Any]) -> int:
     """Where an outcome stands in the order of causes (module doc): lower is more telling."""
-    tag = "kernels:compute" if o["rule"] == "kernels" and "compute time" in o["message"] else o["rule"]
+    tag = ("kernels:compute" if o["rule"] == "kernels" and o["message"].startswith(("kernel ", "CPU op "))
+           else o["rule"])
     return _ORDER.index(tag) if tag in _ORDER else len(_ORDER)
 
 

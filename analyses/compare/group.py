@@ -24,6 +24,7 @@ from statistics import median
 from typing import Any
 
 from ddprof.analyses.compare.explain import evidence_key
+from ddprof.analyses.compare.words import direction, signed
 
 from ddprof.vocabulary.units import fmt_us
 
@@ -37,7 +38,7 @@ def _rank(subject: str) -> int | None:
 
 
 def _signed(us: float) -> str:
-    return ("+" if us >= 0 else "−") + fmt_us(abs(us))
+    return signed(us, "us")
 
 
 def _ranks_text(ranks: list[int]) -> str:
@@ -59,7 +60,7 @@ def family_line(rule: str, failed: list[dict[str, Any]], total: int) -> str:
     ranks = sorted(r for r in (_rank(o["subject"]) for o in failed) if r is not None)
     shifts = sorted(o["change"] for o in failed if o["change"] is not None)
     where = (f"all {total} ranks" if len(ranks) == total else f"{len(ranks)} of {total} ranks ({_ranks_text(ranks)})")
-    verb = "rose" if median(shifts) >= 0 else "fell"
+    verb = direction(median(shifts))
     return (f"{_WHAT[rule]} {verb} on {where} by {fmt_us(abs(median(shifts)))} (median of the per-rank shifts; "
             f"{_signed(shifts[0])} … {_signed(shifts[-1])})")
 

@@ -9,6 +9,8 @@ A relative rule fails only when both hold (noise-aware, :mod:`.stats`):
 Default tolerances (``DEFAULTS``; every key can be overridden in the TOML file)::
 
     confidence = 0.99
+    environment = "fail"   a change whose cause is the environment (:mod:`.cause`) fails the check, saying
+                           so; "warn": it is told, marked warn, and does not fail (``--environment`` overrides)
     [step_time]        median step time, whole run (all ranks' steps) and per rank
     tolerance_pct = 5      and at least min_change_us = 20 µs
     [step_time_p90]    90th percentile of the step time, whole run and per rank (bootstrap interval)
@@ -24,7 +26,7 @@ Default tolerances (``DEFAULTS``; every key can be overridden in the TOML file):
     [busbw]            bus bandwidth per collective op and message size, per instance (lower is worse);
                        point-to-point ops also per link (src → dst rank)
     tolerance_pct = 10
-    [kernels]          time per step of each top kernel (summed over ranks)
+    [kernels]          time per rank and step of each top kernel (CPU op on a CPU run)
     tolerance_pct = 10     and at least min_share_pct = 1 % of the median step time
     [straggler]        a rank named a straggler that was not one in the baseline, or one that was whose
                        wait per step grew by more than the [step_time] tolerance
@@ -68,6 +70,7 @@ else:  # pragma: no cover
 
 DEFAULTS: dict[str, Any] = {
     "confidence": 0.99,
+    "environment": "fail",
     "step_time": {"enabled": True, "tolerance_pct": 5.0, "min_change_us": 20.0},
     "step_time_p90": {"enabled": True, "tolerance_pct": 10.0, "min_change_us": 20.0},
     "exposed_comm": {"enabled": True, "tolerance_pts": 5.0},
@@ -126,6 +129,10 @@ def merge_rules(overrides: dict[str, Any], where: str = "rules") -> dict[str, An
             if not isinstance(value, (int, float)) or not 0.5 <= value < 1:
                 raise UsageError(f"{where}: confidence must be a number in [0.5, 1), got {value!r}")
             rules[key] = float(value)
+        elif key == "environment":
+            if value not in ("fail", "warn"):
+                raise UsageError(f"{where}: environment must be \"fail\" or \"warn\", got {value!r}")
+            rules[key] = value
         elif key == "absolute":
             if not isinstance(value, list):
                 raise UsageError(f"{where}: absolute rules are written [[absolute]]")
@@ -145,15 +152,16 @@ def merge_rules(overrides: dict[str, Any], where: str = "rules") -> dict[str, An
     return rules
 
 
-def load_rules(path: str | Path | None) -> dict[str, Any]:
+def load_rules(path: str | Path | None, *, environment: str | None = None) -> dict[str, Any]:
     """The rules of a TOML file (None: the defaults). A file that cannot be read or parsed is a UsageError
-    naming it."""
+    naming it. ``environment``: the project's default for ``environment`` (the file's own wins)."""
+    base = {"environment": environment} if environment is not None else {}
     if path is None:
-        return copy.deepcopy(DEFAULTS)
+        return merge_rules(base, "the project file")
     try:
         data = tomllib.loads(Path(path).read_text())
     except OSError as exc:
         raise UsageError(f"{path}: cannot read the rules file ({exc.strerror or exc})") from exc
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: not valid TOML ({exc})") from exc
-    return merge_rules(data, str(path))
+    return merge_rules({**base, **data}, str(path))

@@ -14,8 +14,8 @@ Each value is one (rank, step) unless said otherwise:
 * ``busbw``: one value per collective instance, per (op, message size) (``collectives``);
 * ``busbw_links``: the same for point-to-point transfers per (op, message size, src, dst): the only busbw
   the report ties to ranks (a collective's busbw is one number for its whole group);
-* ``kernel_steps``: per top kernel (name, kind), its time in each step of the run summed over ranks
-  (``kernels_by_step``; 0 in a step where it did not run).
+* ``kernel_steps``: per top kernel (name, kind), its time in each step of the run summed over ranks, or
+  per rank (``kernels_by_step``; 0 in a step where it did not run).
 
 Each section's rows are read from the report's detail tables (a report of version 1: from its JSON;
 :func:`ddprof.report.tables.detail_rows`) as their declared records (:mod:`ddprof.report.schema`).
@@ -117,9 +117,17 @@ def busbw_links(report: dict[str, Any]) -> dict[tuple[str, int, int, int], np.nd
     return {k: _arr(v) for k, v in sorted(per.items())}
 
 
-def kernel_steps(report: dict[str, Any]) -> dict[tuple[str, str], np.ndarray]:
-    steps = sorted({s.step for s in _step_times(report)})
+def kernel_steps(report: dict[str, Any], per_rank: bool = False) -> dict[tuple[str, str], np.ndarray]:
+    """Per top kernel (name, kind): its time in each step of the run, summed over ranks; ``per_rank``:
+    divided by the ranks that ran the step, the time per rank and step as ``ddprof diff`` and the
+    ``kernels`` section give it (their mean over the steps, this a value per step). Example: 300 µs in
+    a step on 2 ranks -> 300 (summed) or 150 (per rank)."""
+    ranks: dict[int, set[int]] = defaultdict(set)
+    for s in _step_times(report):
+        ranks[s.step].add(s.rank)
+    steps = sorted(ranks)
     per: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
     for k in _detail(report, "kernels_by_step", KernelStepRow):
         per[(k.name, k.kind)][k.step] = k.total_us
-    return {key: np.asarray([v.get(s, 0.0) for s in steps], dtype=np.float64) for key, v in per.items()}
+    div = {s: (len(ranks[s]) if per_rank else 1) or 1 for s in steps}
+    return {key: np.asarray([v.get(s, 0.0) / div[s] for s in steps], dtype=np.float64) for key, v in per.items()}

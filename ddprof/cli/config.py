@@ -1,11 +1,14 @@
-"""A project's ddprof settings, read from a file beside the code: today, the rules that name
-communication kernels.
+"""A project's ddprof settings, read from a file beside the code: the rules that name communication
+kernels, and whether ``ddprof check`` fails on a change whose cause is the environment.
 
 The file is the first found from the current directory up to the root:
 
 * ``ddprof.toml``, with ``comm_kernels = ["REGEX[=op]", ...]`` at its top level, or
 * ``pyproject.toml`` with a ``[tool.ddprof]`` table holding the same key (a ``pyproject.toml``
   without that table is passed over).
+
+``check_environment = "warn"`` (or ``"fail"``, the default) is ``ddprof check --environment``'s default
+when the rules file does not set ``environment``.
 
 Each rule is what ``--comm-kernel`` takes (:func:`ddprof.vocabulary.collective_ops.parse_rule`); the command
 line's rules come first, then the file's. A file that cannot be read, or a rule that is not one, is a
@@ -38,6 +41,7 @@ class Config:
 
     path: Path | None = None
     comm_kernels: tuple[str, ...] = ()
+    check_environment: str | None = None
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -89,7 +93,10 @@ def load_config(start: Path | None = None) -> Config:
             parse_rule(rule)
         except RuleError as exc:
             raise UsageError(f"{path}: {exc}") from None
-    return Config(path=path, comm_kernels=tuple(rules))
+    env = table.get("check_environment")
+    if env is not None and env not in ("fail", "warn"):
+        raise UsageError(f"{path}: check_environment must be \"fail\" or \"warn\", got {env!r}")
+    return Config(path=path, comm_kernels=tuple(rules), check_environment=env)
 
 
 def comm_kernel_rules(cli: Sequence[str], start: Path | None = None) -> tuple[str, ...]:
