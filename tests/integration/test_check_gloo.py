@@ -1,7 +1,12 @@
 """``ddprof check`` on a fresh real capture: 4 gloo ranks on loopback running the DDP job of the bundled
-``gloo-ddp-4rank-slow-rank`` sample with the same arguments but no sleeping rank."""
+``gloo-ddp-4rank-slow-rank`` sample with the same arguments but no sleeping rank; and the same job re-run
+while busy processes share the machine, whose cause is the environment, not a rank and not the code."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -26,6 +31,38 @@ def fresh(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("check-gloo") / "run"
     run_example("ddp", run_dir, 4, *JOB)
     return load_report(run_dir)
+
+
+#: More active steps than ``JOB``: a cause is told from the steps of each rank.
+LONGER = ("--steps", "8", "--wait", "1", "--warmup", "1", "--active", "6", "--bucket-cap-mb", "0.5", "--wait-ingest")
+
+
+@pytest.fixture(scope="module")
+def clean_and_busy(tmp_path_factory):
+    """The job run alone, then again beside one busy process per CPU (2 to 16): the machine slower."""
+    root = tmp_path_factory.mktemp("check-gloo-busy")
+    run_example("ddp", root / "clean", 4, *LONGER)
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(min(max(os.cpu_count() or 2, 2), 16))]
+    try:
+        run_example("ddp", root / "busy", 4, *LONGER)
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    return load_report(root / "clean"), load_report(root / "busy")
+
+
+def test_a_rerun_on_a_busy_machine_is_the_environment_not_a_rank_nor_the_code(clean_and_busy):
+    clean, busy = clean_and_busy
+    result = check(busy, clean)
+    # the busy processes slow every rank, unevenly (which rank the scheduler descheduled most varies): when
+    # the check finds the run slower, the cause is the environment, never one rank or the code
+    if result["status"] != "ok":
+        assert result["cause"]["class"] == "environment", (result["cause"], result["summary"])
+    assert check(busy, clean, environment="warn")["status"] == "ok"
+    cause = check(clean, clean)["cause"]
+    assert cause is None
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +102,9 @@ def test_the_slow_rank_sample_is_the_same_job_with_a_straggler(fresh, sample):
     # on a busy machine a fresh capture may name rank 2 a straggler too: then it straggles more
     assert worse["summary"][0].startswith(("rank 2 became a straggler: the others wait ",
                                            "rank 2, a straggler already, makes the others wait ")), worse["summary"]
+    # rank 2's own time per step (its sleep is no communication) rose by about 100 ms, the others' by a few:
+    # one rank, whatever else the two machines differ in
+    assert (worse["cause"]["class"], worse["cause"]["rank"]) == ("rank", 2), worse["cause"]
     overall = next(o for o in worse["outcomes"] if o["id"] == "step_time[all ranks]")
     assert overall["outcome"] == "fail" and overall["interval"][0] > 0
     # µs: the sample's steps hold the 100 ms sleep; the fresh run's own steps are longer the busier this

@@ -1,0 +1,225 @@
+"""What kind of change ``ddprof check`` and ``ddprof diff`` say a run shows: generated pairs of runs with a
+known cause (``NoisyDP``: a busier machine, a few ops changed, a new op, slower collectives, one slow rank,
+more collectives), on GPU and CPU-only runs; the ``--environment`` policy; direction words; the same number
+for the same quantity in check and diff."""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+from ddprof.analyses.compare import samples as S
+from ddprof.analyses.compare.cause import classify
+from ddprof.analyses.compare.check import check, relative
+from ddprof.analyses.compare.diff import diff
+from ddprof.analyses.compare.rules import merge_rules
+from ddprof.analyses.compare.words import direction, signed
+
+from ddprof.cli import main
+from ddprof.inputs.reports import load_report
+from ddprof.render.compare import check_text, diff_text, junit_xml
+from ddprof.synth import NoisyDP, ingest_generated
+from tests.support.paths import SAMPLES
+
+HOST = 2000  # µs of host work per step before the forward
+
+#: (scenario, its cause class, its rank)
+KNOWN = {
+    "env": ("environment", None), "code": ("code", None), "new": ("code", None), "comm": ("communication", None),
+    "rank": ("rank", 2), "work": ("workload", None),
+}
+
+
+def scenarios(device: str) -> dict[str, NoisyDP]:
+    kw = dict(device=device, host_us=HOST)
+    return {"base": NoisyDP(seed=31, **kw), "noise": NoisyDP(seed=32, **kw),
+            "env": NoisyDP(seed=33, host_factor=1.5, **kw),
+            "code": NoisyDP(seed=34, factors=(("bwd", 1.3),), **kw),
+            "new": NoisyDP(seed=35, extra_us=1500, **kw),
+            "comm": NoisyDP(seed=36, bw=0.6, **kw),
+            "rank": NoisyDP(seed=37, slow_rank=2, slow_us=3000, **kw),
+            "work": NoisyDP(seed=38, buckets=2, **kw)}
+
+
+@pytest.fixture(scope="module", params=["gpu", "cpu"])
+def runs(request, tmp_path_factory):
+    root = tmp_path_factory.mktemp(f"cause-{request.param}")
+    paths = {k: ingest_generated(sc, root / k / "traces", root / k / "run").path
+             for k, sc in scenarios(request.param).items()}
+    return request.param, paths, {k: load_report(p) for k, p in paths.items()}
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN))
+def test_each_known_cause_is_named(runs, name):
+    _, _, reports = runs
+    klass, rank = KNOWN[name]
+    cause = classify(reports["base"], reports[name])
+    assert cause is not None and (cause["class"], cause["rank"]) == (klass, rank), cause
+    assert cause["summary"] and cause["evidence"]
+    result = check(reports[name], reports["base"])
+    assert result["status"] != "ok"
+    assert (result["cause"]["class"], result["cause"]["rank"]) == (klass, rank)
+
+
+def test_healthy_against_healthy_passes_without_a_cause(runs):
+    _, _, reports = runs
+    assert classify(reports["base"], reports["noise"]) is None
+    result = check(reports["noise"], reports["base"])
+    assert result["status"] == "ok" and result["cause"] is None, result["summary"]
+    assert check_text(result).splitlines()[0] == "ddprof check: OK: no regression"
+    assert diff(reports["noise"], reports["base"])["cause"] is None
+
+
+def test_the_evidence_of_an_environment_and_of_a_code_change(runs):
+    device, _, reports = runs
+    env = classify(reports["base"], reports["env"])
+    code = classify(reports["base"], reports["code"])
+    word = "CPU op" if device == "cpu" else "kernel"
+    if device == "cpu":  # every op ×1.5, on every rank; the gloo transfer is host work too
+        assert env["summary"].startswith(f"every {word} slower by a similar factor (×1.")
+        assert any(e.startswith("busbw (all_reduce 64 MiB) ×0.6") for e in env["evidence"])
+    else:  # the device kernels kept their times; the host op before the forward grew
+        assert env["summary"].startswith("the kernels kept their times while every rank's own time grew")
+    assert any("on all 4 ranks" in e for e in env["evidence"])
+    bwd = "aten::mm" if device == "cpu" else "gemm_bwd_kernel"
+    head = f"some {word}s slowed, the others did not: {bwd} ×"
+    assert code["summary"].startswith(head) and float(code["summary"][len(head):]) == pytest.approx(1.3, abs=0.04)
+    assert "kept their time" in code["evidence"][0]
+    new = classify(reports["base"], reports["new"])
+    extra = "aten::cat" if device == "cpu" else "fused_extra_kernel"
+    assert new["evidence"][0] == f"new {word}s: {extra}"
+
+
+def test_one_rank_only_when_it_alone_changed(runs):
+    _, _, reports = runs
+    cause = classify(reports["base"], reports["rank"])
+    assert cause["summary"].startswith("rank 2 alone slowed: its own time per step rose ")
+    assert cause["summary"].endswith("the other ranks' did not") and " ms (×1.2" in cause["summary"]
+    assert "rank 2 became a straggler" in cause["evidence"]
+
+
+def test_the_cause_leads_the_text_json_and_junit(runs, tmp_path, capsys):
+    _, paths, _ = runs
+    assert main(["check", str(paths["rank"]), "--baseline", str(paths["base"])]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "ddprof check: REGRESSION, cause: one rank (rank 2)"
+    assert lines[1].startswith("cause: one rank (rank 2): rank 2 alone slowed")
+    assert main(["check", str(paths["env"]), "--baseline", str(paths["base"]), "--format", "json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["cause"]["class"] == "environment" and out["cause"]["rank"] is None and out["environment"] == "fail"
+    junit = tmp_path / "check.xml"
+    assert main(["check", str(paths["comm"]), "--baseline", str(paths["base"]), "--format", "junit",
+                 "-o", str(junit)]) == 1
+    assert capsys.readouterr().err.startswith("ddprof check: REGRESSION, cause: communication")
+    props = {p.get("name"): p.get("value") for p in ET.parse(junit).getroot().iter("property")}
+    assert props["cause"] == "communication" and props["cause_rank"] == "" and props["cause_summary"]
+    failure = next(ET.parse(junit).getroot().iter("failure"))
+    assert failure.text.startswith("cause: communication: ")
+
+
+def test_environment_warn_passes_the_gate_and_says_why(runs, tmp_path, capsys):
+    _, paths, reports = runs
+    warned = check(reports["env"], reports["base"], environment="warn")
+    assert warned["status"] == "ok" and warned["cause"]["class"] == "environment"
+    assert {o["outcome"] for o in warned["outcomes"]} <= {"pass", "warn", "skip"}
+    assert any(o["outcome"] == "warn" for o in warned["outcomes"])
+    assert check_text(warned).splitlines()[0] == ("ddprof check: OK: no regression, but slower: cause: environment "
+                                                   "(--environment warn)")
+    root = ET.fromstring(junit_xml(warned).split("\n", 1)[1])
+    assert root.find("testsuite").get("failures") == "0" and list(root.iter("system-err"))
+    # the default fails, and says it is the environment
+    assert main(["check", str(paths["env"]), "--baseline", str(paths["base"])]) == 1
+    assert capsys.readouterr().out.startswith("ddprof check: REGRESSION, cause: environment")
+    assert main(["check", str(paths["env"]), "--baseline", str(paths["base"]), "--environment", "warn"]) == 0
+    capsys.readouterr()
+    # a warning policy touches only environment changes: a code change still fails
+    assert check(reports["code"], reports["base"], environment="warn")["status"] == "regression"
+    rules = tmp_path / "rules.toml"
+    rules.write_text('environment = "warn"\n')
+    assert main(["check", str(paths["env"]), "--baseline", str(paths["base"]), "--rules", str(rules)]) == 0
+    capsys.readouterr()
+    assert merge_rules({})["environment"] == "fail"
+    with pytest.raises(Exception, match="environment must be"):
+        merge_rules({"environment": "ignore"})
+
+
+def test_the_project_file_sets_the_environment_policy(runs, tmp_path, monkeypatch, capsys):
+    _, paths, _ = runs
+    (tmp_path / "ddprof.toml").write_text('check_environment = "warn"\n')
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", str(paths["env"]), "--baseline", str(paths["base"])]) == 0
+    assert main(["check", str(paths["env"]), "--baseline", str(paths["base"]), "--environment", "fail"]) == 1
+    capsys.readouterr()
+    (tmp_path / "ddprof.toml").write_text('check_environment = "sometimes"\n')
+    assert main(["check", str(paths["env"]), "--baseline", str(paths["base"])]) == 2
+    assert "check_environment must be" in capsys.readouterr().err
+
+
+def test_direction_words_follow_the_sign():
+    assert (direction(-2.9), direction(1.6), direction(0.0)) == ("fell", "rose", "did not change")
+    assert signed(-120, "us") == "−120 µs" and signed(1.6, "%") == "+1.6 pts"
+    # the medians fell while the shift (what the rule tests) rose: the word follows the shift, and the
+    # medians are named as such
+    base = np.array([50.0, 51, 52, 53, 54, 60, 61, 62, 63])
+    run = np.array([50.5, 51.5, 52.5, 53.5, 53.9, 70, 71, 72, 73])
+    assert np.median(run) < np.median(base)
+    o = relative("overlap", "all ranks", base, run, what="exposed communication", unit="%", worse_if_higher=True,
+                 tolerance=5, tolerance_text="5 pts", confidence=0.5)
+    assert o["change"] > 0 and o["message"].startswith("exposed communication (all ranks) rose ")
+    assert "rose 2.5 pts (shift, " in o["message"] and "the medians 54.0 % → 53.9 %" in o["message"]
+    same = relative("idle", "all ranks", base, base, what="idle", unit="%", worse_if_higher=True, tolerance=5,
+                    tolerance_text="5 pts", confidence=0.99)
+    assert same["message"].startswith("idle (all ranks) did not change: ")
+
+
+def test_no_direction_word_contradicts_its_number(runs):
+    _, _, reports = runs
+    for name in ("env", "code", "comm", "rank", "noise"):
+        for o in check(reports[name], reports["base"])["outcomes"]:
+            m = o["message"]
+            assert " rose −" not in m and " fell +" not in m and " rose -" not in m, m
+            if o["kind"] == "relative" and o["change"] and " (shift, " in m:
+                assert m.split(f"({o['subject']}) ", 1)[1].startswith(direction(o["change"])), m
+
+
+def test_check_and_diff_give_the_same_time_per_rank_and_step(runs):
+    device, _, reports = runs
+    name = "aten::mm" if device == "cpu" else "gemm_bwd_kernel"
+    result = check(reports["code"], reports["base"])
+    rule = next(o for o in result["outcomes"] if o["id"] == f"kernels[{name}]")
+    assert re.match(f"{'CPU op' if device == 'cpu' else 'kernel'} {re.escape(name)}: time per rank and step "
+                    r"\(median of the steps\) rose (2[5-9]|3[0-5]) %", rule["message"]), rule["message"]
+    d = diff(reports["code"], reports["base"])
+    row = next(k for k in d["kernels"] if k["name"] == name)
+    # the check's median of the steps and the diff's mean of them, of the same per-rank time
+    assert rule["baseline"] == pytest.approx(row["base_per_step_us"], rel=0.03)
+    assert rule["run"] == pytest.approx(row["run_per_step_us"], rel=0.03)
+    per_rank = S.kernel_steps(reports["base"], per_rank=True)
+    summed = S.kernel_steps(reports["base"])
+    key = next(k for k in per_rank if k[0] == name)
+    assert summed[key] == pytest.approx(4 * per_rank[key])
+
+
+def test_diff_names_cpu_ops_on_a_cpu_run_and_leads_with_the_cause(runs):
+    device, _, reports = runs
+    d = diff(reports["env"], reports["base"])
+    assert d["cause"]["class"] == "environment"
+    text = diff_text(d)
+    lines = text.splitlines()
+    assert lines[1].startswith("cause: environment: ")
+    if device == "cpu":
+        assert d["op_word"] == "CPU op"
+        assert "CPU ops (time per rank and step, the mean of the steps" in text
+        assert "kernels (" not in text and "(cpu_op)" not in text and "aten::mm (CPU op)" in text
+    else:
+        assert "kernels (time per rank and step, the mean of the steps" in text
+
+
+def test_a_real_run_with_a_slow_rank_against_itself_has_no_cause(tmp_path):
+    report = load_report(SAMPLES / "gloo-ddp-4rank-slow-rank", cache=tmp_path / "c")
+    assert classify(report, report) is None
+    result = check(report, report)
+    assert result["status"] == "ok" and result["cause"] is None
