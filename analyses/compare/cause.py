@@ -57,10 +57,11 @@ import msgspec
 import numpy as np
 from ddprof.analyses.compare import samples as S
 from ddprof.analyses.compare.job import stage_count, workload_changes
+from ddprof.analyses.compare.samples import op_word
 from ddprof.analyses.compare.stats import hodges_lehmann
 from ddprof.analyses.compare.words import direction, ratio_range, ratio_text, signed
 
-from ddprof.report.schema import KernelRow, RunSection, Stragglers, rows
+from ddprof.report.schema import KernelRow, Stragglers, rows
 from ddprof.vocabulary.units import fmt_bytes, fmt_us
 
 CLASSES = ("environment", "code", "communication", "rank", "workload", "unclear")
@@ -107,9 +108,6 @@ def _cause(klass: str, summary: str, evidence: list[str], rank: int | None = Non
     return {"class": klass, "rank": rank, "summary": summary, "evidence": evidence}
 
 
-def op_word(report: dict[str, Any]) -> str:
-    """What the report's per-op tables hold: "CPU op" on a CPU run, "kernel" on a GPU run."""
-    return "CPU op" if msgspec.convert(report["run"], RunSection).device == "cpu" else "kernel"
 
 
 def _ranks_own(base: dict[str, Any], run: dict[str, Any], confidence: float, pct: float,
@@ -299,6 +297,10 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
                        f"{len(slower)} {ops_word}) on {'every rank' if len(rose) == len(ranks) else f'{len(rose)} ranks'}")
         elif word == "kernel" and not slower:
             summary = "the kernels kept their times while every rank's own time grew: the host side, not the code"
+            ib, ir = S.idle_pct(base), S.idle_pct(run)
+            if ib.size and ir.size:
+                ev.append(f"idle share of the step {float(np.median(ib)):.1f} % → {float(np.median(ir)):.1f} % "
+                          "(median): the GPUs wait for the host")
         else:
             summary = f"every rank slowed ({ratio_range([ranks[r].ratio for r in rose])}) and no subset of the {ops_word} explains it"
         if bw_fell:

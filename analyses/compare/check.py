@@ -29,11 +29,12 @@ from typing import Any
 import msgspec
 import numpy as np
 from ddprof.analyses.compare import samples as S
-from ddprof.analyses.compare.cause import classify, op_word
+from ddprof.analyses.compare.cause import classify
 from ddprof.analyses.compare.explain import attach_causes, straggler_outcomes
 from ddprof.analyses.compare.group import grouped_summary
 from ddprof.analyses.compare.job import job_differences, workload_changes
 from ddprof.analyses.compare.rules import DEFAULTS
+from ddprof.analyses.compare.samples import op_word
 from ddprof.analyses.compare.stats import Shift, hodges_lehmann, quantile_interval, quantile_shift
 from ddprof.analyses.compare.words import amount, direction, fmt, signed
 
@@ -267,7 +268,7 @@ def check(run: dict[str, Any], base: dict[str, Any], rules: dict[str, Any] | Non
                          "outcome": "fail" if changes else "pass", "unit": None, "baseline": None, "run": None,
                          "change": None, "change_pct": None, "interval": None, "tolerance": None, "samples": None,
                          "message": ("the workload changed (not a slowdown): " + "; ".join(changes)) if changes
-                         else "the same work per step: collectives, kernels and message sizes", "cause": None})
+                         else f"the same work per step: collectives, {op_word(run)}s and message sizes", "cause": None})
     for o in _relative_rules(base, run, rules):
         if changes and o["rule"] in WORKLOAD_BOUND:
             o = {**o, "outcome": "skip", "message": f"not compared, the workload changed: {o['message']}"}
@@ -289,6 +290,10 @@ def check(run: dict[str, Any], base: dict[str, Any], rules: dict[str, Any] | Non
         if cause is None:
             cause = {"class": "unclear", "rank": None, "summary": "rules failed, and no cause stands out beyond "
                      "the noise", "evidence": [o["message"] for o in failed[:2]]}
+        elif cause["class"] == "environment":  # not the rule that moved most: the machine moved them all
+            for o in outcomes:
+                if o["cause"]:
+                    o["cause"] = f"the environment: {cause['summary']}"
     summary = grouped_summary(outcomes)  # told before a warning policy marks them, so a warning says what changed
     if cause is not None and cause["class"] == "environment" and policy == "warn":
         for o in outcomes:

@@ -23,8 +23,9 @@ from statistics import median
 from typing import Any
 
 import msgspec
-from ddprof.analyses.compare.cause import classify, op_word
+from ddprof.analyses.compare.cause import classify
 from ddprof.analyses.compare.check import describe
+from ddprof.analyses.compare.samples import op_word
 
 from ddprof.report.schema import CollectiveRow, KernelRow, RunSection, StepTimeRow, rows
 from ddprof.report.tables import detail_rows

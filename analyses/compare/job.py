@@ -2,8 +2,8 @@
 
 * **The job** (:func:`job_differences`): world size, ranks, device (GPU/CPU), backend, the set of collective
   ops, and the pipeline's stage count. A baseline of another job is refused (exit 2) unless the user allows it.
-* **The workload** (:func:`workload_changes`): the median count of collectives and of kernels per step and
-  rank, and the (op, message size) pairs. A change here means the job does other work per step: timings
+* **The workload** (:func:`workload_changes`): the median count of collectives and of kernels (CPU ops on a
+  CPU run) per step and rank, and the (op, message size) pairs. A change here means the job does other work per step: timings
   that depend on it are not compared as a slowdown, and the change is reported as what it is.
 
 Example: baseline 1 all_reduce of 64 MiB per step, run 2 -> "collectives per step and rank: 1 → 2 (median)".
@@ -14,7 +14,10 @@ from __future__ import annotations
 from statistics import median
 from typing import Any
 
-from ddprof.report.schema import BandwidthRow, CollectiveRow, PipelineRow, StepTimeRow, rows
+import msgspec
+from ddprof.analyses.compare.samples import op_word
+
+from ddprof.report.schema import BandwidthRow, CollectiveRow, PipelineRow, RunSection, StepTimeRow, rows
 from ddprof.report.tables import detail_rows
 from ddprof.vocabulary.units import fmt_bytes
 
@@ -31,10 +34,10 @@ def stage_count(report: dict[str, Any]) -> int:
 def job_differences(base: dict[str, Any], run: dict[str, Any]) -> list[str]:
     """Why ``run`` is not the same job as ``base`` (empty: it is)."""
     out = []
-    b, r = base["run"], run["run"]
+    b, r = msgspec.convert(base["run"], RunSection), msgspec.convert(run["run"], RunSection)
     for key, what in (("world_size", "world size"), ("ranks", "ranks"), ("device", "device"), ("backend", "backend")):
-        if b.get(key) != r.get(key):
-            out.append(f"{what} {b.get(key)} in the baseline, {r.get(key)} in the run")
+        if getattr(b, key) != getattr(r, key):
+            out.append(f"{what} {getattr(b, key)} in the baseline, {getattr(r, key)} in the run")
     bo, ro = collective_ops(base), collective_ops(run)
     if bo != ro:
         out.append(f"collective ops {bo or 'none'} in the baseline, {ro or 'none'} in the run")
@@ -61,7 +64,7 @@ def workload_changes(base: dict[str, Any], run: dict[str, Any], rule: dict[str, 
         out.append(f"collectives per step and rank: {bc:g} → {rc:g} (median)")
     bk, rk = per_step_median(base, "kernels"), per_step_median(run, "kernels")
     if bk is not None and rk is not None and abs(rk - bk) > rule["kernels_per_step_pct"] / 100 * max(bk, 1):
-        out.append(f"kernels per step and rank: {bk:g} → {rk:g} (median)")
+        out.append(f"{op_word(run)}s per step and rank: {bk:g} → {rk:g} (median)")
     if rule["message_sizes"]:
         bs, rs = message_sizes(base), message_sizes(run)
         gone, new = sorted(bs - rs), sorted(rs - bs)

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, TypeVar
 
+import msgspec
 import numpy as np
 
 from ddprof.report.schema import (
@@ -34,12 +35,19 @@ from ddprof.report.schema import (
     CollectiveRow,
     KernelStepRow,
     OverlapStepRow,
+    RunSection,
     StepTimeRow,
     rows,
 )
 from ddprof.report.tables import detail_rows
 
 T = TypeVar("T")
+
+
+def op_word(report: dict[str, Any]) -> str:
+    """What the report's per-op tables (``kernels``, ``kernels_by_step``) hold: "CPU op" on a CPU run (its
+    CPU ops and gloo rows), "kernel" on a GPU run."""
+    return "CPU op" if msgspec.convert(report["run"], RunSection).device == "cpu" else "kernel"
 
 
 def _arr(values: list[Any]) -> np.ndarray:

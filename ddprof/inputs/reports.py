@@ -15,13 +15,15 @@ import re
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from ddprof.analyses import sections
 from ddprof.analyses.compare.all_kernels import every_kernel
 from ddprof.analyses.report import build_report
 from ddprof.errors import BadInputError
 from ddprof.inputs.analyze import analyze
 from ddprof.inputs.sources import open_source
-from ddprof.report.schema import REPORT_VERSION, version_of
+from ddprof.report.schema import REPORT_VERSION, RunSection, version_of
 from ddprof.report.tables import AnalysisReport, tables_dir
 
 #: Sections a comparison reads that reports written before them lack.
@@ -39,9 +41,15 @@ def is_saved_report(path: Path) -> bool:
 
 
 def check_report(report: Any, path: str | Path) -> dict[str, Any]:
-    """``report`` if it is a report a comparison can read, else a BadInputError naming the file."""
+    """``report`` if it is a report a comparison can read (its ``run`` section reads as the typed
+    :class:`~ddprof.report.schema.RunSection` the comparison reads it as), else a BadInputError naming the
+    file."""
     if not isinstance(report, dict) or not isinstance(report.get("run"), dict):
         raise BadInputError("not a ddprof report (no 'run' section)", path=path)
+    try:
+        msgspec.convert(report["run"], RunSection)
+    except msgspec.ValidationError as exc:
+        raise BadInputError(f"not a ddprof report: its 'run' section does not read as one ({exc})", path=path) from None
     version = version_of(report)
     if version > REPORT_VERSION:
         raise BadInputError(f"this report follows report_version {version}, newer than this ddprof reads "

@@ -19,6 +19,7 @@ from ddprof.analyses.compare.rules import merge_rules
 from ddprof.analyses.compare.words import direction, signed
 
 from ddprof.cli import main
+from ddprof.errors import BadInputError
 from ddprof.inputs.reports import load_report
 from ddprof.render.compare import check_text, diff_text, junit_xml
 from ddprof.synth import NoisyDP, ingest_generated
@@ -223,3 +224,17 @@ def test_a_real_run_with_a_slow_rank_against_itself_has_no_cause(tmp_path):
     assert classify(report, report) is None
     result = check(report, report)
     assert result["status"] == "ok" and result["cause"] is None
+
+
+def test_a_saved_report_whose_run_section_is_not_one_is_refused_by_name(runs, tmp_path, capsys):
+    _, paths, _ = runs
+    saved = tmp_path / "base.json"
+    assert main(["analyze", str(paths["base"]), "--format", "json", "-o", str(saved)]) == 0
+    report = json.loads(saved.read_text())
+    report["run"]["world_size"] = "four"
+    saved.write_text(json.dumps(report))
+    with pytest.raises(BadInputError, match="its 'run' section does not read as one"):
+        load_report(saved)
+    capsys.readouterr()
+    assert main(["check", str(paths["noise"]), "--baseline", str(saved)]) == 2
+    assert "base.json" in capsys.readouterr().err
