@@ -5,46 +5,47 @@
     {"class": "environment" | "code" | "communication" | "rank" | "workload" | "unclear",
      "rank": int | None, "summary": str, "evidence": [str, ...]}
 
-It reads three things from each report (each beyond the noise when its 99 % interval, :mod:`.stats`,
-excludes zero, and large when at least the tolerance):
+It reads from each report (a change is beyond the noise when its 99 % Hodges–Lehmann interval,
+:mod:`.stats`, excludes zero):
 
 * **each rank's own time** per step: the step minus its exposed communication (:func:`.samples.own_us`).
   A slow rank raises its own time; the others wait for it in the collectives, so theirs stays. A rank
-  *changed* when its Hodges–Lehmann shift is beyond the noise and at least the step-time tolerance
-  (``tolerance_pct`` of its median, at least ``min_change_us``);
+  *rose* when its shift is at least the step-time tolerance (``tolerance_pct`` of its median, at least
+  ``min_change_us``) and beyond the noise, its own or, since one rank's few steps rarely tell, that of
+  the ranks' own (or step) times pooled;
 * **each op's time per step** (``kernels_by_step``: GPU kernels on GPU ranks, CPU ops on CPU ranks;
-  communication left out), as the factor run / baseline of the medians. An op *changed* when its shift is
-  beyond the noise and the factor is off 1 by at least ``OP_CHANGE`` (10 %), *kept its time* when its
-  shift is within the noise or the factor is within ``OP_SAME`` (5 %) of 1. Ops under ``OP_MIN_SHARE``
-  (2 %) of the compared time are left out: they are too short to tell;
-* **bus bandwidth** per collective op and message size, as the factor of the medians.
+  communication left out), as the factor run / baseline of the medians. An op *slowed* when it is beyond
+  the noise and ×1.1 (``OP_CHANGE``) or more, *kept its time* when it is within the noise or within 5 %
+  (``OP_SAME``). Ops under 2 % (``OP_MIN_SHARE``) of the compared time are too short to tell;
+* **bus bandwidth** per collective op and message size, and the communication kernels' time.
 
 The classes, decided in this order:
 
-1. **workload**: other collectives per step or other message sizes (:func:`.job.workload_changes`); more
-   or fewer ops per step is the workload too, unless ops of other names appeared or vanished (code);
-2. **rank** (with ``rank``): exactly one rank changed, and every other rank's own time moved less than
-   the tolerance and less than a quarter of that rank's shift. Not when all ranks slowed together: then
-   the others' own time rose too;
-3. **code**: ops of other names (an op among the other side's top ops and at least twice the smallest of
-   them, or any op when that side kept all its ops), or a subset of the ops changed while the others kept
-   their time: the ops that kept it hold at least ``SAME_SHARE`` (25 %) of the compared time, or half of
-   the ops;
-4. **environment**: the ops changed together (all of them by a similar factor: the ones that kept their
-   time fall short of the code rule) and more than one rank changed, or the ops (device kernels) kept
-   their times while the ranks' own time rose on more than one rank (the host side: launches, data
-   loading, the time between ops). On a CPU run everything is host work, so a uniform factor over every
-   op and rank, communication included, is what a busier machine does; a code change moves some ops and
-   not the others;
-5. **communication**: no rank's own time changed, and busbw fell by at least ``BW_CHANGE`` (10 %) beyond
-   the noise, or the run names a new straggler — then **rank**, the straggler (it arrives late without
-   working longer: a delay the trace does not show as work);
-6. **unclear**: the step time changed beyond its tolerance and none of the above fits.
+1. **workload**: other collectives per step or other message sizes (:func:`.job.workload_changes`), or
+   more or fewer ops per step of the same names. Ops of other names are **code**: an op of at least 1 % of
+   the step that the other side does not hold, when that side kept all its ops; when it kept only its top
+   N, only with the ops per step changed too (on a busy machine one op can grow past the others' top N);
+2. **rank** (with ``rank``): one rank rose beyond its own noise, and every other rank's own time moved
+   less than the tolerance and a quarter of that rank's shift, or less than a tenth of it. Not when all
+   ranks slowed together;
+3. **environment**, unevenly: two or more ranks rose, by factors apart by at least 0.5 and 3 times
+   (×1.1 on one, ×1.5 on another): a change of the code moves every rank of a data-parallel job alike, a
+   busy machine does not (not for pipeline runs, whose stages do different work);
+4. **code**: the ops that slowed account for at least half the rise of the own time per step
+   (``EXPLAINED``) while the others kept their time: they hold at least 25 % (``SAME_SHARE``) of the
+   compared time, or half of the ops;
+5. **environment**: two or more ranks rose, and no subset of the ops explains it: every op slowed by a
+   similar factor (on a CPU run everything is host work, the gloo transfers too, so this is what a busier
+   machine does), or the device kernels kept their times (the GPUs wait for the host);
+6. **communication**: no rank rose, and busbw fell by at least 10 % (``BW_CHANGE``) beyond the noise, or
+   the communication kernels slowed;
+7. **environment**: a new straggler while no rank rose: it arrives late without doing more work;
+8. **unclear**: the step time changed beyond its tolerance and none of the above fits.
 
-Example (a CPU run, a busy machine): every op ×1.47–×1.49, all 4 ranks' own time ×1.46–×1.48, busbw
-×0.67 -> environment: "every op slower by a similar factor (×1.47–×1.49, 4 ops) on all 4 ranks".
-The same run with only ``aten::mm`` ×1.3 -> code: "aten::mm ×1.30 while aten::addmm, aten::add_,
-aten::copy_ kept their time (58 % of the op time)".
+Example (a CPU run, a busier machine): every op ×1.48–×1.49, all 4 ranks' own time ×1.47–×1.49, busbw
+×0.67 -> environment: "every CPU op slower by a similar factor (×1.48–×1.49, 4 CPU ops) on every rank".
+The same run with only ``aten::mm`` ×1.3 -> code: "aten::mm ×1.30 (+1.52 ms per rank and step) while
+aten::addmm, aten::copy_, aten::add_ kept their time (54 % of the CPU op time)".
 """
 
 from __future__ import annotations
@@ -142,16 +143,20 @@ def _top(report: dict[str, Any]) -> list[KernelRow]:
     return rows(report["kernels"], KernelRow)
 
 
-def _other_names(base: dict[str, Any], run: dict[str, Any], step_us: float) -> tuple[list[str], list[str]]:
-    """(new ops, ops gone): names in one side's top ops the other side does not hold. When the other side
-    kept every op, each such op of at least 1 % of the median step (per rank and step); when it kept only
-    its top N, only an op it would have listed: at least twice its smallest and ``NEW_SHARE`` (5 %) of
-    the step (short CPU ops trade places at the end of the list from run to run)."""
+def _other_names(base: dict[str, Any], run: dict[str, Any], step_us: float,
+                 counts_changed: bool) -> tuple[list[str], list[str]]:
+    """(new ops, ops gone): names in one side's top ops the other side does not hold, of at least 1 % of the
+    median step (per rank and step). When the other side kept only its top N, an op missing there may have
+    run below them, and on a busy machine one op can grow past them: it counts only when the ops per step
+    changed too (``counts_changed``) and it is at least twice the other side's smallest and ``NEW_SHARE``
+    (5 %) of the step."""
     from ddprof.analyses.kernels import TOP_N
 
     def absent(side: list[KernelRow], other: list[KernelRow]) -> list[str]:
         names = {k.name for k in other}
         full = len(other) >= TOP_N
+        if full and not counts_changed:
+            return []
         smallest = min((k.per_step_us or 0.0 for k in other), default=0.0)
         floor = max(NEW_SHARE * step_us, 2 * smallest) if full else 0.01 * step_us
         return [k.name for k in side if k.kind != "comm" and k.name not in names and (k.per_step_us or 0.0) >= floor]
@@ -197,8 +202,8 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
         return _cause("workload", "the workload changed: " + "; ".join(other_work), other_work)
     step_b = S.step_us(base).get(None, np.empty(0))
     step_med = float(np.median(step_b)) if step_b.size else 0.0
-    new, gone = _other_names(base, run, step_med)
     more_ops = workload_changes(base, run, {**wl, "collectives_per_step": math.inf, "message_sizes": False})
+    new, gone = _other_names(base, run, step_med, bool(more_ops))
     if more_ops and not (new or gone):
         return _cause("workload", "the workload changed: " + "; ".join(more_ops), more_ops)
     if new or gone:

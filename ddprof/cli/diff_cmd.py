@@ -1,6 +1,7 @@
-"""``ddprof diff RUN BASE [--format text|json] [-o FILE]``: per kernel and collective, count, total and
-per-step time side by side, sorted by change; every kernel when both sides have a store (run dirs or
-traces), a saved report's top kernels otherwise. Exit 0 whatever changed (``ddprof check`` judges)."""
+"""``ddprof diff RUN BASE [--format text|json] [-o FILE]``: first what kind of change it is (the cause class
+and its evidence, as ``ddprof check`` tells it), then per kernel (CPU op on a CPU run) and collective, count,
+total and per-step time side by side, sorted by change; every kernel when both sides have a store (run dirs
+or traces), a saved report's top kernels otherwise. Exit 0 whatever changed (``ddprof check`` judges)."""
 
 from __future__ import annotations
 
