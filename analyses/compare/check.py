@@ -8,7 +8,8 @@
      change_pct, interval, tolerance, samples, message, cause}]}
 
 ``cause`` is what kind of change it is (:mod:`.cause`: environment, code, communication, rank,
-workload, or unclear), given when a rule failed or the workload changed, else null. With ``environment``
+workload, or unclear), given when a rule comparing the two runs failed or the workload changed, else null
+(an absolute rule compares the run alone: a bound broken is no change to explain). With ``environment``
 warn, a change whose cause is the environment does not fail: its relative and straggler outcomes become
 ``warn`` and the status is ok (absolute rules still fail: a bound is a bound).
 
@@ -283,13 +284,13 @@ def check(run: dict[str, Any], base: dict[str, Any], rules: dict[str, Any] | Non
     attach_causes(outcomes)
     failed = [o for o in outcomes if o["outcome"] == "fail" and o["kind"] != "workload"]
     cause = None
-    if failed or changes:
+    if changes or any(o["kind"] != "absolute" for o in failed):  # a bound broken alone is no change to explain
         st = rules["step_time"]
         cause = classify(base, run, confidence=rules["confidence"], tolerance_pct=st["tolerance_pct"],
                          min_change_us=st["min_change_us"], workload_rule=rules["workload"])
         if cause is None:
             cause = {"class": "unclear", "rank": None, "summary": "rules failed, and no cause stands out beyond "
-                     "the noise", "evidence": [o["message"] for o in failed[:2]]}
+                     "the noise", "evidence": [o["message"] for o in failed if o["kind"] != "absolute"][:2]}
         elif cause["class"] == "environment":  # not the rule that moved most: the machine moved them all
             for o in outcomes:
                 if o["cause"]:

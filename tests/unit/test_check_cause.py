@@ -238,3 +238,11 @@ def test_a_saved_report_whose_run_section_is_not_one_is_refused_by_name(runs, tm
     capsys.readouterr()
     assert main(["check", str(paths["noise"]), "--baseline", str(saved)]) == 2
     assert "base.json" in capsys.readouterr().err
+
+
+def test_a_bound_broken_alone_has_no_cause(runs):
+    _, _, reports = runs
+    rules = merge_rules({"absolute": [{"metric": "step_time_us", "max": 1000}]})
+    result = check(reports["noise"], reports["base"], rules)
+    assert result["status"] == "regression" and result["cause"] is None
+    assert check_text(result).splitlines()[0] == "ddprof check: REGRESSION"
