@@ -11,11 +11,13 @@ TESTS = REPO / "tests"
 SUPPORT = TESTS / "support"
 SAMPLES = REPO / "sample_traces"
 #: Real public traces and Flight Recorder dumps: ``hta/``, ``tracelens/``, ``nsys-h100-2gpu/``, ``flight-recorder/``,
-#: ``kineto-1.8-era/``.
+#: ``kineto-1.8-era/``, and the OSDI'25 straggler study's operation tables ``osdi25/``.
 TRACES = TESTS / "data" / "traces"
 #: The bundled 8-rank DLRM traces (also the README's quick-start input).
 DLRM = SAMPLES / "dlrm-8xV100-nccl"
 FLIGHT_RECORDER = TRACES / "flight-recorder"
+#: The OSDI'25 straggler study's three jobs (operation tables and the published answers).
+OSDI25 = TRACES / "osdi25"
 
 
 def trace_set(name: str) -> Path:
