@@ -1,0 +1,202 @@
+"""The cross-rank dependency model of a run: what each recorded operation waited for.
+
+A run is given as an **op table** (one row per operation, any source: the OSDI'25 adapter
+:mod:`analyses.whatif.osdi`, the store adapter :mod:`analyses.whatif.store`), with the columns
+
+* ``step``: the step the op belongs to (each step is replayed on its own, from its own origin 0);
+* ``worker``: the rank (or worker) that ran it; ``lane``: its serial resource on that worker (a device
+  stream, a host thread; 0 where a source has one lane per worker);
+* ``start``/``end``: the recorded times (seconds, any origin);
+* ``instance``: the communication it takes part in (a collective instance or one send/recv pair: every op
+  of one instance has the same id; null for compute and for communication without peers);
+* any label columns (``optype``, ``stage``, ``dp_rank``...) that edits and attributions group by.
+
+Rules (each op i; "ready" is when everything it depends on has completed):
+
+1. **Order on a lane.** Ops of one lane run one launch group after another; a *launch group* is the ops of
+   a lane that start at the same recorded instant (a batched send+recv). An op is ready when every op of
+   the previous launch group of its lane has ended, and when the sources of its extra dependency edges
+   (``deps``: a kernel after its launch, a wait on another stream) have ended.
+2. **Host delay.** ``delay_i = start_i − ready_i`` as recorded: the gap nothing in the model explains (a
+   launch gap, Python time) is kept as a measured delay. The first op of a lane in a step is ready at the
+   step's origin (the earliest recorded start of that step).
+3. **Compute** ends ``dur_i = end_i − start_i`` after it starts.
+4. **Communication.** Every op of an instance *arrives* when it starts; the instance completes for op i at
+   the latest arrival plus op i's transfer ``xfer_i = end_i − max_j start_j`` (j over the instance; a
+   point-to-point pair is an instance of two: the receive completes after its matched send arrived).
+   A negative transfer (an op that ended before its peer arrived: a matching the data contradicts) is
+   counted in ``Model.inconsistent`` and clamped to 0.
+
+Replaying the model with the recorded delays, durations and transfers gives back every recorded start and
+end (:func:`analyses.whatif.replay.replay`); replaying it with edited values answers "what if".
+
+As a graph (max-plus, longest path): nodes S_i (start), E_i (end), one node per launch group (H, the
+group is over) and per instance (A, everyone has arrived); ``S_i = max(ready edges) + delay_i``,
+``E_i = S_i + dur_i`` or ``E_i = A_c + xfer_i``, ``A_c = max S_j``, ``H_g = max E_i``.
+
+Worked example (two workers, one step): worker 0 computes f0 [0, 3) then all-reduces ar0 [3.5, 9);
+worker 1 computes f1 [0, 8) then all-reduces ar1 [8, 9). f0: ready 0, delay 0, dur 3. ar0: ready 3
+(after f0), delay 0.5. ar1: ready 8, delay 0. The instance {ar0, ar1}: latest arrival 8, so
+xfer = 9 − 8 = 1 for both. Replay: ar0 arrives 3.5, ar1 at 8, both end at 8 + 1 = 9: the step takes 9.
+With f1 as fast as f0 (dur 3): ar1 arrives at 3, the latest arrival is 3.5, both end at 4.5.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+#: Columns an op table must have (``instance`` may be all null; ``lane`` defaults to 0).
+REQUIRED = ("step", "worker", "start", "end")
+
+# Parameter columns an edge's weight is read from (see Model.weights).
+P_ZERO, P_DELAY, P_DUR, P_XFER = 0, 1, 2, 3
+
+
+@dataclass
+class Model:
+    """The dependency graph of an op table, and the recorded values that replay it.
+
+    ``ops`` is the op table sorted by (step, worker, lane, start), with the added columns ``op`` (row
+    index), ``group`` (launch group id), ``is_comm`` (takes part in an instance), ``delay``, ``dur`` and
+    ``xfer`` (module doc). Edges are ``(src, dst, param, op)``: ``value[dst] ≥ value[src] + w`` where
+    ``w`` is parameter ``param`` of op ``op`` (zero, delay, duration or transfer)."""
+
+    ops: pl.DataFrame
+    n_nodes: int
+    src: np.ndarray
+    dst: np.ndarray
+    param: np.ndarray
+    param_op: np.ndarray
+    #: Per op: the node its start is and the node its end is.
+    start_node: np.ndarray
+    end_node: np.ndarray
+    #: Ops with no ready edge start at their delay after the step origin (0).
+    first: np.ndarray
+    step_of_op: np.ndarray
+    steps: np.ndarray
+    origin: np.ndarray
+    inconsistent: int = 0
+    _levels: list[tuple[np.ndarray, np.ndarray]] | None = field(default=None, repr=False)
+
+    @property
+    def delay(self) -> np.ndarray:
+        return self.ops["delay"].to_numpy()
+
+    @property
+    def dur(self) -> np.ndarray:
+        return self.ops["dur"].to_numpy()
+
+    @property
+    def xfer(self) -> np.ndarray:
+        return self.ops["xfer"].to_numpy()
+
+
+def _new_lane() -> pl.Expr:
+    """True on the first row of each (step, worker, lane) of the sorted table."""
+    return pl.any_horizontal([pl.col(k) != pl.col(k).shift(1) for k in ("step", "worker", "lane")]).fill_null(True)
+
+
+def _launch_groups(ops: pl.DataFrame) -> pl.DataFrame:
+    """Launch group ids: consecutive ops of one (step, worker, lane) with the same recorded start."""
+    new = ((pl.col("start") != pl.col("start").shift(1)) | _new_lane()).fill_null(True)
+    return ops.with_columns(new.cum_sum().cast(pl.Int64).sub(1).alias("group"))
+
+
+def build(ops: pl.DataFrame, deps: pl.DataFrame | None = None) -> Model:
+    """The model of an op table (module doc); ``deps`` (columns ``src_op``, ``dst_op``: row indices of the
+    sorted table, see :func:`sort_ops`) adds extra ready edges."""
+    missing = [c for c in REQUIRED if c not in ops.columns]
+    if missing:
+        raise ValueError(f"op table lacks {missing}")
+    ops = sort_ops(ops)
+    ops = _launch_groups(ops)
+    n = ops.height
+    start = ops["start"].to_numpy().astype(np.float64)
+    end = ops["end"].to_numpy().astype(np.float64)
+    group = ops["group"].to_numpy()
+    n_groups = int(group.max()) + 1 if n else 0
+
+    # Instances: dense ids, latest arrival, transfer per op.
+    inst_raw = ops["instance"]
+    is_comm = inst_raw.is_not_null().to_numpy()
+    inst = np.full(n, -1, dtype=np.int64)
+    if is_comm.any():
+        codes = ops.select(pl.col("instance").rank("dense").cast(pl.Int64) - 1)["instance"].to_numpy()
+        inst[is_comm] = codes[is_comm]
+    n_inst = int(inst.max()) + 1 if is_comm.any() else 0
+    latest = np.full(n_inst, -np.inf)
+    np.maximum.at(latest, inst[is_comm], start[is_comm])
+    xfer = np.zeros(n)
+    xfer[is_comm] = end[is_comm] - latest[inst[is_comm]]
+    inconsistent = int((xfer < -1e-9).sum())
+    xfer = np.maximum(xfer, 0.0)
+    dur = np.where(is_comm, 0.0, end - start)
+
+    # Ready times as recorded: previous launch group of the lane over (max end), else the step origin.
+    steps_col = ops["step"].to_numpy()
+    steps, step_idx = np.unique(steps_col, return_inverse=True)
+    origin = np.full(len(steps), np.inf)
+    np.minimum.at(origin, step_idx, start)
+    group_end = np.full(n_groups, -np.inf)
+    np.maximum.at(group_end, group, end)
+    lane_key = ops.select(_new_lane().cum_sum().alias("k"))["k"].to_numpy()
+    first_of_group = np.r_[True, group[1:] != group[:-1]] if n else np.zeros(0, bool)
+    g_lane = lane_key[first_of_group]  # per group, its lane
+    prev_group = np.full(n_groups, -1, dtype=np.int64)
+    same_lane = np.r_[False, g_lane[1:] == g_lane[:-1]] if n_groups else np.zeros(0, bool)
+    prev_group[same_lane] = np.arange(n_groups)[same_lane] - 1
+    pg = prev_group[group]
+    ready = np.where(pg >= 0, group_end[np.maximum(pg, 0)], origin[step_idx])
+
+    dep_src = dep_dst = np.zeros(0, dtype=np.int64)
+    if deps is not None and deps.height:
+        dep_src = deps["src_op"].to_numpy().astype(np.int64)
+        dep_dst = deps["dst_op"].to_numpy().astype(np.int64)
+        np.maximum.at(ready, dep_dst, end[dep_src])
+    delay = start - ready
+
+    # Nodes: S_i = i, E_i = n + i, H_g = 2n + g, A_c = 2n + G + c.
+    idx = np.arange(n, dtype=np.int64)
+    S, E = idx, n + idx
+    H0, A0 = 2 * n, 2 * n + n_groups
+    srcs, dsts, params, pops = [], [], [], []
+
+    def add(s: np.ndarray, d: np.ndarray, p: int, o: np.ndarray) -> None:
+        srcs.append(s), dsts.append(d), params.append(np.full(len(s), p, np.int8)), pops.append(o)
+
+    has_prev = pg >= 0
+    add(H0 + pg[has_prev], S[has_prev], P_DELAY, idx[has_prev])
+    add(E[dep_src], S[dep_dst], P_DELAY, dep_dst)
+    comp = ~is_comm
+    add(S[comp], E[comp], P_DUR, idx[comp])
+    add(S[is_comm], A0 + inst[is_comm], P_ZERO, idx[is_comm])
+    add(A0 + inst[is_comm], E[is_comm], P_XFER, idx[is_comm])
+    add(E, H0 + group, P_ZERO, idx)
+    first = ~has_prev
+    if len(dep_dst):
+        first[dep_dst] = False
+
+    ops = ops.with_columns(
+        pl.Series("op", idx), pl.Series("is_comm", is_comm), pl.Series("delay", delay),
+        pl.Series("dur", dur), pl.Series("xfer", xfer),
+    )
+    return Model(
+        ops=ops, n_nodes=A0 + n_inst,
+        src=np.concatenate(srcs), dst=np.concatenate(dsts), param=np.concatenate(params),
+        param_op=np.concatenate(pops), start_node=S, end_node=E, first=first,
+        step_of_op=step_idx, steps=steps, origin=origin, inconsistent=inconsistent,
+    )
+
+
+def sort_ops(ops: pl.DataFrame) -> pl.DataFrame:
+    """The op table in the model's order: (step, worker, lane, start), a ``lane`` of 0 and a null
+    ``instance`` added where missing."""
+    if "lane" not in ops.columns:
+        ops = ops.with_columns(pl.lit(0, pl.Int64).alias("lane"))
+    if "instance" not in ops.columns:
+        ops = ops.with_columns(pl.lit(None, pl.Int64).alias("instance"))
+    return ops.with_columns(pl.col("start").cast(pl.Float64), pl.col("end").cast(pl.Float64)).sort(
+        "step", "worker", "lane", "start", maintain_order=True)

@@ -1,0 +1,82 @@
+"""The dependency model and its replay (analyses/whatif/model.py, replay.py) on small tables whose answers
+are worked out by hand in the modules' docstrings."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from ddprof.analyses.whatif.model import build
+from ddprof.analyses.whatif.replay import CycleError, plan, recorded_step_times, replay
+
+
+def _two_workers() -> pl.DataFrame:
+    # The model docstring's example: f0 [0,3) then ar0 [3.5,9) on worker 0; f1 [0,8) then ar1 [8,9).
+    return pl.DataFrame({"step": [0, 0, 0, 0], "worker": [0, 0, 1, 1], "start": [0.0, 3.5, 0.0, 8.0],
+                         "end": [3.0, 9.0, 8.0, 9.0], "instance": [None, "ar", None, "ar"]})
+
+
+def test_recorded_values_of_the_worked_example():
+    m = build(_two_workers())
+    assert m.delay.tolist() == [0.0, 0.5, 0.0, 0.0]
+    assert m.dur.tolist() == [3.0, 0.0, 8.0, 0.0]
+    assert m.xfer.tolist() == [0.0, 1.0, 0.0, 1.0]
+    assert m.inconsistent == 0
+
+
+def test_replay_reproduces_the_recording_and_answers_an_edit():
+    m = build(_two_workers())
+    r = replay(m)
+    assert r.start.tolist() == [0.0, 3.5, 0.0, 8.0] and r.end.tolist() == [3.0, 9.0, 8.0, 9.0]
+    assert r.step_time.tolist() == [9.0] == recorded_step_times(m).tolist()
+    dur = m.dur.copy()
+    dur[2] = 3.0  # f1 as fast as f0: the latest arrival becomes ar0's, at 3.5
+    assert replay(m, dur=dur).step_time.tolist() == [4.5]
+    assert replay(m, dur=dur, delay=np.zeros(4)).step_time.tolist() == [4.0]
+
+
+def test_launch_group_waits_for_all_of_its_ops():
+    # Worker 0 launches a send and a receive together (one batched group), then computes c.
+    # The receive's peer (worker 1) sends late, at 5: c starts only after both ended.
+    ops = pl.DataFrame({
+        "step": [0] * 5, "worker": [0, 0, 0, 1, 1],
+        "start": [1.0, 1.0, 6.5, 1.0, 5.0], "end": [2.0, 6.0, 7.0, 2.0, 6.0],
+        "instance": ["a", "b", None, "a", "b"],
+    })
+    m = build(ops)
+    assert m.ops.filter(pl.col("worker") == 0)["group"].to_list() == [0, 0, 1]
+    assert m.delay.tolist()[2] == pytest.approx(0.5)
+    r = replay(m)  # times from the step's origin, the earliest start (1.0)
+    assert r.end.tolist() == pytest.approx([1.0, 5.0, 6.0, 1.0, 5.0])
+    delay = m.delay.copy()
+    delay[4] = 0.0  # worker 1 sends as soon as its previous op ended (at 1): b ends at 2, c at 2.5 + 0.5
+    assert replay(m, delay=delay).end[2] == pytest.approx(3.0)
+
+
+def test_steps_replay_from_their_own_origin():
+    ops = pl.DataFrame({"step": [1, 1, 2], "worker": [0, 0, 0], "start": [100.0, 101.0, 200.0],
+                        "end": [101.0, 103.0, 204.0]})
+    m = build(ops)
+    r = replay(m)
+    assert r.steps.tolist() == [1, 2] and r.step_time.tolist() == [3.0, 4.0]
+
+
+def test_extra_dependency_edges_order_lanes():
+    # A host op (lane 0) launches a kernel (lane 1) that may start only after the launch ended.
+    ops = pl.DataFrame({"step": [0, 0], "worker": [0, 0], "lane": [0, 1], "start": [0.0, 2.5],
+                        "end": [2.0, 3.5]})
+    deps = pl.DataFrame({"src_op": [0], "dst_op": [1]})
+    m = build(ops, deps)
+    assert m.delay.tolist() == [0.0, 0.5]
+    dur = m.dur.copy()
+    dur[0] = 1.0
+    assert replay(m, dur=dur).end.tolist() == [1.0, 2.5]
+
+
+def test_a_matching_the_order_contradicts_is_a_cycle():
+    # Worker 0 does a then b, worker 1 does b then a: each waits for the other.
+    ops = pl.DataFrame({"step": [0] * 4, "worker": [0, 0, 1, 1], "start": [0.0, 1.0, 0.0, 1.0],
+                        "end": [1.0, 2.0, 1.0, 2.0], "instance": ["a", "b", "b", "a"]})
+    with pytest.raises(CycleError, match="cycle"):
+        plan(build(ops))
