@@ -15,8 +15,9 @@ Rules (each op i; "ready" is when everything it depends on has completed):
 
 1. **Order on a lane.** Ops of one lane run one launch group after another; a *launch group* is the ops of
    a lane that start at the same recorded instant (a batched send+recv). An op is ready when every op of
-   the previous launch group of its lane has ended, and when the sources of its extra dependency edges
-   (``deps``: a kernel after its launch, a wait on another stream) have ended.
+   the previous launch group of its lane has ended, and after the sources of its extra dependency edges
+   (``deps``): a ``start`` edge waits for the source to start (a kernel after its launch call began), an
+   ``end`` edge for it to end (a wait on another stream).
 2. **Host delay.** ``delay_i = start_i − ready_i`` as recorded: the gap nothing in the model explains (a
    launch gap, Python time) is kept as a measured delay. The first op of a lane in a step is ready at the
    step's origin (the earliest recorded start of that step).
@@ -24,8 +25,9 @@ Rules (each op i; "ready" is when everything it depends on has completed):
 4. **Communication.** Every op of an instance *arrives* when it starts; the instance completes for op i at
    the latest arrival plus op i's transfer ``xfer_i = end_i − max_j start_j`` (j over the instance; a
    point-to-point pair is an instance of two: the receive completes after its matched send arrived).
-   A negative transfer (an op that ended before its peer arrived: a matching the data contradicts) is
-   counted in ``Model.inconsistent`` and clamped to 0.
+   An op that ended before the latest arrival did not wait for it (a buffered send that returns before
+   its receive starts, or clocks that disagree): it *arrives* but ends on its own, ``dur_i`` after its
+   start, like compute; such ops are counted in ``Model.inconsistent``.
 
 Replaying the model with the recorded delays, durations and transfers gives back every recorded start and
 end (:func:`analyses.whatif.replay.replay`); replaying it with edited values answers "what if".
@@ -60,7 +62,8 @@ class Model:
     """The dependency graph of an op table, and the recorded values that replay it.
 
     ``ops`` is the op table sorted by (step, worker, lane, start), with the added columns ``op`` (row
-    index), ``group`` (launch group id), ``is_comm`` (takes part in an instance), ``delay``, ``dur`` and
+    index), ``group`` (launch group id), ``is_comm`` (waits for its instance: ends at its latest arrival plus
+    its transfer), ``delay``, ``dur`` and
     ``xfer`` (module doc). Edges are ``(src, dst, param, op)``: ``value[dst] ≥ value[src] + w`` where
     ``w`` is parameter ``param`` of op ``op`` (zero, delay, duration or transfer)."""
 
@@ -107,7 +110,7 @@ def _launch_groups(ops: pl.DataFrame) -> pl.DataFrame:
 
 def build(ops: pl.DataFrame, deps: pl.DataFrame | None = None) -> Model:
     """The model of an op table (module doc); ``deps`` (columns ``src_op``, ``dst_op``: row indices of the
-    sorted table, see :func:`sort_ops`) adds extra ready edges."""
+    sorted table, see :func:`sort_ops`; ``on``: ``"start"`` or ``"end"``, the default) adds ready edges."""
     missing = [c for c in REQUIRED if c not in ops.columns]
     if missing:
         raise ValueError(f"op table lacks {missing}")
@@ -131,9 +134,11 @@ def build(ops: pl.DataFrame, deps: pl.DataFrame | None = None) -> Model:
     np.maximum.at(latest, inst[is_comm], start[is_comm])
     xfer = np.zeros(n)
     xfer[is_comm] = end[is_comm] - latest[inst[is_comm]]
-    inconsistent = int((xfer < -1e-9).sum())
+    own = is_comm & (xfer < -1e-12)  # ended before the latest arrival: arrives, ends on its own
+    inconsistent = int(own.sum())
     xfer = np.maximum(xfer, 0.0)
-    dur = np.where(is_comm, 0.0, end - start)
+    waits = is_comm & ~own
+    dur = np.where(waits, 0.0, end - start)
 
     # Ready times as recorded: previous launch group of the lane over (max end), else the step origin.
     steps_col = ops["step"].to_numpy()
@@ -152,10 +157,12 @@ def build(ops: pl.DataFrame, deps: pl.DataFrame | None = None) -> Model:
     ready = np.where(pg >= 0, group_end[np.maximum(pg, 0)], origin[step_idx])
 
     dep_src = dep_dst = np.zeros(0, dtype=np.int64)
+    on_start = np.zeros(0, dtype=bool)
     if deps is not None and deps.height:
         dep_src = deps["src_op"].to_numpy().astype(np.int64)
         dep_dst = deps["dst_op"].to_numpy().astype(np.int64)
-        np.maximum.at(ready, dep_dst, end[dep_src])
+        on_start = (deps["on"] == "start").to_numpy() if "on" in deps.columns else np.zeros(len(dep_src), bool)
+        np.maximum.at(ready, dep_dst, np.where(on_start, start[dep_src], end[dep_src]))
     delay = start - ready
 
     # Nodes: S_i = i, E_i = n + i, H_g = 2n + g, A_c = 2n + G + c.
@@ -169,18 +176,17 @@ def build(ops: pl.DataFrame, deps: pl.DataFrame | None = None) -> Model:
 
     has_prev = pg >= 0
     add(H0 + pg[has_prev], S[has_prev], P_DELAY, idx[has_prev])
-    add(E[dep_src], S[dep_dst], P_DELAY, dep_dst)
-    comp = ~is_comm
-    add(S[comp], E[comp], P_DUR, idx[comp])
+    add(np.where(on_start, S[dep_src], E[dep_src]), S[dep_dst], P_DELAY, dep_dst)
+    add(S[~waits], E[~waits], P_DUR, idx[~waits])
     add(S[is_comm], A0 + inst[is_comm], P_ZERO, idx[is_comm])
-    add(A0 + inst[is_comm], E[is_comm], P_XFER, idx[is_comm])
+    add(A0 + inst[waits], E[waits], P_XFER, idx[waits])
     add(E, H0 + group, P_ZERO, idx)
     first = ~has_prev
     if len(dep_dst):
         first[dep_dst] = False
 
     ops = ops.with_columns(
-        pl.Series("op", idx), pl.Series("is_comm", is_comm), pl.Series("delay", delay),
+        pl.Series("op", idx), pl.Series("is_comm", waits), pl.Series("delay", delay),
         pl.Series("dur", dur), pl.Series("xfer", xfer),
     )
     return Model(

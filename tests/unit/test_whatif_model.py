@@ -80,3 +80,26 @@ def test_a_matching_the_order_contradicts_is_a_cycle():
                         "end": [1.0, 2.0, 1.0, 2.0], "instance": ["a", "b", "b", "a"]})
     with pytest.raises(CycleError, match="cycle"):
         plan(build(ops))
+
+
+def test_a_send_that_returned_before_its_receive_started_did_not_wait():
+    # Worker 0 sends [0, 1) (buffered: it returns at 1); worker 1 receives [4, 5). The send arrives and
+    # ends on its own; the receive ends at the latest arrival (4) plus its transfer (1).
+    ops = pl.DataFrame({"step": [0, 0, 0], "worker": [0, 1, 1], "start": [0.0, 0.0, 4.0],
+                        "end": [1.0, 4.0, 5.0], "instance": ["p", None, "p"]})
+    m = build(ops)
+    assert m.inconsistent == 1
+    assert replay(m).end.tolist() == [1.0, 4.0, 5.0]
+    dur = m.dur.copy()
+    dur[1] = 0.5  # the receiver computes for 0.5 instead of 4: it receives at 0.5, done at 1.5
+    assert replay(m, dur=dur).end.tolist() == [1.0, 0.5, 1.5]
+
+
+def test_a_start_edge_waits_for_the_launch_to_begin():
+    ops = pl.DataFrame({"step": [0, 0], "worker": [0, 0], "lane": [0, 1], "start": [0.0, 0.5],
+                        "end": [2.0, 1.5]})
+    m = build(ops, pl.DataFrame({"src_op": [0], "dst_op": [1], "on": ["start"]}))
+    assert m.delay.tolist() == [0.0, 0.5]
+    delay = m.delay.copy()
+    delay[0] = 1.0  # the launch begins 1 later: so does its kernel
+    assert replay(m, delay=delay).start.tolist() == [1.0, 1.5]
