@@ -43,6 +43,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
               "Write a generated run: OUT_DIR/traces (Kineto JSON per rank) and OUT_DIR/truth.json (its true metrics)."),
     "trigger": ("ddprof.cli.trigger_cmd:trigger",
                 "Ask a running capture (ddprof launch, or ddprof.profile(on_demand=True)) to record the next steps."),
+    "whatif": ("ddprof.cli.whatif_cmd:whatif",
+               "Project a run's step time under edits (straggler removed, faster communication...) by replaying its "
+               "cross-rank dependency model."),
 }
 
 

@@ -1,0 +1,149 @@
+"""What-if edits: new per-op delays, durations and transfers for a dependency model
+(:mod:`analyses.whatif.model`), each replayed (:mod:`analyses.whatif.replay`) into a projected step time.
+
+An :class:`Edit` is a name, a sentence and the three arrays; the recorded values are the model's own.
+The edits:
+
+* :func:`typical_for` ("the straggler removed"): each op of the chosen ops (a rank, a group of ranks)
+  takes its op type's typical value across the *other* ops: the median duration (compute) or transfer
+  (communication) of the ops with the same ``key`` (kernel name, op type) outside the group, and the
+  median delay before them (a rank that sleeps or stalls before an op is slow too). Ops whose key the
+  others never ran keep their own.
+* :func:`comm_faster`: every communication transfer (and the duration of communication that waits for
+  nobody) divided by k; k = ∞ is communication fully overlapped (it costs nothing, its dependencies stay).
+* :func:`ops_faster`: the chosen ops (a kernel class, an op type) k times faster.
+* :func:`no_delays`: the measured delays of the chosen ops (host gaps: launch latency, Python) removed,
+  or only the part of them given (the idle part of a host's wait).
+
+The attribution of a slowdown to a group G (the OSDI'25 study's sense, :func:`attribution`): with every
+op at its key's typical value and delay (medians over all ranks) the step takes T_typ; keeping only G's
+ops at their recorded values it takes T_G; G's share is ``T_G / T_typ``: 1.0 when G explains nothing.
+
+Worked example (the model docstring's two workers, the all-reduce transfer 1 s): f0 takes 3 s and f1
+8 s, both kernels named ``fwd``. The straggler removed (worker 1's ops typical across worker 0): f1
+takes 3 s, the latest arrival is ar0's at 3.5, the step 4.5 s instead of 9 s (−50 %). Communication ×2
+faster: the transfer 0.5 s, the step 8.5 s. Attribution by worker, typical ``fwd`` = median(3, 8) = 5.5,
+typical delay before ``ar`` = median(0.5, 0) = 0.25: T_typ = 5.5 + 0.25 + 1 = 6.75; only worker 1
+recorded: max(8, 5.75) + 1 = 9, share 9/6.75 = 1.33; only worker 0 recorded: max(3.5, 5.75) + 1 = 6.75,
+share 1.0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from ddprof.analyses.whatif.model import Model
+from ddprof.analyses.whatif.replay import Plan, replay
+
+
+@dataclass
+class Edit:
+    """New values for a model's ops: ``delay``, ``dur``, ``xfer`` (arrays over the model's ops)."""
+
+    name: str
+    says: str
+    delay: np.ndarray
+    dur: np.ndarray
+    xfer: np.ndarray
+
+
+def recorded(model: Model) -> Edit:
+    """No edit: the recorded values."""
+    return Edit("recorded", "as recorded", model.delay, model.dur, model.xfer)
+
+
+def _values(model: Model) -> np.ndarray:
+    """Per op, the value an edit of its speed changes: its transfer when it waits for an instance, else
+    its duration."""
+    return np.where(model.ops["is_comm"].to_numpy(), model.xfer, model.dur)
+
+
+def _with_values(model: Model, values: np.ndarray, mask: np.ndarray, base: Edit | None = None) -> tuple[
+        np.ndarray, np.ndarray]:
+    base = base or recorded(model)
+    comm = model.ops["is_comm"].to_numpy()
+    dur = np.where(mask & ~comm, values, base.dur)
+    xfer = np.where(mask & comm, values, base.xfer)
+    return dur, xfer
+
+
+def typical_values(model: Model, key: str, among: np.ndarray | None = None, v: np.ndarray | None = None
+                   ) -> np.ndarray:
+    """Per op, the median value (:func:`_values`, or ``v``) of the ops with the same ``key`` within
+    ``among`` (all ops by default); NaN where ``among`` has no op of that key."""
+    v = _values(model) if v is None else v
+    among = np.ones(len(v), bool) if among is None else among
+    frame = pl.DataFrame({"k": model.ops[key], "v": v, "in": among})
+    med = frame.filter(pl.col("in")).group_by("k").agg(pl.col("v").median().alias("m"))
+    return frame.join(med, on="k", how="left", maintain_order="left")["m"].to_numpy().astype(np.float64)
+
+
+def _typical(model: Model, keys: tuple[str, ...], among: np.ndarray | None, v: np.ndarray) -> np.ndarray:
+    """:func:`typical_values` by the first of ``keys`` that has one, then the next (a finer key, then a
+    coarser one); the op's own value where none has."""
+    out = np.full(model.ops.height, np.nan)
+    for key in keys:
+        out = np.where(np.isnan(out), typical_values(model, key, among=among, v=v), out)
+    return np.where(np.isnan(out), v, out)
+
+
+def typical_for(model: Model, mask: np.ndarray, key: str | tuple[str, ...], name: str, says: str) -> Edit:
+    """The ops in ``mask`` at their key's typical value and delay across the other ops (module doc);
+    ``key`` may be several labels, finest first."""
+    keys = (key,) if isinstance(key, str) else key
+    dur, xfer = _with_values(model, _typical(model, keys, ~mask, _values(model)), mask)
+    delay = np.where(mask, _typical(model, keys, ~mask, model.delay), model.delay)
+    return Edit(name, says, delay, dur, xfer)
+
+
+def comm_faster(model: Model, k: float, comm: np.ndarray | None = None) -> Edit:
+    """Communication ``k`` times faster (``k = inf``: fully overlapped); ``comm`` marks the communication
+    ops (default: those that wait for an instance)."""
+    comm = model.ops["is_comm"].to_numpy() if comm is None else comm
+    values = _values(model) / k if np.isfinite(k) else np.zeros(model.ops.height)
+    dur, xfer = _with_values(model, values, comm)
+    what = "fully overlapped" if not np.isfinite(k) else f"{k:g}x faster"
+    return Edit("comm_overlapped" if not np.isfinite(k) else f"comm_x{k:g}", f"communication {what}",
+                model.delay, dur, xfer)
+
+
+def ops_faster(model: Model, mask: np.ndarray, k: float, what: str) -> Edit:
+    """The ops in ``mask`` ``k`` times faster."""
+    dur, xfer = _with_values(model, _values(model) / k, mask)
+    return Edit(f"{what}_x{k:g}", f"{what} {k:g}x faster", model.delay, dur, xfer)
+
+
+def no_delays(model: Model, mask: np.ndarray, what: str = "host gaps", amount: np.ndarray | None = None) -> Edit:
+    """The measured delays of the ops in ``mask`` removed, or reduced by ``amount`` (never below 0)."""
+    less = model.delay if amount is None else np.minimum(amount, np.maximum(model.delay, 0.0))
+    return Edit("no_" + what.replace(" ", "_"), f"{what} removed", np.where(mask, model.delay - less, model.delay),
+                model.dur, model.xfer)
+
+
+def project(model: Model, order: Plan, edit: Edit) -> np.ndarray:
+    """Per step, the replayed step time under ``edit``."""
+    return replay(model, delay=edit.delay, dur=edit.dur, xfer=edit.xfer, order=order).step_time
+
+
+def attribution(model: Model, order: Plan, by: str, key: str | tuple[str, ...],
+                measure: Callable[[Model, Plan, Edit], float] | None = None) -> dict[str, float]:
+    """``{group: mean T_G / mean T_typ}`` for each value of label ``by`` (module doc), typical values (and
+    delays) the median of each ``key`` over every op (several keys: finest first); ``measure`` gives the
+    mean step time of an edit (default: the mean of :func:`project`)."""
+    measure = measure or (lambda m, o, e: float(project(m, o, e).mean()))
+    keys = (key,) if isinstance(key, str) else key
+    typ = _typical(model, keys, None, _values(model))
+    typ_delay = _typical(model, keys, None, model.delay)
+    labels = model.ops[by].to_numpy()
+    t_typ = measure(model, order, _typical_except(model, typ, typ_delay, np.zeros(len(labels), bool)))
+    return {str(g): measure(model, order, _typical_except(model, typ, typ_delay, labels == g)) / t_typ
+            for g in np.unique(labels)}
+
+
+def _typical_except(model: Model, typ: np.ndarray, typ_delay: np.ndarray, keep: np.ndarray) -> Edit:
+    dur, xfer = _with_values(model, typ, ~keep)
+    return Edit("typical", "typical", np.where(keep, model.delay, typ_delay), dur, xfer)

@@ -1,0 +1,244 @@
+"""A run's store (Kineto traces, any rank count) as an op table of the dependency model
+(:mod:`analyses.whatif.model`), and how well replaying it reproduces the measured step times.
+
+Which rows, per rank and step (rows without a step are left out):
+
+* **GPU rank** (it has kernels): every device row (kernels, communication kernels, memcpy, memset) on
+  its stream's lane, and the host's runtime calls (``cudaLaunchKernel``, ``cudaMemcpyAsync``...) on their
+  thread's lane. A device row waits for the start of the runtime call that launched it (same
+  ``correlation``): the launch dependency. The time between two runtime calls of a thread (Python,
+  framework) is kept as a measured host delay.
+* **CPU rank** (gloo, no kernels): its communication rows (``gloo:*``) and the outermost CPU ops of each
+  thread that contain none, each thread one lane.
+* **Waits on another lane** (inferred: Kineto records neither ``cudaStreamWaitEvent`` targets nor
+  ``work.wait()``): a row that starts within :data:`WAIT_SLACK_S` after a row of another lane of its
+  rank ended, with its own lane free since, waited for it: an ``end`` edge. On a device lane the source
+  is any device row (a kernel after the collective whose output it reads); on a host lane, a
+  communication row (the main thread after an asynchronous gloo all-reduce). The nearest such row is
+  taken; a coincidence closer than the slack is taken for a wait too.
+* **Host gaps**: per host row, ``gap`` is the part of its wait on its lane (from the previous row's end
+  to its start) that no CPU op or runtime call of its thread covers: idle time (Python, the data loader,
+  a sleep), as opposed to CPU work outside the modelled rows. The "host gaps removed" edit takes it off.
+
+Communication instances are the matched collectives of :func:`analyses.collectives.comm_rows` (the k-th
+of one process group on each rank; point-to-point per sender/receiver pair): an instance completes for
+each member at the latest arrival plus its transfer; a send that returned before its receive began
+arrives without waiting (the model's rule 4).
+
+Not modelled: a host call that waits for the device (``cudaStreamSynchronize``, a blocking copy) keeps
+its recorded duration, wait included; a wait on another lane that began later than the slack stays in
+the measured delay.
+
+Times are seconds from the run's first event. Each step is replayed on its own (from the earliest start
+of the step on any rank): a launch, a wait or a collective whose rows fall in two steps binds nothing. Labels for edits and attributions: ``rank``, ``kind``,
+``name``, ``optype`` (the collective op, else the event kind), ``stream``, and ``key``: the name and its
+occurrence on the rank's host or device side within the step (``cudaLaunchKernel#41``): the same op
+on every rank of an SPMD run, so "its typical value across the other ranks" compares like with like.
+
+Replay check (:func:`replay_check`): the model replayed with its recorded delays, durations and
+transfers gives each (rank, step) span (first start to last end of its rows); the error is the largest
+difference from the recorded span, over the run's mean measured step time (``ProfilerStep#N``).
+Example: measured steps of 10 ms, a rank's step replayed as 10.1 ms against 10.0 ms recorded: 1 %.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+from ddprof.analyses.collectives import comm_rows
+from ddprof.analyses.frames.memo import Events, collect, prepare
+from ddprof.analyses.frames.sets import kernels, steps
+
+from ddprof.analyses.whatif.model import Model, build, sort_ops
+from ddprof.analyses.whatif.replay import CycleError, plan, replay
+
+#: Replay error (share of the mean measured step time) above which the model does not explain the run.
+MAX_REPLAY_ERROR = 0.02
+#: A host row this soon after a communication row of its rank ended waited for it (seconds).
+WAIT_SLACK_S = 200e-6
+
+_DEVICE_KINDS = ("compute", "comm", "memcpy", "memset")
+_KEY = ["rank", "tid", "stream", "ts_ns", "dur_ns", "name"]
+
+
+def _outermost(rows: pl.LazyFrame) -> pl.LazyFrame:
+    """Rows no earlier row of the same (rank, tid) contains (starts before and ends at or after)."""
+    return (rows.sort("rank", "tid", "ts_ns", pl.col("dur_ns"), descending=[False, False, False, True])
+            .with_columns((pl.col("ts_ns") + pl.col("dur_ns")).alias("__end"))
+            .with_columns(pl.col("__end").cum_max().shift(1).over("rank", "tid").alias("__reach"))
+            .filter(pl.col("__reach").is_null() | (pl.col("ts_ns") >= pl.col("__reach")))
+            .drop("__end", "__reach"))
+
+
+def op_rows(events: Events) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The op table (module doc) and its launch edges (``src_op``, ``dst_op``, ``on``)."""
+    p = prepare(events)
+    ev = p.events.filter(pl.col("step").is_not_null())
+    gpu_ranks = kernels(p).lazy().select("rank").unique()
+    device = ev.filter(pl.col("stream").is_not_null() & pl.col("kind").is_in(_DEVICE_KINDS))
+    host_gpu = ev.filter(pl.col("stream").is_null() & (pl.col("kind") == "runtime")).join(gpu_ranks, on="rank",
+                                                                                            how="semi")
+    cpu = ev.filter(pl.col("stream").is_null()).join(gpu_ranks, on="rank", how="anti")
+    cpu_comm = cpu.filter(pl.col("kind") == "comm")
+    cpu_ops = cpu.filter(pl.col("kind") == "cpu_op")
+    # Outermost CPU ops that contain no communication row of their thread.
+    top = _outermost(cpu_ops).with_columns((pl.col("ts_ns") + pl.col("dur_ns")).alias("__end"))
+    contains = (top.join(cpu_comm.select("rank", "tid", pl.col("ts_ns").alias("__c0"),
+                                         (pl.col("ts_ns") + pl.col("dur_ns")).alias("__c1")), on=["rank", "tid"])
+                .filter((pl.col("__c0") >= pl.col("ts_ns")) & (pl.col("__c1") <= pl.col("__end")))
+                .select(_KEY).unique())
+    cpu_work = top.drop("__end").join(contains, on=_KEY, how="anti", nulls_equal=True)
+    cols = ["rank", "step", "tid", "stream", "ts_ns", "dur_ns", "kind", "name", "correlation", "coll_op"]
+    rows = collect(pl.concat([f.select(cols) for f in (device, host_gpu, cpu_comm, cpu_work)]))
+    if rows.is_empty():
+        return rows, pl.DataFrame()
+    inst = comm_rows(p).select(*_KEY, pl.concat_str(
+        [pl.col("group"), pl.col("src").cast(pl.String), pl.col("dst").cast(pl.String), pl.col("index").cast(pl.String)],
+        separator="/", ignore_nulls=True).alias("instance"))
+    t0 = rows["ts_ns"].min()
+    rows = (
+        rows.join(inst, on=_KEY, how="left", nulls_equal=True)
+        .with_columns(
+            pl.col("rank").cast(pl.Int64).alias("worker"),
+            pl.col("step").cast(pl.Int64),
+            pl.col("step").cast(pl.Int64).alias("profiler_step"),
+            # Device lanes are streams (>= 0); host lanes are threads (negative).
+            pl.when(pl.col("stream").is_not_null()).then(pl.col("stream"))
+            .otherwise(-1 - pl.col("tid").rank("dense").over("rank").cast(pl.Int64)).alias("lane"),
+            ((pl.col("ts_ns") - t0) / 1e9).alias("start"),
+            ((pl.col("ts_ns") + pl.col("dur_ns") - t0) / 1e9).alias("end"),
+            pl.coalesce(pl.col("coll_op"), pl.col("kind").cast(pl.String)).alias("optype"),
+            pl.col("kind").cast(pl.String),
+        )
+        # A communication row no other rank matched synchronises nothing; nor does an instance whose
+        # rows fall in different steps (each step is replayed on its own).
+        .with_columns(pl.when((pl.len().over("instance") > 1) & (pl.col("step").n_unique().over("instance") == 1))
+                      .then(pl.col("instance")).alias("instance"))
+    )
+    rows = sort_ops(rows).with_row_index("__op").with_columns(
+        pl.col("end").shift(1).over("step", "worker", "lane").alias("__prev_end"),
+        pl.format("{}#{}", pl.col("name"), pl.int_range(pl.len()).over(
+            "worker", "profiler_step", pl.col("lane") < 0, "name")).alias("key"))
+    launch = rows.filter(pl.col("kind") == "runtime").select("rank", "correlation", pl.col("__op").alias("src_op"))
+    targets = rows.filter(pl.col("stream").is_not_null()).select("rank", "correlation", pl.col("__op").alias("dst_op"))
+    deps = (launch.drop_nulls("correlation").join(targets.drop_nulls("correlation"), on=["rank", "correlation"])
+            .select(pl.col("src_op").cast(pl.Int64), pl.col("dst_op").cast(pl.Int64), pl.lit("start").alias("on")))
+    deps = pl.concat([deps, _waits(rows)])
+    step = rows["step"].to_numpy()
+    deps = deps.filter(pl.Series(step[deps["src_op"].to_numpy()] == step[deps["dst_op"].to_numpy()]))
+    rows = rows.with_columns(pl.Series("gap", _idle_gaps(rows, collect(ev.filter(
+        pl.col("stream").is_null() & pl.col("kind").is_in(["cpu_op", "runtime", "comm"]))), t0)))
+    return rows.drop("__op", "__prev_end"), deps
+
+
+def _waits(rows: pl.DataFrame) -> pl.DataFrame:
+    """``end`` edges to the rows that waited for a row of another lane of their rank (module doc): on a
+    host lane, for a communication row; on a device lane, for any device row."""
+    out = []
+    for lane in rows["lane"].unique().to_list():
+        dst = (rows.filter(pl.col("lane") == lane)
+               .select("worker", "start", "__prev_end", pl.col("__op").alias("dst_op")).sort("start"))
+        other = rows.filter(pl.col("lane") != lane)
+        src = other.filter(pl.col("instance").is_not_null()) if lane < 0 else other.filter(pl.col("lane") >= 0)
+        src = src.select("worker", pl.col("end").alias("__src_end"), pl.col("__op").alias("src_op")).sort("__src_end")
+        hit = dst.join_asof(src, left_on="start", right_on="__src_end", by="worker", strategy="backward",
+                            check_sortedness=False)  # both sorted on the time column
+        out.append(hit.filter(pl.col("src_op").is_not_null() & (pl.col("start") - pl.col("__src_end") <= WAIT_SLACK_S)
+                              & (pl.col("__prev_end").is_null() | (pl.col("__src_end") >= pl.col("__prev_end"))))
+                   .select(pl.col("src_op").cast(pl.Int64), pl.col("dst_op").cast(pl.Int64), pl.lit("end").alias("on")))
+    return pl.concat(out) if out else pl.DataFrame(schema={"src_op": pl.Int64, "dst_op": pl.Int64, "on": pl.String})
+
+
+def _idle_gaps(rows: pl.DataFrame, busy_rows: pl.DataFrame, t0: int) -> np.ndarray:
+    """Per row, the idle time of its thread between the previous row of its lane and its start: the part
+    of that interval no CPU op, runtime call or communication row of the thread covers (0 on device
+    lanes)."""
+    gap = np.zeros(rows.height)
+    host = rows.with_row_index("__i").filter((pl.col("lane") < 0) & pl.col("__prev_end").is_not_null())
+    if host.is_empty() or busy_rows.is_empty():
+        return gap
+    busy = (busy_rows.select("rank", "tid", ((pl.col("ts_ns") - t0) / 1e9).alias("s"),
+                             ((pl.col("ts_ns") + pl.col("dur_ns") - t0) / 1e9).alias("e"))
+            .sort("rank", "tid", "s"))
+    for (rank, tid), b in busy.group_by(["rank", "tid"], maintain_order=True):
+        h = host.filter((pl.col("rank") == rank) & (pl.col("tid") == tid))
+        if h.is_empty():
+            continue
+        s, e = b["s"].to_numpy(), b["e"].to_numpy()
+        # Merge into disjoint busy intervals, then the busy time before t is a cumulative sum.
+        reach = np.maximum.accumulate(e)
+        new = np.r_[True, s[1:] > reach[:-1]]
+        starts, ends = s[new], np.maximum.reduceat(e, np.flatnonzero(new))
+        cum = np.r_[0.0, np.cumsum(ends - starts)]
+
+        def busy_before(t: np.ndarray) -> np.ndarray:
+            k = np.searchsorted(starts, t, side="right")  # intervals starting at or before t
+            inside = np.where(k > 0, np.minimum(t, ends[np.maximum(k - 1, 0)]) - starts[np.maximum(k - 1, 0)], 0.0)
+            return cum[k - 1 + (k == 0)] * (k > 0) + np.maximum(inside, 0.0)
+
+        a, z = h["__prev_end"].to_numpy(), h["start"].to_numpy()
+        gap[h["__i"].to_numpy()] = np.maximum((z - a) - (busy_before(z) - busy_before(a)), 0.0)
+    return gap
+
+
+@dataclass
+class ReplayCheck:
+    """How well the model reproduces a run: per (rank, step) the recorded and replayed spans."""
+
+    model: Model | None
+    spans: pl.DataFrame
+    measured_step_s: float
+    error: float
+    reason: str | None
+
+    @property
+    def explained(self) -> bool:
+        return self.reason is None
+
+
+def _spans(model: Model, start: np.ndarray, end: np.ndarray) -> pl.DataFrame:
+    return (model.ops.select("worker", pl.col("profiler_step").alias("step"))
+            .with_columns(pl.Series("s", start), pl.Series("e", end))
+            .group_by("worker", "step").agg((pl.col("e").max() - pl.col("s").min()).alias("span")))
+
+
+def step_times(model: Model, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per step (in order), the run's step time: the latest end of its rows on any rank minus the
+    earliest start."""
+    lo, hi = np.full(len(model.steps), np.inf), np.full(len(model.steps), -np.inf)
+    np.minimum.at(lo, model.step_of_op, start)
+    np.maximum.at(hi, model.step_of_op, end)
+    return hi - lo
+
+
+def replay_check(events: Events) -> ReplayCheck:
+    """Build the run's model and replay it as recorded (module doc); ``reason`` says why the model does
+    not explain the run (no steps, a cycle, an error above :data:`MAX_REPLAY_ERROR`), else None."""
+    p = prepare(events)
+    st = steps(p)
+    measured = float(((st["end"] - st["start"]).mean() or 0) / 1e9) if st.height else 0.0
+    ops, deps = op_rows(p)
+    empty = pl.DataFrame(schema={"worker": pl.Int64, "step": pl.Int64, "recorded": pl.Float64,
+                                 "replayed": pl.Float64})
+    if ops.is_empty() or not measured:
+        return ReplayCheck(None, empty, measured, float("nan"), "the trace has no steps (ProfilerStep#N) to replay")
+    model = build(ops, deps)
+    try:
+        order = plan(model)
+    except CycleError as exc:
+        return ReplayCheck(model, empty, measured, float("nan"), f"the recorded order contradicts the matched "
+                                                                 f"collectives ({exc})")
+    r = replay(model, order=order)
+    rel_start = model.ops["start"].to_numpy() - model.origin[model.step_of_op]
+    rel_end = model.ops["end"].to_numpy() - model.origin[model.step_of_op]
+    spans = (_spans(model, rel_start, rel_end).rename({"span": "recorded"})
+             .join(_spans(model, r.start, r.end).rename({"span": "replayed"}), on=["worker", "step"])
+             .sort("worker", "step"))
+    error = float((spans["replayed"] - spans["recorded"]).abs().max() / measured)
+    reason = None
+    if error > MAX_REPLAY_ERROR:
+        reason = (f"replaying the recorded durations misses a measured step span by {100 * error:.1f} % of the "
+                  f"mean step time (above {100 * MAX_REPLAY_ERROR:.0f} %): the model does not explain this run")
+    return ReplayCheck(model, spans, measured, error, reason)

@@ -1,0 +1,175 @@
+"""``ddprof whatif SRC|RUN_DIR [edits] [--format text|json] [-o FILE]``: the run's cross-rank dependency
+model replayed with edits (:mod:`ddprof.analyses.whatif`): the straggler removed, communication k times
+faster or fully overlapped, host gaps removed, kernels matching a pattern k times faster; the projected
+step time of each, the best first, and the slowdown attributed by rank and op type.
+
+Given one of the OSDI'25 straggler study's operation tables (``trace-NAME.parquet`` beside its
+``meta-NAME.yaml``), it prints the study's metrics computed by the same model instead (blocking and
+launch slowdowns, their attribution by dp rank, stage and op type, M_S and M_W), beside the published
+answers where the folder has them."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ddprof.cli.common import comm_kernel_option, emit, parse_rank_map, rank_option, rules_in_force
+from ddprof.cli.progress import ingest_progress
+
+
+def _float(text: str) -> float:
+    if text.strip().lower() in ("inf", "infinity", "overlap"):
+        return math.inf
+    v = float(text)
+    if not v > 0:
+        raise click.BadParameter(f"a speed-up factor must be positive, got {text!r}")
+    return v
+
+
+def _stragglers(text: str) -> str | list[int] | None:
+    if text == "auto":
+        return "auto"
+    if text == "none":
+        return None
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"--straggler takes auto, none or ranks like 3,7; got {text!r}") from None
+
+
+def _osdi_job(sources: tuple[str, ...]) -> tuple[Path, str] | None:
+    """(folder, NAME) when the one source is a study's ``trace-NAME.parquet`` with its ``meta-NAME.yaml``."""
+    if len(sources) != 1:
+        return None
+    p = Path(sources[0])
+    m = re.fullmatch(r"trace-(.+)\.parquet", p.name)
+    if m and (p.parent / f"meta-{m.group(1)}.yaml").exists():
+        return p.parent, m.group(1)
+    return None
+
+
+@click.command()
+@click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--straggler", "straggler", default="auto", show_default=True, metavar="auto|none|RANKS",
+              help="Remove a straggler: its ops take their kernel's typical duration and delay across the other "
+                   "ranks. auto: each rank in turn, the best kept; or ranks, e.g. 3 or 3,7 (one group).")
+@click.option("--comm-faster", "comm_k", multiple=True, default=("2",), show_default=True, metavar="K",
+              help="Communication K times faster (inf: fully overlapped). Repeatable.")
+@click.option("--comm-overlap", is_flag=True, help="Also project communication fully overlapped (costing nothing).")
+@click.option("--kernel", "kernels", multiple=True, metavar="REGEX=K",
+              help="Kernels (and ops) whose name matches REGEX K times faster. Repeatable.")
+@click.option("--host-gaps/--no-host-gaps", default=True, show_default=True,
+              help="Project the host threads' idle gaps removed.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the result here (atomically).")
+@click.option("--cache", type=click.Path(file_okay=False),
+              help="Where to keep the ingested store of raw traces (default: SRC/.ddprof-cache, or a "
+                   "temporary directory when SRC is read-only).")
+@rank_option
+@comm_kernel_option
+def whatif(sources: tuple[str, ...], straggler: str, comm_k: tuple[str, ...], comm_overlap: bool,
+           kernels: tuple[str, ...], host_gaps: bool, fmt: str, output: str | None, cache: str | None,
+           ranks: tuple[str, ...], comm_kernels: tuple[str, ...] = ()) -> int:
+    """Project a run's step time under edits (straggler removed, faster communication...) by replaying its
+    cross-rank dependency model."""
+    from ddprof.errors import UsageError
+
+    job = _osdi_job(sources)
+    if job is not None:
+        result = _osdi(*job)
+        emit(json.dumps(result, indent=2) if fmt == "json" else _osdi_text(result), output)
+        return 0
+    from ddprof.analyses.whatif.projections import as_dict
+    from ddprof.analyses.whatif.projections import whatif as project
+    from ddprof.inputs.sources import open_source
+
+    ks = [_float(k) for k in comm_k] + ([math.inf] if comm_overlap else [])
+    pairs: list[tuple[str, float]] = []
+    for spec in kernels:
+        pattern, sep, k = spec.rpartition("=")
+        if not sep or not pattern:
+            raise UsageError(f"--kernel expects REGEX=K (e.g. --kernel 'gemm=2'), got {spec!r}")
+        pairs.append((pattern, _float(k)))
+    with open_source(sources, cache=cache, rank_map=parse_rank_map(ranks), comm_kernels=rules_in_force(comm_kernels),
+                     progress=ingest_progress(fmt == "text" and output is None)) as src:
+        if src.run is None:
+            raise UsageError("nothing to replay: Flight Recorder dumps hold no timeline; name traces or a run dir")
+        result = as_dict(project(src.run.events(), stragglers=_stragglers(straggler), comm_k=ks,
+                                 host_gaps=host_gaps, kernels=pairs))
+    emit(json.dumps(result, indent=2) if fmt == "json" else _text(result), output)
+    return 0
+
+
+def _ms(s: float | None) -> str:
+    if s is None:
+        return "-"
+    return f"{1e3 * s:,.1f} ms" if s < 10 else f"{s:,.2f} s"
+
+
+def _top(d: dict[str, float], n: int = 5) -> str:
+    items = sorted(d.items(), key=lambda kv: -kv[1])[:n]
+    return ", ".join(f"{k} {v:.3f}" for k, v in items)
+
+
+def _text(r: dict[str, Any]) -> str:
+    lines = [f"what-if: {r['ranks']} ranks, {r['steps']} step(s), {r['ops']:,} ops in the dependency model"]
+    if not r["explained"]:
+        lines.append(f"no projection: {r['reason']}")
+        return "\n".join(lines)
+    lines.append(f"replay of the recording: error {r['replay_error_pct']:.2f} % of the mean measured step "
+                 f"({_ms(r['measured_step_s'])}); the run's step (first start to last end, all ranks) "
+                 f"{_ms(r['step_s'])}")
+    lines.append(f"verdict: {r['verdict']}")
+    lines.append("")
+    lines.append(f"{'edit':44} {'step':>10} {'saving':>12}")
+    for p in r["projections"]:
+        pct = p["saving_pct"]
+        share = f"(−{pct:.0f} %)" if pct >= 0 else f"(+{-pct:.0f} %)"
+        lines.append(f"{p['says'][:44]:44} {_ms(p['step_s']):>10} {_ms(p['saving_s']):>9} {share}")
+    if r["by_rank"]:
+        lines.append("")
+        lines.append("slowdown kept when only this group runs as recorded (1.000 = explains nothing):")
+        lines.append(f"  by rank:    {_top(r['by_rank'])}")
+        lines.append(f"  by op type: {_top(r['by_op_type'])}")
+    return "\n".join(lines)
+
+
+def _osdi(folder: Path, name: str) -> dict[str, Any]:
+    from ddprof.analyses.whatif import osdi
+
+    job = osdi.load(folder, name)
+    a = osdi.analyse(job.ops)
+    rows = osdi.reproduce(job, a) if job.published else []
+    return {
+        "job": name, "meta": job.meta, "ops": job.ops.height, "steps": len(a.model.steps),
+        "blocking_slowdown": a.blocking_slowdown, "launch_slowdown": a.launch_slowdown,
+        "mean_step_s": {"recorded": float(a.t_base.mean()), "no_delays": float(a.t_nodelay.mean()),
+                        "ideal": float(a.t_ideal.mean())},
+        "blocking_decompose_by_dp_rank": a.decompose("dp_rank"),
+        "blocking_decompose_by_stage": a.decompose("stage"),
+        "blocking_decompose_by_optype": a.decompose("op_class"),
+        "M_S": osdi.m_s(a).rem, "M_W": osdi.m_w(a).rem,
+        "published": rows,
+    }
+
+
+def _osdi_text(r: dict[str, Any]) -> str:
+    st = r["mean_step_s"]
+    lines = [f"OSDI'25 job {r['job']}: {r['ops']:,} ops, {r['steps']} steps; mean step recorded {_ms(st['recorded'])}, "
+             f"without host delays {_ms(st['no_delays'])}, every op typical {_ms(st['ideal'])}",
+             f"blocking slowdown {r['blocking_slowdown']:.3f}, launch slowdown {r['launch_slowdown']:.3f}, "
+             f"M_S {r['M_S']:.3f}, M_W {r['M_W']:.3f}",
+             f"  by stage:   {_top(r['blocking_decompose_by_stage'])}",
+             f"  by dp rank: {_top(r['blocking_decompose_by_dp_rank'])}",
+             f"  by op type: {_top(r['blocking_decompose_by_optype'])}"]
+    bad = [p for p in r["published"] if abs(p["error"]) > p["tolerance"]]
+    if r["published"]:
+        lines.append(f"published answers: {len(r['published']) - len(bad)} of {len(r['published'])} within tolerance"
+                     + "".join(f"\n  {p['metric']} {p['key']}: ours {p['ours']:.4f}, published {p['published']:.4f}"
+                               for p in bad))
+    return "\n".join(lines)
