@@ -32,8 +32,8 @@ Rules (each op i; "ready" is when everything it depends on has completed):
 Replaying the model with the recorded delays, durations and transfers gives back every recorded start and
 end (:func:`analyses.whatif.replay.replay`); replaying it with edited values answers "what if".
 
-As a graph (max-plus, longest path): nodes S_i (start), E_i (end), one node per launch group (H, the
-group is over) and per instance (A, everyone has arrived); ``S_i = max(ready edges) + delay_i``,
+As a graph (max-plus, longest path): nodes S_i (start), E_i (end), one node per launch group of several
+ops (H, the group is over; a group of one is over at its op's E) and per instance (A, everyone has arrived); ``S_i = max(ready edges) + delay_i``,
 ``E_i = S_i + dur_i`` or ``E_i = A_c + xfer_i``, ``A_c = max S_j``, ``H_g = max E_i``.
 
 Worked example (two workers, one step): worker 0 computes f0 [0, 3) then all-reduces ar0 [3.5, 9);
@@ -174,13 +174,18 @@ def build(ops: pl.DataFrame, deps: pl.DataFrame | None = None) -> Model:
     def add(s: np.ndarray, d: np.ndarray, p: int, o: np.ndarray) -> None:
         srcs.append(s), dsts.append(d), params.append(np.full(len(s), p, np.int8)), pops.append(o)
 
+    # A launch group of one op is over when that op ends: its E node stands for H (one level less).
+    size = np.bincount(group, minlength=n_groups)
+    first_op = np.flatnonzero(first_of_group)
+    gnode = np.where(size == 1, E[first_op], H0 + np.arange(n_groups))
     has_prev = pg >= 0
-    add(H0 + pg[has_prev], S[has_prev], P_DELAY, idx[has_prev])
+    add(gnode[pg[has_prev]], S[has_prev], P_DELAY, idx[has_prev])
     add(np.where(on_start, S[dep_src], E[dep_src]), S[dep_dst], P_DELAY, dep_dst)
     add(S[~waits], E[~waits], P_DUR, idx[~waits])
     add(S[is_comm], A0 + inst[is_comm], P_ZERO, idx[is_comm])
     add(A0 + inst[waits], E[waits], P_XFER, idx[waits])
-    add(E, H0 + group, P_ZERO, idx)
+    multi = size[group] > 1
+    add(E[multi], H0 + group[multi], P_ZERO, idx[multi])
     first = ~has_prev
     if len(dep_dst):
         first[dep_dst] = False

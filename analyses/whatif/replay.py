@@ -13,7 +13,7 @@ A step's simulated time is its latest end, from its origin 0 (every op is placed
 origin, the earliest recorded start of that step).
 
 Worked example (the model docstring's two workers): levels are S(f0), S(f1) at 0; E(f0), E(f1) at 1;
-H's at 2; S(ar0), S(ar1) at 3; A at 4; E(ar0), E(ar1) at 5. With the recorded values: S(f0)=S(f1)=0,
+S(ar0), S(ar1) at 2; A at 3; E(ar0), E(ar1) at 4. With the recorded values: S(f0)=S(f1)=0,
 E(f0)=3, E(f1)=8, S(ar0)=3+0.5, S(ar1)=8, A=8, E=9: the step takes 9, as recorded.
 
 A cycle (two workers each waiting for the other: a matching the recorded order contradicts) is reported
