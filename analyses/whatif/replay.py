@@ -35,30 +35,35 @@ class CycleError(ValueError):
 
 @dataclass
 class Plan:
-    """A model's edges in level order: per level, the edge indices (sorted by destination), the distinct
-    destinations and where each one's edges begin."""
+    """A model's edges in level order (``order``: edge indices by the level of their destination, then
+    the destination; ``src``: their sources in that order), and per level the slice of that order, the
+    distinct destinations and where each one's edges begin within the slice."""
 
-    levels: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+    order: np.ndarray
+    src: np.ndarray
+    levels: list[tuple[int, int, np.ndarray, np.ndarray]]
 
 
 def plan(model: Model) -> Plan:
     """The level order of a model's graph (module doc); raises :class:`CycleError` on a cycle."""
     n, src, dst = model.n_nodes, model.src, model.dst
-    order = np.argsort(src, kind="stable")
+    dst_by_src = dst[np.argsort(src, kind="stable")]
     offs = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(src, minlength=n), out=offs[1:])
+    outdeg = np.diff(offs)
     indeg = np.bincount(dst, minlength=n).astype(np.int64)
     level = np.zeros(n, dtype=np.int64)
     frontier = np.flatnonzero(indeg == 0)
     done, lvl = frontier.size, 0
+    ramp = np.arange(max(len(dst), 1), dtype=np.int64)
     while frontier.size:
-        lo, cnt = offs[frontier], offs[frontier + 1] - offs[frontier]
-        total = int(cnt.sum())
+        lo, cnt = offs[frontier], outdeg[frontier]
+        ends = np.cumsum(cnt)
+        total = int(ends[-1])
         if not total:
             break
         # Indices lo[k] .. lo[k]+cnt[k]-1 for every frontier node k, without a Python loop.
-        base = np.repeat(lo - np.cumsum(np.r_[0, cnt[:-1]]), cnt)
-        targets = dst[order[base + np.arange(total)]]
+        targets = dst_by_src[np.repeat(lo - (ends - cnt), cnt) + ramp[:total]]
         uniq, hits = np.unique(targets, return_counts=True)
         indeg[uniq] -= hits
         frontier = uniq[indeg[uniq] == 0]
@@ -70,13 +75,13 @@ def plan(model: Model) -> Plan:
     e_level = level[dst]
     by = np.lexsort((dst, e_level))
     bounds = np.searchsorted(e_level[by], np.arange(1, lvl + 2))
+    d_all = dst[by]
     levels = []
     for a, b in zip(bounds[:-1], bounds[1:]):
-        e = by[a:b]
-        d = dst[e]
+        d = d_all[a:b]
         starts = np.r_[0, np.flatnonzero(d[1:] != d[:-1]) + 1]
-        levels.append((e, d[starts], starts))
-    return Plan(levels)
+        levels.append((int(a), int(b), d[starts], starts))
+    return Plan(by, src[by], levels)
 
 
 @dataclass
@@ -103,12 +108,12 @@ def replay(model: Model, delay: np.ndarray | None = None, dur: np.ndarray | None
     dur = model.dur if dur is None else dur
     xfer = model.xfer if xfer is None else xfer
     table = np.stack([np.zeros(n), delay, dur, xfer])
-    w = table[model.param, model.param_op]
+    w = table[model.param[order.order], model.param_op[order.order]]  # in level order: slices, not gathers
     value = np.full(model.n_nodes, -np.inf)
     value[model.start_node[model.first]] = delay[model.first]
-    src = model.src
-    for e, d, starts in order.levels:
-        cand = value[src[e]] + w[e]
+    src = order.src
+    for a, b, d, starts in order.levels:
+        cand = value[src[a:b]] + w[a:b]
         value[d] = np.maximum(value[d], np.maximum.reduceat(cand, starts))
     start, end = value[model.start_node], value[model.end_node]
     step_time = np.full(len(model.steps), -np.inf)
