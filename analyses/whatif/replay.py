@@ -56,6 +56,7 @@ def plan(model: Model) -> Plan:
     frontier = np.flatnonzero(indeg == 0)
     done, lvl = frontier.size, 0
     ramp = np.arange(max(len(dst), 1), dtype=np.int64)
+    stamp = np.zeros(n, dtype=np.int64)
     while frontier.size:
         lo, cnt = offs[frontier], outdeg[frontier]
         ends = np.cumsum(cnt)
@@ -64,9 +65,11 @@ def plan(model: Model) -> Plan:
             break
         # Indices lo[k] .. lo[k]+cnt[k]-1 for every frontier node k, without a Python loop.
         targets = dst_by_src[np.repeat(lo - (ends - cnt), cnt) + ramp[:total]]
-        uniq, hits = np.unique(targets, return_counts=True)
-        indeg[uniq] -= hits
-        frontier = uniq[indeg[uniq] == 0]
+        np.subtract.at(indeg, targets, 1)
+        cand = targets[indeg[targets] == 0]
+        # A node reached by several edges of this wave is there once: keep the last of its copies.
+        stamp[cand] = ramp[:cand.size]
+        frontier = cand[stamp[cand] == ramp[:cand.size]]
         lvl += 1
         level[frontier] = lvl
         done += frontier.size
@@ -76,11 +79,14 @@ def plan(model: Model) -> Plan:
     by = np.lexsort((dst, e_level))
     bounds = np.searchsorted(e_level[by], np.arange(1, lvl + 2))
     d_all = dst[by]
-    levels = []
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        d = d_all[a:b]
-        starts = np.r_[0, np.flatnonzero(d[1:] != d[:-1]) + 1]
-        levels.append((int(a), int(b), d[starts], starts))
+    # Where each destination's edges begin, over all levels at once (a level begins a new one too).
+    new = np.ones(len(d_all), dtype=bool)
+    new[1:] = d_all[1:] != d_all[:-1]
+    new[bounds[:-1][bounds[:-1] < len(d_all)]] = True
+    first = np.flatnonzero(new)
+    cut = np.searchsorted(first, bounds)
+    levels = [(int(a), int(b), d_all[first[i:j]], first[i:j] - a)
+              for a, b, i, j in zip(bounds[:-1], bounds[1:], cut[:-1], cut[1:])]
     return Plan(by, src[by], levels)
 
 
