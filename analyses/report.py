@@ -34,6 +34,7 @@ from ddprof.analyses.health import health
 from ddprof.analyses.rank_groups import COLUMNS, analyse_run, cross_rank_sections, per_rank_frames, read_ranks
 from ddprof.analyses.rank_groups import json_rows as _rows  # noqa: F401 - callers format frames as the report does
 from ddprof.analyses.verdicts import verdicts
+from ddprof.analyses.whatif.section import whatif_section
 
 from ddprof.errors import UsageError
 from ddprof.readers.flightrec.load import DumpSet
@@ -120,6 +121,7 @@ def build_report(run: Run | None, *, dumps: DumpSet | None = None, executor: Exe
         report["run"]["warnings"].extend(sections.pop("collective_warnings"))
         report.update(sections)
         report["comm_kernels"] = comm_kernels(analysis.comm_kernel_counts, rules_of(run.manifest))
+        report["whatif"] = whatif_section(run)
         if dumps is not None:  # a dump that cannot be read is a failed input, like a trace that cannot
             failed = _dump_failures(dumps)
             report["run"]["failed"].extend(failed)

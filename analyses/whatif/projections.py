@@ -78,8 +78,9 @@ def _mean_step(model: Model, order: Plan, edit: E.Edit) -> float:
 
 def whatif(events: Events, *, stragglers: str | list[int] | None = "auto", comm_k: list[float] | None = None,
            host_gaps: bool = True, kernels: list[tuple[str, float]] | None = None,
-           attribute: bool = True) -> WhatIf:
-    """Project the edits asked for on a run (module doc)."""
+           attribute: bool = True, max_candidates: int = MAX_STRAGGLER_CANDIDATES) -> WhatIf:
+    """Project the edits asked for on a run (module doc); ``max_candidates``: the ranks tried for the
+    automatic straggler edit, at most."""
     p = prepare(events)
     check = replay_check(p)
     model = check.model
@@ -98,7 +99,7 @@ def whatif(events: Events, *, stragglers: str | list[int] | None = "auto", comm_
         excess = np.nan_to_num(E._values(model) - typ) + np.nan_to_num(
             model.delay - E.typical_values(model, "key", v=model.delay))
         per = {int(w): float(excess[worker == w].sum()) for w in np.unique(worker)}
-        ranks = sorted(per, key=lambda w: -per[w])[:MAX_STRAGGLER_CANDIDATES]
+        ranks = sorted(per, key=lambda w: -per[w])[:max_candidates]
         tried = [E.typical_for(model, worker == r, KEYS, f"straggler_rank_{r}",
                                f"making rank {r} as fast as the others") for r in ranks]
         if len(tried) > 1:
