@@ -116,7 +116,7 @@ def whatif(events: Events, *, stragglers: str | list[int] | None = "auto", comm_
         candidates.append(E.no_delays(model, (model.ops["lane"] < 0).to_numpy(), "host gaps",
                                       amount=model.ops["gap"].to_numpy()))
     for pattern, k in kernels or []:
-        mask = model.ops["name"].str.contains(pattern).to_numpy()
+        mask = model.ops["name"].str.contains(pattern).fill_null(False).to_numpy()
         edit = E.ops_faster(model, mask, k, f"kernels matching {pattern!r}")
         edit.name = f"kernels_{re.sub(r'[^A-Za-z0-9]+', '_', pattern).strip('_')}_x{k:g}"
         candidates.append(edit)

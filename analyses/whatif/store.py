@@ -76,7 +76,8 @@ def _outermost(rows: pl.LazyFrame) -> pl.LazyFrame:
 def op_rows(events: Events) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The op table (module doc) and its launch edges (``src_op``, ``dst_op``, ``on``)."""
     p = prepare(events)
-    ev = p.events.filter(pl.col("step").is_not_null())
+    # A row the model cannot place (no step; a host row without its thread) is left out.
+    ev = p.events.filter(pl.col("step").is_not_null() & (pl.col("stream").is_not_null() | pl.col("tid").is_not_null()))
     gpu_ranks = kernels(p).lazy().select("rank").unique()
     device = ev.filter(pl.col("stream").is_not_null() & pl.col("kind").is_in(_DEVICE_KINDS))
     host_gpu = ev.filter(pl.col("stream").is_null() & (pl.col("kind") == "runtime")).join(gpu_ranks, on="rank",
