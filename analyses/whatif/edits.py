@@ -13,6 +13,9 @@ The edits:
 * :func:`comm_faster`: every communication transfer (and the duration of communication that waits for
   nobody) divided by k; k = ∞ is communication fully overlapped (it costs nothing, its dependencies stay).
 * :func:`ops_faster`: the chosen ops (a kernel class, an op type) k times faster.
+* :func:`rebalanced` ("a pipeline stage rebalanced"): the compute of each group (a pipeline stage)
+  scaled so that every group computes the groups' mean per step: a stage with 1.3x the mean compute runs
+  its compute ops 1/1.3 as long, a light one longer; communication and delays are kept.
 * :func:`no_delays`: the measured delays of the chosen ops (host gaps: launch latency, Python) removed,
   or only the part of them given (the idle part of a host's wait).
 
@@ -116,6 +119,21 @@ def ops_faster(model: Model, mask: np.ndarray, k: float, what: str) -> Edit:
     """The ops in ``mask`` ``k`` times faster."""
     dur, xfer = _with_values(model, _values(model) / k, mask)
     return Edit(f"{what}_x{k:g}", f"{what} {k:g}x faster", model.delay, dur, xfer)
+
+
+def rebalanced(model: Model, groups: np.ndarray, compute: np.ndarray, what: str = "pipeline stages") -> Edit:
+    """The compute ops (``compute``) of each group (``groups``: a label per op, None/-1 for ops of no group)
+    scaled to the groups' mean compute per step (module doc)."""
+    frame = pl.DataFrame({"g": groups, "c": compute & (groups >= 0), "d": model.dur, "s": model.ops["step"]})
+    per = (frame.filter(pl.col("c")).group_by("g", "s").agg(pl.col("d").sum().alias("t"))
+           .group_by("g").agg(pl.col("t").mean()))
+    if per.height < 2:
+        return Edit("rebalanced", f"{what} rebalanced", model.delay, model.dur, model.xfer)
+    target = per["t"].mean()
+    scale = frame.join(per.with_columns((target / pl.col("t")).alias("k")).select("g", "k"), on="g", how="left",
+                       maintain_order="left")["k"].fill_null(1.0).to_numpy()
+    dur = np.where(frame["c"].to_numpy(), model.dur * scale, model.dur)
+    return Edit("rebalanced", f"{what} rebalanced (equal compute per step)", model.delay, dur, model.xfer)
 
 
 def no_delays(model: Model, mask: np.ndarray, what: str = "host gaps", amount: np.ndarray | None = None) -> Edit:

@@ -285,3 +285,14 @@ def reproduce(job: Job, a: Analysis | None = None) -> list[dict[str, Any]]:
             rows.append({"metric": name, "key": s.group, "ours": s.rem, "published": pub_v,
                          "error": s.rem - pub_v, "tolerance": TOLERANCE["M"]})
     return rows
+
+
+def stages_rebalanced(a: Analysis) -> float:
+    """The mean step without delays with the pipeline stages rebalanced: each stage's compute ops scaled
+    so that every stage computes the stages' mean per step (:func:`analyses.whatif.edits.rebalanced`)."""
+    from ddprof.analyses.whatif.edits import project, rebalanced
+
+    m = a.model
+    edit = rebalanced(m, m.ops["stage"].to_numpy(), ~m.ops["is_comm_type"].to_numpy())
+    edit.delay = np.zeros(m.ops.height)
+    return float(project(m, a.order, edit).mean())

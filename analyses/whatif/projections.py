@@ -8,7 +8,9 @@ share. Where the replay check fails, no projection is made and ``explained`` is 
 
 Edits (each optional): the straggler removed (``stragglers``: ranks, or ``"auto"``: each rank in turn,
 the one whose removal saves most kept), communication ``comm_k`` times faster (∞: fully overlapped),
-host gaps removed (the idle part of the host threads' delays, :mod:`analyses.whatif.store`), kernels matching a pattern ``k``
+host gaps removed (the idle part of the host threads' delays, :mod:`analyses.whatif.store`), the
+pipeline stages rebalanced (where send/recv chains reveal stages: :func:`analyses.bubbles.pipeline_stages`;
+each stage's compute scaled to the stages' mean), kernels matching a pattern ``k``
 times faster. Attribution: by rank and by op type (the collective op or the event kind), as
 :func:`analyses.whatif.edits.attribution` defines it; "the same op" on other ranks is the one with the
 same name and occurrence in the step (:data:`KEYS`).
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from ddprof.analyses.bubbles import pipeline_stages
 from ddprof.analyses.frames.memo import Events, prepare
 
 from ddprof.analyses.whatif import edits as E
@@ -78,7 +81,7 @@ def _mean_step(model: Model, order: Plan, edit: E.Edit) -> float:
 
 def whatif(events: Events, *, stragglers: str | list[int] | None = "auto", comm_k: list[float] | None = None,
            host_gaps: bool = True, kernels: list[tuple[str, float]] | None = None,
-           attribute: bool = True, max_candidates: int = MAX_STRAGGLER_CANDIDATES) -> WhatIf:
+           attribute: bool = True, max_candidates: int = MAX_STRAGGLER_CANDIDATES, rebalance: bool = True) -> WhatIf:
     """Project the edits asked for on a run (module doc); ``max_candidates``: the ranks tried for the
     automatic straggler edit, at most."""
     p = prepare(events)
@@ -115,6 +118,13 @@ def whatif(events: Events, *, stragglers: str | list[int] | None = "auto", comm_
     if host_gaps:
         candidates.append(E.no_delays(model, (model.ops["lane"] < 0).to_numpy(), "host gaps",
                                       amount=model.ops["gap"].to_numpy()))
+    if rebalance:
+        stages = pipeline_stages(p)
+        if stages.height and int(stages["stages"].max()) > 1:
+            stage_of = dict(zip(stages["rank"].to_list(), stages["stage"].to_list()))
+            groups = np.array([stage_of.get(int(w), -1) for w in worker])
+            compute = model.ops["optype"].is_in(["compute", "cpu_op"]).to_numpy()
+            candidates.append(E.rebalanced(model, groups, compute))
     for pattern, k in kernels or []:
         mask = model.ops["name"].str.contains(pattern).fill_null(False).to_numpy()
         edit = E.ops_faster(model, mask, k, f"kernels matching {pattern!r}")

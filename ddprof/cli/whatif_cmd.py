@@ -154,6 +154,7 @@ def _osdi(folder: Path, name: str) -> dict[str, Any]:
         "blocking_decompose_by_stage": a.decompose("stage"),
         "blocking_decompose_by_optype": a.decompose("op_class"),
         "M_S": osdi.m_s(a).rem, "M_W": osdi.m_w(a).rem,
+        "stages_rebalanced_step_s": osdi.stages_rebalanced(a),
         "published": rows,
     }
 
@@ -164,6 +165,8 @@ def _osdi_text(r: dict[str, Any]) -> str:
              f"without host delays {_ms(st['no_delays'])}, every op typical {_ms(st['ideal'])}",
              f"blocking slowdown {r['blocking_slowdown']:.3f}, launch slowdown {r['launch_slowdown']:.3f}, "
              f"M_S {r['M_S']:.3f}, M_W {r['M_W']:.3f}",
+             f"the pipeline stages rebalanced (equal compute per step): mean step {_ms(r['stages_rebalanced_step_s'])} "
+             f"instead of {_ms(st['no_delays'])} without host delays",
              f"  by stage:   {_top(r['blocking_decompose_by_stage'])}",
              f"  by dp rank: {_top(r['blocking_decompose_by_dp_rank'])}",
              f"  by op type: {_top(r['blocking_decompose_by_optype'])}"]
