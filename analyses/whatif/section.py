@@ -1,7 +1,8 @@
 """The report's ``whatif`` section: the two or three edits worth most, from the run's dependency model
 (:mod:`.projections`), and the sentence that leads with the best.
 
-Computed by :func:`whatif_section` from the run's events as stored, only for a run of at most
+Computed by :func:`whatif_section` from the run's events (with the hosts' clock offsets the report
+applies taken off), only for a run of at most
 :data:`MAX_REPORT_EVENTS` events (the report otherwise reads a group of ranks at a time, and the model
 needs every rank at once); beyond, or where the model does not explain the run, ``computed`` is false
 and ``reason`` says why (``ddprof whatif`` projects any edit on any run it explains). The edits tried:
@@ -21,6 +22,7 @@ from typing import Annotated, Any
 
 from msgspec import Meta
 
+from ddprof.analyses.clocks import ClockEstimate, align
 from ddprof.analyses.sections import Section
 from ddprof.analyses.whatif.projections import whatif
 from ddprof.report.display import Column, Table
@@ -62,13 +64,15 @@ EMPTY: dict[str, Any] = {"computed": False, "reason": None, "replay_error_pct": 
                          "verdict": None}
 
 
-def whatif_section(run: Run) -> dict[str, Any]:
-    """The section of ``run`` (module doc)."""
-    events = sum(int(run.rank_info(r).get("events") or 0) for r in run.ranks)
-    if events > MAX_REPORT_EVENTS:
-        return {**EMPTY, "reason": f"the run has {events:,} events, more than the report replays "
+def whatif_section(run: Run, clock: ClockEstimate | None = None) -> dict[str, Any]:
+    """The section of ``run`` (module doc), its events on one clock where ``clock`` (the report's estimate
+    of the hosts' offsets) applies some."""
+    count = sum(int(run.rank_info(r).get("events") or 0) for r in run.ranks)
+    if count > MAX_REPORT_EVENTS:
+        return {**EMPTY, "reason": f"the run has {count:,} events, more than the report replays "
                                    f"({MAX_REPORT_EVENTS:,}): run ddprof whatif"}
-    w = whatif(run.events(), stragglers="auto", comm_k=[2.0, math.inf], host_gaps=True, attribute=False,
+    events = align(run.events(), clock) if clock is not None else run.events()
+    w = whatif(events, stragglers="auto", comm_k=[2.0, math.inf], host_gaps=True, attribute=False,
                max_candidates=REPORT_CANDIDATES)
     if not w.explained:
         return {**EMPTY, "reason": w.reason}
