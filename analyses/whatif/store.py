@@ -36,6 +36,12 @@ occurrence on the rank's host or device side within the step (``cudaLaunchKernel
 ran that name as often in the step (the same op on every rank of an SPMD run, so "its typical value
 across the other ranks" compares like with like), else the name alone.
 
+Clocks: a collective instance some member of which ended before another member arrived contradicts the
+model (an instance completes for everyone after the last arrival): beyond :data:`MAX_CONTRADICTED` of
+the instances the ranks' clocks disagree, or the matching (the k-th collective of a group on each rank)
+pairs different collectives, and the run is not explained (``ddprof analyze`` takes the hosts' offsets
+off first where the run names its hosts: :mod:`analyses.clocks`).
+
 Replay check (:func:`replay_check`): the model replayed with its recorded delays, durations and
 transfers gives each (rank, step) span (first start to last end of its rows); the error is the largest
 difference from the recorded span, over the run's mean measured step time (``ProfilerStep#N``).
@@ -54,9 +60,14 @@ from ddprof.analyses.frames.sets import kernels, steps
 
 from ddprof.analyses.whatif.model import Model, build, sort_ops
 from ddprof.analyses.whatif.replay import CycleError, plan, replay
+from ddprof.vocabulary.collective_ops import P2P
 
 #: Replay error (share of the mean measured step time) above which the model does not explain the run.
 MAX_REPLAY_ERROR = 0.02
+#: Share of collective instances that may contradict the clocks (a member ended before another arrived).
+MAX_CONTRADICTED = 0.05
+#: How much earlier than another member's arrival a member may end before the clocks are doubted (s).
+CLOCK_SLACK_S = 2e-6
 #: A host row this soon after a communication row of its rank ended waited for it (seconds).
 WAIT_SLACK_S = 200e-6
 
@@ -220,6 +231,16 @@ def step_times(model: Model, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return hi - lo
 
 
+def _contradicted(model: Model) -> tuple[int, int]:
+    """(collective instances some member of which ended more than :data:`CLOCK_SLACK_S` before another
+    arrived, collective instances): a collective completes for everyone after the last arrival, so such an
+    instance says the clocks disagree. Point-to-point pairs are left out: a buffered send may return before
+    its receive starts."""
+    per = (model.ops.filter(pl.col("instance").is_not_null() & ~pl.col("optype").is_in(list(P2P)))
+           .group_by("instance").agg((pl.col("end").min() < pl.col("start").max() - CLOCK_SLACK_S).alias("bad")))
+    return int(per["bad"].sum()), per.height
+
+
 def replay_check(events: Events) -> ReplayCheck:
     """Build the run's model and replay it as recorded (module doc); ``reason`` says why the model does
     not explain the run (no steps, a cycle, an error above :data:`MAX_REPLAY_ERROR`), else None."""
@@ -232,6 +253,14 @@ def replay_check(events: Events) -> ReplayCheck:
     if ops.is_empty() or not measured:
         return ReplayCheck(None, empty, measured, float("nan"), "the trace has no steps (ProfilerStep#N) to replay")
     model = build(ops, deps)
+    contradicted, instances = _contradicted(model)
+    if instances and contradicted > MAX_CONTRADICTED * instances:
+        return ReplayCheck(model, empty, measured, float("nan"), (
+            f"{contradicted:,} of {instances:,} collective instances end on some rank before another rank "
+            f"arrived: the ranks' clocks disagree (give each rank's host, so that ddprof analyze can estimate "
+            f"and apply the hosts' offsets), or the k-th collective of a group is not the same one on every "
+            f"rank (the ranks issue them in another order, or with peers that were not traced); the model "
+            f"does not explain this run"))
     try:
         order = plan(model)
     except CycleError as exc:

@@ -4,6 +4,7 @@ sentence, and why it is left out where it is."""
 from __future__ import annotations
 
 import msgspec
+import pytest
 
 from ddprof.analyses.report import build_report
 from ddprof.analyses.whatif import section
@@ -26,3 +27,22 @@ def test_a_run_larger_than_the_report_replays_is_left_to_ddprof_whatif(ingested,
     monkeypatch.setattr(section, "MAX_REPORT_EVENTS", 10)
     w = msgspec.convert(build_report(ingested("gloo-ddp-4rank-slow-rank"))["whatif"], section.WhatIf)
     assert not w.computed and w.edits == [] and "run ddprof whatif" in w.reason
+
+
+def test_hosts_whose_clocks_disagree_are_put_on_one_clock_first(tmp_path):
+    # Ranks 4-7 on a host whose clock reads 5 ms ahead. Named hosts: the report takes the offset off and
+    # projects what it projects on one clock. Hosts not named: the all-reduces end on ranks 4-7 before
+    # ranks 0-3 arrive, which the model cannot explain: no projection.
+    from ddprof.synth import US, DataParallel
+    from tests.support.clock_runs import HOSTS8, constant, hosts_run
+
+    sc = DataParallel(ranks=8, steps=12, slow_rank=2, delay=300 * US, jitter=40 * US)
+    plain = build_report(hosts_run(sc, tmp_path / "plain", HOSTS8, None))["whatif"]
+    shifted = build_report(hosts_run(sc, tmp_path / "shifted", HOSTS8, constant({"node-b": 5_000 * US})))
+    assert shifted["clocks"]["applied"] and shifted["whatif"]["computed"]
+    assert [e["edit"] for e in shifted["whatif"]["edits"]] == [e["edit"] for e in plain["edits"]]
+    for got, want in zip(shifted["whatif"]["edits"], plain["edits"]):
+        assert got["saving_us"] == pytest.approx(want["saving_us"])
+    blind = build_report(hosts_run(sc, tmp_path / "blind", HOSTS8, constant({"node-b": 5_000 * US}),
+                                   sidecars=False))["whatif"]
+    assert not blind["computed"] and "clocks disagree" in blind["reason"] and blind["edits"] == []

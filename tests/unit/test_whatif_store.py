@@ -14,8 +14,15 @@ from ddprof.synth import DataParallel, Pipeline, ingest_generated
 US = 1e-6
 
 
+def test_the_two_traced_ranks_of_128_are_not_explained(ingested):
+    # Ranks 0 and 1 of 128 issue their SendRecv kernels in another order (and with untraced peers): the
+    # k-th of a group is not one transfer on both, so members end before their "peer" arrived.
+    check = replay_check(ingested("hta/sendrecv-2-of-128").events())
+    assert not check.explained and "collective instances end on some rank before another rank arrived" in check.reason
+
+
 @pytest.mark.parametrize("name", ["dlrm-8xV100-nccl", "gloo-ddp-4rank-slow-rank", "gloo-pipeline-4stage",
-                                  "hta/nccl-metadata-a100", "hta/sendrecv-2-of-128", "hta/a100-16rank-rank0"])
+                                  "hta/nccl-metadata-a100", "hta/a100-16rank-rank0"])
 def test_replay_reproduces_the_measured_steps(ingested, name):
     check = replay_check(ingested(name).events())
     assert check.explained, check.reason
