@@ -21,9 +21,7 @@ from ddprof.analyses import sections
 from ddprof.analyses.health import health_verdicts
 from ddprof.analyses.stragglers import straggler_verdicts
 
-from ddprof.report.schema import Stragglers
-
-from ddprof.report.schema import Hang, RunSection, field_of, parse
+from ddprof.report.schema import Hang, RunSection, Stragglers, field_of, parse
 
 
 def verdicts(report: dict[str, Any]) -> list[str]:

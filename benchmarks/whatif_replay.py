@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 from ddprof.analyses.whatif.store import replay_check
-from ddprof.errors import DdprofError
-from ddprof.synth import DataParallel, Pipeline, ingest_generated
 
 import ddprof
+from ddprof.errors import DdprofError
+from ddprof.synth import DataParallel, Pipeline, ingest_generated
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.support.paths import trace_set  # noqa: E402

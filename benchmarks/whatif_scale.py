@@ -15,7 +15,6 @@ import time
 
 import numpy as np
 import polars as pl
-
 from ddprof.analyses.whatif.model import build
 from ddprof.analyses.whatif.replay import plan, replay
 

@@ -39,7 +39,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
-
 from ddprof.analyses.whatif.model import Model
 from ddprof.analyses.whatif.replay import Plan, replay
 

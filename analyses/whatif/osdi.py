@@ -49,7 +49,6 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-
 from ddprof.analyses.whatif.model import Model, build
 from ddprof.analyses.whatif.replay import Plan, plan, recorded_step_times, replay
 

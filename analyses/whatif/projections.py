@@ -29,7 +29,6 @@ from typing import Any
 import numpy as np
 from ddprof.analyses.bubbles import pipeline_stages
 from ddprof.analyses.frames.memo import Events, prepare
-
 from ddprof.analyses.whatif import edits as E
 from ddprof.analyses.whatif.model import Model
 from ddprof.analyses.whatif.replay import Plan, plan, replay

@@ -25,7 +25,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
 from ddprof.analyses.whatif.model import Model
 
 

@@ -20,11 +20,11 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any
 
-from msgspec import Meta
-
 from ddprof.analyses.clocks import ClockEstimate, align
 from ddprof.analyses.sections import Section
 from ddprof.analyses.whatif.projections import whatif
+from msgspec import Meta
+
 from ddprof.report.display import Column, Table
 from ddprof.report.schema import Row, rows
 from ddprof.store.rundir import Run

@@ -57,9 +57,9 @@ import polars as pl
 from ddprof.analyses.collectives import comm_rows
 from ddprof.analyses.frames.memo import Events, collect, prepare
 from ddprof.analyses.frames.sets import kernels, steps
-
 from ddprof.analyses.whatif.model import Model, build, sort_ops
 from ddprof.analyses.whatif.replay import CycleError, plan, replay
+
 from ddprof.vocabulary.collective_ops import P2P
 
 #: Replay error (share of the mean measured step time) above which the model does not explain the run.
@@ -191,7 +191,8 @@ def _idle_gaps(rows: pl.DataFrame, busy_rows: pl.DataFrame, t0: int) -> np.ndarr
         starts, ends = s[new], np.maximum.reduceat(e, np.flatnonzero(new))
         cum = np.r_[0.0, np.cumsum(ends - starts)]
 
-        def busy_before(t: np.ndarray) -> np.ndarray:
+        def busy_before(t: np.ndarray, starts: np.ndarray = starts, ends: np.ndarray = ends,
+                        cum: np.ndarray = cum) -> np.ndarray:
             k = np.searchsorted(starts, t, side="right")  # intervals starting at or before t
             inside = np.where(k > 0, np.minimum(t, ends[np.maximum(k - 1, 0)]) - starts[np.maximum(k - 1, 0)], 0.0)
             return cum[k - 1 + (k == 0)] * (k > 0) + np.maximum(inside, 0.0)

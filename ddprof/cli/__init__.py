@@ -40,7 +40,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "launch": ("ddprof.cli.launch_cmd:launch",
                "Run COMMAND (e.g. torchrun ... train.py) with ddprof's capture settings on every rank."),
     "synth": ("ddprof.cli.synth_cmd:synth",
-              "Write a generated run: OUT_DIR/traces (Kineto JSON per rank) and OUT_DIR/truth.json (its true metrics)."),
+              "Write a generated run: OUT_DIR/traces (Kineto JSON per rank, or one Nsight Systems SQLite export with "
+              "--format nsys) and OUT_DIR/truth.json (its true metrics)."),
     "trigger": ("ddprof.cli.trigger_cmd:trigger",
                 "Ask a running capture (ddprof launch, or ddprof.profile(on_demand=True)) to record the next steps."),
     "whatif": ("ddprof.cli.whatif_cmd:whatif",

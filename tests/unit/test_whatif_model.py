@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pytest
-
 from ddprof.analyses.whatif.model import build
 from ddprof.analyses.whatif.replay import CycleError, plan, recorded_step_times, replay
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from ddprof.analyses.whatif import osdi
 from ddprof.analyses.whatif.replay import replay
+
 from tests.support.paths import OSDI25
 
 JOBS = {"AR": 1.973, "SE": 1.537, "ST": 1.179}

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-
 from ddprof.analyses.report import build_report
 from ddprof.analyses.whatif import section
+
 from ddprof.render.text import render_text
 
 

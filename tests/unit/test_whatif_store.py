@@ -6,9 +6,9 @@ straggler removed and faster communication."""
 from __future__ import annotations
 
 import pytest
-
 from ddprof.analyses.whatif.projections import whatif
 from ddprof.analyses.whatif.store import MAX_REPLAY_ERROR, replay_check
+
 from ddprof.synth import DataParallel, Pipeline, ingest_generated
 
 US = 1e-6

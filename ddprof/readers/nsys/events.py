@@ -44,7 +44,16 @@ import polars as pl
 
 from ddprof.errors import BadInputError
 from ddprof.readers.nsys.export import (
-    KERNEL, MEMCPY, MEMSET, NVTX, PID_SHIFT, RUNTIME, SYNC, Export, batches, connect,
+    KERNEL,
+    MEMCPY,
+    MEMSET,
+    NVTX,
+    PID_SHIFT,
+    RUNTIME,
+    SYNC,
+    Export,
+    batches,
+    connect,
     kernel_name_column,
 )
 from ddprof.readers.steps import assign_steps
