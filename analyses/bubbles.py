@@ -1,7 +1,9 @@
 """Bubbles: the share of each step a rank spends without compute; pipeline stages and GPipe theory.
 
-Per (rank, step): window = :func:`~ddprof.analyses.frames.sets.step_windows` (ProfilerStep#N span and the device work it
-launched); bubble = window − |U(compute of step N, cut to the window)|.
+Per (rank, step): window = :func:`~ddprof.analyses.frames.stepwindows.step_windows` (on a GPU rank the device step:
+from the first device activity launched in step N to the first launched in step N+1; on a CPU-only rank
+the host step); bubble = window − |U(compute inside the window)|, all compute inside counting, whichever
+step launched it.
 
 Pipeline runs (point-to-point send/recv with a known peer): ranks joined by p2p traffic form chains;
 each chain is a pipeline of P stages, ordered from the end whose first p2p op is a send (stage 0
@@ -29,7 +31,8 @@ from ddprof.vocabulary.units import NS_PER_US, fmt_pct, fmt_plain, fmt_ranges, f
 
 @derived
 def bubbles(p: Prepared) -> pl.DataFrame:
-    """Per (rank, step): window_us, compute_us, bubble_us = window − compute, bubble_pct.
+    """Per (rank, step): window_us, compute_us, bubble_us = window − compute, bubble_pct, basis (``device``
+    or ``host``: the step window's, module doc).
 
     Example: window [0,100) ms, compute [10,40) and [50,80) ms -> compute 60 ms, bubble 40 ms (40 %).
     """
@@ -42,6 +45,7 @@ def bubbles(p: Prepared) -> pl.DataFrame:
             (pl.col("compute_ns") / NS_PER_US).alias("compute_us"),
             (pl.col("bubble_ns") / NS_PER_US).alias("bubble_us"),
             pl.when(pl.col("window_ns") > 0).then(100.0 * pl.col("bubble_ns") / pl.col("window_ns")).alias("bubble_pct"),
+            "basis",
         )
         .sort("rank", "step")
     )

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 import polars as pl
-from ddprof.analyses.frames.lengths import rank_lengths, step_lengths
+from ddprof.analyses.frames.lengths import rank_lengths, window_lengths
 from ddprof.analyses.frames.memo import Events, collect
 from ddprof.analyses.sections import Section
 
@@ -61,11 +61,14 @@ def overlap(events: Events) -> pl.DataFrame:
 
 
 def overlap_by_step(events: Events) -> pl.DataFrame:
-    """The same per (rank, step), on the events of each step (GPU kernels by their launch's step).
+    """The same per (rank, step), in each step window that holds work (:func:`~ddprof.analyses.frames.stepwindows.step_windows`:
+    on a GPU rank its device step, every kernel inside it counting whichever step launched it; on a
+    CPU-only rank its host step); ``basis`` says which.
 
     Example: step 3 with comm [0,10) us and compute [5,12) us -> overlap_pct 50, exposed_comm_us 5.
     """
-    return _overlap(step_lengths(events), ["rank", "step"])
+    t = window_lengths(events).filter(pl.col("busy_ns") > 0)
+    return _overlap(t, ["rank", "step"], pl.col("basis"))
 
 
 def communication_verdicts(report: dict[str, Any]) -> list[str]:
