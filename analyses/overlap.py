@@ -14,6 +14,7 @@ import msgspec
 import polars as pl
 from ddprof.analyses.frames.lengths import rank_lengths, window_lengths
 from ddprof.analyses.frames.memo import Events, collect
+from ddprof.analyses.frames.stepwindows import step_word
 from ddprof.analyses.sections import Section
 
 from ddprof.report.display import Column, Table
@@ -74,7 +75,8 @@ def overlap_by_step(events: Events) -> pl.DataFrame:
 def communication_verdicts(report: dict[str, Any]) -> list[str]:
     """Exposed communication as a share of time, one basis for every rank: when every rank with
     communication has steps, the exposed communication inside its steps (``overlap_by_step``'s total) over
-    its step time (``breakdown_by_step``'s total span), labelled "step time"; else the whole trace's
+    its step time (``breakdown_by_step``'s total span: the device steps on GPU ranks), labelled "device
+    step time" where every rank's steps are device steps, else "step time"; else the whole trace's
     (``overlap``) over the traced span (``breakdown``), labelled "the traced time".
     Example: 40 µs exposed in two 100 µs steps -> "20 % of step time", even if 20 µs more lie
     outside the steps."""
@@ -82,11 +84,13 @@ def communication_verdicts(report: dict[str, Any]) -> list[str]:
     if not ov:
         return []
     step_span: dict[int, float] = {}
+    bases = []
     if "breakdown_by_step" in report:
         for b in msgspec.convert(report["breakdown_by_step"], BreakdownStepSummary).per_rank:
             step_span[b.rank] = b.span_us.total or 0.0
+            bases.append(b.basis)
     if all(step_span.get(o.rank) for o in ov):
-        word, basis = "step time", step_span
+        word, basis = f"{step_word(bases)} time", step_span
         exposed = {row.rank: row.exposed_comm_us.total or 0.0
                    for row in msgspec.convert(report["overlap_by_step"], OverlapStepSummary).per_rank}
     else:

@@ -48,7 +48,8 @@ def _in_device_steps(w: pl.DataFrame, windows: pl.DataFrame) -> pl.LazyFrame:
     step whose window holds it (rank, step, role, start, end); what lies outside every window is dropped.
     A row is matched to the windows from the one holding its start to the one holding its last instant
     (two as-of joins; the windows of a rank are disjoint and sorted), then clipped to each."""
-    win = windows.select(pl.col("rank").cast(pl.Int32), "step", "w_start", "w_end").sort("rank", "w_start").with_row_index("__wi")
+    win = (windows.select(pl.col("rank").cast(pl.Int32), "step", "w_start", "w_end").sort("rank", "w_start")
+           .with_row_index("__wi"))
     first = win.group_by("rank").agg(pl.col("__wi").min().alias("__first"))
     rows = (w.lazy().join(win.lazy().select("rank").unique(), on="rank", how="semi")
             .filter(pl.col("end") > pl.col("start"))

@@ -10,6 +10,8 @@ in it, whichever step launched it, so a rank's per-step figures add up to its wh
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import polars as pl
 from ddprof.analyses.frames.memo import Prepared, collect, derived
 from ddprof.analyses.frames.sets import rank_spans, steps, work
@@ -89,3 +91,11 @@ def step_at(p: Prepared, rows: pl.DataFrame, at: str) -> pl.Series:
         pl.when(pl.col("__dev").is_null()).then(pl.col("__own"))
         .when(pl.col("__at") < pl.col("w_end")).then(pl.col("__step"))
         .cast(pl.Int32).alias("step"))["step"]
+
+
+def step_word(bases: Iterable[str | None]) -> str:
+    """What the report calls the steps its per-step numbers were measured in: ``device step`` when every
+    rank's are device steps, else ``step`` (host steps, a mixed run, or a report from before the basis was
+    recorded)."""
+    seen = set(bases)
+    return "device step" if seen == {DEVICE} else "step"
