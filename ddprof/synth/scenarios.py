@@ -288,14 +288,14 @@ class CollectiveBench:
 class Pipeline:
     """GPipe: forward of micro-batch m on stage p in [(m+p)·tf, +tf); backward j (micro-batch M−1−j) on
     stage p at (M+P−1)·tf + (j+P−1−p)·tb. Each step lasts L = (M+P−1)(tf+tb) on every stage, of which
-    each stage computes M(tf+tb): bubble (P−1)/(M+P−1). ``order[p]`` is the rank at stage p. Steps are
-    1 ms apart (the devices idle between them).
+    each stage computes M(tf+tb): bubble (P−1)/(M+P−1). ``order[p]`` is the rank at stage p. The steps
+    follow each other with no gap, as a training loop's ProfilerSteps do.
 
     Measured per device step (from the stage's first kernel of the step, at p·tf, to the next step's), a
-    step but the last lasts L + 1 ms; the last ends with the stage's last kernel (its last backward, then
-    the send of its gradients, eps, on a stage p > 0), so it lasts (M+P−1−p)(tf+tb) (+ eps): the wait for
-    the first activations of that step lies before it began. ``truth()["device_bubble_pct"]`` is the mean
-    over the steps per rank."""
+    step but the last lasts L, so its bubble is the theory's; the last ends with the stage's last kernel
+    (its last backward, then the send of its gradients, eps, on a stage p > 0), so it lasts
+    (M+P−1−p)(tf+tb) (+ eps): the wait for the first activations of that step lies before it began.
+    ``truth()["device_bubble_pct"]`` is the mean over the steps per rank."""
 
     order: tuple[int, ...] = (2, 0, 3, 1)
     micro: int = 6
@@ -311,7 +311,7 @@ class Pipeline:
         P, M = len(self.order), self.micro
         L = (M + P - 1) * (self.tf + self.tb)
         for s in range(self.steps):
-            t0 = self.base + s * (L + 1000 * US)
+            t0 = self.base + s * L
             for p, r in enumerate(self.order):
                 step_row(rows, r, s, t0, L)
                 for m in range(M):
@@ -334,11 +334,11 @@ class Pipeline:
 
     def truth(self) -> dict[str, Any]:
         P, M = len(self.order), self.micro
-        L, busy, gap = (M + P - 1) * (self.tf + self.tb), M * (self.tf + self.tb), 1000 * US
+        L, busy = (M + P - 1) * (self.tf + self.tb), M * (self.tf + self.tb)
 
         def measured(p: int) -> float:
             last = (M + P - 1 - p) * (self.tf + self.tb) + (self.eps if p > 0 else 0)
-            windows = [L + gap] * (self.steps - 1) + [last]
+            windows = [L] * (self.steps - 1) + [last]
             return sum(100 * (w - busy) / w for w in windows) / len(windows)
 
         return {"stages": P, "micro_batches": M, "stage_of": {r: p for p, r in enumerate(self.order)},
