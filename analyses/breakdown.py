@@ -22,7 +22,7 @@ from ddprof.report.schema import BreakdownRow, BreakdownStepRow, BreakdownStepSu
 from ddprof.vocabulary.units import NS_PER_US, fmt_pct, fmt_us
 
 
-def _breakdown(t: pl.DataFrame, by: Sequence[str]) -> pl.DataFrame:
+def _breakdown(t: pl.DataFrame, by: Sequence[str], *extra: str) -> pl.DataFrame:
     """From span_ns, busy_ns (all work inside the span) and compute_ns per group."""
     keys = list(by)
     out = t.lazy().with_columns(
@@ -37,7 +37,7 @@ def _breakdown(t: pl.DataFrame, by: Sequence[str]) -> pl.DataFrame:
             **pct,
         )
         .select(*keys, "idle_us", "compute_us", "non_compute_us", "span_us",
-                "idle_pct", "compute_pct", "non_compute_pct")
+                "idle_pct", "compute_pct", "non_compute_pct", *extra)
         .sort(keys)
     )
 
@@ -53,12 +53,14 @@ def temporal_breakdown(events: Events) -> pl.DataFrame:
 
 
 def breakdown_by_step(events: Events) -> pl.DataFrame:
-    """The same per (rank, step) over the step window (:func:`~ddprof.analyses.frames.sets.step_windows`) instead of the span.
+    """The same per (rank, step) over the step window instead of the span
+    (:func:`~ddprof.analyses.frames.stepwindows.step_windows`: on a GPU rank its device step, every kernel
+    inside it counting whichever step launched it; on a CPU-only rank its host step); ``basis`` says which.
 
     Example: window [0,10) us with compute [2,4) us only -> idle 8 us (80 %), compute 2 us (20 %).
     """
     t = window_lengths(events).rename({"window_ns": "span_ns"})
-    return _breakdown(t, ["rank", "step"])
+    return _breakdown(t, ["rank", "step"], "basis")
 
 
 # --- the report's sections this module computes (ddprof.analyses.sections) ------------------------------------------

@@ -1,7 +1,9 @@
 """Bubbles: the share of each step a rank spends without compute; pipeline stages and GPipe theory.
 
-Per (rank, step): window = :func:`~ddprof.analyses.frames.sets.step_windows` (ProfilerStep#N span and the device work it
-launched); bubble = window − |U(compute of step N, cut to the window)|.
+Per (rank, step): window = :func:`~ddprof.analyses.frames.stepwindows.step_windows` (on a GPU rank the device step:
+from the first device activity launched in step N to the first launched in step N+1; on a CPU-only rank
+the host step); bubble = window − |U(compute inside the window)|, all compute inside counting, whichever
+step launched it.
 
 Pipeline runs (point-to-point send/recv with a known peer): ranks joined by p2p traffic form chains;
 each chain is a pipeline of P stages, ordered from the end whose first p2p op is a send (stage 0
@@ -20,6 +22,7 @@ import polars as pl
 from ddprof.analyses.collectives import comm_rows
 from ddprof.analyses.frames.lengths import window_lengths
 from ddprof.analyses.frames.memo import Events, Prepared, collect, derived, prepare
+from ddprof.analyses.frames.stepwindows import step_word
 from ddprof.analyses.sections import Section
 
 from ddprof.report.display import Column, Table
@@ -29,7 +32,8 @@ from ddprof.vocabulary.units import NS_PER_US, fmt_pct, fmt_plain, fmt_ranges, f
 
 @derived
 def bubbles(p: Prepared) -> pl.DataFrame:
-    """Per (rank, step): window_us, compute_us, bubble_us = window − compute, bubble_pct.
+    """Per (rank, step): window_us, compute_us, bubble_us = window − compute, bubble_pct, basis (``device``
+    or ``host``: the step window's, module doc).
 
     Example: window [0,100) ms, compute [10,40) and [50,80) ms -> compute 60 ms, bubble 40 ms (40 %).
     """
@@ -42,6 +46,7 @@ def bubbles(p: Prepared) -> pl.DataFrame:
             (pl.col("compute_ns") / NS_PER_US).alias("compute_us"),
             (pl.col("bubble_ns") / NS_PER_US).alias("bubble_us"),
             pl.when(pl.col("window_ns") > 0).then(100.0 * pl.col("bubble_ns") / pl.col("window_ns")).alias("bubble_pct"),
+            "basis",
         )
         .sort("rank", "step")
     )
@@ -146,7 +151,8 @@ def _pipelines_named(chains: list[list[int]]) -> str:
 def bubble_verdicts(report: dict[str, Any]) -> list[str]:
     """Per pipeline, which ranks it covers (stage 0 first), its measured and its theoretical bubble; the
     pipelines whose figures read the same are one line that names all their ranks. Without a pipeline, the
-    share of the average step with no compute (not called a bubble).
+    share of the average step with no compute (not called a bubble), "device step" where every rank was
+    measured in device steps.
 
     Example: 16 pipelines of 4 stages x 8 micro-batches, ranks r, r+16, r+32, r+48 for r in 0-15, measured
     37.1 % on twelve and 37.2 % on four -> "12 pipelines of 4 stages x 8 micro-batches (stage 0 on ranks
@@ -174,7 +180,8 @@ def bubble_verdicts(report: dict[str, Any]) -> list[str]:
     bubbles = msgspec.convert(report["bubbles"], BubbleStepSummary).per_rank
     if not out and bubbles:  # no pipeline: say what is measured, not "bubble" (a null share counts as 0)
         idle = sum(b.bubble_pct.total or 0.0 for b in bubbles) / sum(b.steps for b in bubbles)
-        out.append(f"no compute in {idle:.0f} % of the average step (compute fills {100 - idle:.0f} %)")
+        word = step_word(b.basis for b in bubbles)
+        out.append(f"no compute in {idle:.0f} % of the average {word} (compute fills {100 - idle:.0f} %)")
     return out
 
 
@@ -203,15 +210,22 @@ def rank_bubbles(report: dict[str, Any]) -> list[RankBubble]:
     return out
 
 
+def _steps_measured(report: dict[str, Any]) -> str:
+    """``device step`` where every rank's per-step numbers were measured in device steps, else ``step``."""
+    return step_word(b.basis for b in msgspec.convert(report["bubbles"], BubbleStepSummary).per_rank)
+
+
 _BUBBLE_COLUMNS = (Column("rank", "rank"), Column("steps", "steps"))
 #: "bubble" is pipeline vocabulary: said only where pipeline stages were found.
 PIPELINE_BUBBLES_TABLE = Table(
-    "Pipeline bubbles (mean over steps)",
+    lambda r: "Pipeline bubbles (mean over device steps)" if _steps_measured(r) == "device step"
+    else "Pipeline bubbles (mean over steps)",
     (*_BUBBLE_COLUMNS, Column("bubble", "bubble_us", fmt_us), Column("bubble %", "bubble_pct", fmt_pct),
      Column("stage", "stage", fmt_plain), Column("theory", "theoretical_pct", fmt_pct)),
     rows=rank_bubbles, when=lambda r: bool(r.get("pipeline")), at=50)
 NO_COMPUTE_TABLE = Table(
-    "Time without compute in a step (mean over steps)",
+    lambda r: "Time without compute per device step (mean over device steps)" if _steps_measured(r) == "device step"
+    else "Time without compute in a step (mean over steps)",
     (*_BUBBLE_COLUMNS, Column("no compute", "bubble_us", fmt_us), Column("no compute %", "bubble_pct", fmt_pct)),
     rows=rank_bubbles, when=lambda r: not r.get("pipeline"), at=50)
 

@@ -27,6 +27,7 @@ import numpy as np
 import polars as pl
 from ddprof.analyses.frames.memo import Events, Prepared, collect, derived, prepare
 from ddprof.analyses.frames.sets import kernels
+from ddprof.analyses.frames.stepwindows import step_at, step_windows
 from ddprof.analyses.frames.windows import several_windows, trace_windows, window_of
 from ddprof.analyses.sections import Section
 
@@ -41,6 +42,9 @@ CATEGORIES = ("host_wait", "kernel_wait", "other")
 @derived
 def idle_gaps(p: Prepared, kernel_wait_us: float = 30.0) -> pl.DataFrame:
     """One row per gap between consecutive kernels of a stream: rank, stream, step, gap_ns, category.
+    A gap's step is the step window that holds its end, the start of the kernel that ends it
+    (:func:`~ddprof.analyses.frames.stepwindows.step_at`: on a GPU rank its device step; null outside
+    every step).
 
     Example, one stream, threshold 30 µs: kernel A [0,10) µs; B launched at 5 µs, starts at 12 µs
     -> gap 2 µs, kernel_wait; C launched at 40 µs (after B ended at 20 µs), starts at 41 µs
@@ -67,8 +71,8 @@ def idle_gaps(p: Prepared, kernel_wait_us: float = 30.0) -> pl.DataFrame:
             .alias("category"),
             pl.col("raw_gap").clip(lower_bound=0).alias("gap_ns"),
         )
-        .select("rank", "stream", "step", "gap_ns", "category")
-    )
+        .select("rank", "stream", "step", "ts_ns", "gap_ns", "category")
+    ).pipe(lambda gaps: gaps.with_columns(step_at(p, gaps, "ts_ns")).drop("ts_ns"))
 
 
 def _launch_ns(p: Prepared, rows: pl.DataFrame) -> pl.Series:
@@ -129,9 +133,13 @@ def idle_breakdown(events: Events, kernel_wait_us: float = 30.0) -> pl.DataFrame
 
 
 def idle_by_step(events: Events, kernel_wait_us: float = 30.0) -> pl.DataFrame:
-    """The same per (rank, step, stream); a gap belongs to the step of the kernel that ends it."""
-    sums = gap_sums(events, kernel_wait_us).lazy().filter(pl.col("step").is_not_null())
-    return _categorise(sums, ["rank", "step", "stream"])
+    """The same per (rank, step, stream), with the ``basis`` of the rank's steps; a gap belongs to the
+    step window that holds its end (:func:`idle_gaps`: on a GPU rank its device step)."""
+    p = prepare(events)
+    sums = gap_sums(p, kernel_wait_us).lazy().filter(pl.col("step").is_not_null())
+    basis = step_windows(p).lazy().select("rank", "basis").unique()
+    return collect(_categorise(sums, ["rank", "step", "stream"]).lazy()
+                   .join(basis, on="rank", how="left").sort("rank", "step", "stream", "category"))
 
 
 #: Idle time below this share of the traced time is not worth a verdict.

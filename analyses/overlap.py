@@ -12,8 +12,9 @@ from typing import Any
 
 import msgspec
 import polars as pl
-from ddprof.analyses.frames.lengths import rank_lengths, step_lengths
+from ddprof.analyses.frames.lengths import rank_lengths, window_lengths
 from ddprof.analyses.frames.memo import Events, collect
+from ddprof.analyses.frames.stepwindows import step_word
 from ddprof.analyses.sections import Section
 
 from ddprof.report.display import Column, Table
@@ -61,17 +62,21 @@ def overlap(events: Events) -> pl.DataFrame:
 
 
 def overlap_by_step(events: Events) -> pl.DataFrame:
-    """The same per (rank, step), on the events of each step (GPU kernels by their launch's step).
+    """The same per (rank, step), in each step window that holds work (:func:`~ddprof.analyses.frames.stepwindows.step_windows`:
+    on a GPU rank its device step, every kernel inside it counting whichever step launched it; on a
+    CPU-only rank its host step); ``basis`` says which.
 
     Example: step 3 with comm [0,10) us and compute [5,12) us -> overlap_pct 50, exposed_comm_us 5.
     """
-    return _overlap(step_lengths(events), ["rank", "step"])
+    t = window_lengths(events).filter(pl.col("busy_ns") > 0)
+    return _overlap(t, ["rank", "step"], pl.col("basis"))
 
 
 def communication_verdicts(report: dict[str, Any]) -> list[str]:
     """Exposed communication as a share of time, one basis for every rank: when every rank with
     communication has steps, the exposed communication inside its steps (``overlap_by_step``'s total) over
-    its step time (``breakdown_by_step``'s total span), labelled "step time"; else the whole trace's
+    its step time (``breakdown_by_step``'s total span: the device steps on GPU ranks), labelled "device
+    step time" where every rank's steps are device steps, else "step time"; else the whole trace's
     (``overlap``) over the traced span (``breakdown``), labelled "the traced time".
     Example: 40 µs exposed in two 100 µs steps -> "20 % of step time", even if 20 µs more lie
     outside the steps."""
@@ -79,11 +84,13 @@ def communication_verdicts(report: dict[str, Any]) -> list[str]:
     if not ov:
         return []
     step_span: dict[int, float] = {}
+    bases = []
     if "breakdown_by_step" in report:
         for b in msgspec.convert(report["breakdown_by_step"], BreakdownStepSummary).per_rank:
             step_span[b.rank] = b.span_us.total or 0.0
+            bases.append(b.basis)
     if all(step_span.get(o.rank) for o in ov):
-        word, basis = "step time", step_span
+        word, basis = f"{step_word(bases)} time", step_span
         exposed = {row.rank: row.exposed_comm_us.total or 0.0
                    for row in msgspec.convert(report["overlap_by_step"], OverlapStepSummary).per_rank}
     else:

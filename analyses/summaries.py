@@ -55,7 +55,8 @@ def idle_by_cause(idle_by_step: pl.DataFrame) -> pl.DataFrame:
     """Per rank, step and cause, the idle time of every stream together: what ``idle_by_step`` summarises."""
     if not idle_by_step.height:
         return idle_by_step
-    return idle_by_step.group_by("rank", "step", "category", maintain_order=True).agg(pl.col("idle_us").sum())
+    extra = [pl.col("basis").first()] if "basis" in idle_by_step.columns else []
+    return idle_by_step.group_by("rank", "step", "category", maintain_order=True).agg(pl.col("idle_us").sum(), *extra)
 
 
 def summary(name: str, table: pl.DataFrame) -> dict[str, Any]:
@@ -66,11 +67,14 @@ def summary(name: str, table: pl.DataFrame) -> dict[str, Any]:
 
 def per_step(df: pl.DataFrame, keys: Sequence[str], measures: Sequence[str], by: str) -> dict[str, Any]:
     """``{per_rank (or per_kernel): [per keys, in their first appearance's order: steps (rows), each
-    measure's distribution], worst: the worst steps by ``by``}``. ``df`` has no NaN
-    (:func:`ddprof.report.tables.null_nonfinite`), so a mean of no value is null, not NaN."""
+    measure's distribution, and the ``basis`` of the steps where the table has one (``device`` or
+    ``host``: :mod:`ddprof.analyses.frames.stepwindows`)], worst: the worst steps by ``by``}``. ``df``
+    has no NaN (:func:`ddprof.report.tables.null_nonfinite`), so a mean of no value is null, not NaN."""
     if not df.height:
         return {list_name(keys): [], "worst": []}
     aggs = [pl.len().alias("steps"), *(distribution(m) for m in measures)]
+    if "basis" in df.columns:
+        aggs.append(pl.col("basis").first())
     return {list_name(keys): df.group_by(list(keys), maintain_order=True).agg(aggs).to_dicts(),
             "worst": worst(df, keys, by)}
 

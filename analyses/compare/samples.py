@@ -3,8 +3,9 @@
 Each value is one (rank, step) unless said otherwise:
 
 * ``step_us``: the step time (``step_times``), per rank and pooled over ranks (key None);
-* ``exposed_pct``: exposed communication in the step over its step time, ``100 · exposed_comm_us / step_us``
-  (``overlap_by_step`` joined to ``step_times``). Example: 1.2 ms exposed in a 10 ms step -> 12 %;
+* ``exposed_pct``: exposed communication in the step over its length, ``100 · exposed_comm_us / step_us``
+  (``overlap_by_step`` joined to ``step_times``; on a GPU rank to its device step's length, ``breakdown_by_step``,
+  the window the exposed time was measured in). Example: 1.2 ms exposed in a 10 ms step -> 12 %;
 * ``own_us``: per rank, the step time minus its exposed communication, ``step_us − exposed_comm_us``: the
   time the rank spent on its own work (compute, host work, idle), not waiting in communication for the
   others. Example: a 10 ms step with 1.2 ms exposed -> 8.8 ms. One slow rank raises its own; the others
@@ -71,7 +72,11 @@ def step_us(report: dict[str, Any]) -> dict[int | None, np.ndarray]:
 
 
 def exposed_pct(report: dict[str, Any]) -> np.ndarray:
+    """Per rank and step: exposed communication over the step's length, in the window it was measured in:
+    a device step's (``breakdown_by_step``'s span where its basis is ``device``), else the step time."""
     step = {(s.rank, s.step): s.step_us for s in _step_times(report)}
+    step |= {(b.rank, b.step): b.span_us for b in _detail(report, "breakdown_by_step", BreakdownStepRow)
+             if b.basis == "device"}
     return _arr([100 * o.exposed_comm_us / step[(o.rank, o.step)] for o in _detail(report, "overlap_by_step", OverlapStepRow)
                  if step.get((o.rank, o.step))])
 

@@ -1,4 +1,5 @@
-"""Which events count as compute, communication and device work, per rank; profiler steps and step windows.
+"""Which events count as compute, communication and device work, per rank; profiler steps (the windows
+per-step numbers are measured in: :mod:`.stepwindows`).
 
 A rank is analysed on its GPU when it has GPU rows (``stream`` set), else on its CPU.
 
@@ -96,24 +97,4 @@ def steps(p: Prepared) -> pl.DataFrame:
         .filter(pl.col("step").is_not_null())  # the regex runs on the few ProfilerStep rows only
         .group_by("rank", "step")
         .agg(pl.col("ts_ns").min().alias("start"), (pl.col("ts_ns") + pl.col("dur_ns")).max().alias("end"))
-    )
-
-
-@derived
-def step_windows(p: Prepared) -> pl.DataFrame:
-    """Window of each (rank, step): the hull of its ``ProfilerStep#N`` span and the work rows of step N.
-
-    GPU kernels run after their launch, so on a GPU rank the window stretches to the last kernel the
-    step launched. Example: ProfilerStep#3 on [0, 100) ms whose last kernel ends at 104 ms -> [0, 104).
-    Columns: rank, step, w_start, w_end; sorted.
-    """
-    parts = [
-        steps(p).lazy().select("rank", "step", "start", "end"),
-        work(p).lazy().filter(pl.col("step").is_not_null()).select("rank", "step", "start", "end"),
-    ]
-    return collect(
-        pl.concat(parts)
-        .group_by("rank", "step")
-        .agg(pl.col("start").min().alias("w_start"), pl.col("end").max().alias("w_end"))
-        .sort("rank", "step")
     )

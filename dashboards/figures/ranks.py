@@ -9,7 +9,7 @@ import msgspec
 import plotly.graph_objects as go
 from ddprof.dashboards.figures.style import COMM, COMPUTE, IDLE, NORMAL, STRAGGLER, empty, finish
 
-from ddprof.report.schema import BreakdownRow, BreakdownStepRow, OverlapRow, Stragglers, rows
+from ddprof.report.schema import BreakdownRow, OverlapRow, StepTimeRow, Stragglers, rows
 from ddprof.report.tables import detail_rows
 
 
@@ -80,15 +80,16 @@ def stragglers_figure(report: dict[str, Any]) -> go.Figure:
 
 
 def step_time_figure(report: dict[str, Any]) -> go.Figure:
-    """Step time per step and rank (the ``breakdown_by_step`` detail table: the step window's span), one line per rank
-    when there are at most 16 ranks, else the median and the slowest rank per step."""
-    per_step = rows(detail_rows(report, "breakdown_by_step"), BreakdownStepRow)
+    """Step time per step and rank (the ``step_times`` detail table: the host's ProfilerStep span, the
+    iteration time; a GPU rank's device steps, in which its per-step numbers are measured, can lag it), one
+    line per rank when there are at most 16 ranks, else the median and the slowest rank per step."""
+    per_step = rows(detail_rows(report, "step_times"), StepTimeRow)
     if not per_step:
         return empty("Step time", "no ProfilerStep marks in this run")
     fig = go.Figure()
     steps = sorted({r.step for r in per_step})
     ranks = sorted({r.rank for r in per_step})
-    by = {(r.rank, r.step): (r.span_us or 0) / 1e3 for r in per_step}
+    by = {(r.rank, r.step): r.step_us / 1e3 for r in per_step}
     if len(ranks) <= 16:
         for rank in ranks:
             fig.add_trace(go.Scatter(x=steps, y=[by.get((rank, s)) for s in steps], mode="lines+markers",

@@ -52,6 +52,10 @@ class Row(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 Rank = Annotated[int, Meta(description="global rank")]
 Step = Annotated[int, Meta(description="profiler step number (ProfilerStep#N)")]
 Pct = Annotated[float | None, Meta(description="percentage, 0-100; null where undefined")]
+StepBasis = Annotated[Literal["device", "host"] | None, Meta(
+    description="where the step is measured: device (a GPU rank: from the first device activity launched in "
+                "the step to the first launched in the next) or host (a CPU-only rank: its ProfilerStep span); "
+                "null in a report written before the basis was recorded")]
 
 
 # --- run --------------------------------------------------------------------------------------------------
@@ -121,6 +125,7 @@ class OverlapStepRow(Row):
     comm_us: Annotated[float, Meta(description="communication time in the step, µs")]
     overlapped_us: Annotated[float, Meta(description="communication time with compute running, µs")]
     exposed_comm_us: Annotated[float, Meta(description="communication time without compute, µs")]
+    basis: StepBasis = None
 
 
 class BreakdownRow(Row):
@@ -137,9 +142,10 @@ class BreakdownRow(Row):
 
 
 class BreakdownStepRow(BreakdownRow):
-    """:class:`BreakdownRow` for one step of one rank."""
+    """:class:`BreakdownRow` for one step of one rank, over the step's window instead of the span."""
 
     step: Step
+    basis: StepBasis = None
 
 
 class IdleRow(Row):
@@ -153,9 +159,10 @@ class IdleRow(Row):
 
 
 class IdleStepRow(IdleRow):
-    """:class:`IdleRow` for one step."""
+    """:class:`IdleRow` for one step (a gap belongs to the step window that holds its end)."""
 
     step: Step
+    basis: StepBasis = None
 
 
 class BubbleRow(Row):
@@ -163,10 +170,11 @@ class BubbleRow(Row):
 
     rank: Rank
     step: Step
-    window_us: Annotated[float, Meta(description="the step's length, µs")]
+    window_us: Annotated[float, Meta(description="the step's length (its device step on a GPU rank), µs")]
     compute_us: Annotated[float, Meta(description="compute time in the step, µs")]
     bubble_us: Annotated[float, Meta(description="time without compute, µs")]
     bubble_pct: Pct
+    basis: StepBasis = None
     stage: Annotated[int | None, Meta(description="pipeline stage of the rank, where pipelines were found")] = None
     stages: Annotated[int | None, Meta(description="pipeline stages (P)")] = None
     micro_batches: Annotated[float | None, Meta(description="micro-batches per step (M)")] = None
@@ -190,7 +198,8 @@ class StepTimeRow(Row):
 
     rank: Rank
     step: Step
-    step_us: Annotated[float, Meta(description="the step's length, µs")]
+    step_us: Annotated[float, Meta(description="the step's length on the host (its ProfilerStep span, the "
+                                               "iteration time), µs")]
     kernels: Annotated[int, Meta(description="kernels (or CPU ops) in the step")]
     collectives: Annotated[int, Meta(description="communication events in the step")]
     comm_bytes: Annotated[int, Meta(description="bytes the step's collectives moved")]
@@ -457,6 +466,7 @@ class OverlapSteps(Row):
     steps: Annotated[int, Meta(description="rows in the detail table")]
     exposed_comm_us: Distribution
     overlap_pct: Distribution
+    basis: StepBasis = None
 
 
 class OverlapStepSummary(Row):
@@ -473,6 +483,7 @@ class BreakdownSteps(Row):
     steps: Annotated[int, Meta(description="rows in the detail table")]
     span_us: Distribution
     idle_pct: Distribution
+    basis: StepBasis = None
 
 
 class BreakdownStepSummary(Row):
@@ -489,6 +500,7 @@ class IdleSteps(Row):
     category: Annotated[Literal["host_wait", "kernel_wait", "other"], Meta(description="what the stream waited for")]
     steps: Annotated[int, Meta(description="rows in the detail table")]
     idle_us: Distribution
+    basis: StepBasis = None
 
 
 class IdleStepSummary(Row):
@@ -505,6 +517,7 @@ class BubbleSteps(Row):
     steps: Annotated[int, Meta(description="rows in the detail table")]
     bubble_us: Distribution
     bubble_pct: Distribution
+    basis: StepBasis = None
 
 
 class BubbleStepSummary(Row):

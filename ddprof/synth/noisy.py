@@ -174,7 +174,8 @@ class NoisyPipeline:
     long on every stage) whose kernels fill a noisy share of their slots: a forward on stage p runs
     ``tf · fill_p · n`` (n lognormal, sd ``noise``, capped at the slot), with ``fill_p`` = ``fill`` but
     ``thin`` on ``thin_stage``. The bubble of stage p per step is 1 − M(tf+tb)·fill_p·n̄ / L: about
-    1 − 6·0.9/9 = 40 % with the defaults, 1 − 6·0.6/9 = 60 % on a stage thinned to 0.6."""
+    1 − 6·0.9/9 = 40 % with the defaults, 1 − 6·0.6/9 = 60 % on a stage thinned to 0.6 (in every device
+    step but the last, which ends with the stage's last kernel). The steps follow each other with no gap."""
 
     stages: int = 4
     micro: int = 6
@@ -203,7 +204,7 @@ class NoisyPipeline:
             p2p_rows(rows, s, src, dst, t, 2 * US, self.nbytes, P)
 
         for s in range(self.steps):
-            t0 = self.base + s * (L + 1000) * US
+            t0 = self.base + s * L * US  # back to back, as a training loop's steps
             for p in range(P):
                 step_row(rows, p, s, t0, L * US)
                 for m in range(M):

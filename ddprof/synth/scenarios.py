@@ -17,6 +17,11 @@ derived from the parameters by hand, not by the code under test; :mod:`.noisy` h
   The comm kernel overlaps K1b by X; the slowest rank's comm takes exactly T (the transfer), the
   others wait max d − d more. On CPU (``device="cpu"``) K1, K1b, K2 are cpu_ops on the main thread and
   the comm is a ``gloo:all_reduce`` row on a gloo thread; no memcpy.
+  ``lag``: the device runs ``lag`` ns behind the host: every kernel above starts ``lag`` later, while the
+  host's ``ProfilerStep#s`` and launches stay where they were (a lag of 1.5 steps: the host launches step
+  s+2's kernels while the device still runs step s's). The device steps (from step s's first kernel, K1, to
+  step s+1's) move with the device, so bubbles and the idle time per step do not change; a gap after
+  which the launch came before the previous kernel ended is no longer host wait.
 ``CollectiveBench``: comm kernels only, every rank enters together, known op, size and time.
 ``Pipeline``: a GPipe schedule with P stages (any rank order) and M micro-batches.
 
@@ -110,6 +115,15 @@ class DataParallel:
     base: int = 1_700_000_000_000_000 * US
     seed: int = 0
     delays: tuple[tuple[int, ...], ...] | None = None
+    lag: int = 0
+
+    def __post_init__(self) -> None:
+        if self.lag and self.device != "gpu":
+            raise ValueError("lag: a CPU-only run has no device to lag its host")
+        if self.lag < 0:
+            raise ValueError("lag: the device cannot run ahead of the host that launches its work")
+        if any(self.last_end(s) >= self.step_ns + self.a0 for s in range(self.steps)):
+            raise ValueError("a step's device work must end before the next step's first kernel starts")
 
     def d(self, r: int, s: int) -> int:
         """Delay of rank r at step s: ``delays[s][r]`` when given, else the slow rank's delay plus
@@ -122,13 +136,22 @@ class DataParallel:
     def dmax(self, s: int) -> int:
         return max(self.d(r, s) for r in range(self.ranks))
 
+    def e_rel(self, s: int) -> int:
+        """When step s's collective ends on every rank, from the step's host start (before the lag)."""
+        return self.a0 + self.F + self.KW + self.Fb + self.dmax(s) - self.X + self.T
+
+    def last_end(self, s: int) -> int:
+        """When step s's last device work ends (the memcpy on GPU, K2 on CPU), from its host start (before the lag)."""
+        return self.e_rel(s) + self.OG + self.G + ((20 * US + self.M) if self.device == "gpu" else 0)
+
     def events(self) -> pl.DataFrame:
         rows = Rows()
         gpu = self.device == "gpu"
         for r in range(self.ranks):
             for s in range(self.steps):
-                t0, d = self.base + s * self.step_ns, self.d(r, s)
-                step_row(rows, r, s, t0, self.step_ns)
+                h0, d = self.base + s * self.step_ns, self.d(r, s)
+                step_row(rows, r, s, h0, self.step_ns)
+                t0 = h0 + self.lag  # the device's time for the step (launches stay at the host's h0)
                 k1b = t0 + self.a0 + self.F + self.KW
                 e = k1b + self.Fb + self.dmax(s) - self.X + self.T
                 arrive = k1b + self.Fb + d - self.X
@@ -139,11 +162,11 @@ class DataParallel:
                         ("gemm_bwd_kernel", e + self.OG, self.G, 80)]
                 if gpu:
                     for name, ts, dur, launch in comp:
-                        rows.kernel(r, s, "compute", name, ts, dur, 7, t0 + launch * US)
-                    rows.kernel(r, s, "comm", COMM_NAMES[self.naming], arrive, e - arrive, 20, t0 + 70 * US, **coll)
+                        rows.kernel(r, s, "compute", name, ts, dur, 7, h0 + launch * US)
+                    rows.kernel(r, s, "comm", COMM_NAMES[self.naming], arrive, e - arrive, 20, h0 + 70 * US, **coll)
                     rows.kernel(r, s, "memcpy", "Memcpy DtoH (Device -> Pinned)",
-                                e + self.OG + self.G + 20 * US, self.M, 22, t0 + 90 * US)
-                    rows.add(rank=r, ts_ns=t0 + 65 * US, dur_ns=3 * US, pid=100, tid=1, kind="cpu_op", cat="cpu_op",
+                                e + self.OG + self.G + 20 * US, self.M, 22, h0 + 90 * US)
+                    rows.add(rank=r, ts_ns=h0 + 65 * US, dur_ns=3 * US, pid=100, tid=1, kind="cpu_op", cat="cpu_op",
                              name="c10d::allreduce_", step=s, **coll)
                 else:
                     for name, ts, dur, _ in comp:
@@ -158,9 +181,21 @@ class DataParallel:
     def truth(self) -> dict[str, Any]:
         S, n = range(self.steps), self.ranks
         gpu = self.device == "gpu"
-        out: dict[str, Any] = {"overlap": {}, "breakdown": {}, "idle": {}, "bubble": {}, "step_overlap": {}}
-        e_rel = lambda s: self.a0 + self.F + self.KW + self.Fb + self.dmax(s) - self.X + self.T  # noqa: E731
-        last_end = lambda s: e_rel(s) + self.OG + self.G + ((20 * US + self.M) if gpu else 0)  # noqa: E731
+        out: dict[str, Any] = {"overlap": {}, "breakdown": {}, "idle": {}, "bubble": {}, "step_overlap": {},
+                               "window": {}, "step_idle": {}}
+        e_rel, last_end = self.e_rel, self.last_end
+        last = self.steps - 1
+        # A GPU rank's device step s runs from its first kernel (K1, at a0 after the step's device start) to
+        # step s+1's, step_ns later; the last one ends with its last kernel. A CPU rank's host step is its
+        # ProfilerStep span, which holds all its work.
+        window = [self.step_ns if s < last or not gpu else last_end(s) - self.a0 for s in S]
+        kw = 30 * US  # the idle analysis' kernel-wait threshold
+
+        def cause(launch: int, prev_end: int, gap: int) -> str:
+            """A gap's category (ddprof.analyses.idle): the launch (host time) after the previous kernel's end
+            (device time, ``lag`` later) is host wait; else a gap under 30 µs is kernel wait, any other other."""
+            return "host_wait" if launch > prev_end + self.lag else "kernel_wait" if gap < kw else "other"
+
         for r in range(n):
             comm = [self.T + self.dmax(s) - self.d(r, s) for s in S]
             out["overlap"][r] = {"overlap_pct": 100 * self.X * len(comm) / sum(comm),
@@ -171,18 +206,34 @@ class DataParallel:
             span = (self.steps - 1) * self.step_ns + last_end(self.steps - 1) - self.a0
             out["breakdown"][r] = {"span_us": span / US, "idle_us": (span - sum(busy)) / US,
                                    "compute_us": sum(compute) / US, "non_compute_us": (sum(busy) - sum(compute)) / US}
-            out["bubble"][r] = {s: (self.step_ns - compute[s]) / US for s in S}
+            out["window"][r] = {s: window[s] / US for s in S}
+            out["bubble"][r] = {s: (window[s] - compute[s]) / US for s in S}
             if gpu:
-                between = range(self.steps - 1)
-                out["idle"][r] = {
-                    (7, "kernel_wait"): self.steps * self.KW / US,
-                    (7, "other"): sum(c - self.X + self.OG for c in comm) / US,
-                    (7, "host_wait"): sum(self.step_ns + self.a0 - (e_rel(s) + self.OG + self.G) for s in between) / US,
-                    (20, "host_wait"): sum(self.step_ns - self.T - self.dmax(s) + self.d(r, s + 1)
-                                           for s in between) / US,
-                    (22, "host_wait"): sum(self.step_ns + self.dmax(s + 1) - self.dmax(s) - self.M
-                                           for s in between) / US,
-                }
+                # Per stream and step s: the gaps that end in it, (category, length) -- each ends at one of
+                # step s's kernels, inside its device step. Times from the host start of step s (h0).
+                gaps: dict[tuple[int, int], list[tuple[str, int]]] = {}
+                for s in S:
+                    k1b_end = self.a0 + self.F + self.KW + self.Fb + self.d(r, s)
+                    own = [(7, cause(60 * US, self.a0 + self.F, self.KW), self.KW),
+                           (7, cause(80 * US, k1b_end, e_rel(s) + self.OG - k1b_end), e_rel(s) + self.OG - k1b_end)]
+                    if s > 0:  # from the previous step's last kernel on the stream (step_ns earlier)
+                        prev_k2 = e_rel(s - 1) + self.OG + self.G - self.step_ns
+                        prev_comm = e_rel(s - 1) - self.step_ns
+                        prev_copy = last_end(s - 1) - self.step_ns
+                        arrive = k1b_end - self.X
+                        copy = e_rel(s) + self.OG + self.G + 20 * US
+                        own += [(7, cause(50 * US, prev_k2, self.a0 - prev_k2), self.a0 - prev_k2),
+                                (20, cause(70 * US, prev_comm, arrive - prev_comm), arrive - prev_comm),
+                                (22, cause(90 * US, prev_copy, copy - prev_copy), copy - prev_copy)]
+                    for stream, category, gap in own:
+                        gaps.setdefault((stream, s), []).append((category, gap))
+                out["step_idle"][r] = {key: sum(g for _, g in found) / US for key, found in gaps.items()}
+                whole: dict[tuple[int, str], float] = {(st, c): 0.0 for st in (7, 20, 22)
+                                                       for c in ("host_wait", "kernel_wait", "other")}
+                for (stream, _), found in gaps.items():
+                    for category, gap in found:
+                        whole[(stream, category)] += gap / US
+                out["idle"][r] = whole
         lasts = {s: [r for r in range(n) if self.d(r, s) == self.dmax(s)] for s in S}
         waits: dict[int, float] = {r: 0 for r in range(n)}
         times_last = {r: 0 for r in range(n)}
@@ -237,7 +288,14 @@ class CollectiveBench:
 class Pipeline:
     """GPipe: forward of micro-batch m on stage p in [(m+p)·tf, +tf); backward j (micro-batch M−1−j) on
     stage p at (M+P−1)·tf + (j+P−1−p)·tb. Each step lasts L = (M+P−1)(tf+tb) on every stage, of which
-    each stage computes M(tf+tb): bubble (P−1)/(M+P−1). ``order[p]`` is the rank at stage p."""
+    each stage computes M(tf+tb): bubble (P−1)/(M+P−1). ``order[p]`` is the rank at stage p. The steps
+    follow each other with no gap, as a training loop's ProfilerSteps do.
+
+    Measured per device step (from the stage's first kernel of the step, at p·tf, to the next step's), a
+    step but the last lasts L, so its bubble is the theory's; the last ends with the stage's last kernel
+    (its last backward, then the send of its gradients, eps, on a stage p > 0), so it lasts
+    (M+P−1−p)(tf+tb) (+ eps): the wait for the first activations of that step lies before it began.
+    ``truth()["device_bubble_pct"]`` is the mean over the steps per rank."""
 
     order: tuple[int, ...] = (2, 0, 3, 1)
     micro: int = 6
@@ -253,7 +311,7 @@ class Pipeline:
         P, M = len(self.order), self.micro
         L = (M + P - 1) * (self.tf + self.tb)
         for s in range(self.steps):
-            t0 = self.base + s * (L + 1000 * US)
+            t0 = self.base + s * L
             for p, r in enumerate(self.order):
                 step_row(rows, r, s, t0, L)
                 for m in range(M):
@@ -276,5 +334,13 @@ class Pipeline:
 
     def truth(self) -> dict[str, Any]:
         P, M = len(self.order), self.micro
+        L, busy = (M + P - 1) * (self.tf + self.tb), M * (self.tf + self.tb)
+
+        def measured(p: int) -> float:
+            last = (M + P - 1 - p) * (self.tf + self.tb) + (self.eps if p > 0 else 0)
+            windows = [L] * (self.steps - 1) + [last]
+            return sum(100 * (w - busy) / w for w in windows) / len(windows)
+
         return {"stages": P, "micro_batches": M, "stage_of": {r: p for p, r in enumerate(self.order)},
-                "bubble_pct": 100 * (P - 1) / (M + P - 1)}
+                "bubble_pct": 100 * (P - 1) / (M + P - 1),
+                "device_bubble_pct": {r: measured(p) for p, r in enumerate(self.order)}}

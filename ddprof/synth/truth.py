@@ -8,8 +8,9 @@ Per rank: ``compute_us = |U(compute kernels)|``, ``comm_us = |U(NCCL kernels)|``
 compute + comm − |U(compute ∪ comm)|``, ``overlap_pct = 100 · overlapped / comm``, ``exposed_comm_us =
 comm − overlapped``, ``span_us`` = last kernel end − first kernel start, ``idle_us = span − |U(all)|``,
 ``non_compute_us = |U(all)| − compute``. Per (rank, step): ``step_us`` (the ``ProfilerStep#N`` span),
-the window (that span and the step's kernels), ``bubble_us = window − |U(compute)|``, the step's
-overlap. :func:`events_truth` computes the same from a scenario's event table (memory copies count as
+the window (the device step: from the step's first kernel to the next step's first kernel, the last one
+to the last kernel end), ``bubble_us = window − |U(compute inside the window)|`` and the overlap of the
+kernels inside the window, whichever step launched them. :func:`events_truth` computes the same from a scenario's event table (memory copies count as
 busy, neither compute nor communication). Per collective instance: arrival skew (latest − earliest arrival), duration (the transfer,
 ``end − latest arrival``), the last arriver. The pipeline: stages P, micro-batches M and the GPipe/1F1B
 bubble ``100 · (P−1)/(M+P−1)``.
@@ -82,14 +83,30 @@ def rank_metrics(head: dict[str, Any], compute: Intervals, comm: Intervals, step
         "step_us": float(np.mean([(e - s) / US for _, s, e in steps])),
     }
     rows = []
-    for step, s0, e0 in steps:
-        ci, mi, xi = cstep == step, mstep == step, xstep == step
-        w0 = min([s0, *cs[ci].tolist(), *ms[mi].tolist(), *xs[xi].tolist()])
-        w1 = max([e0, *ce[ci].tolist(), *me[mi].tolist(), *xe[xi].tolist()])
-        so = _overlap((cs[ci], ce[ci]), (ms[mi], me[mi]))
+    firsts = {}
+    for step, _, _ in steps:
+        mine = np.concatenate([cs[cstep == step], ms[mstep == step], xs[xstep == step]])
+        if len(mine):
+            firsts[step] = int(mine.min())
+    launched = sorted(firsts)
+    for i, step in enumerate(launched):  # device steps: the generated runs have one profiling window
+        w0 = max(firsts[s] for s in launched[: i + 1])
+        if i + 1 < len(launched):
+            w1 = max(firsts[s] for s in launched[: i + 2])
+        else:
+            done = np.isin(cstep, launched), np.isin(mstep, launched), np.isin(xstep, launched)
+            w1 = int(max(ce[done[0]].max(initial=0), me[done[1]].max(initial=0), xe[done[2]].max(initial=0)))
+        e0s = [(s0, e0) for s, s0, e0 in steps if s == step][0]
+
+        def cut(a: np.ndarray, b: np.ndarray, w0: int = w0, w1: int = w1) -> tuple[np.ndarray, np.ndarray]:
+            a2, b2 = np.maximum(a, w0), np.minimum(b, w1)
+            keep = b2 > a2
+            return a2[keep], b2[keep]
+
+        so = _overlap(cut(cs, ce), cut(ms, me))
         window = w1 - w0
         rows.append({
-            "rank": head["rank"], "step": step, "step_us": (e0 - s0) / US, "window_us": window / US,
+            "rank": head["rank"], "step": step, "step_us": (e0s[1] - e0s[0]) / US, "window_us": window / US,
             "compute_us": so["compute_ns"] / US, "bubble_us": (window - so["compute_ns"]) / US,
             "bubble_pct": 100.0 * (window - so["compute_ns"]) / window,
             "overlap_pct": 100.0 * so["overlapped_ns"] / so["comm_ns"] if so["comm_ns"] else None,

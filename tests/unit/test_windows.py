@@ -121,6 +121,24 @@ def test_two_windows_add_up(shape, request, single):
     assert idle_verdicts == [v for v in single["verdicts"] if "idle" in v and "% of the traced time" in v]
 
 
+@pytest.mark.parametrize("shape", ["two_files", "one_file_gap"])
+def test_device_steps_do_not_stretch_across_an_untraced_gap(shape, request):
+    """Steps 0-2 in the first window, 10-12 three minutes later: step 2, the last of its window, ends with
+    its last kernel as a run's last step does, not at step 10's first kernel; each window's steps are the
+    single window's, and the steps add up to the traced span."""
+    rep = request.getfixturevalue(shape)
+    truth = SC.truth()
+    rows = rep.table("bubbles").to_dicts()
+    assert [(b["rank"], b["step"]) for b in rows] == [(r, s) for r in range(SC.ranks) for s in (0, 1, 2, 10, 11, 12)]
+    for b in rows:
+        assert b["basis"] == "device"
+        assert b["window_us"] == pytest.approx(truth["window"][b["rank"]][b["step"] % 10], **APPROX)
+        assert b["bubble_us"] == pytest.approx(truth["bubble"][b["rank"]][b["step"] % 10], **APPROX)
+    for r in range(SC.ranks):
+        mine = sum(b["window_us"] for b in rows if b["rank"] == r)
+        assert mine == pytest.approx(by_rank(rep["breakdown"])[r]["span_us"], **APPROX)
+
+
 def test_frames_without_a_manifest_find_the_gap():
     """An event table alone (no run dir): the windows are derived from its rows by the same rule."""
     import polars as pl
