@@ -47,12 +47,12 @@ Significant when ``p_value ≤ alpha`` (:data:`ALPHA`, 0.05).
 
 **Material**: ``wait_share_pct`` = the wait beyond the schedule per waiting rank, as a share of the run's
 time (the median rank's steps added up; its trace span without steps), i.e. per step as a share of the
-mean step: at least :data:`MIN_SHARE_PCT` (3 %). A rank that costs the others less is not where a step's
+mean step: at least :data:`MIN_SHARE_PCT` (2 %). A rank that costs the others less is not where a step's
 time goes, however consistently late it is.
 
 A rank is a straggler when it is both. Example: 4 ranks, 3 steps of 10 ms, rank 2 arrives 400 µs after
 the others at every step (none late otherwise): lateness 400 µs at every unit, s = 0 -> p_t = 0,
-significant; each other rank waits 400 µs per step, 4 % of a step ≥ 3 % -> rank 2 is named. Two ranks
+significant; each other rank waits 400 µs per step, 4 % of a step ≥ 2 % -> rank 2 is named. Two ranks
 taking turns to be last (lateness +1.2, −0.8, +0.4 ms over 3 steps) -> t = 0.5, p_last = P(K ≥ 2) = 0.5:
 p_value 1, not named, whatever the wait.
 """
@@ -80,7 +80,7 @@ _INST = ["group", "src", "dst", "index"]
 #: Family-wise significance level of the straggler tests (module doc).
 ALPHA = 0.05
 #: Least wait beyond the schedule, per waiting rank, as a share of the run's time, that names a straggler (%).
-MIN_SHARE_PCT = 3.0
+MIN_SHARE_PCT = 2.0
 
 
 @derived

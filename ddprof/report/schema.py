@@ -249,7 +249,7 @@ class Stragglers(Row):
     ranks: Annotated[list[int], Meta(description="the stragglers: significant and material")] = []
     alpha: Annotated[float, Meta(description="family-wise significance level a p_value must reach")] = 0.05
     min_share_pct: Annotated[float, Meta(description=(
-        "least wait_share_pct that is material, % of a step"))] = 3.0
+        "least wait_share_pct that is material, % of a step"))] = 2.0
     unit: Annotated[str, Meta(description=(
         "what the tests take as independent: step (each step's instances of a process group) or instance"))] = "step"
     per_rank: list[StragglerRank] = []
@@ -335,9 +335,14 @@ class HostClockRow(Row):
     drift_ppm: float
     t0_ns: int
     bound_ns: Annotated[int, Meta(description="the estimate's error bound, ns")]
-    instances: Annotated[int, Meta(description="collectives shared with the reference host")]
+    instances: Annotated[int, Meta(description=(
+        "collectives shared with the reference host; through other hosts, the collectives and send/recv "
+        "transfers along the path"))]
     applied: bool
     reason: str
+    via: Annotated[list[str], Meta(description=(
+        "hosts the estimate passes through (collectives of any group, send/recv transfers); empty when "
+        "estimated from what the host shares with the reference"))] = []
 
 
 class Clocks(Row):
