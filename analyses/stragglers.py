@@ -74,7 +74,7 @@ from ddprof.analyses.sections import Section
 
 from ddprof.report.display import Column, Table
 from ddprof.report.schema import Stragglers
-from ddprof.vocabulary.units import NS_PER_US, fmt_us
+from ddprof.vocabulary.units import NS_PER_US, fmt_pct, fmt_us
 
 _INST = ["group", "src", "dst", "index"]
 #: Family-wise significance level of the straggler tests (module doc).
@@ -395,7 +395,13 @@ def _share(x: float) -> str:
     return f"{x:.1f} %" if x < 10 else f"{x:.0f} %"
 
 
-def _p(x: float | None) -> str:
+def _p_is(x: float | None) -> str:
+    text = fmt_p(x)
+    return f"p {text}" if text.startswith("<") else f"p = {text}"
+
+
+def fmt_p(x: float | None) -> str:
+    """A straggler test's p-value, as the verdicts and the table say it: "< 0.001", "0.0197", "1", "-"."""
     return "-" if x is None else ("< 0.001" if x < 0.001 else f"{x:.3g}")
 
 
@@ -409,7 +415,7 @@ def straggler_verdicts(report: dict[str, Any]) -> list[str]:
     Without a straggler, why not: nobody waited; or the last arrival rotates (the ranks last most often,
     with their share of the units, and the p-value); or the most consistent late-comer costs too little
     (its share of a step against :data:`MIN_SHARE_PCT`). Example: "no straggler: the last arrival rotates
-    (rank 0 last at 67 %, rank 1 at 33 % of 3 steps; p = 1, named at ≤ 0.01); the most waited for, rank 0,
+    (rank 0 last at 67 %, rank 1 at 33 % of 3 steps; p = 0.982, named at ≤ 0.05); the most waited for, rank 0,
     cost 27 % of a step"."""
     nsteps = len(report["run"].get("steps") or [])
     st = msgspec.convert(report["stragglers"], Stragglers)
@@ -441,7 +447,7 @@ def straggler_verdicts(report: dict[str, Any]) -> list[str]:
     if significant:
         late = max(significant, key=lambda p: (p.wait_share_pct or 0.0, p.rank))
         return [f"no straggler: rank {late.rank} arrives late consistently (lateness {fmt_us(late.lateness_us)}, "
-                f"last at {late.last_units} of {late.units} {units}; p {_p(late.p_value)}) but its wait "
+                f"last at {late.last_units} of {late.units} {units}; {_p_is(late.p_value)}) but its wait "
                 f"{'beyond the pipeline schedule ' if late.wait_beyond_schedule_us < 0.99 * late.wait_caused_us else ''}"
                 f"costs the others {_share(late.wait_share_pct or 0.0)} of a step, under the "
                 f"{st.min_share_pct:g} % that names a straggler"]
@@ -453,7 +459,7 @@ def straggler_verdicts(report: dict[str, Any]) -> list[str]:
     top = lasts[0] if lasts else None
     rotates = (f"the last arrival rotates ({shown} of {n} {units}" if top and top.last_units < top.units
                else f"no rank is late beyond chance ({shown + ' of ' if top else ''}{n} {units}")
-    return [f"no straggler: {rotates}; p {_p(best)}, named at ≤ {st.alpha:g}); the most waited for, "
+    return [f"no straggler: {rotates}; {_p_is(best)}, named at ≤ {st.alpha:g}); the most waited for, "
             f"rank {most.rank}, {cost}"]
 
 
@@ -476,7 +482,9 @@ def _named(ranks: list[int]) -> str:
 STRAGGLERS_TABLE = Table(
     lambda r: f"Stragglers: {_named(_stragglers(r).ranks)}",
     (Column("rank", "rank"), Column("times last", "times_last"), Column("collectives", "instances"),
-     Column("wait caused", "wait_caused_us", fmt_us), Column("mean step", "step_us", fmt_us)),
+     Column("wait caused", "wait_caused_us", fmt_us), Column("mean step", "step_us", fmt_us),
+     Column("lateness", "lateness_us", fmt_us), Column("p", "p_value", fmt_p),
+     Column("% of step", "wait_share_pct", fmt_pct)),
     rows=lambda r: [p for p in _stragglers(r).per_rank if p.instances], at=40)
 
 SECTIONS = (
