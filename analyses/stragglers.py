@@ -362,7 +362,9 @@ def straggler_table(events: Events, alpha: float = ALPHA, min_share_pct: float =
     return (
         t.join(sig, on="rank", how="left")
         .with_columns(pl.col("units", "last_units").fill_null(0),
-                      pl.min_horizontal(pl.lit(1.0), 2.0 * tested * pl.min_horizontal("p_t", "p_last")).alias("p_value"),
+                      pl.when(pl.col("p_t").is_not_null())
+                      .then(pl.min_horizontal(pl.lit(1.0), 2.0 * tested * pl.min_horizontal("p_t", "p_last")))
+                      .alias("p_value"),
                       pl.when((pl.col("waiting_ranks") > 0) & (basis > 0))
                       .then(100.0 * pl.col("wait_beyond_schedule_us") / pl.col("waiting_ranks") / basis)
                       .otherwise(0.0).alias("wait_share_pct"))
@@ -380,7 +382,7 @@ def stragglers(events: Events, alpha: float = ALPHA, min_share_pct: float = MIN_
     p = prepare(events)
     t = straggler_table(p, alpha, min_share_pct)
     adj = adjusted_arrivals(p)
-    per_step = adj.height and collect(adj.lazy().group_by("rank").agg(pl.col("unit").drop_nulls().n_unique())
+    per_step = not adj.height or collect(adj.lazy().group_by("rank").agg(pl.col("unit").drop_nulls().n_unique())
                                       .select(pl.col("unit").max())).item() > 1
     return {
         "ranks": t.filter(pl.col("is_straggler"))["rank"].to_list(),
