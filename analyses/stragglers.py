@@ -53,8 +53,9 @@ time goes, however consistently late it is.
 A rank is a straggler when it is both. Example: 4 ranks, 3 steps of 10 ms, rank 2 arrives 400 µs after
 the others at every step (none late otherwise): lateness 400 µs at every unit, s = 0 -> p_t = 0,
 significant; each other rank waits 400 µs per step, 4 % of a step ≥ 2 % -> rank 2 is named. Two ranks
-taking turns to be last (lateness +1.2, −0.8, +0.4 ms over 3 steps) -> t = 0.5, p_last = P(K ≥ 2) = 0.5:
-p_value 1, not named, whatever the wait.
+taking turns to be last (rank 0's lateness +1.2, −0.8, +0.4 ms over 3 steps, half the gap between them)
+-> s = 1.42 ms with 2 dof, t = 0.32, p_t = 0.39; last at 2 of 3, p_last = P(K ≥ 2) = 0.5: p_value =
+min(1, 2 · 2 · 0.39) = 1, not named, whatever the wait.
 """
 
 from __future__ import annotations
