@@ -381,6 +381,10 @@ def _through(direct: HostClock, path: tuple[float, float, int, list[str]] | None
              base: int) -> HostClock:
     """The direct estimate where it is applied or refused for a contradiction; else the one through other
     hosts when it tells the offset apart from zero (module doc)."""
+    if path is None and direct.instances < MIN_INSTANCES:
+        return HostClock(**{**vars(direct), "reason": direct.reason.replace(
+            ": clocks left as traced", ", and no other host links it to the reference (collectives of any "
+            "group, send/recv transfers: at least 8 bounding a pair of hosts on both sides): clocks left as traced")})
     if direct.applied or path is None or "disagree" in direct.reason:
         return direct
     offset, bound, evidence, via = path

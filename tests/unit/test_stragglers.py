@@ -175,3 +175,27 @@ def test_report_fields_typed(tmp_path: Path):
     st = msgspec.convert(report["stragglers"], Stragglers)
     p = next(p for p in st.per_rank if p.rank == 2)
     assert p.significant and p.material and p.units == 3 and p.last_units == 3 and p.p_value < 1e-6
+
+
+@pytest.mark.parametrize("gpus_per_host,reached", [(4, True), (2, False)])
+def test_pipeline_host_clocks_through_other_hosts(tmp_path, gpus_per_host, reached):
+    """Pipeline stages on hosts of their own: node003 shares no collective with node000, yet its 3 ms is
+    recovered through node002 (data-parallel all-reduces) and the stage-0/stage-1 send/recv pairs, and
+    node001's −0.7 ms directly. With 2 ranks a host and no data parallelism (8 ranks, tp 4, pp 2), hosts
+    node001 and node003 only exchange with each other: nothing links them to node000, and the reason says so."""
+    ranks, tp = (16, 2) if reached else (8, 4)
+    spec = Spec(ranks=ranks, tp=tp, pp=2, micro_batches=4, steps=3, kernels=48, gpus_per_host=gpus_per_host,
+                clock_offset_us={1: -700.0, 3: 3000.0}, seed=2)
+    generate(spec, tmp_path)
+    report = analyze(tmp_path / "traces", cache=tmp_path / "run")
+    hosts = {h["host"]: h for h in report["clocks"]["hosts"]}
+    for name, true_us in (("node001", -700.0), ("node002", 0.0), ("node003", 3000.0)):
+        h = hosts[name]
+        if reached or name == "node002":
+            assert abs(h["offset_ns"] - true_us * 1000) <= h["bound_ns"], h
+            assert h["applied"] == (true_us != 0.0), h
+        else:
+            assert not h["applied"] and "no other host links it to the reference" in h["reason"], h
+    if reached:
+        assert hosts["node003"]["via"] == ["node002"] and not hosts["node001"]["via"]
+        assert not any("clocks disagree" in w for w in report["run"]["warnings"])
