@@ -199,3 +199,17 @@ def test_pipeline_host_clocks_through_other_hosts(tmp_path, gpus_per_host, reach
     if reached:
         assert hosts["node003"]["via"] == ["node002"] and not hosts["node001"]["via"]
         assert not any("clocks disagree" in w for w in report["run"]["warnings"])
+
+
+@pytest.mark.parametrize("shape", ["dp", "pp"])
+@pytest.mark.parametrize("seed", range(3))
+def test_generated_runs_name_their_slow_ranks_only(tmp_path, shape, seed):
+    """Generated runs with ±30 % kernel noise: healthy, nobody; with one rank 1.5x slower (in the pipeline, a
+    middle stage), that rank alone, whatever its neighbours wait."""
+    kw = dict(ranks=16, steps=8, kernels=60) if shape == "dp" else dict(ranks=16, tp=2, pp=4, micro_batches=4,
+                                                                        steps=6, kernels=64)
+    for slow in ({}, {9: 1.5}):
+        out = tmp_path / f"slow{len(slow)}"
+        truth = generate(Spec(noise=0.3, seed=seed, slow=slow, **kw), out)
+        report = analyze(out / "traces", cache=out / "run")
+        assert report["stragglers"]["ranks"] == truth["stragglers"]["slow_ranks"] == sorted(slow), report["verdicts"]
