@@ -41,8 +41,11 @@ instance``. Two one-sided tests, against the run's own variability:
 * last arrivals: the units at which r's lateness is the largest, against the share chance gives
   (``1/R_u`` at a unit of R_u ranks): p = P(K ≥ k), K Poisson-binomial over r's units.
 
-``p_value = min(1, 2 · m · min(p_t, p_last))`` (Bonferroni over both tests and the m ranks tested): the
-chance that a run where the last arrival only rotates shows some rank this consistently late.
+``p_value = min(1, K · min(p_t, p_last))`` (Bonferroni over the K tests made: the lateness test of each of
+the m ranks tested, and the last-arrival test of each rank whose units could give it a p of at most
+``alpha / 2m`` (Tarone): with 2 ranks and 2 steps, being last at both has p 0.25 at best, so that test
+cannot name anyone and does not dilute the other; there, K = m and p_last is not used): the chance that a
+run where the last arrival only rotates shows some rank this consistently late.
 Significant when ``p_value ≤ alpha`` (:data:`ALPHA`, 0.05).
 
 **Material**: ``wait_share_pct`` = the wait beyond the schedule per waiting rank, as a share of the run's
@@ -54,8 +57,8 @@ A rank is a straggler when it is both. Example: 4 ranks, 3 steps of 10 ms, rank 
 the others at every step (none late otherwise): lateness 400 µs at every unit, s = 0 -> p_t = 0,
 significant; each other rank waits 400 µs per step, 4 % of a step ≥ 2 % -> rank 2 is named. Two ranks
 taking turns to be last (rank 0's lateness +1.2, −0.8, +0.4 ms over 3 steps, half the gap between them)
--> s = 1.42 ms with 2 dof, t = 0.32, p_t = 0.39; last at 2 of 3, p_last = P(K ≥ 2) = 0.5: p_value =
-min(1, 2 · 2 · 0.39) = 1, not named, whatever the wait.
+-> s = 1.42 ms with 2 dof, t = 0.32, p_t = 0.39 (the last-arrival test, 0.125 at best, is not made):
+p_value = min(1, 2 · 0.39) = 0.78, not named, whatever the wait.
 """
 
 from __future__ import annotations
@@ -282,10 +285,11 @@ def _last_tail(counts: tuple[tuple[int, int], ...]) -> np.ndarray:
 
 
 def significance(p: Prepared) -> pl.DataFrame:
-    """Per rank with units: units, last_units, chance_last_pct, lateness_us, p_t, p_last (module doc)."""
+    """Per rank with units: units, last_units, chance_last_pct, lateness_us, p_t, p_last, and p_last_min,
+    the least p_last its units allow (last at every one) (module doc)."""
     adj = adjusted_arrivals(p)
     schema = {"rank": pl.Int32(), "units": pl.Int64(), "last_units": pl.Int64(), "chance_last_pct": pl.Float64(),
-              "lateness_us": pl.Float64(), "p_t": pl.Float64(), "p_last": pl.Float64()}
+              "lateness_us": pl.Float64(), "p_t": pl.Float64(), "p_last": pl.Float64(), "p_last_min": pl.Float64()}
     if adj.height == 0:
         return pl.DataFrame(schema=schema)
     by_step = collect(adj.lazy().group_by("rank").agg(pl.col("unit").drop_nulls().n_unique())).get_column("unit").max()
@@ -315,7 +319,7 @@ def significance(p: Prepared) -> pl.DataFrame:
     ranks_per_instance = float(collect(adj.lazy().group_by(_INST).len().select(pl.col("len").mean())).item())
     dof = float((per["units"] - 1).sum()) * (ranks_per_instance - 1) / ranks_per_instance
     s = math.sqrt(float(per["__ss"].sum()) / dof) / NS_PER_US if dof > 0 else None
-    p_t, p_last = [], []
+    p_t, p_last, floor = [], [], []
     for row in per.iter_rows(named=True):
         mean, n = row["lateness_us"], row["units"]
         if s is None or n < 1:
@@ -325,9 +329,12 @@ def significance(p: Prepared) -> pl.DataFrame:
         else:
             p_t.append(t_sf(mean / (s / math.sqrt(n)), dof))
         counts = tuple(sorted((int(v["n_ranks"]), int(v["count"])) for v in row["__sizes"]))
-        p_last.append(float(_last_tail(counts)[row["last_units"]]))
+        tail = _last_tail(counts)
+        p_last.append(float(tail[row["last_units"]]))
+        floor.append(float(tail[-1]))
     return per.drop("__ss", "__sizes").with_columns(pl.Series("p_t", p_t, pl.Float64()),
-                                                    pl.Series("p_last", p_last, pl.Float64())).cast(schema)
+                                                    pl.Series("p_last", p_last, pl.Float64()),
+                                                    pl.Series("p_last_min", floor, pl.Float64())).cast(schema)
 
 
 def _number(value: object, what: str) -> float:
@@ -359,12 +366,16 @@ def straggler_table(events: Events, alpha: float = ALPHA, min_share_pct: float =
     basis = (_number(steps_total.median(), "the median rank's step total") if steps_total.len()
              else _number(t["__span_ns"].median() or 0, "the median rank's trace span") / NS_PER_US)
     sig = significance(p)
-    tested = int(sig.filter(pl.col("units") > 0).height)
+    m = int(sig.filter(pl.col("units") > 0).height)
+    # Tarone: a last-arrival test that could not reach alpha even at its least p is left out of the family
+    counted = (pl.col("p_last_min") * 2 * m <= alpha).fill_null(False)
+    family = m + int(sig.select(counted.sum()).item() or 0) if m else 0
     return (
         t.join(sig, on="rank", how="left")
         .with_columns(pl.col("units", "last_units").fill_null(0),
                       pl.when(pl.col("p_t").is_not_null())
-                      .then(pl.min_horizontal(pl.lit(1.0), 2.0 * tested * pl.min_horizontal("p_t", "p_last")))
+                      .then(pl.min_horizontal(pl.lit(1.0), family * pl.when(counted)
+                                              .then(pl.min_horizontal("p_t", "p_last")).otherwise(pl.col("p_t"))))
                       .alias("p_value"),
                       pl.when((pl.col("waiting_ranks") > 0) & (basis > 0))
                       .then(100.0 * pl.col("wait_beyond_schedule_us") / pl.col("waiting_ranks") / basis)
@@ -372,7 +383,7 @@ def straggler_table(events: Events, alpha: float = ALPHA, min_share_pct: float =
         .with_columns((pl.col("p_value") <= alpha).fill_null(False).alias("significant"),
                       (pl.col("wait_share_pct") >= min_share_pct).alias("material"))
         .with_columns((pl.col("significant") & pl.col("material")).alias("is_straggler"))
-        .drop("__steps_total_us", "__span_ns", "p_t", "p_last")
+        .drop("__steps_total_us", "__span_ns", "p_t", "p_last", "p_last_min")
     )
 
 

@@ -233,8 +233,8 @@ class StragglerRank(Row):
         "arrival, µs; negative when early"))] = None
     p_value: Annotated[float | None, Meta(description=(
         "chance that a run whose last arrival only rotates shows a rank this consistently late: the "
-        "smaller p of its lateness t-test and its last-arrival binomial test, times 2 and the ranks tested "
-        "(Bonferroni), at most 1"))] = None
+        "smaller p of its lateness t-test and its last-arrival binomial test, times the tests made over the "
+        "ranks (Bonferroni; a last-arrival test too weak to reach alpha is not made), at most 1"))] = None
     wait_share_pct: Annotated[float | None, Meta(description=(
         "wait_beyond_schedule_us per waiting rank as a share of the run's time (the median rank's steps "
         "added up): per step, of the mean step, %"))] = None
