@@ -94,6 +94,8 @@ MIN_INSTANCES = 8
 #: Points the Theil–Sen slope is fitted on at most (evenly spread over the run): O(n²) pairs.
 _FIT_POINTS = 300
 _INST = ["group", "src", "dst", "index"]
+#: How the reason of a host whose evidence contradicts any one offset begins (such a host stays refused).
+_CONTRADICTION = "the collectives' end times disagree"
 
 
 @dataclass(frozen=True)
@@ -207,7 +209,7 @@ def _fit(host: str, ranks: list[int], t: np.ndarray, d: np.ndarray, transfer: np
         offset, bound, excess = a, drift_bound, drift_excess
     clock = HostClock(host, ranks, round(offset), slope * 1e6 if drift else 0.0, t0, round(bound), n, False, "")
     if excess > 0:
-        why = (f"the collectives' end times disagree by {excess / NS_PER_US:,.1f} µs more than their transfer "
+        why = (f"{_CONTRADICTION} by {excess / NS_PER_US:,.1f} µs more than their transfer "
                "times allow, for any one offset or steady drift (a clock step, or instances matched wrongly): "
                "clocks left as traced")
         return HostClock(**{**vars(clock), "reason": why})
@@ -276,7 +278,7 @@ def _host_clocks(p: Prepared, named: dict[int, str], host_ranks: dict[str, list[
         out.append(_fit(host, host_ranks[host], rows["t"].to_numpy().astype(np.float64),
                         rows["d"].to_numpy().astype(np.float64), rows["transfer"].to_numpy().astype(np.float64),
                         span, base))
-    if all(h.applied or "disagree" in h.reason for h in out):
+    if all(h.applied or h.reason.startswith(_CONTRADICTION) for h in out):
         return out
     paths = _paths(_pair_evidence(p, per_host, host_of, base), reference)
     return [_through(h, paths.get(h.host), span, base) for h in out]
@@ -336,10 +338,9 @@ def _pair_evidence(p: Prepared, per_host: pl.DataFrame, host_of: pl.DataFrame, b
     for key in sorted(set(lows) | set(ups)):
         lo = np.concatenate(lows.get(key, [np.empty(0)]))
         up = np.concatenate(ups.get(key, [np.empty(0)]))
-        if not len(lo) or not len(up) or len(lo) + len(up) < 2 * MIN_INSTANCES and not ds.get(key):
-            continue
-        n = max(len(lo), len(up)) if not ds.get(key) else len(np.concatenate(ds[key]))
-        if n < MIN_INSTANCES:
+        collectives = sum(len(d) for d in ds.get(key, []))
+        n = len(lo) + len(up) - collectives  # a collective bounds both sides; a send/recv pair one
+        if not len(lo) or not len(up) or n < MIN_INSTANCES:
             continue
         lower = float(np.sort(lo)[::-1][len(lo) // 10])
         upper = float(np.sort(up)[len(up) // 10])
@@ -385,7 +386,7 @@ def _through(direct: HostClock, path: tuple[float, float, int, list[str]] | None
         return HostClock(**{**vars(direct), "reason": direct.reason.replace(
             ": clocks left as traced", ", and no other host links it to the reference (collectives of any "
             "group, send/recv transfers: at least 8 bounding a pair of hosts on both sides): clocks left as traced")})
-    if direct.applied or path is None or "disagree" in direct.reason:
+    if direct.applied or path is None or direct.reason.startswith(_CONTRADICTION):
         return direct
     offset, bound, evidence, via = path
     route = "directly" if not via else f"through host(s) {', '.join(via)}"
