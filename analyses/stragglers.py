@@ -454,7 +454,9 @@ def straggler_verdicts(report: dict[str, Any]) -> list[str]:
     waited = [p for p in per.values() if p.wait_caused_us > 0]
     if not waited:
         return ["no straggler: no rank keeps the others waiting at collectives"]
-    units = "steps" if st.unit == "step" else "collectives"
+    n = max((p.units for p in per.values()), default=0)
+    units = ("collectives" if st.unit != "step" else "steps" if not nsteps or n <= nsteps
+             else "(step, process group) units")
     most = max(waited, key=lambda p: (p.wait_share_pct or 0.0, p.rank))
     cost = f"cost the others {_share(most.wait_share_pct or 0.0)} of a step"
     significant = [p for p in per.values() if p.significant]
@@ -466,7 +468,6 @@ def straggler_verdicts(report: dict[str, Any]) -> list[str]:
                 f"costs the others {_share(late.wait_share_pct or 0.0)} of a step, under the "
                 f"{st.min_share_pct:g} % that names a straggler"]
     lasts = sorted((p for p in per.values() if p.last_units), key=lambda p: (-p.last_units, p.rank))
-    n = max((p.units for p in per.values()), default=0)
     shown = ", ".join(f"rank {p.rank}" + (" last" if i == 0 else "") + f" at {100 * p.last_units / max(p.units, 1):.0f} %"
                       for i, p in enumerate(lasts[:4])) + (", ..." if len(lasts) > 4 else "")
     best = min((p.p_value for p in per.values() if p.p_value is not None), default=None)
