@@ -27,10 +27,31 @@ Estimate, per host h with n instances shared with the reference:
   constant (``drift_ppm`` 0). A drifting clock is thus estimated, not refused; a clock that steps (no
   line fits) is refused.
 
+**Hosts that share no collective with the reference** (pipeline stages on other hosts, tensor-parallel groups
+within a host) are reached through other hosts. Evidence between any two hosts g, h about ``x = o_h − o_g``:
+
+* every collective instance of any process group spanning both (each instance's hosts paired with its
+  lowest host): ``x ∈ [d_i − T_i, d_i + T_i]`` as above;
+* every matched send/recv pair between them: a receive cannot end before its send began, so a transfer
+  g → h gives ``x ≤ recv_end_h − send_start_g`` and one h → g gives ``x ≥ send_start_h − recv_end_g``
+  (tight where the receiver waited: a pipeline's neighbours exchange both ways every micro-batch).
+
+Per pair, ``[L, U]`` by the interval rule on the lower and the upper ends separately (each side's
+k = n // 10 worst dropped); the estimate is the collectives' median d clipped into it, else its midpoint;
+the bound its distance to the farther end. A pair needs :data:`MIN_INSTANCES` pieces of evidence and
+L ≤ U. A host is then reached from the reference along the pairs whose bounds add up least (offsets and
+bounds add along the path; no drift). This estimate is used when the direct one above is not applied
+for want of shared collectives or being within its bound (a contradiction found directly stays refused).
+
+Example (the README's generated pipeline): host node003 (stage 1) shares data-parallel all-reduces with
+node002 and exchanges activations and gradients with node001 (stage 0), which shares all-reduces with the
+reference node000: node003 = node001 + (node003 − node001), each pair bounded by its narrowest transfers.
+
 Applied or refused, per host (``reason`` says which and why):
 
 * one host only, or the run names no host (or not one for every rank): nothing to align;
-* fewer than :data:`MIN_INSTANCES` instances shared with the reference: too little evidence;
+* fewer than :data:`MIN_INSTANCES` instances shared with the reference and no path through other hosts:
+  too little evidence;
 * L > U for the constant and for the line: the end times contradict any one offset or steady drift
   (a clock step, instances matched wrongly): left as traced;
 * ``|offset(t)| ≤ bound`` over the whole run: the offset is not told apart from zero; left as traced;
@@ -59,7 +80,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-from ddprof.analyses.collectives import arrivals
+from ddprof.analyses.collectives import arrivals, comm_rows
 from ddprof.analyses.frames.memo import Events, Prepared, collect, prepare
 from ddprof.analyses.frames.sets import rank_spans
 from ddprof.analyses.frames.windows import trace_windows
@@ -73,6 +94,8 @@ MIN_INSTANCES = 8
 #: Points the Theil–Sen slope is fitted on at most (evenly spread over the run): O(n²) pairs.
 _FIT_POINTS = 300
 _INST = ["group", "src", "dst", "index"]
+#: How the reason of a host whose evidence contradicts any one offset begins (such a host stays refused).
+_CONTRADICTION = "the collectives' end times disagree"
 
 
 @dataclass(frozen=True)
@@ -89,6 +112,7 @@ class HostClock:
     instances: int
     applied: bool
     reason: str
+    via: list[str] = field(default_factory=list)
 
     def max_offset_ns(self, first_ns: int, last_ns: int) -> float:
         slope = self.drift_ppm / 1e6
@@ -123,9 +147,11 @@ class ClockEstimate:
             if h.applied:
                 ahead = "ahead of" if h.offset_ns > 0 else "behind"
                 drift = f", drifting {h.drift_ppm:+.2f} ppm" if h.drift_ppm else ""
+                source = (f"{h.instances} collectives and send/recv transfers, through host(s) {', '.join(h.via)}"
+                          if h.via else f"{h.instances} collectives")
                 out.append(f"clocks: host {h.host}'s clock runs {abs(h.offset_ns) / NS_PER_US:,.1f} µs {ahead} "
-                           f"host {self.reference}'s (± {h.bound_ns / NS_PER_US:,.1f} µs, from {h.instances} "
-                           f"collectives{drift}); the timestamps of ranks {_ranks(h.ranks)} are aligned to it")
+                           f"host {self.reference}'s (± {h.bound_ns / NS_PER_US:,.1f} µs, from {source}"
+                           f"{drift}); the timestamps of ranks {_ranks(h.ranks)} are aligned to it")
         return out
 
 
@@ -183,7 +209,7 @@ def _fit(host: str, ranks: list[int], t: np.ndarray, d: np.ndarray, transfer: np
         offset, bound, excess = a, drift_bound, drift_excess
     clock = HostClock(host, ranks, round(offset), slope * 1e6 if drift else 0.0, t0, round(bound), n, False, "")
     if excess > 0:
-        why = (f"the collectives' end times disagree by {excess / NS_PER_US:,.1f} µs more than their transfer "
+        why = (f"{_CONTRADICTION} by {excess / NS_PER_US:,.1f} µs more than their transfer "
                "times allow, for any one offset or steady drift (a clock step, or instances matched wrongly): "
                "clocks left as traced")
         return HostClock(**{**vars(clock), "reason": why})
@@ -226,7 +252,8 @@ def estimate(events: Events, hosts: Mapping[int, str]) -> ClockEstimate:
 
 def _host_clocks(p: Prepared, named: dict[int, str], host_ranks: dict[str, list[int]], reference: str,
                  spans: pl.DataFrame) -> list[HostClock]:
-    """One :class:`HostClock` per host but the reference."""
+    """One :class:`HostClock` per host but the reference: the direct estimate, or where it is not applied
+    for want of evidence or of distance from zero, the one through other hosts (module doc)."""
     host_of = pl.DataFrame({"rank": list(named), "host": list(named.values())},
                            schema={"rank": pl.Int32(), "host": pl.String()})
     base = int(spans["first_ns"].min())  # type: ignore[arg-type]  # times as floats from here: relative
@@ -251,7 +278,129 @@ def _host_clocks(p: Prepared, named: dict[int, str], host_ranks: dict[str, list[
         out.append(_fit(host, host_ranks[host], rows["t"].to_numpy().astype(np.float64),
                         rows["d"].to_numpy().astype(np.float64), rows["transfer"].to_numpy().astype(np.float64),
                         span, base))
-    return out
+    if all(h.applied or h.reason.startswith(_CONTRADICTION) for h in out):
+        return out
+    paths = _paths(_pair_evidence(p, per_host, host_of, base), reference)
+    return [_through(h, paths.get(h.host), span, base) for h in out]
+
+
+@dataclass(frozen=True)
+class _Edge:
+    """The offset between two hosts, ``o_b − o_a``, from the evidence between them (module doc)."""
+
+    a: str
+    b: str
+    offset: float
+    bound: float
+    evidence: int
+
+
+def _pair_evidence(p: Prepared, per_host: pl.DataFrame, host_of: pl.DataFrame, base: int) -> list[_Edge]:
+    """Every pair of hosts with enough consistent evidence between them: collectives of any group (each
+    instance's hosts paired with its lowest host) and send/recv causality (module doc)."""
+    lows: dict[tuple[str, str], list[np.ndarray]] = {}
+    ups: dict[tuple[str, str], list[np.ndarray]] = {}
+    ds: dict[tuple[str, str], list[np.ndarray]] = {}
+    star = collect(
+        per_host.lazy().with_columns(pl.col("host").min().over(_INST).alias("__a"))
+        .join(per_host.lazy().select(*_INST, pl.col("host").alias("__a"), pl.col("end").alias("__a_end")),
+              on=[*_INST, "__a"], nulls_equal=True)
+        .filter(pl.col("host") != pl.col("__a"))
+        .select(pl.col("__a").alias("a"), pl.col("host").alias("b"), (pl.col("end") - pl.col("__a_end")).alias("d"),
+                "transfer")
+    )
+    for (a, b), g in star.group_by("a", "b"):
+        d, t = g["d"].to_numpy().astype(np.float64), g["transfer"].to_numpy().astype(np.float64)
+        key = (str(a), str(b))
+        lows.setdefault(key, []).append(d - t)
+        ups.setdefault(key, []).append(d + t)
+        ds.setdefault(key, []).append(d)
+    rows = comm_rows(p).lazy().filter((pl.col("match_op") == "sendrecv") & pl.col("src").is_not_null())
+    hosts = host_of.lazy()
+    sends = rows.filter(pl.col("rank") == pl.col("src")).select(*_INST, (pl.col("ts_ns") - base).alias("send_start"))
+    recvs = rows.filter(pl.col("rank") == pl.col("dst")).select(*_INST, (pl.col("ts_ns") + pl.col("dur_ns") - base)
+                                                                .alias("recv_end"))
+    pairs = collect(
+        sends.join(recvs, on=_INST, nulls_equal=True)
+        .join(hosts.select(pl.col("rank").alias("src"), pl.col("host").alias("g")), on="src")
+        .join(hosts.select(pl.col("rank").alias("dst"), pl.col("host").alias("h")), on="dst")
+        .filter(pl.col("g") != pl.col("h"))
+        .select("g", "h", (pl.col("recv_end") - pl.col("send_start")).alias("gap"))
+    )
+    for (g, h), grp in pairs.group_by("g", "h"):
+        gap = grp["gap"].to_numpy().astype(np.float64)
+        g, h = str(g), str(h)
+        if g < h:  # x = o_h − o_g ≤ recv_end_h − send_start_g
+            ups.setdefault((g, h), []).append(gap)
+        else:  # pair (h, g): x = o_g − o_h ≥ send_start_g − recv_end_h = −gap
+            lows.setdefault((h, g), []).append(-gap)
+    edges = []
+    for key in sorted(set(lows) | set(ups)):
+        lo = np.concatenate(lows.get(key, [np.empty(0)]))
+        up = np.concatenate(ups.get(key, [np.empty(0)]))
+        collectives = sum(len(d) for d in ds.get(key, []))
+        n = len(lo) + len(up) - collectives  # a collective bounds both sides; a send/recv pair one
+        if not len(lo) or not len(up) or n < MIN_INSTANCES:
+            continue
+        lower = float(np.sort(lo)[::-1][len(lo) // 10])
+        upper = float(np.sort(up)[len(up) // 10])
+        if lower > upper:
+            continue
+        mid = float(np.median(np.concatenate(ds[key]))) if ds.get(key) else (lower + upper) / 2
+        offset = min(max(mid, lower), upper)
+        edges.append(_Edge(key[0], key[1], offset, max(offset - lower, upper - offset, 0.0), n))
+    return edges
+
+
+def _paths(edges: list[_Edge], reference: str) -> dict[str, tuple[float, float, int, list[str]]]:
+    """Host -> (offset from the reference, bound, evidence, hosts passed through), along the path whose
+    bounds add up least (Dijkstra over :func:`_pair_evidence`'s pairs)."""
+    adj: dict[str, list[tuple[str, float, float, int]]] = {}
+    for e in edges:
+        adj.setdefault(e.a, []).append((e.b, e.offset, e.bound, e.evidence))
+        adj.setdefault(e.b, []).append((e.a, -e.offset, e.bound, e.evidence))
+    best: dict[str, tuple[float, float, int, list[str]]] = {reference: (0.0, 0.0, 0, [])}
+    todo = [(0.0, reference)]
+    done: set[str] = set()
+    while todo:
+        todo.sort()
+        bound, host = todo.pop(0)
+        if host in done:
+            continue
+        done.add(host)
+        offset, _, evidence, via = best[host]
+        for nxt, off, b, n in adj.get(host, []):
+            cand = (offset + off, bound + b, evidence + n, via + ([host] if host != reference else []))
+            if nxt not in best or cand[1] < best[nxt][1]:
+                best[nxt] = cand
+                todo.append((cand[1], nxt))
+    best.pop(reference)
+    return best
+
+
+def _through(direct: HostClock, path: tuple[float, float, int, list[str]] | None, span: tuple[int, int],
+             base: int) -> HostClock:
+    """The direct estimate where it is applied or refused for a contradiction; else the one through other
+    hosts when it tells the offset apart from zero (module doc)."""
+    if path is None and direct.instances < MIN_INSTANCES:
+        return HostClock(**{**vars(direct), "reason": direct.reason.replace(
+            ": clocks left as traced", ", and no other host links it to the reference (collectives of any "
+            "group, send/recv transfers: at least 8 bounding a pair of hosts on both sides): clocks left as traced")})
+    if direct.applied or path is None or direct.reason.startswith(_CONTRADICTION):
+        return direct
+    offset, bound, evidence, via = path
+    route = "directly" if not via else f"through host(s) {', '.join(via)}"
+    if abs(offset) <= bound:
+        if direct.instances >= MIN_INSTANCES:
+            return direct
+        why = (f"offset {abs(offset) / NS_PER_US:,.1f} µs, estimated {route} from {evidence} collectives and "
+               f"send/recv transfers, is within its bound ± {bound / NS_PER_US:,.1f} µs: not told apart from zero; "
+               "clocks left as traced")
+        return HostClock(direct.host, direct.ranks, round(offset), 0.0, base + span[0], round(bound), evidence,
+                         False, why, via)
+    return HostClock(direct.host, direct.ranks, round(offset), 0.0, base + span[0], round(bound), evidence, True,
+                     f"offset estimated {route} from {evidence} collectives and send/recv transfers, beyond "
+                     "their bound; aligned to the reference host's clock", via)
 
 
 def aligned_ts(corrections: Mapping[int, HostClock]) -> pl.Expr:

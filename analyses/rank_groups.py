@@ -5,7 +5,8 @@ one rank's events, sorted by rank first; so it is computed on the events of a gr
 (:func:`rank_groups`: consecutive ranks holding at most :data:`GROUP_EVENTS` events together, at least
 :data:`MIN_GROUP_RANKS` ranks), and the groups' rows, concatenated in rank order, are exactly the rows the whole run gives.
 Each group also leaves small per-rank summaries (:data:`SUMMARIES`: its collective rows, profiler steps,
-trace spans and windows, per-step bubbles, kernel totals) from which the cross-rank sections
+trace spans and windows, per-step bubbles, kernel totals, each rank's time blocked on point-to-point
+transfers) from which the cross-rank sections
 (collectives, bandwidth, stragglers, pipeline stages, top kernels) are computed
 (:func:`cross_rank_sections`). Peak memory: one group's events and frames, plus the summaries.
 
@@ -41,7 +42,7 @@ from ddprof.analyses.kernels import (
     kernels_by_step,
     top_kernels,
 )
-from ddprof.analyses.stragglers import stragglers
+from ddprof.analyses.stragglers import p2p_blocked, stragglers
 from ddprof.analyses.summaries import collectives_summary, summary
 
 from ddprof.errors import UsageError
@@ -79,7 +80,7 @@ COLUMNS = ["rank", "ts_ns", "dur_ns", "tid", "stream", "kind", "name", "step", "
 
 #: Derived frames the cross-rank sections read, kept per group and concatenated in rank order.
 SUMMARIES = {"comm_rows": comm_rows, "steps": steps, "rank_spans": rank_spans, "bubbles": bubbles,
-             "trace_windows": trace_windows}
+             "trace_windows": trace_windows, "p2p_blocked": p2p_blocked}
 
 
 def rank_groups(run: Run, budget: int | None = None) -> list[list[int]]:

@@ -1,6 +1,6 @@
-"""Stragglers: which ranks make the others wait at collectives (docs/DESIGN.md §3).
+"""Stragglers: which ranks make the others wait at collectives, named only when it is real (docs/DESIGN.md §3).
 
-Per collective instance seen on two or more ranks (:func:`collectives.arrivals`; point-to-point
+**Figures.** Per collective instance seen on two or more ranks (:func:`collectives.arrivals`; point-to-point
 transfers are left out: a receiver waiting for its sender is a pipeline dependency, measured by
 :mod:`analyses.bubbles`, not a straggler), the last arriver X (unique latest arrival) made each other
 rank r wait over ``[arrival_r, latest arrival)``. Per rank X:
@@ -17,39 +17,74 @@ rank r wait over ``[arrival_r, latest arrival)``. Per rank X:
 Example: rank 3 is last at two all-reduces of two groups in flight together: rank 0 enters them at 0 and
 2 ms, rank 3 at 10 and 11 ms. Rank 0 waited [0, 10) ∪ [2, 11) = [0, 11): 11 ms, not 10 + 9 = 19 ms.
 
-Rule naming the stragglers (robust and quiet on balanced runs): rank r is one when
+**Pipelines: what the schedule implies.** A rank of a pipeline waits for its neighbour stages by design
+(a later stage for activations, an earlier one for gradients); a rank held up that way arrives late at its
+data-parallel collective through no fault of its own. Each rank's *blocked* time is the time it had a
+point-to-point transfer in flight and no compute (``|U(p2p) − U(compute)|``, :func:`p2p_blocked`); at an
+instance, ``excused_r`` = r's blocked time since its previous instance of the same group (since its first
+event for the first), and its adjusted arrival is ``arrival_r − excused_r``. The wait X caused r there
+*beyond the schedule* is ``min(wait, adjusted_X − adjusted_r)`` (none when negative), summed as above
+(``wait_beyond_schedule_us``). Without point-to-point transfers nothing is excused and it equals
+``wait_caused_us``. Example: stage 1's rank 29 waits 3 ms longer than its data-parallel peers for the
+activations of a slow stage-0 rank, then reaches the all-reduce 3 ms after them: adjusted, it arrives with
+them and its 3 ms of wait caused are the schedule's, not its own.
 
-* ``wait_caused_r > median(others) + k · 1.4826 · MAD(others)`` (the other ranks' values, k = 3), and,
-  where that spread says little (fewer than 3 other ranks, or MAD = 0), also
-  ``wait_caused_r ≥ margin · median(others)`` (margin = 2: with 2 ranks, the one that caused twice the
-  other's wait, not merely more);
-* its mean wait per waiting rank ``≥ max(min_wait_us, min_share · basis)``, where basis is the run's time
-  (sum of the median rank's step durations, else the median rank's trace span);
-* ``wait_caused_r ≥ rel_to_worst · max_r' wait_caused_r'``.
+**Significant**: the last arrival does not merely rotate among the ranks by chance. Units: each step's
+instances of one process group (a slow moment makes a rank last at all the step's buckets: that counts
+once); where the ranks have one step or none, each instance is its own unit. Per (rank, unit), its
+*lateness* = the mean over the unit's instances of ``adjusted_r − median adjusted arrival of the
+instance``. Two one-sided tests, against the run's own variability:
 
-With k = 3, margin 2, 50 µs, 2 % and 0.5, a perfectly balanced run names nobody, neither does jitter
-that costs under 2 % of the run, two ranks that take turns being last are not named, and a rank that was
-last now and then is not named beside one that caused more than twice its wait.
+* lateness: ``t = mean_r / (s / √n_r)`` over r's n_r units, s the spread of every rank's unit lateness
+  about its own mean (pooled; ``dof = Σ_r (n_r − 1) · (R̄ − 1) / R̄``, R̄ the mean ranks per instance: with
+  two ranks one's lateness is the other's negated), p from Student's t (s = 0: p = 0 when mean > 0);
+* last arrivals: the units at which r's lateness is the largest, against the share chance gives
+  (``1/R_u`` at a unit of R_u ranks): p = P(K ≥ k), K Poisson-binomial over r's units.
+
+``p_value = min(1, K · min(p_t, p_last))`` (Bonferroni over the K tests made: the lateness test of each of
+the m ranks tested, and the last-arrival test of each rank whose units could give it a p of at most
+``alpha / 2m`` (Tarone): with 2 ranks and 2 steps, being last at both has p 0.25 at best, so that test
+cannot name anyone and does not dilute the other; there, K = m and p_last is not used): the chance that a
+run where the last arrival only rotates shows some rank this consistently late.
+Significant when ``p_value ≤ alpha`` (:data:`ALPHA`, 0.05).
+
+**Material**: ``wait_share_pct`` = the wait beyond the schedule per waiting rank, as a share of the run's
+time (the median rank's steps added up; its trace span without steps), i.e. per step as a share of the
+mean step: at least :data:`MIN_SHARE_PCT` (2 %). A rank that costs the others less is not where a step's
+time goes, however consistently late it is.
+
+A rank is a straggler when it is both. Example: 4 ranks, 3 steps of 10 ms, rank 2 arrives 400 µs after
+the others at every step (none late otherwise): lateness 400 µs at every unit, s = 0 -> p_t = 0,
+significant; each other rank waits 400 µs per step, 4 % of a step ≥ 2 % -> rank 2 is named. Two ranks
+taking turns to be last (rank 0's lateness +1.2, −0.8, +0.4 ms over 3 steps, half the gap between them)
+-> s = 1.42 ms with 2 dof, t = 0.32, p_t = 0.39 (the last-arrival test, 0.125 at best, is not made):
+p_value = min(1, 2 · 0.39) = 0.78, not named, whatever the wait.
 """
 
 from __future__ import annotations
 
+import math
+from functools import lru_cache
 from typing import Any
 
 import msgspec
 import numpy as np
 import polars as pl
-from ddprof.analyses.collectives import arrivals
-from ddprof.analyses.frames.intervals import union_lengths
-from ddprof.analyses.frames.memo import Events, Prepared, collect, derived
-from ddprof.analyses.frames.sets import rank_spans, steps
+from ddprof.analyses.collectives import arrivals, comm_rows
+from ddprof.analyses.frames.intervals import merge, subtract, union_lengths
+from ddprof.analyses.frames.memo import Events, Prepared, collect, derived, prepare
+from ddprof.analyses.frames.sets import rank_spans, steps, work
 from ddprof.analyses.sections import Section
 
 from ddprof.report.display import Column, Table
 from ddprof.report.schema import Stragglers
-from ddprof.vocabulary.units import NS_PER_US, fmt_ranks, fmt_us
+from ddprof.vocabulary.units import NS_PER_US, fmt_pct, fmt_us
 
 _INST = ["group", "src", "dst", "index"]
+#: Family-wise significance level of the straggler tests (module doc).
+ALPHA = 0.05
+#: Least wait beyond the schedule, per waiting rank, as a share of the run's time, that names a straggler (%).
+MIN_SHARE_PCT = 2.0
 
 
 @derived
@@ -58,14 +93,84 @@ def multi_rank_arrivals(p: Prepared) -> pl.DataFrame:
     return collect(arrivals(p).lazy().filter((pl.len().over(_INST) > 1) & (pl.col("match_op") != "sendrecv")))
 
 
-def _waits_caused(p: Prepared) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(rank, times_last) per last arriver, and (rank, wait_caused_us, waiting_ranks) from the union of
-    each waiting rank's wait intervals (module doc)."""
+@derived
+def p2p_blocked(p: Prepared) -> pl.DataFrame:
+    """Per rank, the disjoint intervals it had a point-to-point transfer (send/recv with a known peer) in
+    flight and no compute running, ``U(p2p) − U(compute)``: rank, start, end, and ``before_ns``, the
+    rank's blocked time before the interval. Example: recv [0, 10) with compute [4, 6) -> [0, 4) and
+    [6, 10), before_ns 0 and 4."""
+    p2p = comm_rows(p).lazy().filter((pl.col("match_op") == "sendrecv") & pl.col("src").is_not_null())
+    spans = p2p.select("rank", pl.col("ts_ns").alias("start"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"))
+    if collect(spans.select(pl.len())).item() == 0:
+        return pl.DataFrame(schema={"rank": pl.Int32(), "start": pl.Int64(), "end": pl.Int64(), "before_ns": pl.Int64()})
+    ranks = collect(spans.select(pl.col("rank").unique()))
+    compute = work(p).lazy().filter(pl.col("role") == "compute").join(ranks.lazy(), on="rank").select("rank", "start", "end")
+    return collect(
+        subtract(merge(spans, ["rank"]), compute, ["rank"])
+        .sort("rank", "start")
+        .with_columns((pl.col("end") - pl.col("start")).cum_sum().shift(1, fill_value=0).over("rank").alias("before_ns"))
+    )
+
+
+def _blocked_before(at: pl.LazyFrame, blocked: pl.DataFrame, column: str) -> pl.LazyFrame:
+    """``at`` with ``__b_<column>``: each rank's blocked time before the instant in ``column``."""
+    b = blocked.lazy().select("rank", pl.col("start").alias("__bs"), pl.col("end").alias("__be"), "before_ns")
+    out = f"__b_{column}"
+    return (
+        at.sort(column).join_asof(b.sort("__bs"), left_on=column, right_on="__bs", by="rank", strategy="backward",
+                   check_sortedness=False)
+        .with_columns(pl.when(pl.col("__bs").is_null()).then(0)
+                      .otherwise(pl.col("before_ns") + pl.min_horizontal(pl.col(column), pl.col("__be")) - pl.col("__bs"))
+                      .alias(out))
+        .drop("__bs", "__be", "before_ns")
+    )
+
+
+@derived
+def adjusted_arrivals(p: Prepared) -> pl.DataFrame:
+    """:func:`multi_rank_arrivals` with, per (instance, rank): ``excused_ns`` (blocked time since the rank's
+    previous instance of the group: module doc), ``adjusted_ns = arrival_ns − excused_ns``, ``lateness_ns``
+    = adjusted_ns − the instance's median adjusted arrival, and ``unit``: the step its ranks were in (the
+    earliest, where they differ), or null (the instance is its own unit)."""
     multi = multi_rank_arrivals(p).lazy()
+    first = rank_spans(p).lazy().select("rank", pl.col("first_ns").alias("__from"))
+    at = (
+        multi.sort("arrival_ns")
+        .with_columns(pl.col("end_ns").shift(1).over(["group", "rank"]).alias("__prev"))
+        .join(first, on="rank", how="left")
+        .with_columns(pl.coalesce("__prev", "__from", "arrival_ns").alias("__from"))
+        .with_columns(pl.min_horizontal("__from", "arrival_ns").alias("__from"))
+        .drop("__prev")
+    )
+    blocked = p2p_blocked(p)
+    if blocked.height:
+        at = _blocked_before(_blocked_before(at, blocked, "arrival_ns"), blocked, "__from").with_columns(
+            (pl.col("__b_arrival_ns") - pl.col("__b___from")).alias("excused_ns")).drop("__b_arrival_ns", "__b___from")
+    else:
+        at = at.with_columns(pl.lit(0, dtype=pl.Int64).alias("excused_ns"))
+    st = steps(p).lazy().select("rank", pl.col("start").alias("__ss"), pl.col("end").alias("__se"), pl.col("step").alias("__step"))
+    return collect(
+        at.drop("__from").sort("arrival_ns")
+        .join_asof(st.sort("__ss"), left_on="arrival_ns", right_on="__ss", by="rank", strategy="backward",
+                   check_sortedness=False)
+        .with_columns(pl.when(pl.col("arrival_ns") < pl.col("__se")).then(pl.col("__step")).alias("__step"))
+        .with_columns(pl.col("__step").min().over(_INST).cast(pl.Int64).alias("unit"),
+                      (pl.col("arrival_ns") - pl.col("excused_ns")).alias("adjusted_ns"))
+        .with_columns((pl.col("adjusted_ns") - pl.col("adjusted_ns").median().over(_INST)).alias("lateness_ns"))
+        .drop("__ss", "__se", "__step")
+        .sort(*_INST, "rank", nulls_last=True)
+    )
+
+
+def _waits_caused(p: Prepared) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(rank, times_last) per last arriver, and (rank, wait_caused_us, waiting_ranks,
+    wait_beyond_schedule_us) from the union of each waiting rank's wait intervals (module doc)."""
+    multi = adjusted_arrivals(p).lazy()
     last = collect(
         multi.group_by(_INST)
         .agg(pl.col("rank").filter(pl.col("wait_ns") == 0).alias("__lasts"),
-             pl.col("arrival_ns").max().alias("__latest"))
+             pl.col("arrival_ns").max().alias("__latest"),
+             pl.col("adjusted_ns").filter(pl.col("wait_ns") == 0).first().alias("__latest_adj"))
         .filter(pl.col("__lasts").list.len() == 1)
         .with_columns(pl.col("__lasts").list.first().alias("last"))
         .drop("__lasts")
@@ -74,21 +179,28 @@ def _waits_caused(p: Prepared) -> tuple[pl.DataFrame, pl.DataFrame]:
     intervals = collect(
         multi.join(last, on=_INST, nulls_equal=True)
         .filter(pl.col("rank") != pl.col("last"))
-        .select("last", "rank", pl.col("arrival_ns").alias("start"), pl.col("__latest").alias("end"))
+        .select("last", "rank", pl.col("arrival_ns").alias("start"), pl.col("__latest").alias("end"),
+                (pl.col("arrival_ns") + pl.max_horizontal(0, pl.min_horizontal(
+                    pl.col("__latest") - pl.col("arrival_ns"), pl.col("__latest_adj") - pl.col("adjusted_ns"))))
+                .alias("__beyond_end"))
     )
     per_waiter = union_lengths(intervals, ["last", "rank"], {"wait_ns": pl.lit(True)})
+    beyond = union_lengths(intervals.drop("end").rename({"__beyond_end": "end"}), ["last", "rank"],
+                           {"beyond_ns": pl.lit(True)})
     caused = collect(
         per_waiter.lazy().group_by(pl.col("last").alias("rank"))
         .agg((pl.col("wait_ns").sum() / NS_PER_US).alias("wait_caused_us"),
              (pl.col("wait_ns") > 0).sum().cast(pl.Int64).alias("waiting_ranks"))
+        .join(beyond.lazy().group_by(pl.col("last").alias("rank"))
+              .agg((pl.col("beyond_ns").sum() / NS_PER_US).alias("wait_beyond_schedule_us")), on="rank", how="left")
     )
     return times, caused
 
 
 @derived
 def per_rank(p: Prepared) -> pl.DataFrame:
-    """Per rank: times_last, wait_caused_us, waiting_ranks, instances, step_us, and the run's time basis
-    (``__steps_total_us``, ``__span_ns``) the straggler rule reads."""
+    """Per rank: times_last, wait_caused_us, waiting_ranks, instances, step_us, wait_beyond_schedule_us,
+    and the run's time basis (``__steps_total_us``, ``__span_ns``) the straggler rule reads."""
     times, caused = _waits_caused(p)
     seen = multi_rank_arrivals(p).lazy().group_by("rank").agg(pl.len().alias("instances"))
     step_times = (
@@ -102,11 +214,127 @@ def per_rank(p: Prepared) -> pl.DataFrame:
         spans.join(times.lazy(), on="rank", how="left").join(caused.lazy(), on="rank", how="left")
         .join(seen, on="rank", how="left").join(step_times, on="rank", how="left")
         .select("rank", "times_last", "wait_caused_us", "waiting_ranks", "instances", "step_us",
-                "__steps_total_us", "__span_ns")
+                "wait_beyond_schedule_us", "__steps_total_us", "__span_ns")
         .with_columns(pl.col("times_last", "waiting_ranks", "instances").fill_null(0),
-                      pl.col("wait_caused_us").fill_null(0.0))
+                      pl.col("wait_caused_us", "wait_beyond_schedule_us").fill_null(0.0))
         .sort("rank")
     )
+
+
+# --- the tests (module doc) ---------------------------------------------------------------------------------
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """The continued fraction of the regularized incomplete beta function (modified Lentz)."""
+    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        m2 = 2 * m
+        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+            d = 1.0 + aa * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + aa / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+            last = d * c
+        if abs(last - 1.0) < 1e-13:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def t_sf(t: float, dof: float) -> float:
+    """P(T ≥ t) for Student's t with ``dof`` degrees of freedom. Example: t_sf(2.0, 4) = 0.058."""
+    if math.isinf(t):
+        return 0.0 if t > 0 else 1.0
+    tail = 0.5 * _betainc(dof / 2.0, 0.5, dof / (dof + t * t))
+    return tail if t >= 0 else 1.0 - tail
+
+
+@lru_cache(maxsize=256)
+def _binomial_pmf(n: int, ranks: int) -> np.ndarray:
+    """P(K = k), k = 0..n, for K ~ Binomial(n, 1/ranks)."""
+    k = np.arange(n + 1)
+    q = 1.0 / ranks
+    logc = np.array([math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) for i in range(n + 1)])
+    with np.errstate(divide="ignore"):
+        return np.exp(logc + k * math.log(q) + (n - k) * (math.log1p(-q) if q < 1 else -np.inf))
+
+
+@lru_cache(maxsize=256)
+def _last_tail(counts: tuple[tuple[int, int], ...]) -> np.ndarray:
+    """P(K ≥ k), k = 0..n, K the number of units a rank is last at by chance: ``counts`` = ((ranks at the
+    unit, units), ...), K a sum of Binomial(units, 1/ranks)."""
+    pmf = np.ones(1)
+    for ranks, n in counts:
+        pmf = np.convolve(pmf, _binomial_pmf(n, ranks))
+    return np.minimum(1.0, np.cumsum(pmf[::-1])[::-1])
+
+
+def significance(p: Prepared) -> pl.DataFrame:
+    """Per rank with units: units, last_units, chance_last_pct, lateness_us, p_t, p_last, and p_last_min,
+    the least p_last its units allow (last at every one) (module doc)."""
+    adj = adjusted_arrivals(p)
+    schema = {"rank": pl.Int32(), "units": pl.Int64(), "last_units": pl.Int64(), "chance_last_pct": pl.Float64(),
+              "lateness_us": pl.Float64(), "p_t": pl.Float64(), "p_last": pl.Float64(), "p_last_min": pl.Float64()}
+    if adj.height == 0:
+        return pl.DataFrame(schema=schema)
+    by_step = collect(adj.lazy().group_by("rank").agg(pl.col("unit").drop_nulls().n_unique())).get_column("unit").max()
+    unit = pl.col("unit") if (by_step or 0) > 1 else pl.lit(None, dtype=pl.Int64)
+    keyed = adj.lazy().with_columns(
+        pl.when(unit.is_not_null()).then(pl.struct(pl.col("group"), unit.alias("u"), pl.lit(None, dtype=pl.Int64).alias("i")))
+        .otherwise(pl.struct(pl.col("group"), pl.lit(None, dtype=pl.Int64).alias("u"), pl.col("index").alias("i")))
+        .alias("__unit"))
+    units = collect(
+        keyed.group_by("__unit", "rank").agg(pl.col("lateness_ns").mean().alias("late"))
+        .with_columns(pl.len().over("__unit").alias("n_ranks"),
+                      (pl.col("late") == pl.col("late").max().over("__unit")).alias("__max"))
+        .with_columns((pl.col("__max") & (pl.col("__max").sum().over("__unit") == 1)
+                       & (pl.col("n_ranks") > 1)).alias("is_last"))
+        .filter(pl.col("n_ranks") > 1)
+    )
+    per = collect(
+        units.lazy().with_columns((pl.col("late") - pl.col("late").mean().over("rank")).alias("__res"))
+        .group_by("rank").agg(
+            pl.len().alias("units"), pl.col("is_last").sum().cast(pl.Int64).alias("last_units"),
+            (100.0 / pl.col("n_ranks")).mean().alias("chance_last_pct"),
+            (pl.col("late").mean() / NS_PER_US).alias("lateness_us"),
+            (pl.col("__res") ** 2).sum().alias("__ss"),
+            pl.col("n_ranks").value_counts().alias("__sizes"))
+        .sort("rank")
+    )
+    ranks_per_instance = float(collect(adj.lazy().group_by(_INST).len().select(pl.col("len").mean())).item())
+    dof = float((per["units"] - 1).sum()) * (ranks_per_instance - 1) / ranks_per_instance
+    s = math.sqrt(float(per["__ss"].sum()) / dof) / NS_PER_US if dof > 0 else None
+    p_t, p_last, floor = [], [], []
+    for row in per.iter_rows(named=True):
+        mean, n = row["lateness_us"], row["units"]
+        if s is None or n < 1:
+            p_t.append(1.0)
+        elif s == 0:
+            p_t.append(0.0 if mean > 0 else 1.0)
+        else:
+            p_t.append(t_sf(mean / (s / math.sqrt(n)), dof))
+        counts = tuple(sorted((int(v["n_ranks"]), int(v["count"])) for v in row["__sizes"]))
+        tail = _last_tail(counts)
+        p_last.append(float(tail[row["last_units"]]))
+        floor.append(float(tail[-1]))
+    return per.drop("__ss", "__sizes").with_columns(pl.Series("p_t", p_t, pl.Float64()),
+                                                    pl.Series("p_last", p_last, pl.Float64()),
+                                                    pl.Series("p_last_min", floor, pl.Float64())).cast(schema)
 
 
 def _number(value: object, what: str) -> float:
@@ -117,57 +345,92 @@ def _number(value: object, what: str) -> float:
     return float(value)
 
 
-def straggler_table(events: Events, k: float = 3.0, margin: float = 2.0, min_wait_us: float = 50.0,
-                    min_share: float = 0.02, rel_to_worst: float = 0.5) -> pl.DataFrame:
-    """Per rank: times_last, wait_caused_us, waiting_ranks, instances, step_us, is_straggler (rule in the
-    module doc).
+def straggler_table(events: Events, alpha: float = ALPHA, min_share_pct: float = MIN_SHARE_PCT) -> pl.DataFrame:
+    """Per rank: times_last, wait_caused_us, waiting_ranks, instances, step_us, wait_beyond_schedule_us,
+    units, last_units, chance_last_pct, lateness_us, p_value, wait_share_pct, significant, material,
+    is_straggler (rule in the module doc).
 
-    Example: 4 ranks, wait caused 0, 0, 0 and 2,700 µs (900 µs to each of 3 ranks) over a 10 ms run ->
-    rank 3 exceeds median(others) + 3·MAD(others) = 0 and 2 · median(others) = 0; its 900 µs per waiting
-    rank pass max(50, 0.02 · 10,000) = 200 µs, and 2,700 ≥ 0.5 · 2,700. With 2 ranks that caused 5 and
-    6 ms, neither is named (6 < 2 · 5).
+    Example: 4 ranks, 3 steps of 10 ms; rank 3 arrives 900 µs after the others at each step's one
+    all-reduce -> lateness 900 µs at 3 of 3 units with no spread: p_value 0; each of 3 others waited
+    900 µs a step, 9 % of a step: named. With 2 ranks last in turn, p_value 1: nobody is named.
     """
-    t = per_rank(events)
+    p = prepare(events)
+    t = per_rank(p)
+    cols = ["units", "last_units", "chance_last_pct", "lateness_us", "p_value", "wait_share_pct", "significant",
+            "material", "is_straggler"]
     if t.height == 0:
-        return t.with_columns(pl.lit(False).alias("is_straggler")).drop("__steps_total_us", "__span_ns")
+        return t.with_columns(pl.lit(0).alias("units"), pl.lit(0).alias("last_units"),
+                              *(pl.lit(None, dtype=pl.Float64).alias(c) for c in cols[2:6]),
+                              *(pl.lit(False).alias(c) for c in cols[6:])).drop("__steps_total_us", "__span_ns")
     steps_total = t["__steps_total_us"].drop_nulls()
     basis = (_number(steps_total.median(), "the median rank's step total") if steps_total.len()
              else _number(t["__span_ns"].median() or 0, "the median rank's trace span") / NS_PER_US)
-    x = t["wait_caused_us"].to_numpy().astype(np.float64)
-    waiting = t["waiting_ranks"].to_numpy()
-    per_waiter = np.divide(x, waiting, out=np.zeros_like(x), where=waiting > 0)
-    floor = max(min_wait_us, min_share * basis)
-    worst = x.max()
-    flags = []
-    for i, xi in enumerate(x):  # NumPy per rank: a Polars call per value would cost more than the work
-        others = np.delete(x, i)
-        if not len(others):
-            flags.append(False)
-            continue
-        med = float(np.median(others))
-        mad = float(np.median(np.abs(others - med)))
-        stands_out = xi > med + k * 1.4826 * mad
-        if len(others) < 3 or mad == 0:
-            stands_out = stands_out and xi >= margin * med
-        flags.append(bool(stands_out and per_waiter[i] >= floor and xi >= rel_to_worst * worst))
-    return t.with_columns(pl.Series("is_straggler", flags)).drop("__steps_total_us", "__span_ns")
+    sig = significance(p)
+    m = int(sig.filter(pl.col("units") > 0).height)
+    # Tarone: a last-arrival test that could not reach alpha even at its least p is left out of the family
+    counted = (pl.col("p_last_min") * 2 * m <= alpha).fill_null(False)
+    family = m + int(sig.select(counted.sum()).item() or 0) if m else 0
+    return (
+        t.join(sig, on="rank", how="left")
+        .with_columns(pl.col("units", "last_units").fill_null(0),
+                      pl.when(pl.col("p_t").is_not_null())
+                      .then(pl.min_horizontal(pl.lit(1.0), family * pl.when(counted)
+                                              .then(pl.min_horizontal("p_t", "p_last")).otherwise(pl.col("p_t"))))
+                      .alias("p_value"),
+                      pl.when((pl.col("waiting_ranks") > 0) & (basis > 0))
+                      .then(100.0 * pl.col("wait_beyond_schedule_us") / pl.col("waiting_ranks") / basis)
+                      .otherwise(0.0).alias("wait_share_pct"))
+        .with_columns((pl.col("p_value") <= alpha).fill_null(False).alias("significant"),
+                      (pl.col("wait_share_pct") >= min_share_pct).alias("material"))
+        .with_columns((pl.col("significant") & pl.col("material")).alias("is_straggler"))
+        .drop("__steps_total_us", "__span_ns", "p_t", "p_last", "p_last_min")
+    )
 
 
-def stragglers(events: Events, **rule: float) -> dict[str, object]:
-    """The report section: ``{ranks: [...], per_rank: [{rank, times_last, wait_caused_us, waiting_ranks,
-    instances, step_us}]}``."""
-    t = straggler_table(events, **rule)
+def stragglers(events: Events, alpha: float = ALPHA, min_share_pct: float = MIN_SHARE_PCT) -> dict[str, object]:
+    """The report section: ``{ranks: [...], alpha, min_share_pct, unit, per_rank: [{rank, times_last,
+    wait_caused_us, waiting_ranks, instances, step_us, wait_beyond_schedule_us, units, last_units,
+    chance_last_pct, lateness_us, p_value, wait_share_pct, significant, material}]}``."""
+    p = prepare(events)
+    t = straggler_table(p, alpha, min_share_pct)
+    adj = adjusted_arrivals(p)
+    per_step = not adj.height or collect(adj.lazy().group_by("rank").agg(pl.col("unit").drop_nulls().n_unique())
+                                      .select(pl.col("unit").max())).item() > 1
     return {
         "ranks": t.filter(pl.col("is_straggler"))["rank"].to_list(),
+        "alpha": alpha,
+        "min_share_pct": min_share_pct,
+        "unit": "step" if per_step else "instance",
         "per_rank": t.drop("is_straggler").to_dicts(),
     }
 
 
+def _share(x: float) -> str:
+    return f"{x:.1f} %" if x < 10 else f"{x:.0f} %"
+
+
+def _p_is(x: float | None) -> str:
+    text = fmt_p(x)
+    return f"p {text}" if text.startswith("<") else f"p = {text}"
+
+
+def fmt_p(x: float | None) -> str:
+    """A straggler test's p-value, as the verdicts and the table say it: "< 0.001", "0.0197", "1", "-"."""
+    return "-" if x is None else ("< 0.001" if x < 0.001 else f"{x:.3g}")
+
+
 def straggler_verdicts(report: dict[str, Any]) -> list[str]:
     """Per straggler X: the wall-clock time each other rank spent waiting for X at collectives, on average
-    over the ranks that waited (``wait_caused_us / waiting_ranks``), per step when the run has steps.
-    Each rank's wait is a union of time intervals, so the figure per step never exceeds a step's length.
-    Example: 3 other ranks waited 300, 300 and 290 ms for rank 2 over 3 steps -> 98.9 ms per step."""
+    over the ranks that waited (``wait_caused_us / waiting_ranks``), per step when the run has steps, and the
+    part beyond the pipeline schedule where that is less. Each rank's wait is a union of time intervals, so
+    the figure per step never exceeds a step's length. Example: 3 other ranks waited 300, 300 and 290 ms for
+    rank 2 over 3 steps -> 98.9 ms per step.
+
+    Without a straggler, why not: nobody waited; or the last arrival rotates (the ranks last most often,
+    with their share of the units, and the p-value); or the most consistent late-comer costs too little
+    (its share of a step against :data:`MIN_SHARE_PCT`). Example: "no straggler: the last arrival rotates
+    (rank 0 last at 67 %, rank 1 at 33 % of 3 steps; p = 0.982, named at ≤ 0.05); the most waited for, rank 0,
+    cost 27 % of a step"."""
     nsteps = len(report["run"].get("steps") or [])
     st = msgspec.convert(report["stragglers"], Stragglers)
     per = {p.rank: p for p in st.per_rank}
@@ -180,9 +443,39 @@ def straggler_verdicts(report: dict[str, Any]) -> list[str]:
         waiters = p.waiting_ranks or 1
         wait = p.wait_caused_us / waiters / max(nsteps, 1)
         who = "the other rank" if waiters == 1 else f"each of the {waiters} other ranks"
-        out.append(f"rank {r} is the straggler: {who} spent {fmt_us(wait)} {when} on average waiting for it "
-                   f"at collectives (wall-clock; last at {p.times_last} of {p.instances} collectives)")
-    return out or ["no straggler: no rank keeps the others waiting at collectives"]
+        line = (f"rank {r} is the straggler: {who} spent {fmt_us(wait)} {when} on average waiting for it "
+                f"at collectives (wall-clock; last at {p.times_last} of {p.instances} collectives)")
+        if p.wait_beyond_schedule_us < 0.99 * p.wait_caused_us:
+            line += (f"; {fmt_us(p.wait_beyond_schedule_us / waiters / max(nsteps, 1))} of it beyond what "
+                     "the pipeline schedule implies")
+        out.append(line)
+    if out:
+        return out
+    waited = [p for p in per.values() if p.wait_caused_us > 0]
+    if not waited:
+        return ["no straggler: no rank keeps the others waiting at collectives"]
+    n = max((p.units for p in per.values()), default=0)
+    units = ("collectives" if st.unit != "step" else "steps" if not nsteps or n <= nsteps
+             else "(step, process group) units")
+    most = max(waited, key=lambda p: (p.wait_share_pct or 0.0, p.rank))
+    cost = f"cost the others {_share(most.wait_share_pct or 0.0)} of a step"
+    significant = [p for p in per.values() if p.significant]
+    if significant:
+        late = max(significant, key=lambda p: (p.wait_share_pct or 0.0, p.rank))
+        return [f"no straggler: rank {late.rank} arrives late consistently (lateness {fmt_us(late.lateness_us)}, "
+                f"last at {late.last_units} of {late.units} {units}; {_p_is(late.p_value)}) but its wait "
+                f"{'beyond the pipeline schedule ' if late.wait_beyond_schedule_us < 0.99 * late.wait_caused_us else ''}"
+                f"costs the others {_share(late.wait_share_pct or 0.0)} of a step, under the "
+                f"{st.min_share_pct:g} % that names a straggler"]
+    lasts = sorted((p for p in per.values() if p.last_units), key=lambda p: (-p.last_units, p.rank))
+    shown = ", ".join(f"rank {p.rank}" + (" last" if i == 0 else "") + f" at {100 * p.last_units / max(p.units, 1):.0f} %"
+                      for i, p in enumerate(lasts[:4])) + (", ..." if len(lasts) > 4 else "")
+    best = min((p.p_value for p in per.values() if p.p_value is not None), default=None)
+    top = lasts[0] if lasts else None
+    rotates = (f"the last arrival rotates ({shown} of {n} {units}" if top and top.last_units < top.units
+               else f"no rank is late beyond chance ({shown + ' of ' if top else ''}{n} {units}")
+    return [f"no straggler: {rotates}; {_p_is(best)}, named at ≤ {st.alpha:g}); the most waited for, "
+            f"rank {most.rank}, {cost}"]
 
 
 # --- the report's sections this module computes (ddprof.analyses.sections) ------------------------------------------
@@ -191,10 +484,22 @@ def _stragglers(report: dict[str, Any]) -> Stragglers:
     return msgspec.convert(report["stragglers"], Stragglers)
 
 
+def _named(ranks: list[int]) -> str:
+    """"rank 0", "ranks 0, 3" or "none": a bare number would read like a count of stragglers."""
+    if not ranks:
+        return "none"
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    shown = ", ".join(map(str, ranks[:6])) + (", ..." if len(ranks) > 6 else "")
+    return f"ranks {shown}" if len(ranks) <= 6 else f"{len(ranks)} ranks: {shown}"
+
+
 STRAGGLERS_TABLE = Table(
-    lambda r: f"Stragglers: {fmt_ranks(st.ranks) if (st := _stragglers(r)).ranks else 'none'}",
+    lambda r: f"Stragglers: {_named(_stragglers(r).ranks)}",
     (Column("rank", "rank"), Column("times last", "times_last"), Column("collectives", "instances"),
-     Column("wait caused", "wait_caused_us", fmt_us), Column("mean step", "step_us", fmt_us)),
+     Column("wait caused", "wait_caused_us", fmt_us), Column("mean step", "step_us", fmt_us),
+     Column("lateness", "lateness_us", fmt_us), Column("p", "p_value", fmt_p),
+     Column("% of step", "wait_share_pct", fmt_pct)),
     rows=lambda r: [p for p in _stragglers(r).per_rank if p.instances], at=40)
 
 SECTIONS = (

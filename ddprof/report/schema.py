@@ -209,7 +209,8 @@ class StepTimeRow(Row):
 
 
 class StragglerRank(Row):
-    """How often one rank arrived last at a collective, and what it cost the others."""
+    """How often one rank arrived last at a collective, what it cost the others, and the evidence the
+    straggler decision weighs (analyses/stragglers.py: significant and material)."""
 
     rank: Rank
     times_last: Annotated[int, Meta(description="collective instances this rank arrived at last")]
@@ -217,12 +218,40 @@ class StragglerRank(Row):
     waiting_ranks: Annotated[int, Meta(description="ranks that waited for it")]
     instances: Annotated[int, Meta(description="collective instances it took part in")]
     step_us: Annotated[float | None, Meta(description="its mean step time, µs")]
+    wait_beyond_schedule_us: Annotated[float, Meta(description=(
+        "the part of wait_caused_us its own waiting on pipeline neighbours (point-to-point transfers in "
+        "flight, no compute) does not explain, µs; equal to wait_caused_us without point-to-point "
+        "transfers"))] = 0.0
+    units: Annotated[int, Meta(description=(
+        "independent occasions compared: its steps, per process group (each instance where the ranks "
+        "have one step or none)"))] = 0
+    last_units: Annotated[int, Meta(description="units at which its mean lateness was the largest")] = 0
+    chance_last_pct: Annotated[float | None, Meta(description=(
+        "share of its units it would be last at by chance (mean of 1 / ranks at the unit), %"))] = None
+    lateness_us: Annotated[float | None, Meta(description=(
+        "mean over its units of its arrival (pipeline waits taken off) behind the instance's median "
+        "arrival, µs; negative when early"))] = None
+    p_value: Annotated[float | None, Meta(description=(
+        "chance that a run whose last arrival only rotates shows a rank this consistently late: the "
+        "smaller p of its lateness t-test and its last-arrival binomial test, times the tests made over the "
+        "ranks (Bonferroni; a last-arrival test too weak to reach alpha is not made), at most 1"))] = None
+    wait_share_pct: Annotated[float | None, Meta(description=(
+        "wait_beyond_schedule_us per waiting rank as a share of the run's time (the median rank's steps "
+        "added up): per step, of the mean step, %"))] = None
+    significant: Annotated[bool, Meta(description="p_value ≤ alpha: it is late beyond chance")] = False
+    material: Annotated[bool, Meta(description="wait_share_pct ≥ min_share_pct: its wait is a real share of "
+                                               "the step")] = False
 
 
 class Stragglers(Row):
-    """The ranks that stand out (median + MAD rule) and every rank's figures."""
+    """The stragglers (ranks both significantly and materially late) and every rank's figures."""
 
-    ranks: Annotated[list[int], Meta(description="the stragglers")] = []
+    ranks: Annotated[list[int], Meta(description="the stragglers: significant and material")] = []
+    alpha: Annotated[float, Meta(description="family-wise significance level a p_value must reach")] = 0.05
+    min_share_pct: Annotated[float, Meta(description=(
+        "least wait_share_pct that is material, % of a step"))] = 2.0
+    unit: Annotated[str, Meta(description=(
+        "what the tests take as independent: step (each step's instances of a process group) or instance"))] = "step"
     per_rank: list[StragglerRank] = []
 
 
@@ -306,9 +335,14 @@ class HostClockRow(Row):
     drift_ppm: float
     t0_ns: int
     bound_ns: Annotated[int, Meta(description="the estimate's error bound, ns")]
-    instances: Annotated[int, Meta(description="collectives shared with the reference host")]
+    instances: Annotated[int, Meta(description=(
+        "collectives shared with the reference host; through other hosts, the collectives and send/recv "
+        "transfers along the path"))]
     applied: bool
     reason: str
+    via: Annotated[list[str], Meta(description=(
+        "hosts the estimate passes through (collectives of any group, send/recv transfers); empty when "
+        "estimated from what the host shares with the reference"))] = []
 
 
 class Clocks(Row):

@@ -35,6 +35,21 @@ def test_slow_rank_is_the_straggler(ddp_report):
     assert ddp_report["verdicts"][0].startswith(f"rank {SLOW_RANK} is the straggler")
 
 
+def test_healthy_ddp_names_no_straggler(tmp_path):
+    """The same job without a slow rank: on a busy machine some rank is last at every bucket and the others
+    wait milliseconds for it (often 5-40 % of a step), but which rank rotates from step to step: nobody is
+    named. (Under pure chance a run names one with probability at most 5 %, the test's level; the healthy
+    captures measured never came near: p 0.125 and above.)"""
+    run_dir = tmp_path / "run"
+    run_example("ddp", run_dir, 3, "--steps", "6", "--wait", "1", "--warmup", "1", "--active", "3", "--wait-ingest")
+    report = build_report(ddprof.open_run(run_dir))
+    st = report["stragglers"]
+    assert st["ranks"] == [], report["verdicts"]
+    assert sum(p["times_last"] for p in st["per_rank"]) > 0 and all(p["units"] == 3 for p in st["per_rank"])
+    assert any(v.startswith("no straggler: ") for v in report["verdicts"]), report["verdicts"]
+    assert "Stragglers: none" in render_text(report)
+
+
 def test_cpu_sections(ddp_report):
     assert ddp_report["run"]["device"] == "cpu" and ddp_report["idle"] == []
     assert all(o["device"] == "cpu" and o["comm_us"] > 0 for o in ddp_report["overlap"])

@@ -133,7 +133,7 @@ def test_render_text_fits_100_columns_and_starts_with_the_run_then_the_verdicts(
     assert lines[verdicts - 1] == "" and lines[verdicts + 2].startswith("* rank 2 is the straggler")
     assert max(len(line) for line in lines) <= 100
     for title in ("Communication / computation overlap", "Temporal breakdown", "Idle time by stream",
-                  "Stragglers: 2", "Time without compute per device step", "Collectives", "Bandwidth per op and size"):
+                  "Stragglers: rank 2", "Time without compute per device step", "Collectives", "Bandwidth per op and size"):
         assert any(line.startswith(title) for line in lines), title
     # "bubble" is pipeline vocabulary: a data-parallel run has no pipeline
     assert "bubble" not in text.lower()
