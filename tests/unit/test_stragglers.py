@@ -169,6 +169,7 @@ def test_section_table_title_names_ranks(tmp_path):
 def test_report_fields_typed(tmp_path: Path):
     """Every per-rank figure and the decision's evidence are in the report's declared record."""
     import msgspec
+
     from ddprof.report.schema import Stragglers
 
     report = build_report(ingest_generated(DataParallel(), tmp_path))
