@@ -23,7 +23,8 @@ from ddprof.analyses.collectives import comm_rows
 from ddprof.analyses.frames.lengths import window_lengths
 from ddprof.analyses.frames.memo import Events, Prepared, collect, derived, prepare
 from ddprof.analyses.frames.stepwindows import step_word
-from ddprof.analyses.sections import Section
+from ddprof.analyses.sections import CrossRank, Section
+from ddprof.analyses.summaries import json_rows
 
 from ddprof.report.display import Column, Table
 from ddprof.report.schema import BubbleRow, BubbleStepSummary, PipelineRow, rows
@@ -85,6 +86,7 @@ def _chains(edges: list[tuple[int, int]], first_send: dict[int, bool]) -> list[l
     return chains
 
 
+@derived
 def pipeline_stages(events: Events) -> pl.DataFrame:
     """Per rank of an inferred pipeline: pipeline (its stage-0 rank), stage, stages P, micro_batches M,
     bubble_pct (mean over steps) and theoretical_pct = 100·(P−1)/(M+P−1).
@@ -229,9 +231,20 @@ NO_COMPUTE_TABLE = Table(
     (*_BUBBLE_COLUMNS, Column("no compute", "bubble_us", fmt_us), Column("no compute %", "bubble_pct", fmt_pct)),
     rows=rank_bubbles, when=lambda r: not r.get("pipeline"), at=50)
 
+def bubble_table(cross: CrossRank) -> pl.DataFrame:
+    """The ``bubbles`` detail table: each rank's per-step rows (computed per group), with its pipeline stage
+    and the schedule's theoretical bubble where pipelines were found."""
+    stages = pipeline_stages(cross.p)
+    if not stages.height:
+        return cross.frames["bubbles"]
+    return cross.frames["bubbles"].join(
+        stages.select("rank", "stage", "stages", "micro_batches", "theoretical_pct"), on="rank", how="left")
+
+
 SECTIONS = (
     Section("bubbles", {"per_rank": [], "worst": []}, summary=(("rank",), ("bubble_us", "bubble_pct"), "bubble_pct"),
             tables=(PIPELINE_BUBBLES_TABLE, NO_COMPUTE_TABLE), verdict=bubble_verdicts, verdict_at=50,
-            record=BubbleStepSummary, detail=BubbleRow, order=50),
-    Section("pipeline", record=list[PipelineRow], when_absent=[], order=180),
+            record=BubbleStepSummary, detail=BubbleRow, order=50, cross_table=bubble_table),
+    Section("pipeline", record=list[PipelineRow], when_absent=[], order=180,
+            cross=lambda cross: json_rows(pipeline_stages(cross.p))),
 )

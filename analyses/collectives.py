@@ -27,6 +27,7 @@ import polars as pl
 from ddprof.analyses.frames.memo import Events, Prepared, collect, derived
 from ddprof.analyses.frames.sets import kernels
 from ddprof.analyses.sections import Section
+from ddprof.analyses.summaries import collectives_summary, json_rows
 
 from ddprof.report.display import Column, Table
 from ddprof.report.schema import BandwidthRow, CollectiveRow, Collectives, rows
@@ -94,6 +95,7 @@ def arrivals(p: Prepared) -> pl.DataFrame:
     )
 
 
+@derived
 def collectives(events: Events, world_size: int | None = None) -> pl.DataFrame:
     """One row per collective instance (docs/DESIGN.md §3).
 
@@ -236,7 +238,10 @@ BANDWIDTH_TABLE = Table(
 
 SECTIONS = (
     Section("collectives", {"instances": 0, "by_op": [], "worst": []}, tables=(COLLECTIVES_TABLE,),
-            record=Collectives, detail=CollectiveRow, order=70),
+            record=Collectives, detail=CollectiveRow, order=70,
+            cross_table=lambda cross: collectives(cross.p, cross.world_size).drop("ops_seen"),
+            cross=lambda cross: collectives_summary(cross.tables["collectives"])),
     Section("bandwidth", [], tables=(BANDWIDTH_TABLE,), verdict=bandwidth_verdicts, verdict_at=60,
-            record=list[BandwidthRow], order=80),
+            record=list[BandwidthRow], order=80,
+            cross=lambda cross: json_rows(bandwidth(collectives(cross.p, cross.world_size)))),
 )

@@ -23,6 +23,7 @@ import polars as pl
 from ddprof.analyses.frames.memo import Events, Prepared, collect, derived, prepare
 from ddprof.analyses.frames.sets import kernels, steps
 from ddprof.analyses.sections import Section
+from ddprof.analyses.summaries import json_rows
 
 from ddprof.report.schema import KernelRow, KernelStepRow, KernelStepSummary
 from ddprof.vocabulary.units import NS_PER_US
@@ -106,7 +107,8 @@ def kernels_by_step(events: Events, n: int = TOP_N) -> pl.DataFrame:
 # --- the report's sections this module computes (ddprof.analyses.sections) ------------------------------------------
 
 SECTIONS = (
-    Section("kernels", [], record=list[KernelRow], order=120),
+    Section("kernels", [], record=list[KernelRow], order=120, cross=lambda cross: json_rows(top_kernels(cross.p))),
     Section("kernels_by_step", {"per_kernel": [], "worst": []}, summary=(("name", "kind"), ("total_us",), "total_us"),
-            record=KernelStepSummary, detail=KernelStepRow, order=130),
+            record=KernelStepSummary, detail=KernelStepRow, order=130,
+            cross_table=lambda cross: kernels_by_step(cross.p)),
 )

@@ -28,22 +28,15 @@ from typing import Any
 
 import polars as pl
 from ddprof.analyses import sections
-from ddprof.analyses.bubbles import bubbles, pipeline_stages
+from ddprof.analyses.bubbles import bubbles
 from ddprof.analyses.clocks import ClockEstimate, align, estimate, run_hosts
-from ddprof.analyses.collectives import bandwidth, collective_warnings, collectives, comm_rows
+from ddprof.analyses.collectives import collective_warnings, collectives, comm_rows
 from ddprof.analyses.comm_kernels import comm_kernel_counts
 from ddprof.analyses.frames.memo import Prepared, prepare
 from ddprof.analyses.frames.sets import rank_spans, steps
 from ddprof.analyses.frames.windows import trace_windows, window_counts, windows_frame
-from ddprof.analyses.kernels import (
-    add_totals,
-    kernel_step_totals,
-    kernel_totals,
-    kernels_by_step,
-    top_kernels,
-)
-from ddprof.analyses.stragglers import p2p_blocked, stragglers
-from ddprof.analyses.summaries import collectives_summary, summary
+from ddprof.analyses.kernels import add_totals, kernel_step_totals, kernel_totals
+from ddprof.analyses.summaries import json_rows, summary
 
 from ddprof.errors import UsageError
 from ddprof.report.tables import AnalysisReport, null_nonfinite
@@ -80,7 +73,12 @@ COLUMNS = ["rank", "ts_ns", "dur_ns", "tid", "stream", "kind", "name", "step", "
 
 #: Derived frames the cross-rank sections read, kept per group and concatenated in rank order.
 SUMMARIES = {"comm_rows": comm_rows, "steps": steps, "rank_spans": rank_spans, "bubbles": bubbles,
-             "trace_windows": trace_windows, "p2p_blocked": p2p_blocked}
+             "trace_windows": trace_windows}
+
+
+def summaries() -> dict[str, Any]:
+    """:data:`SUMMARIES` and the frames the sections declare they keep (``Section.keeps``), by name."""
+    return {**SUMMARIES, **sections.KEPT}
 
 
 def rank_groups(run: Run, budget: int | None = None) -> list[list[int]]:
@@ -152,7 +150,7 @@ def _idle(p: Prepared) -> dict[str, Any]:
 
 
 def _summaries(p: Prepared) -> dict[str, Any]:
-    return {name: frame(p) for name, frame in SUMMARIES.items() if name != "bubbles"}
+    return {name: frame(p) for name, frame in summaries().items() if name != "bubbles"}
 
 
 def per_rank_frames(p: Prepared) -> dict[str, pl.DataFrame]:
@@ -225,10 +223,6 @@ def merge(results: list[dict[str, pl.DataFrame]]) -> dict[str, pl.DataFrame]:
     return out
 
 
-def json_rows(df: pl.DataFrame) -> list[dict[str, Any]]:
-    """Rows as JSON-ready dicts: NaN/inf (in float columns) become null. Converted column by column."""
-    columns = null_nonfinite(df).to_dict(as_series=False)
-    return [dict(zip(columns, values)) for values in zip(*columns.values())]
 
 
 def cross_rank_sections(frames: dict[str, pl.DataFrame], world_size: int | None) -> AnalysisReport:
@@ -237,30 +231,19 @@ def cross_rank_sections(frames: dict[str, pl.DataFrame], world_size: int | None)
     step or per collective instance are detail tables (:data:`.sections.DETAIL`, NaN as null)
     and, in the sections, their summaries (:mod:`.summaries`)."""
     p = Prepared(pl.LazyFrame(schema={c: EVENT_SCHEMA[c] for c in COLUMNS}))
-    for name, frame in SUMMARIES.items():
+    for name, frame in summaries().items():
         p.provide(frame, frames[name])
     p.provide(kernel_totals, frames["kernel_totals"])
     p.provide(kernel_step_totals, frames["kernel_step_totals"])
+    cross = sections.CrossRank(p, world_size, frames, {})
+    tables = {k: frames[k] for k in sections.PER_RANK if k in sections.STEP_SECTIONS}
+    tables.update({s.name: s.cross_table(cross) for s in sections.SECTIONS if s.cross_table is not None})
+    cross.tables.update({k: null_nonfinite(v) for k, v in tables.items()})
     out: dict[str, Any] = {k: json_rows(frames[k]) for k in sections.PER_RANK if k not in sections.STEP_SECTIONS}
-    stages = pipeline_stages(p)
-    bub = frames["bubbles"]
-    if stages.height:
-        bub = bub.join(stages.select("rank", "stage", "stages", "micro_batches", "theoretical_pct"),
-                       on="rank", how="left")
-    coll = collectives(p, world_size)
-    tables = {k: null_nonfinite(frames[k]) for k in sections.PER_RANK if k in sections.STEP_SECTIONS}
-    tables.update({"bubbles": null_nonfinite(bub), "collectives": null_nonfinite(coll.drop("ops_seen")),
-                   "kernels_by_step": null_nonfinite(kernels_by_step(p))})
-    out.update({name: summary(name, tables[name]) for name in sections.STEP_SECTIONS})
-    out.update({
-        "pipeline": json_rows(stages),
-        "stragglers": stragglers(p),
-        "collectives": collectives_summary(tables["collectives"]),
-        "bandwidth": json_rows(bandwidth(coll)),
-        "collective_warnings": collective_warnings(coll),
-        "kernels": json_rows(top_kernels(p)),
-    })
-    return AnalysisReport(out, tables, names=sections.DETAIL)
+    out.update({name: summary(name, cross.tables[name]) for name in sections.STEP_SECTIONS})
+    out.update({s.name: s.cross(cross) for s in sections.SECTIONS if s.cross is not None})
+    out["collective_warnings"] = collective_warnings(collectives(p, world_size))
+    return AnalysisReport(out, dict(cross.tables), names=sections.DETAIL)
 
 
 def _comm_summary(run_dir: str | Path, ranks: list[int]) -> dict[str, pl.DataFrame]:

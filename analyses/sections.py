@@ -6,8 +6,11 @@ report has no such key), the record its value is (``record``, a type of :mod:`dd
 :class:`ddprof.report.schema.Row` of the module's own; ``when_absent``: what a report without the key reads
 as), the record of the rows of its detail table (``detail``: its per-step or per-instance rows, written as
 Parquet beside the report), the function that computes its rows from one group of ranks' events
-(``per_rank``, on the thread of its ``family``: :func:`.rank_groups.per_rank_frames`; None for a section
-computed across ranks, in :func:`.rank_groups.cross_rank_sections`), how its rows per step are summarised
+(``per_rank``, on the thread of its ``family``: :func:`.rank_groups.per_rank_frames`), or across ranks from
+the groups' small per-rank summaries (``cross``: its value; ``cross_table``: its detail table, for a section
+whose per-step or per-instance rows are computed across ranks; both take a :class:`CrossRank`, and
+``keeps`` names the derived frames every group keeps for them beyond the common ones,
+:func:`.rank_groups.cross_rank_sections`), how its rows per step are summarised
 when they are a detail table (``summary``: keys, measures, the measure the run's worst steps are chosen by:
 :mod:`.summaries`), whether :func:`.report.analyse` computes it from the events (``analysed``; the others
 come from the run's manifest, its clocks or its Flight Recorder dumps), how it is shown (``tables``:
@@ -35,14 +38,10 @@ without a cycle (a module that read a derived name while the walk imports it is 
 ImportError that says so). The names are derived once, under a lock (the families' frames run on threads,
 which may be the first to ask), and the same declarations found again give the same objects.
 
-Not declared here yet: how a section computed across ranks is computed. :func:`.rank_groups.cross_rank_sections`
-computes ``pipeline``, ``stragglers``, ``collectives``, ``bandwidth`` and ``kernels`` (and the per-rank
-``bubbles`` joined with the pipeline stages) on the groups' summaries, because they share work that is not a
-memoised frame: the collective instances (``collectives(p, world_size)``) feed ``collectives``, its detail
-table, ``bandwidth`` and the run's warnings, and the pipeline stages feed ``pipeline`` and the ``bubbles``
-detail table. A builder per section would match the instances again for each (the costliest cross-rank step)
-unless those two become derived frames of :mod:`.collectives` and :mod:`.bubbles`; then each section can
-declare its cross-rank builder here like its per-rank one.
+Sections computed across ranks share work through derived frames of the summaries' :class:`Prepared`: the
+collective instances (``collectives(p, world_size)``) feed ``collectives``, its detail table, ``bandwidth``
+and the run's warnings, and the pipeline stages feed ``pipeline`` and the ``bubbles`` detail table; each is
+computed once whichever builder asks first.
 
 Why the tables are declared with their section and not in the core beside the records: a section is
 declared once, with its verdict rule (an analysis, which the core may not import); the types they are
@@ -68,6 +67,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 import polars as pl
+from ddprof.analyses.frames.memo import Prepared
 from msgspec import Meta
 
 from ddprof.report.display import Table, ordered
@@ -76,6 +76,19 @@ from ddprof.report.schema import parse as parse_as
 
 #: ``empty`` of a section that a report with no traced run does not hold.
 ABSENT: Any = object()
+
+
+@dataclass(frozen=True)
+class CrossRank:
+    """What a section computed across ranks is computed from: ``p``, whose derived frames are the run's per-rank
+    summaries (its events are empty: no event is read across ranks), the run's world size, the per-rank
+    frames of every group in rank order (``frames``, by section or summary name), and the detail tables
+    (``tables``: filled before any ``cross`` builder runs, NaN as null)."""
+
+    p: Prepared
+    world_size: int | None
+    frames: dict[str, pl.DataFrame]
+    tables: dict[str, pl.DataFrame]
 
 
 @dataclass(frozen=True)
@@ -95,6 +108,9 @@ class Section:
     when_absent: Any = msgspec.NODEFAULT
     detail: type[Row] | None = None
     order: int = 1_000
+    cross: Callable[[CrossRank], Any] | None = None
+    cross_table: Callable[[CrossRank], pl.DataFrame] | None = None
+    keeps: tuple[Callable[..., pl.DataFrame], ...] = ()  # derived frames of a group's events, by function
 
 
 # --- the fixed fields of every report, around its sections ----------------------------------------------
@@ -112,7 +128,7 @@ FIXED: tuple[str, ...] = tuple(name for name, _ in (*_HEAD, *_TAIL))
 
 #: The names derived from the declarations (module doc), set on first use.
 _DERIVED = ("SECTIONS", "EMPTY_SECTIONS", "SECTION_ORDER", "PER_RANK", "STEP_SECTIONS", "TABLE_ROWS", "DETAIL",
-            "Report")
+            "KEPT", "Report")
 _discovering = False
 _lock = threading.RLock()
 
@@ -192,6 +208,8 @@ def _set(sections: tuple[Section, ...]) -> None:
             # Each detail table and the record of its rows; their names.
             "TABLE_ROWS": details,
             "DETAIL": tuple(details),
+            # The derived frames the groups keep for the sections computed across ranks, by name.
+            "KEPT": {f.__name__: f for s in sections for f in s.keeps},
             "Report": _report_record(sections),
         }
         _derived_before.append(names)

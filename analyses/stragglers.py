@@ -504,5 +504,6 @@ STRAGGLERS_TABLE = Table(
 
 SECTIONS = (
     Section("stragglers", {"ranks": [], "per_rank": []}, tables=(STRAGGLERS_TABLE,), verdict=straggler_verdicts,
-            verdict_at=20, record=Stragglers, order=60),
+            verdict_at=20, record=Stragglers, order=60, cross=lambda cross: stragglers(cross.p),
+            keeps=(p2p_blocked,)),
 )

@@ -25,6 +25,12 @@ from ddprof.analyses import sections
 
 from ddprof.report.tables import null_nonfinite
 
+
+def json_rows(df: pl.DataFrame) -> list[dict[str, Any]]:
+    """Rows as JSON-ready dicts: NaN/inf (in float columns) become null. Converted column by column."""
+    columns = null_nonfinite(df).to_dict(as_series=False)
+    return [dict(zip(columns, values)) for values in zip(*columns.values())]
+
 #: Steps listed by name per section, the worst first (whatever the ranks: the JSON stays bounded).
 WORST_STEPS = 5
 #: Collective instances kept whole in the JSON, the largest arrival skew first: the text report's table.

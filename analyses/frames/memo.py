@@ -40,8 +40,8 @@ class Derived(Generic[T]):
         self._signature = inspect.signature(compute)
         functools.update_wrapper(self, compute)
 
-    def __call__(self, events: Events, *args: Hashable) -> T:
-        bound = self._signature.bind(None, *args)  # defaults filled in: f(e) and f(e, default) are one frame
+    def __call__(self, events: Events, *args: Hashable, **kwargs: Hashable) -> T:
+        bound = self._signature.bind(None, *args, **kwargs)  # defaults filled in: f(e) and f(e, default) are one frame
         bound.apply_defaults()
         return prepare(events).get(self, *bound.args[1:])
 

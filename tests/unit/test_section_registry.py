@@ -1,8 +1,8 @@
 """A new report section is one module plus its test (docs/DESIGN.md §5): the registry
 (:mod:`ddprof.analyses.sections`) finds a module's ``SECTIONS`` on the analyses package's path, and the section
 is then computed per group of ranks, kept in the report, typed in the report's record and the JSON Schema, its
-per-step rows written as a detail table with their summary in the JSON, its table drawn in the text report
-and its verdict said in its place: here, with one module written into a folder added to the package's path
+per-step rows written as a detail table with their summary in the JSON, a section computed across ranks from
+a frame each group keeps, its table drawn in the text report and its verdict said in its place: here, with one module written into a folder added to the package's path
 and no other file changed."""
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ WIDGETS = textwrap.dedent('''
     import polars as pl
     from msgspec import Meta
 
-    from ddprof.analyses.frames.memo import Events, collect, prepare
-    from ddprof.analyses.sections import Section
+    from ddprof.analyses.frames.memo import Events, Prepared, collect, derived, prepare
+    from ddprof.analyses.sections import CrossRank, Section
     from ddprof.report.display import Column, Table
     from ddprof.report.schema import Distribution, Rank, Row, Step, WorstStep, rows
 
@@ -91,6 +91,27 @@ WIDGETS = textwrap.dedent('''
         return [f"rank {top.rank} traced the most widgets ({top.events} events)"]
 
 
+    @derived
+    def widget_counts(p: Prepared) -> pl.DataFrame:
+        """Per rank, its events: the summary every group keeps for the section computed across ranks."""
+        return widgets(p)
+
+
+    class WidgetSpread(Row):
+        """Across ranks: who traced the most events, and by how much the ranks differ."""
+
+        most: Annotated[int | None, Meta(description="the rank with the most events (the lowest on a tie)")]
+        spread: Annotated[int, Meta(description="most events minus fewest, over the ranks")]
+
+
+    def widget_spread(cross: CrossRank) -> dict[str, Any]:
+        """The spread of the groups' kept counts, computed across ranks (no event is read here)."""
+        counts = widget_counts(cross.p).sort(["events", "rank"], descending=[True, False])
+        if not counts.height:
+            return {"most": None, "spread": 0}
+        return {"most": counts["rank"][0], "spread": int(counts["events"].max() - counts["events"].min())}
+
+
     WIDGETS_TABLE = Table("Widgets per rank", (Column("rank", "rank"), Column("widgets", "events")),
                           rows=lambda r: rows(r["widgets"], WidgetRow), at=35)
 
@@ -100,6 +121,8 @@ WIDGETS = textwrap.dedent('''
         Section("widgets_by_step", {"per_rank": [], "worst": []}, widgets_by_step, "steps",
                 summary=(("rank",), ("events",), "events"), record=WidgetStepSummary, detail=WidgetStepRow,
                 order=156),
+        Section("widget_spread", {"most": None, "spread": 0}, record=WidgetSpread, order=157, cross=widget_spread,
+                keeps=(widget_counts,)),
     )
 ''')
 
@@ -138,7 +161,7 @@ def _events(run) -> pl.DataFrame:
 def test_a_section_module_is_found_and_its_section_computed(with_widgets, run):
     declared = [s.name for s in sections.SECTIONS]
     at = declared.index("health")  # placed by its order: after health (150), before breakdown_by_step (160)
-    assert declared[at:at + 4] == ["health", "widgets", "widgets_by_step", "breakdown_by_step"]
+    assert declared[at:at + 5] == ["health", "widgets", "widgets_by_step", "widget_spread", "breakdown_by_step"]
     assert "widgets" in sections.PER_RANK and "widgets_by_step" in sections.STEP_SECTIONS
     assert sections.EMPTY_SECTIONS["widgets"] == [] and "widgets_by_step" in sections.DETAIL
 
@@ -158,9 +181,14 @@ def test_a_section_module_is_found_and_its_section_computed(with_widgets, run):
     assert summary["worst"][0]["value"] == by_step["len"].max()
     assert '"widgets_by_step": {' in report_json(report)
 
+    # computed across ranks, from the frame each group kept for it
+    most = per_rank.sort(["len", "rank"], descending=[True, False]).row(0)
+    assert report["widget_spread"] == {"most": most[0], "spread": per_rank["len"].max() - per_rank["len"].min()}
+
     # typed: the report's record is assembled with the new fields, and refuses a drifting row
     typed = sections.parse(report)
     assert typed.widgets[0].rank == 0 and typed.widgets_by_step.per_rank[0].events.total is not None
+    assert typed.widget_spread.spread == report["widget_spread"]["spread"]
     bad = json.loads(json.dumps(report))
     bad["widgets"][1]["events"] = "many"
     with pytest.raises(msgspec.ValidationError, match=r"\$\.widgets\[1\]\.events"):
