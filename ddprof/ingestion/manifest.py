@@ -90,7 +90,7 @@ def build_manifest(results: dict[str, FileResult], rank_map: dict[str, int] | No
     for r in ok:
         info = per_rank.setdefault(str(r.rank), {
             "parts": [], "sources": [], "events": 0, "kernels": 0, "comm_kernels": 0, "comm_events": 0,
-            "steps": [], "windows": [], "notices": [], "dropped": {},
+            "steps": [], "windows": [], "notices": [], "dropped": {}, "accelerator_events": {},
             "first_ns": r.first_ns, "last_ns": r.last_ns, "base_time_ns": r.base_time_ns,
             "device_names": r.device_names, "gpu": r.gpu, "warnings": [],
         })
@@ -105,6 +105,8 @@ def build_manifest(results: dict[str, FileResult], rank_map: dict[str, int] | No
         info["notices"].extend(r.notices)
         for why, n in r.dropped.items():
             info["dropped"][why] = info["dropped"].get(why, 0) + n
+        for cat, n in r.accelerator_events.items():
+            info["accelerator_events"][cat] = info["accelerator_events"].get(cat, 0) + n
         info["last_ns"] = max(info["last_ns"] or 0, r.last_ns or 0)
         info["gpu"] = info["gpu"] or r.gpu
         info["warnings"].extend(r.warnings)
