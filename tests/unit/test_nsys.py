@@ -347,3 +347,36 @@ def test_a_file_of_several_ranks_is_reused_from_the_cache_whole(exports, tmp_pat
     again = ddprof.ingest([exports["h100_2gpu_1s"]], tmp_path / "run")
     assert again.ranks == [0, 1] and sorted(again.manifest["sources"]) == [f"{key}#0", f"{key}#1"]
     assert [p.stat().st_mtime_ns for p in parts] == stamps  # nothing parsed again
+
+
+# ------------------------------------------------------------------ collectives without NCCL metadata
+
+
+def test_a_real_export_s_collectives_are_matched_by_comm_stream_position(exports):
+    """mfu_2gpu_before: rank 0's 33 ncclDevKernel_SendRecv run on its stream 7, rank 1's on its stream 15
+    (no NCCL metadata). They were two groups of one rank each; as each process's first communication
+    stream they are one group, and the k-th kernel of each rank is the same transfer."""
+    report = ddprof.analyze(exports["mfu_2gpu_before"])
+    coll = report["collectives"]
+    assert coll["instances"] == 33 and [r["count"] for r in coll["by_op"]] == [33]
+    assert {(w["pg"], tuple(w["ranks_seen"])) for w in coll["worst"]} == {("comm stream #0", (0, 1))}
+    assert not any("not seen on every rank" in w for w in report["run"]["warnings"])
+
+
+NCCL_AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+
+
+@pytest.mark.parametrize("streams, groups", [
+    # two communicators: the k-th comm stream of each process by id, whatever the ids
+    ({7: (7, 20), 8: (15, 31)}, {"comm stream #0", "comm stream #1"}),
+    # not as many comm streams on each process: each stream stays its own group
+    ({7: (7, 20), 8: (15,)}, {"stream 7", "stream 20", "stream 15"}),
+])
+def test_comm_streams_are_matched_by_position_only_when_every_process_has_as_many(tmp_path, streams, groups):
+    kernels = [(pid, dev, stream, 10_000 * (k + 1) + 1_000 * i, 10_000 * (k + 1) + 1_000 * i + 500, 0, NCCL_AR)
+               for dev, (pid, ss) in enumerate(streams.items()) for i, stream in enumerate(ss) for k in range(3)]
+    report = ddprof.analyze(tiny_export(tmp_path / "two.sqlite", kernels=kernels), cache=tmp_path / "run")
+    worst = report["collectives"]["worst"]
+    assert {w["pg"] for w in worst} == groups
+    if len(groups) == 2:
+        assert report["collectives"]["instances"] == 6 and all(w["ranks_seen"] == [0, 1] for w in worst)
