@@ -39,6 +39,9 @@ Findings, in the order the report lists them (codes are API):
 * ``rounded_timestamps``: every timestamp and duration of the rank is a whole microsecond (exports that
   rounded Kineto's fractional µs), over at least :data:`MIN_ROUNDED_ROWS` rows (``count``: the rows checked,
   on a GPU rank its GPU work, launches and steps).
+* ``no_message_sizes``: communication a rank recorded with no message size (an Nsight Systems export has no
+  NCCL metadata; a kernel made communication by its name alone): its collectives are matched and timed, but
+  no bandwidth is computed for them (``count``: such rows, ``example``: the first one's name).
 * ``outside_steps``: work of a rank with ``ProfilerStep#N`` annotations that falls in no step.
 
 Example: a rank with 120 ``cudaLaunchKernel`` calls and no kernel ->
@@ -74,7 +77,7 @@ MIN_ROUNDED_ROWS: Final = 20
 
 ORDER: Final = ("gpu_not_captured", "accelerator_not_analysed", "events_lost", "missing_ranks", "clock_offset", "dropped_events",
                 "profiler_notices", "untraced_gaps", "graph_capture", "graph_kernels", "stream_overlap",
-                "rounded_timestamps", "outside_steps")
+                "rounded_timestamps", "no_message_sizes", "outside_steps")
 HEADLINE: Final = frozenset({"gpu_not_captured", "accelerator_not_analysed", "events_lost", "missing_ranks"})
 
 AFFECTS: Final = {
@@ -101,6 +104,8 @@ AFFECTS: Final = {
                       "affected)",
     "rounded_timestamps": "idle and overlap: times are ±0.5 µs; gaps under 1 µs vanish and back-to-back "
                           "kernels may touch or overlap",
+    "no_message_sizes": "bandwidth: no message size was recorded for this communication (no collective "
+                        "metadata), so no bandwidth is computed for it; collectives are still matched and timed",
     "outside_steps": "per-step overlap, breakdown, idle and bubbles leave this work out; the whole-trace "
                      "sections include it",
 }
@@ -201,6 +206,12 @@ def rounded_timestamps(p: Prepared) -> list[dict[str, Any]]:
             if w and n >= MIN_ROUNDED_ROWS]
 
 
+def no_message_sizes(p: Prepared) -> list[dict[str, Any]]:
+    """Communication rows (``kind == "comm"``) without a message size (``bytes`` null), per rank."""
+    rows = collect(p.events.filter((pl.col("kind") == "comm") & pl.col("bytes").is_null()).select("rank", "ts_ns", "name"))
+    return [_row("no_message_sizes", r, n, ex) for r, (n, ex) in sorted(_first(rows).items())]
+
+
 def outside_steps(p: Prepared) -> list[dict[str, Any]]:
     """Work rows with no step on ranks that have steps (GPU work by name; CPU work by its role)."""
     stepped = steps(p).select("rank").unique()
@@ -297,7 +308,7 @@ def health(events: Events, *, ranks: Sequence[int] | None = None, world_size: in
     runtime = _runtime(p)
     rows = [*gpu_not_captured(p, runtime), *accelerator_not_analysed(ingest or {}), *from_ingest(ingest or {}), *missing_ranks(ranks or [], world_size),
             *clock_offsets(clocks), *untraced_gaps(p), *graph_capture(runtime), *graph_kernels(p, runtime),
-            *stream_overlap(p), *rounded_timestamps(p), *outside_steps(p)]
+            *stream_overlap(p), *rounded_timestamps(p), *no_message_sizes(p), *outside_steps(p)]
     rank_key = lambda f: -1 if f["rank"] is None else f["rank"]  # noqa: E731
     return sorted(rows, key=lambda f: (ORDER.index(f["finding"]), rank_key(f)))
 

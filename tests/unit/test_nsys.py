@@ -138,8 +138,12 @@ def test_a_generated_run_as_an_export_reports_what_its_kineto_traces_report(tmp_
     assert nsys["status"] == "ok" and nsys["run"]["ranks"] == kineto["run"]["ranks"] == [0, 1, 2, 3]
     assert nsys["run"]["steps"] == kineto["run"]["steps"]
     # every section but those of the collectives' metadata (message sizes, groups), which an export lacks
-    for section in sorted(set(kineto) - {"run", "verdicts", "collectives", "bandwidth"}):
+    for section in sorted(set(kineto) - {"run", "verdicts", "collectives", "bandwidth", "health"}):
         assert nsys[section] == kineto[section], section
+    # the health section says why the export has no bandwidth: each rank's collectives have no message size
+    sizes = [h for h in nsys["health"] if h["finding"] == "no_message_sizes"]
+    assert [h for h in nsys["health"] if h["finding"] != "no_message_sizes"] == kineto["health"]
+    assert [h["rank"] for h in sizes] == [0, 1, 2, 3] and all(h["count"] > 0 for h in sizes)
     assert nsys["verdicts"] == [v for v in kineto["verdicts"] if "bus bandwidth" not in v]
     assert nsys["stragglers"] and nsys["overlap"] and nsys["step_times"]["per_rank"]
     assert [r["kernels"] for r in nsys["run"]["per_rank"]] == [r["kernels"] for r in kineto["run"]["per_rank"]]
@@ -361,6 +365,9 @@ def test_a_real_export_s_collectives_are_matched_by_comm_stream_position(exports
     assert coll["instances"] == 33 and [r["count"] for r in coll["by_op"]] == [33]
     assert {(w["pg"], tuple(w["ranks_seen"])) for w in coll["worst"]} == {("comm stream #0", (0, 1))}
     assert not any("not seen on every rank" in w for w in report["run"]["warnings"])
+    sizes = {h["rank"]: h for h in report["health"] if h["finding"] == "no_message_sizes"}
+    assert sorted(sizes) == [0, 1] and {h["count"] for h in sizes.values()} == {33} and report["bandwidth"] == []
+    assert sizes[0]["affects"].startswith("bandwidth: no message size was recorded")
 
 
 NCCL_AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
