@@ -23,7 +23,6 @@ from ddprof.analyses.stragglers import straggler_verdicts
 
 from ddprof.report.schema import Hang, RunSection, Stragglers, field_of, parse
 
-
 #: Sections whose verdicts read the timeline as the device's work: not said for a run whose accelerator's
 #: activity was not analysed (:func:`ddprof.analyses.health.accelerator_unread`).
 HOST_AS_DEVICE = frozenset({"overlap", "idle", "bubbles"})

@@ -32,10 +32,10 @@ from ddprof.readers.source import quick_digest
 from ddprof.store.atomic import write_atomic
 from ddprof.store.rundir import rank_dir
 from ddprof.store.schema import GPU_KINDS, STEP_PREFIX, step_number, validate
-from ddprof.vocabulary.devices import ACCELERATOR_CAT_PATTERN
 from ddprof.store.timeline_summary import lanes, summary_path, write_summary
 from ddprof.store.windows import gap_threshold_ns, split_windows
 from ddprof.vocabulary.collective_ops import CommRule, kernel_rules
+from ddprof.vocabulary.devices import ACCELERATOR_CAT_PATTERN
 
 #: Rows per Parquet row group. The writer holds a row group's encoded columns at once: on the 54 MB
 #: trace (123k rows), one group took 8 MB more peak memory than groups of 32k rows. Readers still get
