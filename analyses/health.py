@@ -10,6 +10,13 @@ Findings, in the order the report lists them (codes are API):
 * ``gpu_not_captured``: a rank recorded GPU launches (:data:`LAUNCH`: ``cudaLaunchKernel``,
   ``cuLaunchKernel``, ``hipLaunchKernel``, graph launches, async copies) but no GPU activity at all: the
   GPU side was not captured, and the rank's numbers describe its CPU threads only. Headline.
+* ``accelerator_not_analysed``: a rank recorded an accelerator's activity in categories of its own
+  (:mod:`ddprof.vocabulary.devices`: Meta's MTIA writes its device work as ``mtia_ccp_events`` and its runtime
+  as ``mtia_runtime``), which ddprof does not read as device work (ingest keeps them as kind ``other`` and
+  counts them in the rank's manifest record, ``accelerator_events``): the
+  rank's numbers describe its host operators, not the accelerator. Headline; the verdicts of the timeline
+  sections (overlap, idle, steps without compute) are then not said for such a run (:mod:`.verdicts`): they
+  would read host operators as if they were the device.
 * ``events_lost``: the profiler wrote into the trace that it lost events (Kineto's ``WARNING``/``ERROR``
   lists: a full GPU buffer that stopped tracing, dropped activity records; :data:`LOST`). Headline: work
   missing from the trace reads as idle time.
@@ -32,6 +39,9 @@ Findings, in the order the report lists them (codes are API):
 * ``rounded_timestamps``: every timestamp and duration of the rank is a whole microsecond (exports that
   rounded Kineto's fractional µs), over at least :data:`MIN_ROUNDED_ROWS` rows (``count``: the rows checked,
   on a GPU rank its GPU work, launches and steps).
+* ``no_message_sizes``: communication a rank recorded with no message size (an Nsight Systems export has no
+  NCCL metadata; a kernel made communication by its name alone): its collectives are matched and timed, but
+  no bandwidth is computed for them (``count``: such rows, ``example``: the first one's name).
 * ``outside_steps``: work of a rank with ``ProfilerStep#N`` annotations that falls in no step.
 
 Example: a rank with 120 ``cudaLaunchKernel`` calls and no kernel ->
@@ -52,6 +62,7 @@ from ddprof.analyses.frames.windows import trace_windows
 from ddprof.analyses.sections import Section
 
 from ddprof.report.schema import HealthFinding, rows
+from ddprof.vocabulary.devices import accelerator_of
 from ddprof.vocabulary.units import NS_PER_US, fmt_us
 
 #: Host calls that put work on a GPU: kernel and graph launches, asynchronous copies and sets.
@@ -64,14 +75,17 @@ LOST: Final = re.compile(r"drop|overflow|exceeded max|buffer|terminating tracing
 #: Fewest rows of a rank for "every timestamp is a whole µs" to mean rounding rather than chance.
 MIN_ROUNDED_ROWS: Final = 20
 
-ORDER: Final = ("gpu_not_captured", "events_lost", "missing_ranks", "clock_offset", "dropped_events",
+ORDER: Final = ("gpu_not_captured", "accelerator_not_analysed", "events_lost", "missing_ranks", "clock_offset", "dropped_events",
                 "profiler_notices", "untraced_gaps", "graph_capture", "graph_kernels", "stream_overlap",
-                "rounded_timestamps", "outside_steps")
-HEADLINE: Final = frozenset({"gpu_not_captured", "events_lost", "missing_ranks"})
+                "rounded_timestamps", "no_message_sizes", "outside_steps")
+HEADLINE: Final = frozenset({"gpu_not_captured", "accelerator_not_analysed", "events_lost", "missing_ranks"})
 
 AFFECTS: Final = {
     "gpu_not_captured": "overlap, breakdown, idle, bubbles: the GPU side was not captured; this rank's numbers "
                         "describe its CPU threads, not its GPU",
+    "accelerator_not_analysed": "overlap, breakdown, idle, bubbles, kernels: the accelerator's own activity was "
+                                "not analysed (kept as kind other); the numbers describe the host's operators, "
+                                "not the accelerator",
     "events_lost": "every timeline metric: work missing from the trace reads as idle time; compute, "
                    "communication and overlap are understated",
     "missing_ranks": "collectives, bandwidth, stragglers: only the traced ranks are compared; an untraced "
@@ -90,6 +104,8 @@ AFFECTS: Final = {
                       "affected)",
     "rounded_timestamps": "idle and overlap: times are ±0.5 µs; gaps under 1 µs vanish and back-to-back "
                           "kernels may touch or overlap",
+    "no_message_sizes": "bandwidth: no message size was recorded for this communication (no collective "
+                        "metadata), so no bandwidth is computed for it; collectives are still matched and timed",
     "outside_steps": "per-step overlap, breakdown, idle and bubbles leave this work out; the whole-trace "
                      "sections include it",
 }
@@ -117,6 +133,22 @@ def gpu_not_captured(p: Prepared, runtime: pl.DataFrame) -> list[dict[str, Any]]
     on_gpu = set(collect(p.events.filter(pl.col("stream").is_not_null()).select(pl.col("rank").unique()))["rank"])
     launches = runtime.filter(pl.col("name").str.contains(LAUNCH) & ~pl.col("rank").is_in(list(on_gpu)))
     return [_row("gpu_not_captured", r, n, ex) for r, (n, ex) in sorted(_first(launches).items())]
+
+
+def accelerator_not_analysed(per_rank: Mapping[int, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per rank, its events of an accelerator's own categories that ingest kept as kind ``other`` (the
+    manifest record's ``accelerator_events``: category -> count); the example names the accelerator and
+    the categories, the largest first."""
+    out = []
+    for r in sorted(per_rank):
+        cats = {str(c): int(n) for c, n in (per_rank[r].get("accelerator_events") or {}).items() if n}
+        if not cats:
+            continue
+        order = sorted(cats, key=lambda c: (-cats[c], c))
+        names = sorted({accelerator_of(c) or c for c in cats})
+        example = f"{'/'.join(names)} events: " + ", ".join(f"{cats[c]} {c}" for c in order)
+        out.append(_row("accelerator_not_analysed", r, sum(cats.values()), example))
+    return out
 
 
 def graph_capture(runtime: pl.DataFrame) -> list[dict[str, Any]]:
@@ -172,6 +204,12 @@ def rounded_timestamps(p: Prepared) -> list[dict[str, Any]]:
     return [_row("rounded_timestamps", int(r), int(n), f"{ex} at {ts // NS_PER_US} µs")
             for r, n, w, ex, ts in t.sort("rank").select("rank", "n", "whole", "example", "ts").iter_rows()
             if w and n >= MIN_ROUNDED_ROWS]
+
+
+def no_message_sizes(p: Prepared) -> list[dict[str, Any]]:
+    """Communication rows (``kind == "comm"``) without a message size (``bytes`` null), per rank."""
+    rows = collect(p.events.filter((pl.col("kind") == "comm") & pl.col("bytes").is_null()).select("rank", "ts_ns", "name"))
+    return [_row("no_message_sizes", r, n, ex) for r, (n, ex) in sorted(_first(rows).items())]
 
 
 def outside_steps(p: Prepared) -> list[dict[str, Any]]:
@@ -268,11 +306,20 @@ def health(events: Events, *, ranks: Sequence[int] | None = None, world_size: in
     """
     p = prepare(events)
     runtime = _runtime(p)
-    rows = [*gpu_not_captured(p, runtime), *from_ingest(ingest or {}), *missing_ranks(ranks or [], world_size),
+    rows = [*gpu_not_captured(p, runtime), *accelerator_not_analysed(ingest or {}), *from_ingest(ingest or {}), *missing_ranks(ranks or [], world_size),
             *clock_offsets(clocks), *untraced_gaps(p), *graph_capture(runtime), *graph_kernels(p, runtime),
-            *stream_overlap(p), *rounded_timestamps(p), *outside_steps(p)]
+            *stream_overlap(p), *rounded_timestamps(p), *no_message_sizes(p), *outside_steps(p)]
     rank_key = lambda f: -1 if f["rank"] is None else f["rank"]  # noqa: E731
     return sorted(rows, key=lambda f: (ORDER.index(f["finding"]), rank_key(f)))
+
+
+def accelerator_unread(report: dict[str, Any]) -> bool:
+    """Whether every rank of the report recorded an accelerator's activity ddprof did not analyse
+    (``accelerator_not_analysed``): its timeline verdicts would describe host operators as the device."""
+    ranks = set(report.get("run", {}).get("ranks") or [])
+    found = {r for row in rows(report.get("health") or [], HealthFinding)
+             if row.finding == "accelerator_not_analysed" for r in row.ranks}
+    return bool(ranks) and ranks <= found
 
 
 def _ranks_text(ranks: list[int]) -> str:
@@ -295,6 +342,11 @@ def health_verdicts(report: dict[str, Any]) -> list[str]:
         if finding == "gpu_not_captured":
             out.append(f"{_ranks_text(ranks)}: {count} GPU launches recorded but no GPU activity: the GPU side was "
                        "not captured; the numbers describe the CPU threads only")
+        elif finding == "accelerator_not_analysed":
+            what = found[0].example.split(" events:")[0]
+            out.append(f"{_ranks_text(ranks)}: {count} events of the {what} accelerator's own activity were not "
+                       f"analysed (ddprof reads no {what} device work): the numbers describe the host's operators, "
+                       "not the accelerator, and no overlap, idle or step verdict is drawn from them")
         elif finding == "events_lost":
             out.append(f"{_ranks_text(ranks)}: the profiler reports lost events (\"{found[0].example}\"): work "
                        "missing from the trace reads as idle time")

@@ -18,10 +18,14 @@ from typing import Any
 
 import msgspec
 from ddprof.analyses import sections
-from ddprof.analyses.health import health_verdicts
+from ddprof.analyses.health import accelerator_unread, health_verdicts
 from ddprof.analyses.stragglers import straggler_verdicts
 
 from ddprof.report.schema import Hang, RunSection, Stragglers, field_of, parse
+
+#: Sections whose verdicts read the timeline as the device's work: not said for a run whose accelerator's
+#: activity was not analysed (:func:`ddprof.analyses.health.accelerator_unread`).
+HOST_AS_DEVICE = frozenset({"overlap", "idle", "bubbles"})
 
 
 def verdicts(report: dict[str, Any]) -> list[str]:
@@ -33,6 +37,8 @@ def verdicts(report: dict[str, Any]) -> list[str]:
     collectives (wall-clock; last at 5 of 8 collectives)", "exposed communication is 35 % of step time
     (worst: rank 1, 56 %); 5 % of communication overlaps compute", ...]."""
     rules = sorted((s for s in sections.SECTIONS if s.verdict is not None), key=lambda s: s.verdict_at)
+    if accelerator_unread(report):  # the timeline describes host operators, not the accelerator (health says so)
+        rules = [s for s in rules if s.name not in HOST_AS_DEVICE]
     out = [line for s in rules if s.verdict is not None for line in s.verdict(report)]
     nwarn = len(field_of(report["run"], RunSection, "warnings"))
     if nwarn:

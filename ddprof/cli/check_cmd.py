@@ -1,4 +1,4 @@
-"""``ddprof check RUN --baseline BASE [--rules rules.toml] [--environment fail|warn] [--format text|json|junit]
+"""``ddprof check RUN --baseline BASE [--rules rules.toml] [--rank FILE=N] [--environment fail|warn] [--format text|json|junit]
 [-o FILE]``: a run against a baseline (each a run dir, raw traces, or a saved ``ddprof analyze --format json``
 report). The first line names the verdict and the cause class (environment, code, communication, one rank,
 workload). Exit 0 within tolerance (or a change whose cause is the environment, with ``--environment warn``),
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from ddprof.cli.common import emit
+from ddprof.cli.common import emit, parse_rank_map, rank_option
 
 
 @click.command()
@@ -28,8 +28,9 @@ from ddprof.cli.common import emit
 @click.option("--allow-different-job", is_flag=True,
               help="Compare even when the baseline has another world size, ranks or collective pattern.")
 @click.option("--cache", type=click.Path(file_okay=False), help="Where to ingest raw traces (as for analyze).")
+@rank_option
 def check(run: str, baseline: str, rules: str | None, environment: str | None, fmt: str, output: str | None,
-          allow_different_job: bool, cache: str | None) -> int:
+          allow_different_job: bool, cache: str | None, ranks: tuple[str, ...] = ()) -> int:
     """Check a run against a baseline: exit 1 when it regressed beyond tolerance and noise."""
     from ddprof.analyses.compare.check import check as run_check
     from ddprof.analyses.compare.rules import load_rules
@@ -39,7 +40,9 @@ def check(run: str, baseline: str, rules: str | None, environment: str | None, f
     from ddprof.store.atomic import json_text
 
     cfg = load_rules(rules, environment=load_config().check_environment)
-    result = run_check(load_report(run, cache=cache), load_report(baseline, cache=cache), cfg,
+    rank_map = parse_rank_map(ranks)  # one map for both sides: a trace's name says which side it is on
+    result = run_check(load_report(run, cache=cache, rank_map=rank_map),
+                       load_report(baseline, cache=cache, rank_map=rank_map), cfg,
                        allow_different_job=allow_different_job, run_source=run, base_source=baseline,
                        environment=environment)
     emit({"json": json_text, "junit": junit_xml, "text": check_text}[fmt](result), output)

@@ -35,6 +35,7 @@ from ddprof.store.schema import GPU_KINDS, STEP_PREFIX, step_number, validate
 from ddprof.store.timeline_summary import lanes, summary_path, write_summary
 from ddprof.store.windows import gap_threshold_ns, split_windows
 from ddprof.vocabulary.collective_ops import CommRule, kernel_rules
+from ddprof.vocabulary.devices import ACCELERATOR_CAT_PATTERN
 
 #: Rows per Parquet row group. The writer holds a row group's encoded columns at once: on the 54 MB
 #: trace (123k rows), one group took 8 MB more peak memory than groups of 32k rows. Readers still get
@@ -70,6 +71,8 @@ class FileResult:
     last_ns: int | None = None
     windows: list[list[int]] = field(default_factory=list)  # profiling windows [start_ns, end_ns] (ddprof.store.windows)
     dropped: dict[str, int] = field(default_factory=dict)
+    # events of an accelerator's own categories, kept as kind other, by category (ddprof.vocabulary.devices)
+    accelerator_events: dict[str, int] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)  # the profiler's warnings and errors in the trace
     warnings: list[str] = field(default_factory=list)
     rank_map: dict[str, int] | None = None  # the mapping this result was made with (cache key)
@@ -345,6 +348,10 @@ def _summarise(df: pl.DataFrame, s: dict[str, Any], res: FileResult) -> None:
     res.gpu, res.first_ns, res.last_ns = bool(s["gpu"]), s["first"], s["last"]
     res.steps = s["steps"]
     res.windows = _windows(df, np.asarray(s["step_durations"], dtype=np.int64))
+    other = df.filter(pl.col("kind") == "other")
+    if other.height:
+        acc = other.filter(pl.col("cat").str.contains(ACCELERATOR_CAT_PATTERN))
+        res.accelerator_events = {str(c): int(n) for c, n in acc.group_by("cat").len().sort("cat").iter_rows()}
 
 
 def _windows(df: pl.DataFrame, step_durations: np.ndarray) -> list[list[int]]:

@@ -56,9 +56,56 @@ def reconcile(results: dict[str, FileResult]) -> list[str]:
             for r in group:
                 _fail(r, f"{len(group)} traces claim rank {rank} over the same time span ({names}); "
                          "map them with --rank FILE=N or ingest them into separate runs")
+            continue
         # traces one after another are profiling windows of the rank (a triggered run's expected outcome, not
-        # a warning): the report's rank table counts them and its health notes the untraced gaps between them
+        # a warning): the report's rank table counts them and its health notes the untraced gaps between them;
+        # unless they are not of one machine and job (another GPU model, NCCL or backend), or days apart
+        differs = _mismatch(group)
+        if differs:
+            names = ", ".join(Path(r.path).name for r in group)
+            for r in group:
+                _fail(r, f"{len(group)} traces claim rank {rank} but are not of one machine and job ({names}: "
+                         f"{differs}); map them with --rank FILE=N or ingest them into separate runs")
+            continue
+        apart = _days_apart(group)
+        if apart:
+            warnings.append(f"rank {rank}: its traces {apart}; read as profiling windows of one rank")
     return warnings
+
+
+#: Traces of one rank further apart than this (wall-clock) are not taken for windows of one run unwarned.
+WINDOWS_APART_NS = 24 * 3600 * 10**9
+
+
+def _mismatch(group: list[FileResult]) -> str:
+    """What differs between traces that claim one rank, in words (empty when nothing does): the GPU model,
+    the NCCL version, the backend, each compared where both traces record it.
+
+    >>> a = FileResult("a.json", 1, 0, device_names=["NVIDIA A100-SXM4-80GB"])
+    >>> _mismatch([a, FileResult("b.json", 1, 0, device_names=["NVIDIA H100 80GB HBM3"])])
+    'the GPU model differs: a.json NVIDIA A100-SXM4-80GB, b.json NVIDIA H100 80GB HBM3'
+    """
+    out = []
+    for what, value in (("the GPU model", lambda r: ", ".join(sorted(set(r.device_names))) or None),
+                        ("the NCCL version", lambda r: r.nccl_version), ("the backend", lambda r: r.backend)):
+        seen = [(Path(r.path).name, value(r)) for r in group]
+        if len({v for _, v in seen if v}) > 1:
+            out.append(f"{what} differs: " + ", ".join(f"{n} {v or 'not recorded'}" for n, v in seen))
+    return "; ".join(out)
+
+
+def _days_apart(group: list[FileResult]) -> str:
+    """Traces of one rank (in time order) whose wall-clock starts (``baseTimeNanoseconds`` + first event,
+    where both record a base) lie more than :data:`WINDOWS_APART_NS` apart, in words; else empty."""
+    for a, b in zip(group, group[1:]):
+        if a.base_time_ns is None or b.base_time_ns is None or a.last_ns is None or b.first_ns is None:
+            continue
+        gap = (b.base_time_ns + b.first_ns) - (a.base_time_ns + a.last_ns)
+        if gap > WINDOWS_APART_NS:
+            when = lambda r: datetime.fromtimestamp((r.base_time_ns + r.first_ns) / 1e9, timezone.utc)  # noqa: E731
+            return (f"{Path(a.path).name} ({when(a):%Y-%m-%d %H:%M} UTC) and {Path(b.path).name} "
+                    f"({when(b):%Y-%m-%d %H:%M} UTC) are {gap / 3.6e12:.0f} h apart")
+    return ""
 
 
 def source_record(r: FileResult) -> dict[str, Any]:
@@ -90,7 +137,7 @@ def build_manifest(results: dict[str, FileResult], rank_map: dict[str, int] | No
     for r in ok:
         info = per_rank.setdefault(str(r.rank), {
             "parts": [], "sources": [], "events": 0, "kernels": 0, "comm_kernels": 0, "comm_events": 0,
-            "steps": [], "windows": [], "notices": [], "dropped": {},
+            "steps": [], "windows": [], "notices": [], "dropped": {}, "accelerator_events": {},
             "first_ns": r.first_ns, "last_ns": r.last_ns, "base_time_ns": r.base_time_ns,
             "device_names": r.device_names, "gpu": r.gpu, "warnings": [],
         })
@@ -105,6 +152,8 @@ def build_manifest(results: dict[str, FileResult], rank_map: dict[str, int] | No
         info["notices"].extend(r.notices)
         for why, n in r.dropped.items():
             info["dropped"][why] = info["dropped"].get(why, 0) + n
+        for cat, n in r.accelerator_events.items():
+            info["accelerator_events"][cat] = info["accelerator_events"].get(cat, 0) + n
         info["last_ns"] = max(info["last_ns"] or 0, r.last_ns or 0)
         info["gpu"] = info["gpu"] or r.gpu
         info["warnings"].extend(r.warnings)

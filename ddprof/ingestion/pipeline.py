@@ -34,6 +34,7 @@ from ddprof.ingestion.manifest import build_manifest, previous_results
 from ddprof.ingestion.store_version import store_fingerprint
 from ddprof.readers.source import file_sha1, quick_digest
 from ddprof.runtime.executors import Executor
+from ddprof.runtime.lifetime import bind_to_parent
 from ddprof.runtime.memory import for_child_processes
 from ddprof.store.atomic import output_error, remove_stale_tmp, write_json_atomic
 from ddprof.store.rundir import MANIFEST, RUN_FORMAT, Run, open_run
@@ -290,7 +291,8 @@ def _run_jobs(todo: list[Path], out: Path, rank_map: dict[str, int] | None, jobs
                 done(unit, ingest_files([str(f) for f in unit], str(out), rank_map, rules))
         else:
             with for_child_processes(), _polars_threads(max(1, (os.cpu_count() or 1) // workers)), \
-                    ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+                    ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
+                                        initializer=bind_to_parent, initargs=(os.getpid(),)) as pool:
                 futs = {pool.submit(ingest_files, [str(f) for f in unit], str(out), rank_map, rules): unit
                         for unit in units}
                 failure: OutputError | None = None

@@ -66,12 +66,14 @@ def check_report(report: Any, path: str | Path) -> dict[str, Any]:
     return report
 
 
-def load_report(path: str | Path, *, cache: str | Path | None = None) -> dict[str, Any]:
-    """The report of ``path`` (module doc)."""
+def load_report(path: str | Path, *, cache: str | Path | None = None,
+                rank_map: dict[str, int] | None = None) -> dict[str, Any]:
+    """The report of ``path`` (module doc); ``rank_map`` gives the rank of traces that do not say
+    (``{"trace.json": 3}``, as :func:`ddprof.inputs.analyze.analyze`)."""
     p = Path(path)
     if not p.exists():
         raise BadInputError("no such file or directory", path=p)
-    report = _saved(p) if is_saved_report(p) else analyze(p, cache=cache)
+    report = _saved(p) if is_saved_report(p) else analyze(p, cache=cache, rank_map=rank_map)
     return check_report(report, p)
 
 
@@ -87,14 +89,15 @@ def _saved(path: Path) -> dict[str, Any]:
     return report
 
 
-def load_with_kernels(path: str | Path, *, cache: str | Path | None = None) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
+def load_with_kernels(path: str | Path, *, cache: str | Path | None = None, rank_map: dict[str, int] | None = None
+                      ) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
     """(the report of ``path``, every kernel of its store) — None for the kernels when ``path`` is a saved
-    report or a directory of Flight Recorder dumps (no store to read)."""
+    report or a directory of Flight Recorder dumps (no store to read). ``rank_map`` as :func:`load_report`."""
     p = Path(path)
     if not p.exists():
         raise BadInputError("no such file or directory", path=p)
     if is_saved_report(p):
         return load_report(p), None
-    with open_source([p], cache=cache) as src:
+    with open_source([p], cache=cache, rank_map=rank_map) as src:
         report = check_report(build_report(src.run, dumps=src.dumps), p)
         return report, (every_kernel(src.run) if src.run is not None else None)

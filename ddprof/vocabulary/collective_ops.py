@@ -141,6 +141,13 @@ def _all_reduce(name: str) -> str | None:
     return "all_reduce"
 
 
+def _all_to_all(name: str) -> str | None:
+    """DeepEP's kernels exchange tokens between every pair of ranks of the expert-parallel group, whatever
+    the kernel's own word: ``dispatch``, ``combine``, and the exchanges of counts before them
+    (``notify_dispatch``, ``cached_notify``) are all all-to-all."""
+    return "all_to_all"
+
+
 @dataclass(frozen=True)
 class CommRule:
     """A rule that makes GPU kernels communication by name: ``pattern`` is searched in the kernel's
@@ -162,7 +169,7 @@ class CommRule:
 
 
 _FAMILY_OP: dict[str, Callable[[str], str | None]] = {
-    "nccl": _nccl_op, "custom_all_reduce": _all_reduce, "userbuffers": _userbuffers_op,
+    "nccl": _nccl_op, "custom_all_reduce": _all_reduce, "userbuffers": _userbuffers_op, "deep_ep": _all_to_all,
 }
 
 #: Kernel families that communicate, in the order they are tried (the first match names the kernel).
@@ -172,9 +179,12 @@ KERNEL_FAMILIES: tuple[CommRule, ...] = (
     CommRule("custom_all_reduce", r"cross_device_reduce_?[12]stage|cross_device_reduce|one_shot_all_reduce|"
              r"two_shot_all_reduce|quickreduce::allreduce", source="built-in"),
     CommRule("symm_mem_multimem", r"multimem_", source="built-in"),  # multimem_all_reduce, multimem_all_gather
-    # DeepEP's expert-parallel dispatch/combine (intranode, internode, low-latency), not its layout kernel
-    CommRule("deep_ep", r"deep_ep::(?:intranode|internode(?:_ll)?)::(?!get_dispatch_layout|clean)",
-             source="built-in"),
+    # DeepEP's expert-parallel dispatch/combine (intranode, internode, low-latency) and the count exchanges
+    # before them (notify_dispatch, cached_notify), not its layout kernel nor its buffer cleaning; DeepSeek's
+    # own build names the same kernels dpsk::ep::internode::dispatch, dpsk::ep::internode_ll::combine ...
+    # (its dpsk::ep::cuda::get_dispatch_layout and cdpsk::ep::CUB_* scans compute, they do not transfer)
+    CommRule("deep_ep", r"(?<![A-Za-z_])(?:deep_ep|dpsk::ep)::(?:intranode|internode(?:_ll)?)::"
+             r"(?!get_dispatch_layout|clean)", source="built-in"),
     CommRule("nvshmem", r"(?i:(?<![a-z])nvshmem)", source="built-in"),
     CommRule("userbuffers", r"(?<![a-z])k?userbuffers_", source="built-in"),  # TransformerEngine
     CommRule("msccl", r"(?i:msccl)", source="built-in"),  # MSCCL (mscclKernel_*) and MSCCL++ (mscclpp::)

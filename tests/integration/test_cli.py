@@ -117,6 +117,18 @@ def test_bad_input_exits_2_with_fix(tmp_path, traces, capsys):
     assert rc == 2 and "FILE=N" in err
 
 
+@pytest.mark.parametrize("command", ["check", "diff"])
+def test_check_and_diff_take_the_rank_they_ask_for(tmp_path, traces, capsys, command):
+    """A trace without a rank is refused naming --rank; check and diff take it, for both sides."""
+    src = str(traces / "hta/edge-no-rank")
+    args = [command, src, "--baseline", src] if command == "check" else [command, src, src]
+    rc, _, err = run_cli([*args, "--cache", str(tmp_path / "c")], capsys)
+    assert rc == 2 and "Give it one with --rank rank_not_found.json.gz=N" in err
+    rc, out, err = run_cli([*args, "--cache", str(tmp_path / "c"), "--rank", "rank_not_found.json.gz=0"], capsys)
+    assert rc == 0, err
+    assert ("OK: no regression" in out) if command == "check" else ("cause: none" in out)
+
+
 def test_edge_traces_without_gpu_events_ingest_as_cpu(traces, tmp_path, capsys):
     rc, out, _ = run_cli(["analyze", str(traces / "hta/edge-non-gpu"), "--format", "json",
                           "--cache", str(tmp_path / "c")], capsys)

@@ -30,6 +30,8 @@ from ddprof.vocabulary.collective_ops import (
 
 SC = DataParallel()
 DEEP_EP = "void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, int*, long const*)"
+#: DeepEP as DeepSeek's public profile traces name it (its own namespace)
+DPSK_EP = "void dpsk::ep::internode::dispatch<false, 8, 16, 2>(int4*, float*, int*, long const*)"
 VLLM = "void vllm::cross_device_reduce_2stage<__nv_bfloat16, 8>(vllm::RankData*, vllm::RankSignals, int)"
 META_KEYS = ("Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype", "Process Group Name")
 
@@ -79,6 +81,14 @@ def _overlap_is_right(report: dict[str, Any]) -> None:
     ("void deep_ep::internode::combine<true, 8>(int4*, float*)", "deep_ep", "all_to_all"),
     ("void deep_ep::internode::notify_dispatch<8>(int const*, int*)", "deep_ep", "all_to_all"),
     ("void deep_ep::internode_ll::dispatch<false, 7168>(void*)", "deep_ep", "all_to_all"),
+    ("void deep_ep::intranode::cached_notify_dispatch<8>(int*, int)", "deep_ep", "all_to_all"),
+    # DeepSeek's public profile traces: DeepEP built in its own namespace
+    ("void dpsk::ep::internode::dispatch<false, 8, 16>(int4*, float*)", "deep_ep", "all_to_all"),
+    ("void dpsk::ep::internode::combine<__nv_bfloat16, 8>(int4*)", "deep_ep", "all_to_all"),
+    ("void dpsk::ep::internode::notify_dispatch<8>(int const*, int*)", "deep_ep", "all_to_all"),
+    ("void dpsk::ep::internode::cached_notify(int, int, int, void*)", "deep_ep", "all_to_all"),
+    ("void dpsk::ep::internode_ll::dispatch<false, 7168>(void*)", "deep_ep", "all_to_all"),
+    ("void dpsk::ep::internode_ll::combine<7168>(void*)", "deep_ep", "all_to_all"),
     ("void nvshmemi_alltoall_kernel<float>(int, float*)", "nvshmem", "all_to_all"),
     ("nvshmemx_barrier_all_on_stream_kernel", "nvshmem", "barrier"),
     ("void vllm::cross_device_reduce_1stage<float, 8>(vllm::RankData*)", "custom_all_reduce", "all_reduce"),
@@ -102,6 +112,9 @@ def test_known_families_and_the_op_their_names_state(name, family, op):
 
 @pytest.mark.parametrize("name", [
     "void deep_ep::layout::get_dispatch_layout<256>(long*, int*)",  # layout: computation, not transfer
+    "void dpsk::ep::cuda::get_dispatch_layout<256, 32, 8>(long const*, int*)",  # DeepSeek's build, the same
+    "void cdpsk::ep::CUB_DeviceScanKernel<int>(int*, int*)",  # sampling scans
+    "void cdpsk::ep::CUB_DeviceRadixSortOnesweepKernel<int>(int*)",
     "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float> >(int)",
     "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn", "void flash_fwd_kernel<Flash_fwd_params>()",
 ])
@@ -134,6 +147,7 @@ def test_a_regex_with_equals_signs_is_not_cut_at_them():
 
 
 @pytest.mark.parametrize("name, rule, op", [(DEEP_EP, "deep_ep", "all_to_all"),
+                                            (DPSK_EP, "deep_ep", "all_to_all"),
                                             (VLLM, "custom_all_reduce", "all_reduce")])
 def test_a_family_without_metadata_is_communication(tmp_path, name, rule, op):
     report = analyze(_write(_renamed(name), tmp_path / "traces"), cache=tmp_path / "cache")

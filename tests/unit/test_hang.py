@@ -578,8 +578,8 @@ def test_hostile_file_fails_alone_in_a_directory(tmp_path):
 @pytest.mark.parametrize(
     "content, message",
     [
-        (b"hello, this is not a dump", "neither a pickle"),
-        (pickle.dumps("x", protocol=0), "neither a pickle"),  # no protocol header: not taken for a pickle
+        (b"hello, this is not a dump", "no pickle header, and it is not JSON"),
+        (pickle.dumps("x", protocol=0), "no pickle header, and it is not JSON"),  # protocol 0: not taken for a pickle
         (pickle.dumps([1, 2, 3], protocol=2), "top level is a list"),
         (pickle.dumps({"entries": []}, protocol=2), "no version, pg_config"),
         (pickle.dumps({"version": "1.0", "pg_config": {}}, protocol=2), "version 1.0 is not supported"),
@@ -600,6 +600,67 @@ def test_bad_input_names_file_and_rank(tmp_path, content, message):
         load_dump(tmp_path / "_dump_7")
     assert message in str(err.value)
     assert err.value.rank == 7 and err.value.path == str(tmp_path / "_dump_7")
+
+
+def _json_dump(**change) -> dict:
+    """A small valid JSON dump (format 2.9, one group of ranks 0 and 1, one completed all-reduce), changed."""
+    dump = {"version": "2.9", "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}},
+            "pg_status": {"0": {"last_enqueued_collective": 1, "last_started_collective": 1,
+                                "last_completed_collective": 1}},
+            "entries": [{"record_id": 0, "pg_id": 0, "process_group": ["0", "default_pg"], "collective_seq_id": 1,
+                         "p2p_seq_id": 0, "profiling_name": "nccl:all_reduce", "state": "completed",
+                         "time_created_ns": 1, "input_sizes": [[4]], "input_dtypes": ["Float"],
+                         "output_sizes": [[4]]}]}
+    for where, value in change.items():
+        *path, last = where.split("__")
+        node = dump
+        for key in path:
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        if isinstance(node, list):
+            node[int(last)] = value
+        elif value is None:
+            del node[last]
+        else:
+            node[last] = value
+    return dump
+
+
+#: Python's own words, which a refusal of a dump never ends with.
+PYTHON_WORDS = re.compile(r"object has no attribute|Expecting|delimiter|Error:|Error\b|char \d+|KeyError|'\w+'$")
+
+
+@pytest.mark.parametrize("name, content, sentence", [
+    ("entry-a-string", json.dumps(_json_dump(entries__0="nccl:all_reduce")).encode(),
+     "entry 0 is a str ('nccl:all_reduce'), expected an object with the collective's fields"),
+    ("group-a-string", json.dumps(_json_dump(pg_config__0="default_pg")).encode(),
+     "pg_config['0'] is a str ('default_pg'), expected an object with the group's ranks and desc"),
+    ("ranks-broken-text", json.dumps(_json_dump(pg_config__0__ranks="[0, 1")).encode(),
+     "pg_config['0'].ranks is the text '[0, 1', expected a list of integers"),
+    ("status-without-counter", json.dumps(_json_dump(pg_status__0__last_enqueued_collective=None)).encode(),
+     "pg_status['0'] lacks the field last_enqueued_collective"),
+    ("truncated-json", json.dumps(_json_dump()).encode()[:150],
+     "no pickle header, and its JSON stops after 150 bytes, inside the document (the file is truncated)"),
+    ("broken-json", json.dumps(_json_dump()).encode().replace(b'"state"', b'"state" "', 1),
+     "its JSON is broken at line 1, column"),
+    ("not-utf8", b'{"version": "2.9", "pg_config": {}, "x": "\xff"}', "byte 42 is not UTF-8 text"),
+    # BINBYTES8 declaring 2**45 bytes: the unpickler asks for 32 TiB at once (MemoryError)
+    ("pickle-past-memory", b"\x80\x05\x8e" + (2**45).to_bytes(8, "little") + b"x.",
+     "not a readable Flight Recorder pickle: it declares an object larger than memory can hold (a damaged length"),
+    ("pickle-truncated", pickle.dumps(_json_dump(), protocol=4)[:100],
+     "not a readable Flight Recorder pickle: its 100 bytes end before the objects they begin"),
+    ("pickle-memo-miss", b"\x80\x04h\x07.", "it refers back to an object it never stored"),
+])
+def test_a_refused_dump_is_told_in_a_sentence_about_the_dump(tmp_path, name, content, sentence):
+    """Every refusal of a dump says which field or byte is wrong and what was expected, never the
+    parser's own words ("'str' object has no attribute 'get'", "Expecting value: line 1 ...", "MemoryError:")."""
+    f = tmp_path / ("_dump_3" if content[:1] == b"\x80" else "_dump_3.json")
+    f.write_bytes(content)
+    with pytest.raises(BadInputError) as err:
+        load_dump(f)
+    message = str(err.value)
+    assert sentence in message, message
+    assert not PYTHON_WORDS.search(message.split(": ", 1)[1]), message
+    assert err.value.rank == 3 and err.value.path == str(f)
 
 
 def test_directory_without_dumps_raises(tmp_path):

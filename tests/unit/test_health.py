@@ -16,7 +16,7 @@ from ddprof.analyses.report import build_report
 import ddprof
 from ddprof.render.text import render_text
 from ddprof.synth import DataParallel
-from tests.support.paths import SAMPLES
+from tests.support.paths import SAMPLES, trace_set
 
 SC = DataParallel(ranks=2, steps=3, slow_rank=1)
 LAUNCHES_PER_STEP = 5  # 3 compute kernels, 1 NCCL kernel, 1 memcpy: each with its runtime call
@@ -74,6 +74,32 @@ def test_gpu_side_not_captured(tmp_path):
     assert rep["verdicts"][0].startswith("ranks 0, 1: 30 GPU launches recorded but no GPU activity")
     text = render_text(rep)
     assert text.index("Trace health") < text.index("Verdicts")
+
+
+def test_an_accelerator_whose_activity_is_not_analysed_is_said_and_draws_no_verdict(tmp_path):
+    """A real Meta MTIA trace (HTA's test data): its device work is in mtia_ccp_events, its runtime in
+    mtia_runtime. The health section says the accelerator was not analysed, as a headline, and no overlap,
+    idle or step verdict is drawn from the host's operators as if they were the device."""
+    rep = ddprof.analyze(trace_set("hta/mtia-inference"), cache=tmp_path / "run")
+    [row] = found(rep, "accelerator_not_analysed").values()
+    assert (row["rank"], row["count"], row["headline"]) == (0, 1313 + 823, True)
+    assert row["example"] == "MTIA events: 1313 mtia_ccp_events, 823 mtia_runtime"
+    assert rep["verdicts"][0] == ("rank 0: 2136 events of the MTIA accelerator's own activity were not analysed "
+                                  "(ddprof reads no MTIA device work): the numbers describe the host's operators, "
+                                  "not the accelerator, and no overlap, idle or step verdict is drawn from them")
+    assert not any("idle" in v or "compute fills" in v or "exposed communication" in v for v in rep["verdicts"][1:])
+
+
+def test_generated_accelerator_events_beside_a_gpu_rank(tmp_path):
+    """Generated: rank 1 also records MTIA device events. The finding names rank 1 alone; rank 0's GPU is
+    analysed, so the run's verdicts stay."""
+    traces = clean()
+    t0 = first_step(traces[1])
+    traces[1]["traceEvents"] += [event("pe_exe", t0 + 10 * i, 5, cat="mtia_ccp_events", stream=112) for i in range(7)]
+    rep = report(tmp_path, traces)
+    rows = found(rep, "accelerator_not_analysed")
+    assert sorted(rows) == [1] and rows[1]["count"] == 7 and rows[1]["example"] == "MTIA events: 7 mtia_ccp_events"
+    assert any(v.startswith("exposed communication") for v in rep["verdicts"])
 
 
 def test_graph_capture_and_graph_kernels(tmp_path):

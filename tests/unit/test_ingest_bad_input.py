@@ -309,3 +309,53 @@ def test_a_device_id_past_the_store_type_is_unknown_not_a_crash(tmp_path, device
               "args": {"stream": 7, **({"device": device} if device is not None else {})}}
     run = ddprof.ingest([write(tmp_path / "rank-0.json", kineto(0, [kernel], world=1))], tmp_path / "run")
     assert run.events().select("device", "stream").collect().rows() == [(pid if pid < 2**15 else None, 7)]
+
+
+# ------------------------------------------------------------------ unrelated traces claiming one rank
+
+
+def _windows_of_rank_0(tmp_path: Path, second: dict) -> Path:
+    """Rank 0's generated trace twice, the second 1 s after the first ended, with ``second``'s header keys."""
+    from ddprof.synth import DataParallel
+
+    first = DataParallel(ranks=2, steps=2).kineto()[0]
+    first["deviceProperties"] = [{"id": 0, "name": "NVIDIA A100-SXM4-80GB"}]
+    first["baseTimeNanoseconds"] = 11_964_646_000_000_000  # + the first event (1.7e9 s) = 2024-04-01 09:44 UTC
+    first["distributedInfo"]["nccl_version"] = "2.17.1"
+    later = json.loads(json.dumps(first))
+    for e in later["traceEvents"]:
+        e["ts"] += 1_000_000
+    later.update(second)
+    src = tmp_path / "traces"
+    src.mkdir()
+    write(src / "monday.json", first)
+    write(src / "tuesday.json", later)
+    return src
+
+
+def test_traces_of_one_rank_from_other_machines_are_refused_naming_both_and_what_differs(tmp_path):
+    src = _windows_of_rank_0(tmp_path, {"deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}],
+                                        "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 2,
+                                                            "nccl_version": "2.21.5"}})
+    with pytest.raises(BadInputError) as exc:
+        ddprof.ingest([src], tmp_path / "run")
+    why = ("2 traces claim rank 0 but are not of one machine and job (monday.json, tuesday.json: the GPU model "
+           "differs: monday.json NVIDIA A100-SXM4-80GB, tuesday.json NVIDIA H100 80GB HBM3; the NCCL version "
+           "differs: monday.json 2.17.1, tuesday.json 2.21.5); map them with --rank FILE=N or ingest them into "
+           "separate runs")
+    for name in ("monday.json", "tuesday.json"):
+        assert f"{src / name}: rank 0: {why}" in str(exc.value)
+
+
+def test_traces_of_one_rank_days_apart_are_windows_with_a_warning(tmp_path):
+    src = _windows_of_rank_0(tmp_path, {"baseTimeNanoseconds": 11_964_646_000_000_000 + 3 * 86_400 * 10**9})
+    run = ddprof.ingest([src], tmp_path / "run")
+    assert run.manifest["per_rank"]["0"]["windows"] and len(run.manifest["per_rank"]["0"]["sources"]) == 2
+    assert ("rank 0: its traces monday.json (2024-04-01 09:44 UTC) and tuesday.json (2024-04-04 09:44 UTC) are "
+            "72 h apart; read as profiling windows of one rank") in run.manifest["warnings"]
+
+
+def test_windows_of_one_rank_on_one_machine_stay_silent(tmp_path):
+    run = ddprof.ingest([_windows_of_rank_0(tmp_path, {})], tmp_path / "run")
+    assert len(run.manifest["per_rank"]["0"]["sources"]) == 2
+    assert run.manifest["warnings"] == ["1 of 2 ranks present (missing: 1)"]

@@ -138,7 +138,7 @@ def test_a_generated_run_as_an_export_reports_what_its_kineto_traces_report(tmp_
     assert nsys["status"] == "ok" and nsys["run"]["ranks"] == kineto["run"]["ranks"] == [0, 1, 2, 3]
     assert nsys["run"]["steps"] == kineto["run"]["steps"]
     # every section but those of the collectives' metadata (message sizes, groups), which an export lacks
-    for section in sorted(set(kineto) - {"run", "verdicts", "collectives", "bandwidth", "stragglers"}):
+    for section in sorted(set(kineto) - {"run", "verdicts", "collectives", "bandwidth", "stragglers", "health"}):
         assert nsys[section] == kineto[section], section
     # the stragglers' decision is the same; their lateness differs by tens of ns: an export's times are integer
     # ns from the session's start where the Kineto file's are µs with three decimals, and the arrival test's
@@ -151,6 +151,10 @@ def test_a_generated_run_as_an_export_reports_what_its_kineto_traces_report(tmp_
             if isinstance(v, float):
                 tol = {"rel": 0.1} if k == "p_value" else {"rel": 1e-3, "abs": 0.1 if k.endswith("_us") else 1e-3}
                 assert got[k] == pytest.approx(v, **tol), (got["rank"], k)
+    # the health section says why the export has no bandwidth: each rank's collectives have no message size
+    sizes = [h for h in nsys["health"] if h["finding"] == "no_message_sizes"]
+    assert [h for h in nsys["health"] if h["finding"] != "no_message_sizes"] == kineto["health"]
+    assert [h["rank"] for h in sizes] == [0, 1, 2, 3] and all(h["count"] > 0 for h in sizes)
     assert nsys["verdicts"] == [v for v in kineto["verdicts"] if "bus bandwidth" not in v]
     assert nsys["stragglers"] and nsys["overlap"] and nsys["step_times"]["per_rank"]
     assert [r["kernels"] for r in nsys["run"]["per_rank"]] == [r["kernels"] for r in kineto["run"]["per_rank"]]
@@ -358,3 +362,39 @@ def test_a_file_of_several_ranks_is_reused_from_the_cache_whole(exports, tmp_pat
     again = ddprof.ingest([exports["h100_2gpu_1s"]], tmp_path / "run")
     assert again.ranks == [0, 1] and sorted(again.manifest["sources"]) == [f"{key}#0", f"{key}#1"]
     assert [p.stat().st_mtime_ns for p in parts] == stamps  # nothing parsed again
+
+
+# ------------------------------------------------------------------ collectives without NCCL metadata
+
+
+def test_a_real_export_s_collectives_are_matched_by_comm_stream_position(exports):
+    """mfu_2gpu_before: rank 0's 33 ncclDevKernel_SendRecv run on its stream 7, rank 1's on its stream 15
+    (no NCCL metadata). They were two groups of one rank each; as each process's first communication
+    stream they are one group, and the k-th kernel of each rank is the same transfer."""
+    report = ddprof.analyze(exports["mfu_2gpu_before"])
+    coll = report["collectives"]
+    assert coll["instances"] == 33 and [r["count"] for r in coll["by_op"]] == [33]
+    assert {(w["pg"], tuple(w["ranks_seen"])) for w in coll["worst"]} == {("comm stream #0", (0, 1))}
+    assert not any("not seen on every rank" in w for w in report["run"]["warnings"])
+    sizes = {h["rank"]: h for h in report["health"] if h["finding"] == "no_message_sizes"}
+    assert sorted(sizes) == [0, 1] and {h["count"] for h in sizes.values()} == {33} and report["bandwidth"] == []
+    assert sizes[0]["affects"].startswith("bandwidth: no message size was recorded")
+
+
+NCCL_AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+
+
+@pytest.mark.parametrize("streams, groups", [
+    # two communicators: the k-th comm stream of each process by id, whatever the ids
+    ({7: (7, 20), 8: (15, 31)}, {"comm stream #0", "comm stream #1"}),
+    # not as many comm streams on each process: each stream stays its own group
+    ({7: (7, 20), 8: (15,)}, {"stream 7", "stream 20", "stream 15"}),
+])
+def test_comm_streams_are_matched_by_position_only_when_every_process_has_as_many(tmp_path, streams, groups):
+    kernels = [(pid, dev, stream, 10_000 * (k + 1) + 1_000 * i, 10_000 * (k + 1) + 1_000 * i + 500, 0, NCCL_AR)
+               for dev, (pid, ss) in enumerate(streams.items()) for i, stream in enumerate(ss) for k in range(3)]
+    report = ddprof.analyze(tiny_export(tmp_path / "two.sqlite", kernels=kernels), cache=tmp_path / "run")
+    worst = report["collectives"]["worst"]
+    assert {w["pg"] for w in worst} == groups
+    if len(groups) == 2:
+        assert report["collectives"]["instances"] == 6 and all(w["ranks_seen"] == [0, 1] for w in worst)

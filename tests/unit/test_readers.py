@@ -134,6 +134,60 @@ def test_a_chrome_trace_of_another_tool_is_refused_not_analysed_into_an_empty_re
     assert rc == 2 and f"{trace}: {NOT_PYTORCH}" in err and '"status": "ok"' not in out
 
 
+def _x(name: str, cat: str, pid: int, tid: int, ts: float, dur: float, **args: object) -> dict[str, object]:
+    return {"ph": "X", "name": name, "cat": cat, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def _ranks_as_pids(cat: str, names: tuple[str, ...] = ("forward-compute", "grads-reduce-scatter")) -> list[dict]:
+    """Two ranks written as two pids of one file, each naming itself ("rank N") in process_name."""
+    meta = [{"ph": "M", "name": "process_name", "pid": p, "args": {"name": f"rank {p}"}} for p in range(2)]
+    return meta + [_x(n, cat, p, k, 1000.0 + 100 * i + 60 * k, 40.0, stream=7) for p in range(2) for i in range(5)
+                   for k, n in enumerate(names)]
+
+
+NO_WORK = ("a trace with no work ddprof analyses: its {n} complete events are annotations, Python frames or "
+           "categories it does not read ({cats}); there is no CPU operator (cpu_op), GPU kernel, copy or runtime "
+           "call (kernel, gpu_memcpy, cuda_runtime) to measure")
+MERGED = ("a Chrome trace whose GPU activity comes from 2 processes (pid 0, 1) with no PyTorch profiler key "
+          "(distributedInfo, deviceProperties, ...) and no CPU operator: several ranks merged into one file, which "
+          "ddprof does not split (it reads one rank per trace file); give it each rank's own PyTorch profiler trace")
+
+
+@pytest.mark.parametrize("shape, events, sentence", [
+    # a merged Megatron timeline: its own categories, one pid a rank
+    ("megatron-merged", _ranks_as_pids("megatron"), NOT_PYTORCH),
+    # an accelerator vendor's trace (IBM AIU-like): device activity under cat "gpu", one pid a rank
+    ("aiu", _ranks_as_pids("gpu", ("matmul", "allreduce")), NOT_PYTORCH),
+    # a merged timeline that writes its device work as cat "kernel": two ranks would be read as one
+    ("kernels-of-two-ranks", _ranks_as_pids("kernel", ("gemm", "ncclDevKernel_AllReduce")), MERGED),
+    # PyTorch profiler categories, but nothing to measure: annotations, steps, Python frames
+    ("annotations-only", [_x("ProfilerStep#1", "user_annotation", 1, 1, 0.0, 90.0),
+                          _x("forward", "user_annotation", 1, 1, 5.0, 40.0),
+                          _x("model.py(12): forward", "python_function", 1, 1, 6.0, 30.0)],
+     NO_WORK.format(n=3, cats="2 user_annotation, 1 python_function")),
+    ("gpu-annotations-only", [_x("fwd", "gpu_user_annotation", 0, 7, 10.0 * i, 5.0) for i in range(4)],
+     NO_WORK.format(n=4, cats="4 gpu_user_annotation")),
+])
+def test_foreign_chrome_shapes_are_refused_even_with_a_rank_given(tmp_path, capsys, shape, events, sentence):
+    """Chrome traces of the wild that ddprof cannot map honestly: exit 2 with the sentence, with or without
+    --rank, never status ok and an empty report."""
+    trace = tmp_path / f"{shape}.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    with pytest.raises(BadInputError) as exc:
+        registry.recognise(trace).open(trace)
+    assert str(exc.value) == f"{trace}: {sentence}"
+    for extra in ([], ["--rank", f"{shape}.json=0"]):
+        rc, out, err = run_cli(["analyze", str(trace), *extra, "--format", "json"], capsys)
+        assert rc == 2 and f"{trace}: {sentence}" in err and '"status": "ok"' not in out
+
+
+def test_gloo_annotations_alone_are_work(tmp_path):
+    """A CPU trace whose only events are gloo's collective annotations is communication, not refused."""
+    trace = tmp_path / "rank-0.json"
+    trace.write_text(json.dumps({"traceEvents": [_x("gloo:all_reduce", "user_annotation", 1, 2, 10.0, 3.0)]}))
+    assert registry.recognise(trace).open(trace).identity is not None
+
+
 def test_a_perfetto_protobuf_trace_is_refused_by_name(tmp_path, capsys):
     for name in ("trace.pftrace", "capture.bin"):  # by its name, or by its first bytes
         f = perfetto_like(tmp_path / name)

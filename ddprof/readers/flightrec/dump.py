@@ -111,6 +111,22 @@ def _parse_entries(raw: list[Any] | tuple[Any, ...]) -> tuple[tuple[FREntry, ...
     return tuple(out), repeats
 
 
+def _parse_groups(pg_config: Any) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
+    """``pg_config`` (group name -> ``{"ranks": ..., "desc": ...}``) -> (ranks by group, description by
+    group); raises ValueError naming the group and the field that is not of that shape."""
+    if not isinstance(pg_config, Mapping):
+        raise ValueError(f"pg_config is a {type(pg_config).__name__}, expected an object of groups")
+    ranks, desc = {}, {}
+    for k, v in pg_config.items():
+        name = text_field(k, "a pg_config key")
+        if not isinstance(v, Mapping):
+            raise ValueError(f"pg_config[{brief(k)}] is a {type(v).__name__} ({brief(v)}), expected an object "
+                             "with the group's ranks and desc")
+        ranks[name] = parse_ranks(v.get("ranks", []), f"pg_config[{brief(k)}].ranks")
+        desc[name] = text_field(v.get("desc", ""), f"pg_config[{brief(k)}].desc")
+    return ranks, desc
+
+
 def parse_dump(obj: Any, path: str | Path) -> FRDump:
     """Validate a loaded dump object and normalise it into an :class:`FRDump`. Raises BadInputError."""
     name_rank = rank_from_dump_name(path)
@@ -133,20 +149,21 @@ def parse_dump(obj: Any, path: str | Path) -> FRDump:
             f"Flight Recorder format version {version} is not supported "
             f"(this reader understands {SUPPORTED_MAJOR}.x)"
         )
+    part = "pg_config"  # the part being read, named when something unforeseen in it fails
     try:
-        pg_config = obj["pg_config"]
-        if not isinstance(pg_config, Mapping):
-            raise ValueError("pg_config must be a dict")
-        pg_ranks = {text_field(k, "a pg_config key"): parse_ranks(v.get("ranks", [])) for k, v in pg_config.items()}
-        pg_desc = {text_field(k, "a pg_config key"): text_field(v.get("desc", ""), f"pg_config[{brief(k)}].desc")
-                   for k, v in pg_config.items()}
+        pg_ranks, pg_desc = _parse_groups(obj["pg_config"])
+        part = "entries"
         raw_entries = obj.get("entries", [])
         if not isinstance(raw_entries, (list, tuple)):
-            raise ValueError("entries must be a list")
+            raise ValueError(f"entries is a {type(raw_entries).__name__}, expected a list of objects")
         entries, repeats = _parse_entries(raw_entries)
+        part = "pg_status"
         status_by_id = parse_status(obj.get("pg_status"))
-    except (ValueError, TypeError, AttributeError, KeyError) as exc:
+    except ValueError as exc:  # the parsers' own sentences (records.py): which field, what was expected
         raise bad(f"malformed Flight Recorder dump: {exc}") from exc
+    except (TypeError, AttributeError, KeyError, IndexError) as exc:
+        raise bad(f"malformed Flight Recorder dump: its {part} is not of the shape a Flight Recorder writes "
+                  f"(a value of an unexpected type in it)") from exc
     rank, source = dump_rank(_rank_from_content(obj, pg_ranks), name_rank, path)
     warnings: list[str] = []
     if "entries" not in obj:

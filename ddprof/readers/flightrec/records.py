@@ -70,14 +70,19 @@ class FRDump:
     nccl_version: str | None = None  # the NCCL the job ran with, where the dump says
 
 
-def parse_ranks(value: Any) -> tuple[int, ...]:
-    """``"[0, 1]"`` (pickle/JSON string) or ``[0, 1]`` -> ``(0, 1)``; anything else raises ValueError."""
+def parse_ranks(value: Any, what: str = "ranks") -> tuple[int, ...]:
+    """``"[0, 1]"`` (pickle/JSON string) or ``[0, 1]`` -> ``(0, 1)``; anything else raises ValueError naming
+    ``what`` (the field) and what was expected."""
     if isinstance(value, str):
-        value = json.loads(value) if value.strip() else []
+        try:
+            value = json.loads(value) if value.strip() else []
+        except (json.JSONDecodeError, RecursionError):
+            raise ValueError(f"{what} is the text {brief(value)}, expected a list of integers such as "
+                             "[0, 1] (or that list written as text)") from None
     if not isinstance(value, (list, tuple)) or not all(
         isinstance(r, int) and not isinstance(r, bool) for r in value
     ):
-        raise ValueError(f"ranks must be a list of integers, got {brief(value)}")
+        raise ValueError(f"{what} must be a list of integers, got {brief(value)}")
     return tuple(value)
 
 
@@ -119,7 +124,8 @@ def parse_entry(raw: Any, index: int) -> FREntry:
     shared through a pickle's memo compared item by item for 2**depth steps).
     """
     if not isinstance(raw, Mapping):
-        raise ValueError(f"entry {index} is a {type(raw).__name__}, not a dict")
+        raise ValueError(f"entry {index} is a {type(raw).__name__} ({brief(raw)}), expected an object with the "
+                         "collective's fields (profiling_name, process_group, state, ...)")
     try:
         pg = raw["process_group"]
         if not isinstance(pg, (list, tuple)) or len(pg) < 1:
@@ -157,7 +163,11 @@ def parse_status(raw: Any) -> dict[str, PGStatus]:
     out = {}
     for key, st in raw.items():
         if not isinstance(st, Mapping):
-            raise ValueError(f"pg_status[{brief(key)}] must be a dict")
+            raise ValueError(f"pg_status[{brief(key)}] is a {type(st).__name__}, expected an object of counters")
+        missing = [f for f in ("last_enqueued_collective", "last_completed_collective") if f not in st]
+        if missing:
+            raise ValueError(f"pg_status[{brief(key)}] lacks the field {missing[0]} (an integer: the group's "
+                             "last collective in that state)")
         started = st.get("last_started_collective")
         out[text_field(key, "a pg_status key")] = PGStatus(
             last_enqueued=int_field(st["last_enqueued_collective"], "last_enqueued_collective"),

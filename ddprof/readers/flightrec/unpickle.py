@@ -19,7 +19,7 @@ import msgspec
 from ddprof.errors import BadInputError
 from ddprof.readers.ranks import rank_from_dump_name
 
-__all__ = ["SafeUnpickler", "looks_like_pickle", "read_dump_object"]
+__all__ = ["SafeUnpickler", "json_damage", "looks_like_pickle", "pickle_damage", "read_dump_object"]
 
 _PICKLE_PROTOCOLS = frozenset({2, 3, 4, 5})
 
@@ -143,15 +143,52 @@ def read_dump_object(path: str | Path) -> Any:
                 return SafeUnpickler(io.BytesIO(data), path=path, rank=rank).load()
         except BadInputError:
             raise
-        except Exception as exc:  # a damaged pickle can raise almost anything; name it, don't crash
-            raise BadInputError(
-                f"not a readable Flight Recorder pickle (truncated or damaged): {type(exc).__name__}: {exc}",
-                path=path,
-                rank=rank,
-            ) from exc
+        except Exception as exc:  # a damaged pickle can raise almost anything; say it of the file, don't crash
+            raise BadInputError(f"not a readable Flight Recorder pickle: {pickle_damage(exc, len(data))}",
+                                path=path, rank=rank) from exc
     try:
         return _json_dump(data)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise BadInputError(
-            "not a Flight Recorder dump: neither a pickle (no protocol header) nor JSON", path=path, rank=rank
-        ) from exc
+        raise BadInputError(f"not a Flight Recorder dump: no pickle header, and {json_damage(exc, data)}",
+                            path=path, rank=rank) from exc
+
+
+def pickle_damage(exc: BaseException, size: int) -> str:
+    """What is wrong with a pickle the unpickler gave up on, in words about the file (not the unpickler's):
+    a length past the file's end or past memory, data cut short, a reference to nothing, a stray opcode."""
+    text = str(exc)
+    if isinstance(exc, MemoryError):
+        return (f"it declares an object larger than memory can hold (a damaged length field; the file has "
+                f"{size} bytes)")
+    if isinstance(exc, (OverflowError,)) or "exceeds" in text or "too large" in text:
+        return f"it declares a length no object of a {size}-byte file can have (a damaged length field)"
+    if isinstance(exc, EOFError) or "truncated" in text:
+        return f"its {size} bytes end before the objects they begin (the file is truncated or a length is damaged)"
+    if "memo" in text.lower():
+        return "it refers back to an object it never stored (a damaged reference)"
+    if isinstance(exc, RecursionError):
+        return "its objects nest deeper than any dump's"
+    return ("its opcodes do not build the plain dicts, lists, strings and numbers of a dump (a damaged or "
+            "foreign pickle)")
+
+
+def json_damage(exc: BaseException, data: bytes) -> str:
+    """What is wrong with a dump that is not JSON, in words about the file: where it stops being text or
+    JSON, and whether it ends early."""
+    if isinstance(exc, UnicodeDecodeError):
+        return f"byte {exc.start} is not UTF-8 text, so it is not JSON either"
+    if isinstance(exc, RecursionError):
+        return "its JSON nests deeper than any dump's"
+    assert isinstance(exc, json.JSONDecodeError)
+    try:  # msgspec tells a document cut short from one broken inside
+        msgspec.json.decode(data)
+        truncated = False
+    except msgspec.DecodeError as why:
+        truncated = "truncated" in str(why)
+    except RecursionError:
+        truncated = False
+    if truncated or exc.pos >= len(exc.doc.rstrip()):
+        return f"its JSON stops after {len(data)} bytes, inside the document (the file is truncated)"
+    if exc.pos == 0 or not exc.doc.strip():
+        return "it is not JSON (it does not start with an object)" if exc.doc.strip() else "it is empty"
+    return f"its JSON is broken at line {exc.lineno}, column {exc.colno} (byte {exc.pos}): no valid value there"

@@ -10,7 +10,18 @@ What makes a Chrome-format trace a PyTorch profiler trace (:func:`from_pytorch`)
 
 A Chrome trace with none of them (a merged framework timeline, an accelerator vendor's trace) holds
 nothing ddprof can classify: it is refused by name rather than analysed into an empty report. A document
-with no event at all is left to the ingest pipeline's "no complete events" refusal.
+with no event at all is left to the ingest pipeline's "no complete events" refusal. Two more shapes are
+refused rather than analysed into a report that says nothing, or says it of the wrong thing
+(:func:`unanalysable`):
+
+* a trace with no work in it: its events are all annotations (``user_annotation``, ``ProfilerStep#N``,
+  ``gpu_user_annotation``), Python frames or categories ddprof does not read, with no CPU operator, GPU
+  kernel, copy or runtime call (:data:`WORK_CATS`) and no collective's annotation (``gloo:send``: gloo's
+  communication, :data:`~ddprof.vocabulary.collective_ops.MARKER_PATTERN`);
+* a Chrome trace without any PyTorch profiler key and without CPU operators whose GPU activity comes from
+  several processes (``pid``): several ranks merged into one file (a merged framework timeline), which
+  ddprof would read as one rank with several devices. It reads one rank per Kineto file: the refusal says
+  to give one file per rank.
 """
 
 from __future__ import annotations
@@ -25,9 +36,9 @@ import polars as pl
 from ddprof.errors import BadInputError
 from ddprof.readers.base import Identity, Opened
 from ddprof.readers.kineto.build import build_events
-from ddprof.readers.kineto.categories import CAT_KIND
+from ddprof.readers.kineto.categories import CAT_KIND, GPU_CATS
 from ddprof.readers.kineto.decode import Decoded, decode
-from ddprof.vocabulary.collective_ops import CommRule
+from ddprof.vocabulary.collective_ops import MARKER_PATTERN, CommRule
 
 #: Names of Kineto trace files; in a directory tree, the collector's and ddprof's own JSON are not traces.
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -41,6 +52,8 @@ PYTORCH_CATS = frozenset({*CAT_KIND, "python_function", "overhead", "ac2g", "fwd
                           "gpu_memory"})
 STEP_NAME = "ProfilerStep#"
 NOT_PYTORCH = "a Chrome trace without PyTorch profiler events"
+#: Categories of the work ddprof analyses: operators, GPU activity, runtime calls (not annotations).
+WORK_CATS = frozenset(c for c, kind in CAT_KIND.items() if kind != "annotation")
 _JSON_START = re.compile(rb"(?:\xef\xbb\xbf)?[ \t\r\n]*[\[{]")
 
 
@@ -72,6 +85,9 @@ class KinetoReader:
             raise BadInputError(f"{NOT_PYTORCH} (no event of a PyTorch profiler category such as cpu_op, "
                                 f"kernel or cuda_runtime, no {STEP_NAME}N step, no distributedInfo or other "
                                 "PyTorch profiler key): not a format ddprof reads", path=path)
+        why = unanalysable(dec)
+        if why is not None:
+            raise BadInputError(why, path=path)
         warnings: list[str] = []
         info = dec.distributed_info = checked_info(dec.distributed_info, warnings)
         text = {k: v if isinstance(v, str) else None for k in ("backend", "nccl_version") for v in (info.get(k),)}
@@ -87,6 +103,31 @@ class KinetoReader:
     def read(self, opened: Sequence[Opened], ranks: Sequence[int],
              rules: tuple[CommRule, ...]) -> tuple[pl.DataFrame, list[list[str]]]:
         return build_events([o.state for o in opened], ranks, rules)
+
+
+def unanalysable(dec: Decoded) -> str | None:
+    """Why a PyTorch-looking trace is refused though it decodes (module doc), or None. Examples: "a trace
+    with no work ddprof analyses: its 5 events are user_annotation ...", "a Chrome trace whose GPU activity
+    comes from 2 processes (pid 0, 1) ..."."""
+    frame = dec.frame
+    if frame.height == 0:
+        return None
+    if not dec.categories & WORK_CATS and not frame.get_column("name").str.contains(MARKER_PATTERN).any():
+        cats = frame.get_column("cat").fill_null("<none>").value_counts(sort=True).head(4).rows()
+        listed = ", ".join(f"{n} {c}" for c, n in cats)
+        return (f"a trace with no work ddprof analyses: its {frame.height} complete events are annotations, "
+                f"Python frames or categories it does not read ({listed}); there is no CPU operator (cpu_op), "
+                "GPU kernel, copy or runtime call (kernel, gpu_memcpy, cuda_runtime) to measure")
+    if dec.header_keys & PYTORCH_KEYS or "cpu_op" in dec.categories:
+        return None
+    pids = (frame.filter(pl.col("cat").is_in(GPU_CATS)).get_column("pid").drop_nulls().unique().sort().to_list())
+    if len(pids) > 1:
+        shown = ", ".join(map(str, pids[:8])) + (f" ... ({len(pids)} in all)" if len(pids) > 8 else "")
+        return (f"a Chrome trace whose GPU activity comes from {len(pids)} processes (pid {shown}) with no "
+                "PyTorch profiler key (distributedInfo, deviceProperties, ...) and no CPU operator: several ranks "
+                "merged into one file, which ddprof does not split (it reads one rank per trace file); give it "
+                "each rank's own PyTorch profiler trace")
+    return None
 
 
 def checked_info(info: dict[str, Any] | None, warnings: list[str]) -> dict[str, Any]:

@@ -19,6 +19,16 @@ NVTX_EVENTS, push/pop and start/end ranges  PyTorch's ``emit_nvtx`` op ranges (`
                                             among them)
 ==========================================  =======================================================
 
+Collectives. An export records no NCCL metadata (no process group, message size or peer), and each
+process's communication kernels run on streams of its own numbering (rank 0's NCCL kernels on stream 7,
+rank 1's on stream 15): stream ids do not match the ranks' collectives. Communicators are created in the
+same order on every rank and their streams with them, so the k-th communication stream of each process
+(its comm streams sorted by id) is taken for the same communicator: its kernels get the process group
+``comm stream #k``, and the k-th kernel of that group on each rank is the same collective (DESIGN.md §3,
+Collective instance). Where the processes of a file do not all have as many communication streams, the rule
+does not hold and each stream stays a group of its own (the collectives' warnings then name the instances
+not seen on every rank). Message sizes stay unknown, so no bandwidth is computed.
+
 Names come from ``StringIds`` (a kernel's demangled name where the export has it). GPU rows keep their
 CUDA device and stream, the process's pid, and the stream as ``tid`` (as Kineto's kernels do); CPU rows
 the thread of their global thread id.
@@ -224,7 +234,7 @@ def read_exports(opened: Sequence[tuple[Export, int]], ranks: Sequence[int],
         finally:
             con.close()
         cpu = _classify_nvtx(cpu.with_columns(gpid=(pl.col("gtid") // (1 << PID_SHIFT)) * (1 << PID_SHIFT)))
-        gpu = _classify_kernels(gpu, rules)
+        gpu = _comm_stream_groups(_classify_kernels(gpu, rules))
         for i in idx:
             member = export.members[opened[i][1]]
             parts[i] = _member_rows(gpu, cpu, member.global_pid, member.pid, export.offset_ns)
@@ -251,17 +261,34 @@ def _classify_kernels(gpu: pl.DataFrame, rules: tuple[CommRule, ...]) -> pl.Data
     return gpu.with_columns(coll_op=op, kind=kind)
 
 
+def _comm_stream_groups(gpu: pl.DataFrame) -> pl.DataFrame:
+    """The process group (``pg``) of the communication kernels: the position of their stream among their
+    process's communication streams, ``comm stream #k`` (module doc, Collectives); null where the processes
+    of the file do not all have as many communication streams (then each stream is its own group).
+
+    Example: process A's NCCL kernels on streams 7 and 20, process B's on 15 and 31 -> A's 7 and B's 15 are
+    ``comm stream #0``, A's 20 and B's 31 ``comm stream #1``."""
+    comm = gpu.filter(pl.col("kind") == "comm").select("gpid", "stream").unique()
+    per = comm.group_by("gpid").agg(pl.col("stream").sort().alias("streams"))
+    if per.height == 0 or per.get_column("streams").list.len().n_unique() != 1:
+        return gpu.with_columns(pg=pl.lit(None, pl.String))
+    pos = per.explode("streams").rename({"streams": "stream"}).with_columns(
+        pg=pl.format("comm stream #{}", pl.int_range(pl.len()).over("gpid")))
+    return gpu.join(pos, on=["gpid", "stream"], how="left").with_columns(
+        pg=pl.when(pl.col("kind") == "comm").then(pl.col("pg")))
+
+
 def _member_rows(gpu: pl.DataFrame, cpu: pl.DataFrame, global_pid: int, pid: int, offset: int) -> pl.DataFrame:
     """One process's rows, on the epoch clock (``offset``), in time order."""
     g = gpu.filter(pl.col("gpid") == global_pid).select(
         ts_ns=pl.col("ts") + offset, dur_ns=(pl.col("end") - pl.col("ts")).clip(lower_bound=0),
         pid=pl.lit(pid, pl.Int64), tid=pl.col("stream"), device=pl.col("device"), stream=pl.col("stream"),
-        kind=pl.col("kind").cast(Kind), cat="cat", name="name", correlation="correlation", coll_op="coll_op")
+        kind=pl.col("kind").cast(Kind), cat="cat", name="name", correlation="correlation", coll_op="coll_op", pg="pg")
     c = cpu.filter(pl.col("gpid") == global_pid).select(
         ts_ns=pl.col("ts") + offset, dur_ns=(pl.col("end") - pl.col("ts")).clip(lower_bound=0),
         pid=pl.lit(pid, pl.Int64), tid=pl.col("gtid") % (1 << PID_SHIFT),
         device=pl.lit(None, pl.Int64), stream=pl.lit(None, pl.Int64), kind=pl.col("kind").cast(Kind), cat="cat",
-        name="name", correlation="correlation", coll_op=pl.lit(None, pl.String))
+        name="name", correlation="correlation", coll_op=pl.lit(None, pl.String), pg=pl.lit(None, pl.String))
     return pl.concat([g, c]).sort("ts_ns", maintain_order=True)
 
 
