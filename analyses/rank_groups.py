@@ -28,6 +28,7 @@ from typing import Any
 
 import polars as pl
 from ddprof.analyses import sections
+from ddprof.analyses.alltoall import alltoall_instances, alltoall_summary
 from ddprof.analyses.bubbles import bubbles, pipeline_stages
 from ddprof.analyses.clocks import ClockEstimate, align, estimate, run_hosts
 from ddprof.analyses.collectives import bandwidth, collective_warnings, collectives, comm_rows
@@ -76,7 +77,7 @@ def group_budget() -> int:
 
 #: Columns the analyses read.
 COLUMNS = ["rank", "ts_ns", "dur_ns", "tid", "stream", "kind", "name", "step", "correlation",
-           "coll_op", "pg", "group_size", "bytes", "peer", "seq"]
+           "coll_op", "pg", "group_size", "bytes", "peer", "seq", "send_splits", "recv_splits"]
 
 #: Derived frames the cross-rank sections read, kept per group and concatenated in rank order.
 SUMMARIES = {"comm_rows": comm_rows, "steps": steps, "rank_spans": rank_spans, "bubbles": bubbles,
@@ -248,15 +249,17 @@ def cross_rank_sections(frames: dict[str, pl.DataFrame], world_size: int | None)
         bub = bub.join(stages.select("rank", "stage", "stages", "micro_batches", "theoretical_pct"),
                        on="rank", how="left")
     coll = collectives(p, world_size)
+    a2a = alltoall_instances(p)
     tables = {k: null_nonfinite(frames[k]) for k in sections.PER_RANK if k in sections.STEP_SECTIONS}
     tables.update({"bubbles": null_nonfinite(bub), "collectives": null_nonfinite(coll.drop("ops_seen")),
-                   "kernels_by_step": null_nonfinite(kernels_by_step(p))})
+                   "kernels_by_step": null_nonfinite(kernels_by_step(p)), "alltoall": null_nonfinite(a2a.drop("heavy"))})
     out.update({name: summary(name, tables[name]) for name in sections.STEP_SECTIONS})
     out.update({
         "pipeline": json_rows(stages),
         "stragglers": stragglers(p),
         "collectives": collectives_summary(tables["collectives"]),
         "bandwidth": json_rows(bandwidth(coll)),
+        "alltoall": alltoall_summary(p, a2a),
         "collective_warnings": collective_warnings(coll),
         "kernels": json_rows(top_kernels(p)),
     })
