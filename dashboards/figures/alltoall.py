@@ -26,7 +26,7 @@ def alltoall_figure(report: dict[str, Any]) -> go.Figure:
         hovertemplate="rank %{y} → rank %{x}<br>%{z:,} B<extra></extra>"))
     fig.update_xaxes(title="to rank", type="category")
     fig.update_yaxes(title="from rank", type="category", autorange="reversed")
-    title = f"All-to-all bytes by rank pair ({s.instances} instances"
+    title = f"All-to-all bytes by rank pair<br><sup>{s.instances} instances"
     if s.recv_imbalance is not None:
-        title += f", receive imbalance {s.recv_imbalance:.2g}×"
-    return finish(fig, title + ")", height=340)
+        title += f" · receive imbalance {s.recv_imbalance:.2g}×"
+    return finish(fig, title + "</sup>", height=340)
