@@ -3,7 +3,7 @@
 Which rows: the collective rows of :func:`.collectives.comm_rows` whose op is ``all_to_all``, matched across
 ranks as every collective is (process group + per-group order). A group's members are the ranks seen using
 it, in rank order: the order of a process group's ranks (``new_group`` sorts them), the order the split
-sizes follow.
+sizes follow. Groups of more than :data:`MAX_MATRIX_RANKS` ranks are left out (ranks² pairs an instance).
 
 The matrix of one instance: ``M[s, d]`` = bytes rank s sends to rank d. From s's ``send_splits`` (the
 store's bytes per member, from ``In split size`` or a gloo op's split arguments), else d's
@@ -44,7 +44,8 @@ from ddprof.vocabulary.units import NS_PER_US, fmt_bytes, fmt_num, fmt_plain, fm
 
 #: A rank moving at least this many times the mean bytes is heavy; an instance this imbalanced is one.
 HEAVY = 1.25
-#: The run's matrix is kept in the summary for at most this many ranks (ranks² numbers).
+#: The run's matrix is kept in the summary for at most this many ranks (ranks² numbers); the all-to-alls of a
+#: larger group are left out (their pairs would be ranks² rows per instance).
 MAX_MATRIX_RANKS = 256
 _INST = ["group", "index"]
 
@@ -123,7 +124,8 @@ def pair_bytes(p: Prepared) -> pl.DataFrame:
     if rows.height == 0:
         return pl.DataFrame(schema={"group": pl.String, "index": pl.Int64, "step": pl.Int32, "src": pl.Int32,
                                     "dst": pl.Int32, "bytes": pl.Int64, "with_splits": pl.Boolean})
-    members = rows.group_by("group").agg(pl.col("rank").unique().sort().alias("members"))
+    members = (rows.group_by("group").agg(pl.col("rank").unique().sort().alias("members"))
+               .filter(pl.col("members").list.len() <= MAX_MATRIX_RANKS))  # ranks² rows an instance: bounded
     rows = rows.join(members, on="group").with_columns(
         n=pl.col("members").list.len(), index=pl.col("index").cast(pl.Int64),
         step=pl.col("step").min().over(_INST))
@@ -164,7 +166,8 @@ def _imbalance(per_rank: pl.LazyFrame, by: list[str]) -> pl.LazyFrame:
                               | (pl.col("sent") >= HEAVY * pl.col("sent").mean())).alias("heavy"))
 
 
-def alltoall_instances(events: Events) -> pl.DataFrame:
+@derived
+def alltoall_instances(events: Prepared) -> pl.DataFrame:
     """The detail table: one row per all-to-all instance (:class:`AllToAllRow`, plus ``heavy``, the ranks
     moving at least :data:`HEAVY` × the mean), in group and index order. Example in the module doc."""
     pairs = pair_bytes(events).lazy()
