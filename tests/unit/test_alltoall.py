@@ -5,8 +5,8 @@ the heat map panel, and runs without all-to-all left as they were."""
 from __future__ import annotations
 
 import pytest
-
 from ddprof.analyses.report import build_report
+
 from ddprof.readers.kineto.comms import split_bytes
 from ddprof.synth import DataParallel, MoE, ingest_generated
 

@@ -4,10 +4,10 @@ model implies; busbw per class beside the class's reference peak, and the findin
 from __future__ import annotations
 
 import pytest
-
-import ddprof
 from ddprof.analyses.links import PEAK_BUSBW_GBPS, device_link, link_classes
 from ddprof.analyses.report import build_report
+
+import ddprof
 from ddprof.synth import Spec, generate
 from tests.support.paths import SAMPLES
 
