@@ -87,3 +87,20 @@ def test_heat_map_panel(moe):
     assert "receive imbalance" in fig.layout.title.text
     empty = alltoall_figure({"alltoall": None})
     assert not empty.data and "no all-to-all" in empty.layout.annotations[0].text
+
+
+def test_synth_moe_command_writes_its_truth(tmp_path):
+    import json
+
+    import ddprof
+    from ddprof.cli import main
+
+    assert main(["synth", str(tmp_path / "out"), "--moe", "--ranks", "4", "--steps", "2", "--hot-rank", "2",
+                 "--hot-share", "0.5", "--tokens", "100", "--gpus-per-host", "2"]) == 0
+    truth = json.loads((tmp_path / "out" / "truth.json").read_text())
+    report = build_report(ddprof.ingest([tmp_path / "out" / "traces"], tmp_path / "run"))
+    assert report["alltoall"]["matrix"] == truth["matrix"] and report["alltoall"]["hot_rank"] == 2
+    # 50 of 100 tokens from each of 4 ranks to rank 2: 200 of a mean 100 received
+    assert truth["dispatch_recv_imbalance"] == 2.0 == report["alltoall"]["hot_recv_imbalance"]
+    assert {r["span"] for r in report["links"]} == {"inter-node"}  # 2 ranks a host: the all-to-alls span 2 hosts
+    assert main(["synth", str(tmp_path / "bad"), "--moe", "--ranks", "4", "--hot-rank", "4"]) == 2
