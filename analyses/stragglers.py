@@ -70,6 +70,7 @@ from typing import Any
 import msgspec
 import numpy as np
 import polars as pl
+from ddprof.analyses.alltoall import explained_by_bytes
 from ddprof.analyses.collectives import arrivals, comm_rows
 from ddprof.analyses.frames.intervals import merge, subtract, union_lengths
 from ddprof.analyses.frames.memo import Events, Prepared, collect, derived, prepare
@@ -89,8 +90,26 @@ MIN_SHARE_PCT = 2.0
 
 @derived
 def multi_rank_arrivals(p: Prepared) -> pl.DataFrame:
-    """The arrivals at collective instances seen on two or more ranks, point-to-point left out."""
-    return collect(arrivals(p).lazy().filter((pl.len().over(_INST) > 1) & (pl.col("match_op") != "sendrecv")))
+    """The arrivals at collective instances seen on two or more ranks, point-to-point left out, and the
+    all-to-all instances the bytes explain left out too (:func:`not_load_imbalance`)."""
+    multi = arrivals(p).lazy().filter((pl.len().over(_INST) > 1) & (pl.col("match_op") != "sendrecv"))
+    return collect(not_load_imbalance(p, multi))
+
+
+# --- the hook of the all-to-all analysis: load imbalance is not a slow rank ---------------------------------------
+
+def not_load_imbalance(p: Prepared, arrivals_: pl.LazyFrame) -> pl.LazyFrame:
+    """``arrivals_`` without the all-to-all instances whose last or longest rank moved the most bytes
+    (:func:`ddprof.analyses.alltoall.explained_by_bytes`): an overloaded expert's rank arrives last
+    because of its load; the ``alltoall`` section's verdict names it instead."""
+    explained = explained_by_bytes(p)
+    if explained.height == 0:
+        return arrivals_
+    explained = explained.with_columns(src=pl.lit(None, pl.Int32), dst=pl.lit(None, pl.Int32))
+    schema = arrivals_.collect_schema()
+    explained = explained.select(*(pl.col(c).cast(schema[c]) for c in _INST))
+    return arrivals_.join(explained.lazy(), on=_INST, how="anti", nulls_equal=True)
+# --- end of the hook ---------------------------------------------------------------------------------------------
 
 
 @derived

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import plotly.graph_objects as go
+from ddprof.dashboards.figures.alltoall import alltoall_figure
 from ddprof.dashboards.figures.collectives import (
     bandwidth_figure,
     instance_figure,
@@ -46,6 +47,7 @@ PANELS: tuple[Panel, ...] = (
     Panel("skew", skew_figure, click="instance"),
     Panel("instance", instance_figure, click="rank"),
     Panel("bandwidth", bandwidth_figure),
+    Panel("alltoall", alltoall_figure, click="rank"),
     Panel("pipeline", pipeline_figure, click="rank"),
     Panel("hang", hang_figure, click="rank"),
 )

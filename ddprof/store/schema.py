@@ -19,6 +19,10 @@ Conventions
 * ``bytes`` is the nccl-tests message size S of the collective: all-reduce/broadcast/reduce: count x
   element size; all-gather: output bytes; reduce-scatter: input bytes; all-to-all: total bytes sent;
   send/recv: bytes sent or received.
+* ``send_splits``/``recv_splits`` (all-to-all-v): bytes this rank sends to / receives from each rank of the
+  collective's process group, in the group's rank order, where the trace says (``In split size``/``Out
+  split size`` on ``record_param_comms``; a gloo ``c10d::alltoall_base_``'s split arguments recorded with
+  shapes); null for even splits and every other op: ``bytes`` / group size each.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import polars as pl
 
 from ddprof.errors import SchemaError
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "2.0"
 
 KINDS = ("compute", "comm", "memcpy", "memset", "sync", "cpu_op", "runtime", "annotation", "other")
 Kind = pl.Enum(list(KINDS))
@@ -60,6 +64,8 @@ EVENT_SCHEMA: dict[str, pl.DataType] = {
     "dtype": pl.String(),
     "peer": pl.Int32(),
     "seq": pl.Int64(),
+    "send_splits": pl.List(pl.Int64()),
+    "recv_splits": pl.List(pl.Int64()),
 }
 
 NOT_NULL = ("rank", "ts_ns", "dur_ns", "kind", "name")

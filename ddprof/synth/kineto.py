@@ -211,6 +211,10 @@ def to_kineto(frame: pl.DataFrame, world: int, backend: str = "nccl") -> dict[in
                 if row["peer"] is not None:  # a send/recv: its global ranks, as PyTorch 2.5+ names them
                     src, dst = (rank, row["peer"]) if row["coll_op"] == "send" else (row["peer"], rank)
                 args.update(collective_args(row["coll_op"], nel, row["group_size"], row["pg"], src=src, dst=dst))
+                if row.get("send_splits") is not None:  # an all-to-all-v: its splits, in elements
+                    recv = row.get("recv_splits") or []
+                    args |= {ARG["in_split"]: str([b // 4 for b in row["send_splits"]]),
+                             ARG["out_split"]: str([b // 4 for b in recv]), ARG["out_nelems"]: sum(recv) // 4}
                 if row["kind"] == "comm" and row["stream"] is None:
                     args.update({ARG["input_dims"]: [[nel]], ARG["input_type"]: ["float"]})
             events.append({"ph": "X", "cat": cat, "name": row["name"], "pid": row["pid"], "tid": row["tid"],

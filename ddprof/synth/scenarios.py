@@ -344,3 +344,104 @@ class Pipeline:
         return {"stages": P, "micro_batches": M, "stage_of": {r: p for p, r in enumerate(self.order)},
                 "bubble_pct": 100 * (P - 1) / (M + P - 1),
                 "device_bubble_pct": {r: measured(p) for p, r in enumerate(self.order)}}
+
+
+def moe_splits(ranks: int, tokens: int, hot_rank: int, hot_share: float) -> list[int]:
+    """Tokens one rank routes to each rank's expert: ``round(hot_share · tokens)`` to ``hot_rank``, the rest
+    evenly to the others (the remainder to the first of them)."""
+    hot = round(tokens * hot_share)
+    others = [r for r in range(ranks) if r != hot_rank]
+    each, extra = divmod(tokens - hot, len(others)) if others else (0, 0)
+    splits = [each] * ranks
+    splits[hot_rank] = hot
+    if others:
+        splits[others[0]] += extra
+    return splits
+
+
+@dataclass(frozen=True)
+class MoE:
+    """A mixture-of-experts layer per step, an expert per rank, on GPUs (``gpus_per_host`` ranks a host,
+    ``device_name`` in the traces' device properties). Per step s, every rank r::
+
+        stream 7    gate [t0+A, +G)                        expert [e1+GAP, +E·tokens_r)
+        stream 20                 dispatch [t0+A+G, e1)                                 combine [x_r, e2)
+
+    Every rank routes ``hot_share`` of its ``tokens`` to ``hot_rank`` and the rest evenly (:func:`moe_splits`),
+    ``row_bytes`` a token: the dispatch all-to-all's matrix is ``M[s, d] = splits[d] · row_bytes`` for every
+    sender s, the combine's its transpose. The dispatch takes ``Td`` on every rank (e1 = t0+A+G+Td); the
+    expert of rank r computes ``E`` per token it received (``tokens_r = ranks · splits[r]``), so the hot rank
+    enters the combine last, at ``x_hot``, and the others wait for it; the combine ends at e2 = max x + Tc.
+    """
+
+    ranks: int = 8
+    steps: int = 3
+    tokens: int = 1024
+    hot_rank: int = 5
+    hot_share: float = 0.4
+    row_bytes: int = 4096
+    gpus_per_host: int = 8
+    device_name: str = "NVIDIA H100 80GB HBM3"
+    A: int = 20 * US
+    G: int = 100 * US
+    Td: int = 300 * US
+    GAP: int = 5 * US
+    E_ns: int = 500  # expert time per token received
+    Tc: int = 300 * US
+    step_ns: int = 10_000 * US
+    base: int = 1_700_000_000_000_000 * US
+
+    def splits(self) -> list[int]:
+        return moe_splits(self.ranks, self.tokens, self.hot_rank, self.hot_share)
+
+    def host_of(self, rank: int) -> int:
+        return rank // self.gpus_per_host
+
+    def received(self, r: int) -> int:
+        return self.ranks * self.splits()[r]
+
+    def events(self) -> pl.DataFrame:
+        rows = Rows()
+        splits = self.splits()
+        n = self.ranks
+        expert = [self.E_ns * self.received(r) for r in range(n)]
+        for s in range(self.steps):
+            t0 = self.base + s * self.step_ns
+            e1 = t0 + self.A + self.G + self.Td
+            x = [e1 + self.GAP + expert[r] for r in range(n)]
+            e2 = max(x) + self.Tc
+            for r in range(n):
+                step_row(rows, r, s, t0, self.step_ns)
+                rows.kernel(r, s, "compute", "moe_gate_gemm_kernel", t0 + self.A, self.G, 7, t0 + 5 * US)
+                send = [b * self.row_bytes for b in splits]
+                recv = [splits[r] * self.row_bytes] * n
+                meta = dict(coll_op="all_to_all", pg="0", group_size=n, dtype="Float")
+                rows.kernel(r, s, "comm", "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)",
+                            t0 + self.A + self.G, self.Td, 20, t0 + 10 * US, bytes=sum(send), in_bytes=sum(send),
+                            out_bytes=sum(recv), send_splits=send, recv_splits=recv, **meta)
+                rows.kernel(r, s, "compute", "moe_expert_gemm_kernel", e1 + self.GAP, expert[r], 7, t0 + 15 * US)
+                rows.kernel(r, s, "comm", "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)",
+                            x[r], e2 - x[r], 20, t0 + 20 * US, bytes=sum(recv), in_bytes=sum(recv),
+                            out_bytes=sum(send), send_splits=recv, recv_splits=send, **meta)
+        return rows.frame()
+
+    def kineto(self) -> dict[int, dict[str, Any]]:
+        traces = to_kineto(self.events(), self.ranks)
+        for t in traces.values():
+            t["deviceProperties"] = [{"id": 0, "name": self.device_name}]
+        return traces
+
+    def truth(self) -> dict[str, Any]:
+        """The answers by hand: per instance (dispatch, combine of each step) the bytes by rank pair and
+        the imbalance; the run's matrix; the hot rank's load explains the combine's wait."""
+        n, splits, row = self.ranks, self.splits(), self.row_bytes
+        dispatch = [[splits[d] * row for d in range(n)] for _ in range(n)]
+        combine = [[dispatch[d][s] for d in range(n)] for s in range(n)]
+        mean = self.tokens * row  # every rank sends its tokens: the mean a rank receives
+        recv_max = n * max(splits) * row
+        summed = [[self.steps * (dispatch[s][d] + combine[s][d]) for d in range(n)] for s in range(n)]
+        return {"instances": 2 * self.steps, "dispatch": dispatch, "combine": combine, "matrix": summed,
+                "dispatch_recv_imbalance": recv_max / mean, "dispatch_send_imbalance": 1.0,
+                "combine_send_imbalance": recv_max / mean, "combine_recv_imbalance": 1.0,
+                "hot_rank": self.hot_rank, "stragglers": [],
+                "hosts": {r: self.host_of(r) for r in range(n)}}

@@ -94,8 +94,14 @@ def write_traces(traces: dict[int, dict[str, Any]], folder: Path, skip: Iterable
 
 
 def write_kineto(sc: Scenario, folder: Path, skip: Iterable[int] = ()) -> Path:
-    """The scenario's Kineto traces as ``folder/rank<N>.pt.trace.json`` (but the ranks in ``skip``)."""
-    return write_traces(sc.kineto(), folder, tuple(skip))
+    """The scenario's Kineto traces as ``folder/rank<N>.pt.trace.json`` (but the ranks in ``skip``); a scenario
+    that places its ranks on hosts (``host_of``) gets each rank's meta file naming its host."""
+    write_traces(sc.kineto(), folder, tuple(skip))
+    host_of = getattr(sc, "host_of", None)
+    if host_of is not None:
+        for rank in sc.kineto():
+            write_meta(folder, rank, host_name(host_of(rank)))
+    return folder
 
 
 def ingest_generated(sc: Scenario, folder: Path, run_dir: Path | None = None) -> Run:

@@ -222,7 +222,9 @@ def test_html_report_is_self_contained(tmp_path):
     assert page.count(bundle) == 1  # plotly.js inlined once; nothing else loads a script or a resource
     rest = page.replace(bundle, "")
     assert "<script src" not in rest and "https://" not in rest and "<link" not in rest
-    assert page.count('class="plotly-graph-div"') == 10
+    from ddprof.dashboards.panels import PANELS
+
+    assert page.count('class="plotly-graph-div"') == 1 + len(PANELS) == 11  # the timeline and every panel
     assert "Pipeline bubble: 4 stages" in page
 
 

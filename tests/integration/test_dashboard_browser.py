@@ -178,6 +178,26 @@ def test_generated_64_ranks(driver: Any, tmp_path: Path) -> None:
         check_timeline(driver, list(range(64)), "generated-64", (span_ms * 0.4, span_ms * 0.45))
 
 
+def test_alltoall_heat_map(driver: Any, tmp_path: Path) -> None:
+    """A generated mixture-of-experts run: the all-to-all panel draws its ranks × ranks heat map."""
+    from ddprof.synth import MoE, write_kineto
+
+    sc = MoE(ranks=8, steps=2, hot_rank=5)
+    write_kineto(sc, tmp_path / "traces")
+    with served([tmp_path / "traces"], tmp_path / "run", "generated MoE") as (url, state):
+        load_page(driver, url)
+        title = wait_for(lambda: driver.find_element("css selector", "#alltoall .gtitle").text, what="title")
+        assert title.startswith("All-to-all bytes by rank pair") and "4 instances · receive imbalance" in title
+        cells = wait_for(lambda: driver.find_elements("css selector", "#alltoall .heatmaplayer image"), what="heat map")
+        assert cells and cells[0].size["width"] > 100 and cells[0].size["height"] > 100
+        ticks = driver.execute_script(
+            "return [...document.querySelectorAll('#alltoall .xtick text')].map(t => t.textContent)")
+        assert ticks == [str(r) for r in range(8)]
+        driver.execute_script("document.getElementById('alltoall').scrollIntoView();")
+        screenshot(driver, "alltoall-heat-map")
+        assert severe_console(driver) == []
+
+
 def test_flight_recorder_hang(driver: Any, tmp_path: Path) -> None:
     with served([FR_HANG], tmp_path / "run", "flight-recorder hang") as (url, state):
         load_page(driver, url, timeline=False)
@@ -203,8 +223,8 @@ def test_html_report_renders(driver: Any, tmp_path: Path) -> None:
     out.write_text(page)
     driver.get(out.as_uri())
     plots = wait_for(lambda: (p := driver.find_elements("css selector", ".js-plotly-plot .main-svg")) and
-                     len(p) >= 10 and p, what="the figures")
-    assert len(driver.find_elements("css selector", ".js-plotly-plot")) == 10
+                     len(p) >= 11 and p, what="the figures")
+    assert len(driver.find_elements("css selector", ".js-plotly-plot")) == 11
     assert plots
     assert driver.execute_script("return document.querySelectorAll('#timeline .barlayer .point').length") > 2000
     screenshot(driver, "html-report-dlrm")

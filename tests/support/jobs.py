@@ -7,7 +7,8 @@ Run one rank per process with the launcher's environment (``RANK``, ``WORLD_SIZE
     torchrun --standalone --nproc-per-node 4 tests/support/jobs.py pipeline -o runs/gpipe
 
 ``ddp``: an MLP under DistributedDataParallel; ``--slow-rank R`` makes rank R sleep ``--slow-ms`` before
-each forward. ``pipeline``: one MLP split into ``WORLD_SIZE`` stages, GPipe schedule (all forwards of the
+each forward. ``moe``: one mixture-of-experts layer, an expert per rank, its tokens routed unevenly (``--hot-share``
+to ``--hot-rank``) with ``all_to_all_single``. ``pipeline``: one MLP split into ``WORLD_SIZE`` stages, GPipe schedule (all forwards of the
 micro-batches, then all backwards), activations and gradients sent with ``send``/``recv``.
 ``--crash-rank R --crash-step K`` kills rank R (``os._exit``) at step K, to show that the other ranks'
 data stays usable. ``--facts FILE`` (``{rank}`` in the name becomes the rank) writes what the rank knows
@@ -129,6 +130,47 @@ def run_pipeline(args: argparse.Namespace, prof: Any, rank: int, world: int) -> 
     return {"stage_widths": [d_in, d_out], "sent_bytes": {str(k): v for k, v in sent.items()}, "step_s": step_s}
 
 
+def moe_splits(world: int, tokens: int, hot_rank: int, hot_share: float) -> list[int]:
+    """Tokens a rank routes to each rank's expert: ``hot_share`` of ``tokens`` to ``hot_rank``, the rest evenly
+    to the others (the remainder to the first of them)."""
+    hot = round(tokens * hot_share)
+    others = [r for r in range(world) if r != hot_rank]
+    each, extra = divmod(tokens - hot, len(others)) if others else (0, 0)
+    splits = [each] * world
+    splits[hot_rank] = hot
+    if others:
+        splits[others[0]] += extra
+    return splits
+
+
+def run_moe(args: argparse.Namespace, prof: Any, rank: int, world: int) -> dict[str, Any]:
+    """One mixture-of-experts layer per step, an expert per rank: a router sends ``--hot-share`` of every
+    rank's ``--tokens`` to rank ``--hot-rank``'s expert (dispatch: ``all_to_all_single`` with uneven splits),
+    each expert runs on the tokens it received (its time grows with them), and a second all-to-all returns
+    them (combine)."""
+    torch.manual_seed(rank)
+    width = args.moe_width
+    expert = mlp((width, 4 * width, width))
+    send = moe_splits(world, args.tokens, args.hot_rank, args.hot_share)
+    recv = [moe_splits(world, args.tokens, args.hot_rank, args.hot_share)[rank] for _ in range(world)]
+    x = torch.randn(args.tokens, width)
+    step_s = []
+    with torch.no_grad():
+        for _ in range(args.steps):
+            t0 = time.perf_counter()
+            got = torch.empty(sum(recv), width)
+            dist.all_to_all_single(got, x, recv, send)
+            out = expert(got)
+            for _r in range(args.expert_repeat - 1):
+                out = expert(got)
+            back = torch.empty(args.tokens, width)
+            dist.all_to_all_single(back, out, send, recv)
+            prof.step()
+            step_s.append(time.perf_counter() - t0)
+    row = width * x.element_size()
+    return {"send_splits": send, "recv_splits": recv, "row_bytes": row, "step_s": step_s}
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -187,7 +229,7 @@ class _NoProfile:
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python tests/support/jobs.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("job", choices=["ddp", "pipeline"])
+    p.add_argument("job", choices=["ddp", "pipeline", "moe"])
     p.add_argument("-o", "--run-dir", type=Path, default=None, help="default: $DDPROF_RUN_DIR (ddprof launch)")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--batch", type=int, default=32)
@@ -198,6 +240,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--crash-rank", type=int, default=None)
     p.add_argument("--crash-step", type=int, default=0)
     p.add_argument("--microbatches", type=int, default=4)
+    p.add_argument("--tokens", type=int, default=600, help="moe: tokens per rank per step")
+    p.add_argument("--hot-rank", type=int, default=1, help="moe: the rank whose expert the router favours")
+    p.add_argument("--hot-share", type=float, default=0.6, help="moe: share of tokens sent to --hot-rank")
+    p.add_argument("--moe-width", type=int, default=64, help="moe: token width (floats)")
+    p.add_argument("--expert-repeat", type=int, default=4, help="moe: expert passes per step (its compute time)")
     p.add_argument("--wait", type=int, default=1)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--active", type=int, default=2)
@@ -218,7 +265,12 @@ def main(argv: list[str] | None = None) -> int:
         args.run_dir, wait=args.wait, warmup=args.warmup, active=args.active, wait_ingest=args.wait_ingest,
         ingest_timeout_s=args.ingest_timeout)
     with capture as prof:
-        facts = run_ddp(args, prof, rank) if args.job == "ddp" else run_pipeline(args, prof, rank, world)
+        if args.job == "ddp":
+            facts = run_ddp(args, prof, rank)
+        elif args.job == "moe":
+            facts = run_moe(args, prof, rank, world)
+        else:
+            facts = run_pipeline(args, prof, rank, world)
         dist.barrier()  # gloo aborts a rank whose peers tear down while it still exports
     if args.facts:
         path = Path(str(args.facts).format(rank=rank))

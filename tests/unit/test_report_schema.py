@@ -90,10 +90,10 @@ def test_per_step_rows_are_detail_tables_beside_the_report(tmp_path, capsys):
 
 def test_each_detail_table_is_summarised():
     """Every detail table has its summary in the JSON: the per-step ones by analyses/summaries.py, the
-    collective instances by collectives_summary."""
+    collective instances by collectives_summary, the all-to-all instances by alltoall_summary."""
     from ddprof.analyses.sections import DETAIL, STEP_SECTIONS, TABLE_ROWS
 
-    assert set(STEP_SECTIONS) | {"collectives"} == set(DETAIL) == set(TABLE_ROWS)
+    assert set(STEP_SECTIONS) | {"collectives", "alltoall"} == set(DETAIL) == set(TABLE_ROWS)
     assert set(DETAIL) <= set(Report.__struct_fields__)
 
 

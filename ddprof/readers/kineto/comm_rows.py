@@ -37,7 +37,8 @@ def communication(df: pl.DataFrame, meta: pl.DataFrame, infos: Sequence[dict[str
     described = markers.filter(_DESCRIBED)
     comm = pl.concat([_comm_kernels(df, meta, own, markers, described, rules), described.select(_META_COLS)])
     comm = _global_peers(_fill_only_group(comm, infos), infos).with_columns(_PEER)
-    return _gloo_peers(comm, described.with_columns(_PEER)).drop("global_peer")
+    comm = _gloo_peers(comm, described.with_columns(_PEER))
+    return _gloo_splits(comm, described).drop("global_peer")
 
 
 # Expressions and frames built once (a trace of a few hundred events is ingested in a few milliseconds;
@@ -172,3 +173,33 @@ def _gloo_peers(comm: pl.DataFrame, markers: pl.DataFrame) -> pl.DataFrame:
              .join(issued.select(*ops, "k", _peer="peer"), on=[*ops, "k"]).drop_nulls("_peer"))
     return (comm.join(pairs.select("_row", "_peer"), on="_row", how="left", maintain_order="left")
             .with_columns(peer=pl.coalesce("_peer", "peer")).drop("_peer"))
+
+
+_SPLITS = ["send_splits", "recv_splits"]
+
+
+def _gloo_splits(comm: pl.DataFrame, markers: pl.DataFrame) -> pl.DataFrame:
+    """gloo:all_to_all (on a gloo thread) takes the splits of the c10d::alltoall_base_ that issued it.
+
+    Only the issuing op records the split arguments (with shapes); gloo runs a rank's collectives in the
+    order they were issued, so the k-th gloo:all_to_all of a trace pairs with its k-th
+    c10d::alltoall_base_. When the counts differ (the trace window cut one) nothing is guessed.
+    """
+    if not markers["name"].str.starts_with("gloo:all_to_all").any():
+        return comm
+    a2a = (comm.filter(pl.col("coll_op") == "all_to_all").select("_row", "_trace", *_SPLITS)
+           .join(markers.select("_row", "name", "ts_ns"), on="_row").sort("_trace", "ts_ns", "_row"))
+
+    def ordered(prefix: str) -> pl.DataFrame:
+        return (a2a.filter(pl.col("name").str.starts_with(prefix))
+                .select("_row", "_trace", *_SPLITS, k=pl.int_range(pl.len()).over("_trace")))
+
+    issued, run = ordered("c10d::alltoall_base"), ordered("gloo:all_to_all")
+    if run.height == 0 or issued.height == 0:
+        return comm
+    same = run.group_by("_trace").len().join(issued.group_by("_trace").len(), on=["_trace", "len"], how="semi")
+    pairs = (run.join(same, on="_trace", how="semi").select("_row", "_trace", "k")
+             .join(issued.select("_trace", "k", _send="send_splits", _recv="recv_splits"), on=["_trace", "k"]))
+    return (comm.join(pairs.select("_row", "_send", "_recv"), on="_row", how="left", maintain_order="left")
+            .with_columns(send_splits=pl.coalesce("send_splits", "_send"),
+                          recv_splits=pl.coalesce("recv_splits", "_recv")).drop("_send", "_recv"))

@@ -87,3 +87,94 @@ def p2p_peer(name: str, concrete_raw: bytes | None) -> int | None:
     if isinstance(v, str) and v.isdigit() and int(v) < 2**31:
         return int(v)
     return None
+
+
+def _int_list(value: object) -> list[int] | None:
+    """``[10, 11]`` or ``"[10, 11]"`` -> [10, 11]; a truncated list (``"[1, 2, ...]"``), a negative or
+    non-integer entry -> None."""
+    if isinstance(value, str):
+        text = value.strip()
+        if "..." in text:
+            return None
+        try:
+            value = _dims_decoder.decode(text.encode())
+        except msgspec.DecodeError:
+            return None
+    if not isinstance(value, list):
+        return None
+    out = []
+    for v in value:
+        if isinstance(v, str) and v.strip().isdigit():
+            v = int(v)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            return None
+        out.append(v)
+    return out
+
+
+def _raw_list(raw: bytes | None) -> list[int] | None:
+    if not raw:
+        return None
+    try:
+        return _int_list(_dims_decoder.decode(raw))
+    except msgspec.DecodeError:
+        return None
+
+
+def _as_bytes(splits: list[int] | None, total: int | None) -> list[int] | None:
+    """Split sizes (rows of dim 0 per rank) as bytes, from the tensor's total bytes: each row holds
+    ``total / sum(splits)`` bytes. An empty list (even splits), no total, or a total the rows do not
+    divide -> None."""
+    if not splits or total is None:
+        return None
+    rows = sum(splits)
+    if rows == 0:
+        return [0] * len(splits) if total == 0 else None
+    if total % rows:
+        return None
+    return [s * (total // rows) for s in splits]
+
+
+def _dims_bytes(dims: object, dtype: str | None) -> int | None:
+    size = dtype_size(dtype)
+    if size is None or not isinstance(dims, list) or not all(isinstance(x, int) for x in dims):
+        return None
+    n = 1
+    for x in dims:
+        n *= x
+    return n * size
+
+
+def split_bytes(name: str, in_split: bytes | None, out_split: bytes | None, in_bytes: int | None,
+                out_bytes: int | None, dims_raw: bytes | None, types_raw: bytes | None,
+                concrete_raw: bytes | None) -> tuple[list[int] | None, list[int] | None]:
+    """An all-to-all-v's bytes sent to and received from each rank of its group, in the group's order.
+
+    From ``In split size``/``Out split size`` (``record_param_comms``; rows of dim 0 per rank) and the
+    message's input/output bytes; else, on ``c10d::alltoall_base_`` recorded with shapes (gloo traces),
+    from its ``Concrete Inputs`` (output splits 4th, input splits 5th) and ``Input Dims`` (output, input).
+    Even splits (an empty list) and unknown ones -> None: the message size says the rest.
+
+    >>> split_bytes("record_param_comms", b'"[1, 3]"', b'"[2, 2]"', 16, 16, None, None, None)
+    ([4, 12], [8, 8])
+    >>> split_bytes("c10d::alltoall_base_", None, None, None, None, b'[[30, 8], [21, 8], []]',
+    ...             b'["float", "float", ""]', b'["", "", "", "[10, 20]", "[10, 11]", "False", "-1"]')
+    ([320, 352], [320, 640])
+    """
+    send, recv = _raw_list(in_split), _raw_list(out_split)
+    if send is not None or recv is not None:
+        return _as_bytes(send, in_bytes), _as_bytes(recv, out_bytes)
+    if not concrete_raw or not name.startswith("c10d::alltoall_base") or not dims_raw or not types_raw:
+        return None, None
+    try:
+        values = _dims_decoder.decode(concrete_raw)
+        dims = _dims_decoder.decode(dims_raw)
+        types = _dims_decoder.decode(types_raw)
+    except msgspec.DecodeError:
+        return None, None
+    if not (isinstance(values, list) and isinstance(dims, list) and isinstance(types, list)) or len(values) < 5 \
+            or len(dims) < 2 or len(types) < 2:
+        return None, None
+    t_out, t_in = (t if isinstance(t, str) else None for t in types[:2])
+    return (_as_bytes(_int_list(values[4]), _dims_bytes(dims[1], t_in)),
+            _as_bytes(_int_list(values[3]), _dims_bytes(dims[0], t_out)))

@@ -57,6 +57,7 @@ META_SCHEMA: dict[str, pl.DataType] = {
     "group_size": pl.Int64(), "dtype": pl.String(), "pg": pl.String(), "seq": pl.Int64(),
     "src_rank": pl.Int64(), "dst_rank": pl.Int64(),
     "input_dims": pl.Binary(), "input_type": pl.Binary(), "concrete_inputs": pl.Binary(),
+    "in_split": pl.Binary(), "out_split": pl.Binary(),
 }
 
 
@@ -196,7 +197,7 @@ class Columns:
         return pl.concat(self.meta) if self.meta else pl.DataFrame(schema=META_SCHEMA)
 
 
-_RAW_ARGS = ("input_dims", "input_type", "concrete_inputs")
+_RAW_ARGS = ("input_dims", "input_type", "concrete_inputs", "in_split", "out_split")
 
 
 class _Pairs:
@@ -272,7 +273,7 @@ def _meta(rows: list[int], args: list[Any], base: int) -> pl.DataFrame:
         "src_rank": _ints([a.src_rank for a in sub]),
         "dst_rank": _ints([a.dst_rank for a in sub]),
         **{name: pl.Series([bytes(getattr(a, name)) or None for a in sub], dtype=pl.Binary)
-           for name in ("input_dims", "input_type", "concrete_inputs")},
+           for name in _RAW_ARGS},
     }
     return _frame(columns, META_SCHEMA)
 

@@ -29,6 +29,7 @@ from ddprof.vocabulary.collective_ops import normalize_op
 STORED: dict[str, pl.DataType] = {
     "coll_op": pl.String(), "pg": pl.String(), "group_size": pl.Int32(), "in_bytes": pl.Int64(),
     "out_bytes": pl.Int64(), "dtype": pl.String(), "seq": pl.Int64(), "peer": pl.Int32(),
+    "send_splits": pl.List(pl.Int64()), "recv_splits": pl.List(pl.Int64()),
 }
 #: What travels from markers to kernels: the stored fields, and a send/recv's peer as a global rank where
 #: the trace names it so (``Src Rank``/``Dst Rank``, PyTorch 2.5+; ``peer`` is then a rank within the
@@ -36,9 +37,10 @@ STORED: dict[str, pl.DataType] = {
 FIELDS: dict[str, pl.DataType] = {**STORED, "global_peer": pl.Int32()}
 #: What a row's own metadata is derived from (:data:`events.META_SCHEMA` plus the name).
 _KEY = ["name", "coll_name", "dtype", "in_nelems", "out_nelems", "input_dims", "input_type", "concrete_inputs",
-        "src_rank", "dst_rank"]
+        "src_rank", "dst_rank", "in_split", "out_split"]
 _DERIVED = {"coll_op": pl.String(), "in_bytes": pl.Int64(), "out_bytes": pl.Int64(), "dtype": pl.String(),
-            "peer": pl.Int32(), "global_peer": pl.Int32()}
+            "peer": pl.Int32(), "global_peer": pl.Int32(), "send_splits": pl.List(pl.Int64()),
+            "recv_splits": pl.List(pl.Int64())}
 
 
 def _rank(value: int | None) -> int | None:
@@ -47,9 +49,9 @@ def _rank(value: int | None) -> int | None:
 
 def _derive(name: str, coll_name: str | None, dtype: str | None, in_n: int | None, out_n: int | None,
             dims: bytes | None, types: bytes | None, concrete: bytes | None,
-            src: int | None, dst: int | None) -> tuple[Any, ...]:
-    """(coll_op, in_bytes, out_bytes, dtype, peer, global_peer) from new-format fields, else old-format
-    Input Dims."""
+            src: int | None, dst: int | None, in_split: bytes | None, out_split: bytes | None) -> tuple[Any, ...]:
+    """(coll_op, in_bytes, out_bytes, dtype, peer, global_peer, send_splits, recv_splits) from new-format
+    fields, else old-format Input Dims; an all-to-all-v's splits in bytes (:func:`comms.split_bytes`)."""
     op = normalize_op(coll_name) or normalize_op(name)
     size = comms.dtype_size(dtype)
     in_b = in_n * size if size and in_n is not None and in_n > 0 else None
@@ -59,7 +61,10 @@ def _derive(name: str, coll_name: str | None, dtype: str | None, in_n: int | Non
         dtype = dtype or old_dtype
     peer = comms.p2p_peer(name, concrete) if op in ("send", "recv") else None
     global_peer = _rank(dst) if op == "send" else _rank(src) if op == "recv" else None
-    return op, in_b, out_b, dtype, peer, global_peer
+    send = recv = None
+    if op == "all_to_all":
+        send, recv = comms.split_bytes(name, in_split, out_split, in_b, out_b, dims, types, concrete)
+    return op, in_b, out_b, dtype, peer, global_peer, send, recv
 
 
 _NO_OWN = pl.DataFrame(schema={"_row": pl.UInt32(), **FIELDS})

@@ -43,6 +43,9 @@ def _args(num: Any) -> Any:
         ("input_dims", msgspec.Raw, f(default=msgspec.Raw(), name="Input Dims")),
         ("input_type", msgspec.Raw, f(default=msgspec.Raw(), name="Input type")),
         ("concrete_inputs", msgspec.Raw, f(default=msgspec.Raw(), name="Concrete Inputs")),
+        # an all-to-all-v's split sizes (record_param_comms): a string "[10, 11]", rows of dim 0 per rank
+        ("in_split", msgspec.Raw, f(default=msgspec.Raw(), name="In split size")),
+        ("out_split", msgspec.Raw, f(default=msgspec.Raw(), name="Out split size")),
     ], **_FLAGS)
 
 
