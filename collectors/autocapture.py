@@ -61,6 +61,7 @@ _LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 _RANK_ENV = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
 
 _agent: Agent | None = None
+_shared_hooks: _AfterImport | None = None
 
 
 class _AfterImport:
@@ -91,6 +92,19 @@ class _AfterImport:
             if spec is not None:
                 return spec
         return None
+
+
+def after_import(name: str, callback: Callable[[ModuleType], None]) -> None:
+    """Run ``callback(module)`` now if ``name`` is imported, else right after it is first imported (errors in
+    the callback are logged, never raised into the import)."""
+    global _shared_hooks
+    if name in sys.modules:
+        callback(sys.modules[name])
+        return
+    if _shared_hooks is None:
+        _shared_hooks = _AfterImport()
+        sys.meta_path.insert(0, _shared_hooks)
+    _shared_hooks.add(name, callback)
 
 
 class _ThenCall:

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
-from ddprof.collectors import finish, flight_recorder, layout
+from ddprof.collectors import finish, flight_recorder, layout, measures
 from ddprof.collectors.ondemand import Moved, OnDemand
 from ddprof.collectors.rankfiles import RankFiles, initialised_dist
 from ddprof.collectors.rankinfo import RankInfo, detect_rank
@@ -58,7 +58,8 @@ class Profile(contextlib.ContextDecorator):
                  profile_memory: bool = False, with_modules: bool = False, cuda: bool | None = None,
                  flight_recorder: bool = True, dump_signal: int | None = signal.SIGUSR1,
                  stall_timeout_s: float | None = 600.0, ingest: bool = True, wait_ingest: bool = False,
-                 ingest_timeout_s: float = 120.0, on_demand: bool = False, _first_step: int = 0,
+                 ingest_timeout_s: float = 120.0, on_demand: bool = False, step_measures: bool = True,
+                 _first_step: int = 0,
                  _status: ProcessStatus | None = None):
         for name, value, low in (("wait", wait, 0), ("warmup", warmup, 0), ("active", active, 0 if on_demand else 1),
                                  ("repeat", repeat, 0), ("skip_first", skip_first, 0)):
@@ -79,6 +80,8 @@ class Profile(contextlib.ContextDecorator):
         self._wait_ingest = wait_ingest
         self._ingest_timeout_s = ingest_timeout_s
         self._on_demand = on_demand
+        self._step_measures = step_measures
+        self._measures: measures.StepMeasures | None = None
         self._first_step = _first_step
         self._status = _status
         self._own_status = False
@@ -118,6 +121,8 @@ class Profile(contextlib.ContextDecorator):
         except Exception as exc:
             files.fail("setup", exc)
         if not files.failures and files.open(self._enabled(cuda)):
+            if self._step_measures:
+                self._measures = measures.start(path, info.rank, info.world_size, self._first_step)
             self._start_flight_recorder(files)
             self._start_on_demand(files)
             self._start_profiler(files, cuda)
@@ -131,7 +136,7 @@ class Profile(contextlib.ContextDecorator):
                 "dump_signal": signal.Signals(self._dump_signal).name if self._dump_signal else None,
                 "stall_timeout_s": self._stall_timeout_s,
                 "ingest": "off" if not self._ingest else "sync" if self._wait_ingest else "background",
-                "on_demand": self._on_demand}
+                "on_demand": self._on_demand, "step_measures": self._step_measures}
 
     def _start_on_demand(self, files: RankFiles) -> None:
         if not self._on_demand:
@@ -254,6 +259,8 @@ class Profile(contextlib.ContextDecorator):
     # -- during training ---------------------------------------------------------------------------------
     def step(self) -> None:
         """Mark the end of a training step (calls ``torch.profiler.profile.step``)."""
+        if self._measures is not None:
+            self._measures.boundary()
         self._last_step = time.monotonic()
         prof = self._prof
         if prof is None:
@@ -336,6 +343,9 @@ class Profile(contextlib.ContextDecorator):
             self._watch.stop()
             self._watch = None
             files.dump_flight_recorder("exit")
+        if self._measures is not None:
+            self._measures.close()
+            self._measures = None
         self.rank_info = files.close(exc)
         if self._own_status and self._status is not None:
             self._status.update(exit={"how": "profile exited" if exc is None else f"raised {type(exc).__name__}",
@@ -372,7 +382,9 @@ def profile(run_dir: str | Path | None = None, **options: Any) -> Profile:
     ``ingest=True`` (rank 0 ingests at exit, in a background process, or before returning with
     ``wait_ingest=True``), waiting at most ``ingest_timeout_s=120`` for the other ranks' files;
     ``on_demand=False``: with True, also record the windows ``ddprof trigger`` asks for while the job runs
-    (:mod:`ddprof.collectors.ondemand`), and ``active=0`` records nothing else.
+    (:mod:`ddprof.collectors.ondemand`), and ``active=0`` records nothing else; ``step_measures=True``:
+    every step's wall time, collectives, data-loader wait, CPU and memory, always on, appended to
+    ``RUN/measures/rank-NNNNN.steps.jsonl`` (:mod:`ddprof.collectors.measures`; read by ``ddprof top``).
     """
     return Profile(run_dir, **options)
 

@@ -32,12 +32,15 @@ from ddprof.collectors.launch import launch as launch_job
               help="Flight Recorder entries kept per rank (0: leave the Flight Recorder alone).")
 @click.option("--ingest-timeout", type=float, default=120.0, show_default=True,
               help="Seconds rank 0 waits at exit for the other ranks' files before it ingests.")
+@click.option("--step-measures/--no-step-measures", default=True, show_default=True,
+              help="Append every step's wall time, collectives, data wait, CPU and memory to RUN_DIR/measures "
+                   "(what `ddprof top RUN_DIR` shows).")
 @click.option("--no-capture", is_flag=True,
               help="Only set the environment (for a script that calls ddprof.profile itself).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def launch(run_dir: str, step_on: str | None, step_on_loader: str | None, wait: int, warmup: int, active: int, repeat: int,
            record_shapes: bool, profile_memory: bool, with_stack: bool, fr_buffer: int, ingest_timeout: float,
-           no_capture: bool, command: tuple[str, ...]) -> int:
+           step_measures: bool, no_capture: bool, command: tuple[str, ...]) -> int:
     """Run COMMAND (e.g. torchrun ... train.py) with ddprof's capture settings on every rank.
 
     The script needs no change: every rank records the schedule's steps (by default steps 2-4, a step
@@ -50,6 +53,6 @@ def launch(run_dir: str, step_on: str | None, step_on_loader: str | None, wait: 
     """
     profile = {"wait": wait, "warmup": warmup, "active": active, "repeat": repeat, "record_shapes": record_shapes,
                "profile_memory": profile_memory, "with_stack": with_stack, "ingest_timeout_s": ingest_timeout,
-               "flight_recorder": fr_buffer > 0}
+               "flight_recorder": fr_buffer > 0, "step_measures": step_measures}
     return launch_job(run_dir, list(command), fr_buffer=fr_buffer, capture=not no_capture, profile=profile,
                       step_on=step_on, step_on_loader=step_on_loader, say=lambda line: click.echo(line, err=True))

@@ -127,6 +127,14 @@ class Run:
         (:mod:`ddprof.ingestion.store_version`) covers only what ingest runs."""
         return read_table(self.path / REPORT_TABLES, name)
 
+    def step_measures(self) -> pl.DataFrame:
+        """The capture's always-on step measures (``measures/rank-NNNNN.steps.jsonl``, written by every
+        capturing rank whether or not it traced): a row per rank and step, the columns of
+        :data:`ddprof.store.step_measures.FIELDS` after ``rank``; empty when the capture wrote none."""
+        from ddprof.store.step_measures import read_step_measures
+
+        return read_step_measures(self.path)
+
     def summary(self) -> dict[str, Any]:
         """What was ingested, from the manifest (no event scan): the report's ``run`` section before the
         analyses add their warnings. World size, ranks, backend, device, steps; per rank its event,

@@ -1,0 +1,383 @@
+"""Always-on step measures: per rank and step, wall time, time in collectives, arrival at the step's last
+collective, data-loader wait, CPU and memory, appended to ``RUN/measures/rank-NNNNN.steps.jsonl``
+(the format: :mod:`ddprof.store.step_measures`).
+
+Started by :class:`ddprof.collectors.capture.Profile` (so by ``ddprof.profile`` and ``ddprof launch`` alike,
+with no edit to the script; ``step_measures=False`` / ``ddprof launch --no-step-measures`` turn it off) and
+fed at each step boundary. What a step costs the job: :meth:`StepMeasures.boundary` reads two clocks, takes
+the counters below and appends one tuple to a bounded deque; a daemon thread formats and appends the lines
+(flushed every :data:`FLUSH_S`, so a reader sees a step within a fraction of a second), and samples the
+host's CPU and memory about once a second from ``/proc``. The step never waits for the disk: when the deque
+is full (the writer fell behind) the oldest record is dropped and counted; when a write fails (a full disk,
+a run dir gone) the measures stop, one log line says why, and training goes on.
+
+What is timed without the profiler:
+
+* **collectives**: the calls of ``torch.distributed``'s Python API (``all_reduce``, ``all_gather``,
+  ``broadcast``, ``barrier``, ``send``/``recv`` ...; an ``async_op=True`` call from its issue until its
+  work completes, through the work's future), and the gradient all-reduces of
+  ``DistributedDataParallel``, which are issued from C++: each DDP model gets a communication hook at its
+  first forward, the default all-reduce (the one ``default_hooks.allreduce_hook`` does) timed from issue to
+  completion; a hook the script registers is wrapped the same way instead of refused. The time of a
+  collective includes the wait for the last rank to arrive, which is what lets ``ddprof top`` tell the rank
+  the others wait for (its own time, the step minus its collectives, is the longer). Collectives issued
+  only from C++ (``torch.distributed._functional_collectives``, compiled graphs, FSDP2's internals) are not
+  seen: ``coll_ms`` is then null. The Flight Recorder is no help here: with gloo its entries carry no start
+  or end time, and dumping 20,000 entries takes over a second (measured with torch 2.13).
+* **data-loader wait**: each ``next()`` on a ``torch.utils.data.DataLoader`` iterator.
+* **host**: the process's CPU time per step (``time.process_time``), its resident memory and the host's
+  CPU and memory use (``/proc``; null elsewhere).
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ddprof.store.step_measures import VERSION, measures_path
+
+log = logging.getLogger("ddprof.collectors")
+
+FLUSH_S = 0.2  # the writer appends what the steps queued at most this often
+HOST_SAMPLE_S = 1.0
+QUEUE_MAX = 4096  # records waiting for the writer; beyond, the oldest is dropped (and counted)
+#: torch.distributed's Python collectives that are timed (those this torch has).
+COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter",
+               "reduce_scatter_tensor", "broadcast", "broadcast_object_list", "reduce", "all_to_all",
+               "all_to_all_single", "barrier", "gather", "scatter", "send", "recv", "batch_isend_irecv")
+
+
+class CommClock:
+    """Time in collectives since the last :meth:`take`: the union of [issue, completion] intervals (a
+    collective that overlaps another adds only what it extends), their count, the last issue (thread-safe:
+    async completions arrive on the backend's threads)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.total = 0.0
+        self.count = 0
+        self.busy_until = float("-inf")
+        self.last_issue: float | None = None
+        self.seen = False  # some collective was timed in this process
+
+    def add(self, start: float, end: float) -> None:
+        with self._lock:
+            if start >= self.busy_until:
+                self.total += end - start
+            elif end > self.busy_until:
+                self.total += end - self.busy_until
+            self.busy_until = max(self.busy_until, end)
+            self.count += 1
+            if self.last_issue is None or start > self.last_issue:
+                self.last_issue = start
+            self.seen = True
+
+    def take(self) -> tuple[float, int, float | None]:
+        with self._lock:
+            got = self.total, self.count, self.last_issue
+            self.total, self.count, self.last_issue = 0.0, 0, None
+            return got
+
+
+COMM = CommClock()
+_DATA = [0.0]  # seconds in DataLoader next() since the last boundary (one writer: the training thread)
+_patched: set[str] = set()
+_patch_lock = threading.Lock()
+
+
+def _done_callback(start: float) -> Any:
+    def done(_fut: Any) -> None:
+        COMM.add(start, time.perf_counter())
+    return done
+
+
+def _timed_collective(fn: Any) -> Any:
+    @functools.wraps(fn)
+    def collective(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        result = fn(*args, **kwargs)
+        if kwargs.get("async_op") and result is not None:
+            try:
+                result.get_future().add_done_callback(_done_callback(start))
+                return result
+            except Exception:  # a work without a future: time the call alone
+                pass
+        COMM.add(start, time.perf_counter())
+        return result
+
+    collective.__ddprof_original__ = fn  # type: ignore[attr-defined]
+    return collective
+
+
+def patch_distributed(dist: Any) -> None:
+    """Time ``torch.distributed``'s Python collectives (module doc); once per process."""
+    with _patch_lock:
+        if "dist" in _patched:
+            return
+        _patched.add("dist")
+    c10d = sys.modules.get("torch.distributed.distributed_c10d")
+    for name in COLLECTIVES:
+        fn = getattr(dist, name, None)
+        if fn is None or hasattr(fn, "__ddprof_original__"):
+            continue
+        timed = _timed_collective(fn)
+        setattr(dist, name, timed)
+        if c10d is not None and getattr(c10d, name, None) is fn:
+            setattr(c10d, name, timed)
+
+
+def _original(dist: Any, name: str) -> Any:
+    fn = getattr(dist, name)
+    return getattr(fn, "__ddprof_original__", fn)
+
+
+def _timed_hook(hook: Any) -> Any:
+    # no annotations: DDP checks them, and under ``from __future__ import annotations`` they would be strings
+    def timed_comm_hook(state, bucket):  # type: ignore[no-untyped-def]  # noqa: ANN001, ANN202
+        start = time.perf_counter()
+        fut = hook(state, bucket)
+        fut.add_done_callback(_done_callback(start))
+        return fut
+
+    timed_comm_hook.__qualname__ = f"ddprof_timed({getattr(hook, '__qualname__', 'hook')})"
+    return timed_comm_hook
+
+
+def _default_allreduce(process_group: Any, bucket: Any) -> Any:
+    """What ``default_hooks.allreduce_hook`` does (and DDP without a hook): average the bucket over the group."""
+    import torch.distributed as dist
+
+    group = process_group if process_group is not None else dist.group.WORLD
+    tensor = bucket.buffer()
+    tensor.div_(group.size())
+    fut = _original(dist, "all_reduce")(tensor, group=group, async_op=True).get_future()
+    return fut.then(lambda f: f.value()[0])
+
+
+def patch_ddp(module: Any) -> None:
+    """Time the gradient all-reduces of every ``DistributedDataParallel`` (module doc); once per process."""
+    with _patch_lock:
+        if "ddp" in _patched:
+            return
+        _patched.add("ddp")
+    cls = module.DistributedDataParallel
+    original_register = cls.register_comm_hook
+    original_builtin = cls._register_builtin_comm_hook
+    original_forward = cls.forward
+
+    @functools.wraps(original_register)
+    def register_comm_hook(self: Any, state: Any, hook: Any) -> Any:
+        self._ddprof_timed = True
+        return original_register(self, state, _timed_hook(hook))
+
+    @functools.wraps(original_builtin)
+    def _register_builtin_comm_hook(self: Any, comm_hook_type: Any) -> Any:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        name = str(getattr(comm_hook_type, "name", comm_hook_type)).upper()
+        hook = {"ALLREDUCE": default_hooks.allreduce_hook, "FP16_COMPRESS": default_hooks.fp16_compress_hook}.get(
+            name.rsplit(".", 1)[-1])
+        if hook is None:
+            return original_builtin(self, comm_hook_type)
+        return register_comm_hook(self, self.process_group, hook)
+
+    @functools.wraps(original_forward)
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not getattr(self, "_ddprof_timed", False):
+            self._ddprof_timed = True
+            try:
+                if getattr(self, "reducer", None) is not None and not getattr(self, "_comm_hooks", None):
+                    original_register(self, self.process_group, _timed_hook(_default_allreduce))
+            except Exception as exc:  # a hook the DDP already has, an unusual DDP: its collectives go untimed
+                log.info("ddprof: DDP all-reduces not timed: %s: %s", type(exc).__name__, exc)
+        return original_forward(self, *args, **kwargs)
+
+    cls.register_comm_hook = register_comm_hook
+    cls._register_builtin_comm_hook = _register_builtin_comm_hook
+    cls.forward = forward
+
+
+def patch_dataloader(module: Any) -> None:
+    """Time each ``next()`` on a DataLoader iterator (module doc); once per process."""
+    with _patch_lock:
+        if "loader" in _patched:
+            return
+        _patched.add("loader")
+    cls = module._BaseDataLoaderIter
+    original = cls.__next__
+
+    @functools.wraps(original)
+    def __next__(self: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return original(self)
+        finally:
+            _DATA[0] += time.perf_counter() - start
+
+    cls.__next__ = __next__
+
+
+def install_hooks() -> None:
+    """Patch what is imported now, and the rest when it is imported (through the launcher's import hook)."""
+    from ddprof.collectors.autocapture import after_import
+
+    for name, patch in (("torch.distributed", patch_distributed), ("torch.nn.parallel.distributed", patch_ddp),
+                        ("torch.utils.data.dataloader", patch_dataloader)):
+        def guarded(module: Any, patch: Any = patch) -> None:
+            try:
+                patch(module)
+            except Exception as exc:
+                log.error("ddprof: step measures cannot time %s: %s: %s (training continues)", module.__name__,
+                          type(exc).__name__, exc)
+        after_import(name, guarded)
+
+
+class _Host:
+    """The latest host samples (``/proc``; None where it cannot be read)."""
+
+    def __init__(self) -> None:
+        self.rss_mb: float | None = None
+        self.cpu_pct: float | None = None
+        self.mem_pct: float | None = None
+        self._cpu: tuple[int, int] | None = None
+        self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+    def sample(self) -> None:
+        try:
+            with open("/proc/self/statm", "rb") as f:
+                self.rss_mb = int(f.read().split()[1]) * self._page / 1e6
+            with open("/proc/stat", "rb") as f:
+                fields = [int(x) for x in f.readline().split()[1:]]
+            idle, total = fields[3] + (fields[4] if len(fields) > 4 else 0), sum(fields)
+            if self._cpu is not None and total > self._cpu[1]:
+                self.cpu_pct = round(100.0 * (1 - (idle - self._cpu[0]) / (total - self._cpu[1])), 1)
+            self._cpu = (idle, total)
+            info: dict[bytes, int] = {}
+            with open("/proc/meminfo", "rb") as f:
+                for line in f:
+                    key, _, rest = line.partition(b":")
+                    if key in (b"MemTotal", b"MemAvailable"):
+                        info[key] = int(rest.split()[0])
+            if info.get(b"MemTotal"):
+                self.mem_pct = round(100.0 * (1 - info.get(b"MemAvailable", 0) / info[b"MemTotal"]), 1)
+        except (OSError, ValueError, IndexError):
+            pass
+
+
+class StepMeasures:
+    """The measures of one rank: :meth:`boundary` at each step end (cheap, never blocks), :meth:`close` at exit."""
+
+    def __init__(self, run_dir: Path, rank: int, world_size: int | None, first_step: int = 0):
+        self.path = measures_path(run_dir, rank)
+        self.rank = rank
+        self.step = first_step  # the step in progress
+        self.dropped = 0
+        self.stopped: str | None = None
+        self._queue: collections.deque[tuple[Any, ...]] = collections.deque()
+        self._wake = threading.Event()
+        self._closing = False
+        self._host = _Host()
+        self._wall0 = time.time() - time.perf_counter()  # perf_counter -> epoch seconds
+        self._last = time.perf_counter()
+        self._cpu = time.process_time()
+        COMM.take()
+        _DATA[0] = 0.0
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "ab")  # noqa: SIM115 (kept open by the writer thread, closed in close())
+        header = {"kind": "header", "version": VERSION, "rank": rank, "world_size": world_size,
+                  "host": socket.gethostname(), "pid": os.getpid(), "start": time.time(), "first_step": first_step}
+        self._file.write(json.dumps(header).encode() + b"\n")
+        self._file.flush()
+        self._thread = threading.Thread(target=self._run, name="ddprof-step-measures", daemon=True)
+        self._thread.start()
+
+    def boundary(self) -> None:
+        """The step in progress ended (called on the training thread; never raises, never waits)."""
+        if self.stopped is not None:
+            return
+        now, cpu = time.perf_counter(), time.process_time()
+        coll_s, coll_n, last_issue = COMM.take()
+        data_s, _DATA[0] = _DATA[0], 0.0
+        queue = self._queue
+        if len(queue) >= QUEUE_MAX:
+            queue.popleft()
+            self.dropped += 1
+        queue.append((self.step, now, now - self._last, coll_s, coll_n, last_issue, data_s, cpu - self._cpu))
+        self.step += 1
+        self._last, self._cpu = now, cpu
+
+    def _line(self, rec: tuple[Any, ...]) -> bytes:
+        step, now, wall, coll_s, coll_n, last_issue, data_s, cpu = rec
+        host = self._host
+        seen = COMM.seen
+        out = {"step": step, "end": round(self._wall0 + now, 6), "wall_ms": round(wall * 1e3, 4),
+               "coll_ms": round(coll_s * 1e3, 4) if seen else None, "coll_n": coll_n if seen else None,
+               "arrive": round(self._wall0 + last_issue, 6) if last_issue is not None else None,
+               "data_ms": round(data_s * 1e3, 4), "cpu_ms": round(cpu * 1e3, 3), "rss_mb": host.rss_mb,
+               "host_cpu_pct": host.cpu_pct, "host_mem_pct": host.mem_pct}
+        return json.dumps(out, separators=(",", ":")).encode() + b"\n"
+
+    def _run(self) -> None:
+        next_sample = 0.0
+        while True:
+            closing = self._closing
+            now = time.monotonic()
+            if now >= next_sample:
+                self._host.sample()
+                next_sample = now + HOST_SAMPLE_S
+            lines = []
+            while self._queue:
+                lines.append(self._line(self._queue.popleft()))
+            if lines:
+                try:
+                    self._file.write(b"".join(lines))
+                    self._file.flush()
+                except Exception as exc:
+                    self._stop(f"{type(exc).__name__}: {exc}")
+                    return
+            if closing:
+                return
+            self._wake.wait(FLUSH_S)
+
+    def _stop(self, why: str) -> None:
+        self.stopped = why
+        self._queue.clear()
+        log.error("ddprof: step measures of rank %d stopped: cannot write %s: %s (training continues)", self.rank,
+                  self.path, why)
+        try:
+            self._file.close()
+        except Exception:
+            pass
+
+    def close(self, timeout_s: float = 2.0) -> None:
+        """Write what is queued (waiting at most ``timeout_s``) and close the file."""
+        self._closing = True
+        self._wake.set()
+        self._thread.join(timeout_s)
+        if self.dropped:
+            log.warning("ddprof: step measures of rank %d: %d record(s) dropped (the writer fell behind)", self.rank,
+                        self.dropped)
+        if self.stopped is None:
+            try:
+                self._file.close()
+            except Exception:
+                pass
+
+
+def start(run_dir: Path, rank: int, world_size: int | None, first_step: int) -> StepMeasures | None:
+    """Begin measuring this rank's steps; None (logged) when the measure file cannot be created."""
+    try:
+        install_hooks()
+        return StepMeasures(run_dir, rank, world_size, first_step)
+    except Exception as exc:
+        log.error("ddprof: no step measures for rank %d: %s: %s (training continues)", rank, type(exc).__name__, exc)
+        return None
