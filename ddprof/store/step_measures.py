@@ -123,18 +123,27 @@ class MeasureTail:
                     del mine[step]
         return new
 
+    def frame(self, last_steps: int | None = None) -> Any:
+        """The records read so far as a frame (:func:`read_step_measures`'s columns), only each rank's newest
+        ``last_steps`` when given."""
+        return _frame({rank: [recs[s] for s in sorted(recs)[-last_steps if last_steps else 0:]]
+                       for rank, recs in self.records.items()})
 
-def read_step_measures(run_dir: str | Path) -> Any:
-    """Every rank's step records as one Polars frame: ``rank`` then :data:`FIELDS`, sorted by rank and step
-    (an empty frame of those columns when the run dir has none)."""
+
+def _frame(records: dict[int, list[dict[str, Any]]]) -> Any:
     import polars as pl
 
-    tail = MeasureTail(run_dir, max_steps=1 << 62)
-    tail.poll()
     schema: dict[str, Any] = {"rank": pl.Int64, "step": pl.Int64, "end": pl.Float64, "wall_ms": pl.Float64,
                               "coll_ms": pl.Float64, "coll_n": pl.Int64, "arrive": pl.Float64, "data_ms": pl.Float64,
                               "cpu_ms": pl.Float64, "rss_mb": pl.Float64, "host_cpu_pct": pl.Float64,
                               "host_mem_pct": pl.Float64}
-    rows = [{"rank": rank, **{k: rec.get(k) for k in FIELDS}}
-            for rank in sorted(tail.records) for _, rec in sorted(tail.records[rank].items())]
+    rows = [{"rank": rank, **{k: rec.get(k) for k in FIELDS}} for rank in sorted(records) for rec in records[rank]]
     return pl.DataFrame(rows, schema=schema, strict=False) if rows else pl.DataFrame(schema=schema)
+
+
+def read_step_measures(run_dir: str | Path) -> Any:
+    """Every rank's step records as one Polars frame: ``rank`` then :data:`FIELDS`, sorted by rank and step
+    (an empty frame of those columns when the run dir has none)."""
+    tail = MeasureTail(run_dir, max_steps=1 << 62)
+    tail.poll()
+    return tail.frame()

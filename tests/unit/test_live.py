@@ -1,0 +1,112 @@
+"""The live view's pure functions (analyses/live.py) on generated step series, and the reader of the step
+measure files (ddprof/store/step_measures.py) on files written in the test: a torn last line, a file read
+while it grows."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+
+from ddprof.analyses.live import DetectionRule, detect_slow_ranks, rank_rows, wait_caused
+from ddprof.store.step_measures import MeasureTail, measures_path, read_step_measures
+
+
+def series(ranks: int, steps: int, *, seed: int, noise: float = 0.03, slow_rank: int | None = None,
+           slow_from: int = 10**9, slow_ms: float = 0.0, step_ms: float = 40.0, coll_ms: float = 5.0) -> pl.DataFrame:
+    """A synchronous data-parallel job: each rank's own work ``step_ms`` × a lognormal factor (sd ``noise``)
+    per rank and step; every rank waits in the step's collective for the slowest, so each step lasts the
+    slowest rank's own time plus ``coll_ms``; from ``slow_from`` on, ``slow_rank`` works ``slow_ms`` more."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    t = 1.7e9
+    for s in range(steps):
+        own = step_ms * rng.lognormal(0.0, noise, ranks)
+        if slow_rank is not None and s >= slow_from:
+            own[slow_rank] += slow_ms
+        arrive = t + own / 1e3
+        wall = own.max() + coll_ms
+        for r in range(ranks):
+            rows.append({"rank": r, "step": s, "end": t + wall / 1e3, "wall_ms": wall, "coll_ms": wall - own[r],
+                         "arrive": float(arrive[r]), "data_ms": 0.1, "cpu_ms": own[r], "rss_mb": 100.0})
+        t += wall / 1e3
+    return pl.DataFrame(rows)
+
+
+@pytest.mark.parametrize("ranks", [2, 4, 8])
+@pytest.mark.parametrize("noise", [0.01, 0.05])
+def test_healthy_noisy_series_raises_nothing(ranks: int, noise: float) -> None:
+    """No alert at any point of 20 healthy runs of 200 steps (the detector run after every step)."""
+    for seed in range(20 if ranks == 2 else 5):
+        frame = series(ranks, 200, seed=seed, noise=noise)
+        for upto in range(5, 200, 5):
+            got = detect_slow_ranks(frame.filter(pl.col("step") <= upto))
+            assert got == [], (seed, upto, got)
+
+
+@pytest.mark.parametrize("ranks", [2, 4, 8])
+def test_step_change_on_one_rank_named_within_two_steps(ranks: int) -> None:
+    rule = DetectionRule()
+    for seed in range(10):
+        slow = seed % ranks
+        frame = series(ranks, 80, seed=seed, slow_rank=slow, slow_from=50, slow_ms=20.0)
+        assert detect_slow_ranks(frame.filter(pl.col("step") <= 49), rule) == []
+        assert detect_slow_ranks(frame.filter(pl.col("step") <= 50), rule) == []  # one step is not yet a change
+        named = detect_slow_ranks(frame.filter(pl.col("step") <= 51), rule)  # 2 steps after the change
+        assert [s.rank for s in named] == [slow], (seed, named)
+        assert named[0].since_step == 50 and named[0].steps == 2
+        assert named[0].excess_ms == pytest.approx(20.0, abs=6.0)
+        assert "rank %d is slow since step 50" % slow in named[0].describe()
+
+
+def test_a_single_slow_step_is_no_alert() -> None:
+    frame = series(4, 60, seed=3)
+    spike = frame.with_columns(pl.when((pl.col("rank") == 2) & (pl.col("step") == 58))
+                               .then(pl.col("coll_ms") - 30).otherwise(pl.col("coll_ms")).alias("coll_ms"))
+    assert detect_slow_ranks(spike.filter(pl.col("step") <= 58)) == []
+    assert detect_slow_ranks(spike) == []
+
+
+def test_without_timed_collectives_own_time_is_step_time() -> None:
+    """No collective timed: a rank whose step alone is longer (an unsynchronised job) is still named."""
+    frame = series(2, 40, seed=1, slow_rank=1, slow_from=30, slow_ms=15.0)
+    frame = frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("coll_ms"),
+                               (pl.col("cpu_ms") + 5).alias("wall_ms"))
+    assert [s.rank for s in detect_slow_ranks(frame)] == [1]
+
+
+def test_wait_caused_and_rank_rows() -> None:
+    frame = series(4, 40, seed=2, noise=0.0, slow_rank=3, slow_from=0, slow_ms=10.0)
+    waits = wait_caused(frame)
+    waited, times, steps = waits[3]
+    assert (times, steps) == (40, 40)
+    assert waited / steps == pytest.approx(3 * 10.0, rel=1e-6)  # each of the 3 others waits 10 ms a step
+    assert waits[0][:2] == (0.0, 0)
+    rows = rank_rows(frame)
+    assert [r.rank for r in rows] == [0, 1, 2, 3]
+    assert rows[3].wait_caused_ms == pytest.approx(30.0) and rows[3].last_count == 40
+    assert rows[3].own_ms == pytest.approx(50.0) and rows[0].own_ms == pytest.approx(40.0)
+    assert rows[0].median_ms == pytest.approx(55.0) and rows[0].trend_pct == pytest.approx(0.0)
+
+
+def test_reader_tolerates_a_torn_last_line_and_reads_as_the_file_grows(tmp_path) -> None:
+    path = measures_path(tmp_path, 1)
+    path.parent.mkdir(parents=True)
+    header = {"kind": "header", "version": 1, "rank": 1, "world_size": 2}
+    lines = [json.dumps(header)] + [json.dumps({"step": s, "end": 1.0 + s, "wall_ms": 10.0 + s, "coll_ms": 1.0})
+                                    for s in range(3)]
+    path.write_text("\n".join(lines) + "\n" + '{"step": 3, "end": 4.0, "wa')
+    tail = MeasureTail(tmp_path)
+    assert tail.poll() == 3
+    assert tail.headers[1]["world_size"] == 2
+    with open(path, "a") as f:  # the writer finishes the line and adds one
+        f.write('ll_ms": 13.0, "coll_ms": null}\n{"step": 4, "end": 5.0, "wall_ms": 14.0}\n')
+    assert tail.poll() == 2
+    assert sorted(tail.records[1]) == [0, 1, 2, 3, 4]
+    frame = read_step_measures(tmp_path)
+    assert frame.get_column("step").to_list() == [0, 1, 2, 3, 4]
+    assert frame.get_column("coll_ms").to_list() == [1.0, 1.0, 1.0, None, None]
+    assert tail.frame(last_steps=2).get_column("step").to_list() == [3, 4]
+    assert read_step_measures(tmp_path / "nothing").height == 0
