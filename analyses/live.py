@@ -16,8 +16,8 @@ others' falls by what they now wait. Without timed collectives (``coll_ms`` null
 ``d_r(s) = own_r(s) − median over the other ranks of own_o(s)``. Rank ``r`` is slow at ``s`` when
 ``d_r(s) > max(floor_ms, rel · median step time, k · σ_r)``, with ``σ_r = 1.4826 · MAD`` of ``d_r`` over
 the ``window`` steps before the current run of slow steps (its noise: a rank's own time differs from the
-others' by this much when nothing changed), or the same over every rank's steps when that is larger (a
-few steps of one rank can look calmer than they are). It is **named** once it has been slow at the
+others' by this much when nothing changed), or the same over every rank's differences at those steps when
+that is larger (a few steps of one rank can look calmer than they are). It is **named** once it has been slow at the
 ``persist`` latest complete steps in a row, and only with ``min_history`` steps before them to measure the
 noise on. Defaults: ``floor_ms = 1``, ``rel = 0.05``, ``k = 4``, ``persist = 2``, ``window = 50``,
 ``min_history = 10``. So a step change of one rank is named at the second step after it (within 2 steps),
@@ -128,15 +128,16 @@ def detect_slow_ranks(frame: pl.DataFrame, rule: DetectionRule = DetectionRule()
     if n_ranks < 2 or n_steps < rule.persist:
         return []
     base = max(rule.floor_ms, rule.rel * float(np.median(wall)))
-    diffs = [own[:, r] - np.median(np.delete(own, r, axis=1), axis=1) for r in range(n_ranks)]
-    streaks = [_trailing(d > base) for d in diffs]
-    histories = [d[max(0, n_steps - streak - rule.window): n_steps - streak] for d, streak in zip(diffs, streaks)]
-    pooled = _mad_sigma(np.concatenate(histories)) if histories else 0.0
+    diffs = np.stack([own[:, r] - np.median(np.delete(own, r, axis=1), axis=1) for r in range(n_ranks)], axis=1)
     found = []
-    for r, (d, history) in enumerate(zip(diffs, histories)):
+    for r in range(n_ranks):
+        d = diffs[:, r]
+        streak = _trailing(d > base)
+        before = slice(max(0, n_steps - streak - rule.window), n_steps - streak)
+        history = d[before]
         if history.size < rule.min_history:
             continue
-        threshold = max(base, rule.k * max(_mad_sigma(history), pooled))
+        threshold = max(base, rule.k * max(_mad_sigma(history), _mad_sigma(diffs[before].ravel())))
         streak = _trailing(d > threshold)
         if streak >= rule.persist:
             first = n_steps - streak

@@ -59,33 +59,58 @@ COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather
 class CommClock:
     """Time in collectives since the last :meth:`take`: the union of [issue, completion] intervals (a
     collective that overlaps another adds only what it extends), their count, the last issue (thread-safe:
-    async completions arrive on the backend's threads)."""
+    async completions arrive on the backend's threads).
+
+    A collective still open at the step's end is counted as ending there: a step that ends has waited for
+    what it issued (DDP waits for its all-reduces in the backward), and the callback that reports the
+    completion can run a moment after the waiting thread already went on; that late report is then ignored.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.total = 0.0
-        self.count = 0
-        self.busy_until = float("-inf")
-        self.last_issue: float | None = None
+        self._done: list[tuple[float, float]] = []
+        self._open: dict[int, float] = {}
+        self._next = 0
         self.seen = False  # some collective was timed in this process
 
     def add(self, start: float, end: float) -> None:
         with self._lock:
-            if start >= self.busy_until:
-                self.total += end - start
-            elif end > self.busy_until:
-                self.total += end - self.busy_until
-            self.busy_until = max(self.busy_until, end)
-            self.count += 1
-            if self.last_issue is None or start > self.last_issue:
-                self.last_issue = start
+            self._done.append((start, end))
             self.seen = True
 
-    def take(self) -> tuple[float, int, float | None]:
+    def begin(self, start: float) -> int:
         with self._lock:
-            got = self.total, self.count, self.last_issue
-            self.total, self.count, self.last_issue = 0.0, 0, None
-            return got
+            self._next += 1
+            self._open[self._next] = start
+            self.seen = True
+            return self._next
+
+    def end(self, token: int, end: float) -> None:
+        with self._lock:
+            start = self._open.pop(token, None)
+            if start is not None:
+                self._done.append((start, end))
+
+    def take(self, now: float | None = None) -> tuple[float, int, float | None]:
+        """(seconds in collectives, how many, the last issue) since the last call, ends clamped to ``now``."""
+        with self._lock:
+            done, self._done = self._done, []
+            if now is not None:
+                done += [(start, now) for start in self._open.values()]
+                self._open.clear()
+        if not done:
+            return 0.0, 0, None
+        done.sort()
+        total, busy_until = 0.0, float("-inf")
+        for start, end in done:
+            if now is not None and end > now:
+                end = now
+            if start >= busy_until:
+                total += max(0.0, end - start)
+            elif end > busy_until:
+                total += end - busy_until
+            busy_until = max(busy_until, end)
+        return total, len(done), done[-1][0]
 
 
 COMM = CommClock()
@@ -95,8 +120,10 @@ _patch_lock = threading.Lock()
 
 
 def _done_callback(start: float) -> Any:
+    token = COMM.begin(start)
+
     def done(_fut: Any) -> None:
-        COMM.add(start, time.perf_counter())
+        COMM.end(token, time.perf_counter())
     return done
 
 
@@ -305,7 +332,7 @@ class StepMeasures:
         if self.stopped is not None:
             return
         now, cpu = time.perf_counter(), time.process_time()
-        coll_s, coll_n, last_issue = COMM.take()
+        coll_s, coll_n, last_issue = COMM.take(now)
         data_s, _DATA[0] = _DATA[0], 0.0
         queue = self._queue
         if len(queue) >= QUEUE_MAX:

@@ -42,6 +42,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "synth": ("ddprof.cli.synth_cmd:synth",
               "Write a generated run: OUT_DIR/traces (Kineto JSON per rank, or one Nsight Systems SQLite export with "
               "--format nsys) and OUT_DIR/truth.json (its true metrics)."),
+    "top": ("ddprof.cli.top_cmd:top",
+            "Show a running job's steps per rank, live: step time, own time, wait caused, the straggler, the trend."),
     "trigger": ("ddprof.cli.trigger_cmd:trigger",
                 "Ask a running capture (ddprof launch, or ddprof.profile(on_demand=True)) to record the next steps."),
     "whatif": ("ddprof.cli.whatif_cmd:whatif",

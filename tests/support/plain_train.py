@@ -7,7 +7,7 @@
 every iteration (SGD first). ``--optimizers 0``: no optimizer; each iteration is one call of
 :func:`plain_steps.train_step`, which updates the weights by hand (``ddprof launch --step-on
 plain_steps:train_step`` counts the steps). ``--slow-rank R`` sleeps ``--slow-ms`` before each forward on
-rank R; ``--step-ms`` sleeps on every rank. ``--stop-file F``: a long-running job (up to ``--steps``) that
+rank R (from iteration ``--slow-from`` on); ``--step-ms`` sleeps on every rank. ``--stop-file F``: a long-running job (up to ``--steps``) that
 ends once ``F`` exists, every rank at the same iteration (the ranks all-reduce a stop flag each step).
 ``--loader``: the batches come from a ``torch.utils.data.DataLoader`` (one epoch of ``--steps`` batches) instead
 of one tensor reused; ``--accumulate K`` steps the optimizers every K batches (gradient accumulation).
@@ -60,7 +60,7 @@ def train(rank: int, world: int, args: argparse.Namespace) -> None:
             if stop.item():
                 break
         time.sleep(args.step_ms / 1000)
-        if rank == args.slow_rank:
+        if rank == args.slow_rank and i >= args.slow_from:
             time.sleep(args.slow_ms / 1000)
         if not opts:
             plain_steps.train_step(model, data)
@@ -90,6 +90,7 @@ def main() -> None:
     p.add_argument("--optimizers", type=int, choices=[0, 1, 2], default=1)
     p.add_argument("--slow-rank", type=int, default=None)
     p.add_argument("--slow-ms", type=float, default=60.0)
+    p.add_argument("--slow-from", type=int, default=0, help="the slow rank sleeps from this iteration on")
     p.add_argument("--step-ms", type=float, default=0.0)
     p.add_argument("--stop-file", default=None)
     p.add_argument("--step-times", default=None)
