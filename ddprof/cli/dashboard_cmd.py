@@ -11,20 +11,24 @@ from ddprof.cli.common import comm_kernel_option, parse_rank_map, rank_option, r
 @click.command()
 @click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to bind. Anything but loopback exposes the traces to the network.")
+              help="Address to bind. Anything but loopback requires a token (printed in the URL).")
+@click.option("--token", default=None, help="The token to require (default: a random one when --host is not loopback).")
+@click.option("--no-token", is_flag=True, help="Serve without a token on a non-loopback address (a warning says "
+              "that anyone who reaches it can read the run).")
 @click.option("--port", default=8050, show_default=True, type=click.IntRange(0, 65535))
 @click.option("--open", "open_browser", is_flag=True, help="Open the page in the default browser.")
 @click.option("--cache", type=click.Path(file_okay=False), help="Where to keep the ingested store of raw traces.")
 @rank_option
 @comm_kernel_option
-def dashboard(sources: tuple[str, ...], host: str, port: int, open_browser: bool, cache: str | None,
+def dashboard(sources: tuple[str, ...], host: str, port: int, token: str | None, no_token: bool, open_browser: bool,
+              cache: str | None,
               ranks: tuple[str, ...], comm_kernels: tuple[str, ...] = ()) -> int:
     """Serve an interactive dashboard of a run: per-rank timelines and the report's panels."""
     from ddprof.dashboards.extra import require
 
     require("dash", "plotly")
     from ddprof.cli.progress import ingest_progress
-    from ddprof.dashboards.app.server import create_app, exposure_warning, make, url_of
+    from ddprof.dashboards.app.server import choose_token, create_app, exposure_warning, make, url_of
     from ddprof.dashboards.app.state import DashboardState
     from ddprof.inputs.sources import open_source
 
@@ -32,11 +36,14 @@ def dashboard(sources: tuple[str, ...], host: str, port: int, open_browser: bool
                      comm_kernels=rules_in_force(comm_kernels)) as src:
         title = " ".join(sources)
         state = DashboardState.open(src.run, src.dumps, title)
-        warning = exposure_warning(host)
+        if token and no_token:
+            raise click.UsageError("--token and --no-token: choose one")
+        required = choose_token(host, token, no_token)
+        warning = exposure_warning(host, required)
         if warning:
             click.echo(f"ddprof: warning: {warning}", err=True)
-        server = make(create_app(state), host, port)
-        url = url_of(host, server.server_port)
+        server = make(create_app(state, required), host, port)
+        url = url_of(host, server.server_port, required)
         click.echo(f"ddprof dashboard of {title} at {url} (Ctrl+C to stop)", err=True)
         if open_browser:
             import webbrowser
