@@ -95,11 +95,15 @@ class RankLive:
 
 def own_matrix(frame: pl.DataFrame) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray]:
     """The steps every rank completed (ascending), and for them (steps × ranks): own time, wall time, the
-    end's wall clock. Ranks in ascending order."""
+    end's wall clock. Ranks in ascending order. A rank's step with ``coll_ms`` null, where the rank timed its
+    collectives at other steps, does not count as completed."""
     ranks = sorted(frame.get_column("rank").unique().to_list()) if frame.height else []
     if not ranks:
         empty = np.zeros((0, 0))
         return [], empty, empty, empty
+    # a step whose collectives are unknown on a rank that timed them at other steps (a DDP job's last step:
+    # DDP reports an iteration's times at the next forward) is left out, not read as a step without waiting
+    frame = frame.filter(pl.col("coll_ms").is_not_null() | pl.col("coll_ms").is_null().all().over("rank"))
     df = frame.select("rank", "step", "wall_ms", "end",
                       (pl.col("wall_ms") - pl.col("coll_ms").fill_null(0.0)).clip(lower_bound=0.0).alias("own"))
     df = df.unique(["rank", "step"], keep="last")

@@ -29,6 +29,12 @@ a DataLoader (``--step-on-loader``: the iterator's wrapper, over a plain iterato
 ``Profile.step()`` with ``on_demand=True``, plus the one-off start-up cost of the bootstrap in every
 Python process.
 ``--launch-only`` skips the ``ddprof.profile`` runs.
+
+The always-on step measures (``--measures-only`` for them alone): ``--measures-pairs`` ABBA pairs of the
+same job under ``ddprof launch`` with and without ``--no-step-measures``, both recording the same window,
+compared by ``ddprof check`` (the run with the measures against the one without as its baseline: the median
+step time's Hodges-Lehmann shift and its interval) and by the job's own step times, and what
+``StepMeasures.boundary()`` adds to a step, in isolation.
 """
 
 from __future__ import annotations
@@ -208,7 +214,88 @@ def bootstrap_startup_cost(runs: int = 7) -> float:
     return statistics.median(got[True]) - statistics.median(got[False])
 
 
-COSTS = {"launcher": launcher_boundary_cost, "loader": loader_boundary_cost, "on-demand": on_demand_step_cost}
+def measures_boundary_cost(calls: int = 20000) -> float:
+    """Seconds the step measures add to a step boundary (single process): ``StepMeasures.boundary()``, what
+    ``Profile.step()`` calls once per step (two clocks, the collective counters, one tuple queued)."""
+    from ddprof.collectors.measures import StepMeasures
+
+    with tempfile.TemporaryDirectory() as tmp:
+        m = StepMeasures(Path(tmp) / "run", 0, 1)
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            m.boundary()
+        cost = (time.perf_counter() - t0) / calls
+        m.close()
+    return cost
+
+
+def _find_outcome(obj: object, rule_id: str) -> dict | None:
+    if isinstance(obj, dict):
+        if obj.get("id") == rule_id:
+            return obj
+        obj = list(obj.values())
+    if isinstance(obj, list):
+        for item in obj:
+            found = _find_outcome(item, rule_id)
+            if found is not None:
+                return found
+    return None
+
+
+def measures_section(a: argparse.Namespace) -> None:
+    """The always-on step measures: the same job under ``ddprof launch`` with and without them (ABBA pairs),
+    both recording the same window (steps W+2 .. W+1+A), compared by ``ddprof check`` (the run with measures
+    against the one without as its baseline: the median step time's shift and its interval) and by the job's
+    own step times; and, in isolation, what they add to a step boundary."""
+    job = ["--steps", str(a.steps), "--hidden", str(a.hidden), "--batch", str(a.batch)]
+    window = ["--wait", str(a.wait), "--warmup", "2", "--active", str(a.active)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_FR_", "TORCH_NCCL_", "DDPROF_"))}
+    env["OMP_NUM_THREADS"] = "1"
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="ddprof-overhead-measures-") as tmp:
+        out = Path(tmp)
+        for i in range(a.measures_pairs):
+            order = (False, True) if i % 2 == 0 else (True, False)
+            got: dict[bool, tuple[Path, float]] = {}
+            for on in order:
+                name = f"{'on' if on else 'off'}-{i}"
+                times = out / f"{name}-{{rank}}.json"
+                cmd = [sys.executable, "-m", "ddprof", "launch", "-o", str(out / name), *window,
+                       *([] if on else ["--no-step-measures"]), "--", sys.executable, "-m", "torch.distributed.run",
+                       "--standalone", "--nproc-per-node=2", str(PLAIN), *job, "--step-times", str(times)]
+                proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+                if proc.returncode != 0:
+                    raise SystemExit(f"{name}: exit {proc.returncode}\n{proc.stderr[-3000:]}")
+                steps = [json.loads(Path(str(times).format(rank=r)).read_text())[2:] for r in (0, 1)]
+                got[on] = (out / name, statistics.median(t for r in steps for t in r))
+            for on in (False, True):
+                deadline = time.monotonic() + 120
+                while not (got[on][0] / "manifest.json").exists() and time.monotonic() < deadline:
+                    time.sleep(0.5)
+            check = subprocess.run([sys.executable, "-m", "ddprof", "check", str(got[True][0]), "--baseline",
+                                    str(got[False][0]), "--format", "json"], env=env, capture_output=True, text=True)
+            outcome = _find_outcome(json.loads(check.stdout), "step_time[all ranks]") if check.stdout.strip() else None
+            rows.append((got[False][1], got[True][1], check.returncode, outcome))
+    print(f"\nstep measures (ddprof launch with and without --no-step-measures, both recording steps "
+          f"{a.wait + 2}-{a.wait + 1 + a.active}), tests/support/plain_train.py, 2 ranks, hidden {a.hidden}, batch "
+          f"{a.batch}, {a.steps} steps, {a.measures_pairs} pairs; load average {os.getloadavg()[0]:.2f}")
+    for i, (off, on, rc, outcome) in enumerate(rows):
+        shift = (f"check exit {rc}: median step {outcome['baseline']:.0f} us -> {outcome['run']:.0f} us, shift "
+                 f"{outcome['change']:+.0f} us ({100 * outcome['change'] / outcome['baseline']:+.2f} %), interval "
+                 f"{outcome['interval']}" if outcome and outcome.get("baseline") else f"check exit {rc}")
+        print(f"  pair {i}: job's own median step {off * 1e3:.2f} ms without, {on * 1e3:.2f} ms with "
+              f"({(on / off - 1) * 100:+.2f} %); {shift}")
+    ratios = sorted(on / off - 1 for off, on, _, _ in rows)
+    print(f"  median over pairs (job's step times): {statistics.median(ratios) * 100:+.2f} % "
+          f"(pairs {ratios[0] * 100:+.2f} % .. {ratios[-1] * 100:+.2f} %)")
+    cost = isolated("measures")
+    base = statistics.median(off for off, _, _, _ in rows)
+    print(f"  in isolation: StepMeasures.boundary() {cost * 1e6:.2f} us per step = {cost / base * 100:.4f} % of the "
+          "step (the writer thread, formatting and appending ~150 bytes a step every 0.2 s, runs beside it)")
+
+
+COSTS = {"launcher": launcher_boundary_cost, "loader": loader_boundary_cost, "on-demand": on_demand_step_cost,
+         "measures": measures_boundary_cost}
 
 
 def isolated(name: str) -> float:
@@ -263,6 +350,8 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--launch-pairs", type=int, default=2, help="pairs of runs (without, under ddprof launch)")
     p.add_argument("--launch-only", action="store_true", help="measure only ddprof launch")
+    p.add_argument("--measures-pairs", type=int, default=2, help="pairs of runs (without, with the step measures)")
+    p.add_argument("--measures-only", action="store_true", help="measure only the always-on step measures")
     p.add_argument("--collective-cost", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--cost", choices=sorted(COSTS), default=None, help=argparse.SUPPRESS)
     a = p.parse_args()
@@ -271,6 +360,9 @@ def main() -> int:
         return 0
     if a.collective_cost is not None:
         print(collective_cost(a.collective_cost))
+        return 0
+    if a.measures_only:
+        measures_section(a)
         return 0
     if a.launch_only:
         launch_section(a)
@@ -311,6 +403,7 @@ def main() -> int:
     print(f"Flight Recorder: {fr_cost * 1e6:+.2f} us per collective, {buckets} collective(s) per step")
     print(f"inactive-phase overhead bound: {per_step * 1e6:.1f} us per step = {per_step / inactive * 100:.3f}%")
     launch_section(a)
+    measures_section(a)
     return 0
 
 

@@ -15,15 +15,20 @@ What is timed without the profiler:
 
 * **collectives**: the calls of ``torch.distributed``'s Python API (``all_reduce``, ``all_gather``,
   ``broadcast``, ``barrier``, ``send``/``recv`` ...; an ``async_op=True`` call from its issue until its
-  work completes, through the work's future), and the gradient all-reduces of
-  ``DistributedDataParallel``, which are issued from C++: each DDP model gets a communication hook at its
-  first forward, the default all-reduce (the one ``default_hooks.allreduce_hook`` does) timed from issue to
-  completion; a hook the script registers is wrapped the same way instead of refused. The time of a
-  collective includes the wait for the last rank to arrive, which is what lets ``ddprof top`` tell the rank
-  the others wait for (its own time, the step minus its collectives, is the longer). Collectives issued
-  only from C++ (``torch.distributed._functional_collectives``, compiled graphs, FSDP2's internals) are not
-  seen: ``coll_ms`` is then null. The Flight Recorder is no help here: with gloo its entries carry no start
-  or end time, and dumping 20,000 entries takes over a second (measured with torch 2.13).
+  work completes, through the work's future), and the gradient all-reduces of ``DistributedDataParallel``,
+  which are issued from C++: DDP's own per-iteration timers are switched on
+  (``_set_ddp_runtime_logging_sample_rate(1)``, at each model's first forward) and read at each step
+  boundary (``_get_ddp_logging_data``, about 10 us): the time from the first bucket's all-reduce to the
+  last one's completion, and the end of the backward's compute (the rank's arrival at the last all-reduce).
+  DDP computes an iteration's times at the next forward, so a step's line is written one step later, and
+  the job's last step has no DDP time. The time of a collective includes the wait for the last rank to
+  arrive, which is what lets ``ddprof top`` tell the rank the others wait for (its own time, the step
+  minus its collectives, is the longer). Collectives issued only from C++ otherwise
+  (``torch.distributed._functional_collectives``, compiled graphs, FSDP2's internals) are not seen:
+  ``coll_ms`` is then null. Not chosen: a DDP communication hook in Python that times each bucket (its
+  completion callbacks cost 0.5-1 ms a step on a 12-20 ms gloo step, measured), and the Flight Recorder
+  (with gloo its entries carry no start or end time, and dumping 20,000 entries takes over a second, with
+  torch 2.13).
 * **data-loader wait**: each ``next()`` on a ``torch.utils.data.DataLoader`` iterator.
 * **host**: the process's CPU time per step (``time.process_time``), its resident memory and the host's
   CPU and memory use (``/proc``; null elsewhere).
@@ -40,6 +45,7 @@ import socket
 import sys
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -167,70 +173,54 @@ def _original(dist: Any, name: str) -> Any:
     return getattr(fn, "__ddprof_original__", fn)
 
 
-def _timed_hook(hook: Any) -> Any:
-    # no annotations: DDP checks them, and under ``from __future__ import annotations`` they would be strings
-    def timed_comm_hook(state, bucket):  # type: ignore[no-untyped-def]  # noqa: ANN001, ANN202
-        start = time.perf_counter()
-        fut = hook(state, bucket)
-        fut.add_done_callback(_done_callback(start))
-        return fut
-
-    timed_comm_hook.__qualname__ = f"ddprof_timed({getattr(hook, '__qualname__', 'hook')})"
-    return timed_comm_hook
-
-
-def _default_allreduce(process_group: Any, bucket: Any) -> Any:
-    """What ``default_hooks.allreduce_hook`` does (and DDP without a hook): average the bucket over the group."""
-    import torch.distributed as dist
-
-    group = process_group if process_group is not None else dist.group.WORLD
-    tensor = bucket.buffer()
-    tensor.div_(group.size())
-    fut = _original(dist, "all_reduce")(tensor, group=group, async_op=True).get_future()
-    return fut.then(lambda f: f.value()[0])
+_DDPS: weakref.WeakSet[Any] = weakref.WeakSet()  # the DDP models whose runtime timers are on
+_DDP_SEEN: dict[int, Any] = {}  # id(model) -> the iteration its timers last reported
 
 
 def patch_ddp(module: Any) -> None:
-    """Time the gradient all-reduces of every ``DistributedDataParallel`` (module doc); once per process."""
+    """Switch on ``DistributedDataParallel``'s own per-iteration timers (module doc); once per process."""
     with _patch_lock:
         if "ddp" in _patched:
             return
         _patched.add("ddp")
     cls = module.DistributedDataParallel
-    original_register = cls.register_comm_hook
-    original_builtin = cls._register_builtin_comm_hook
     original_forward = cls.forward
-
-    @functools.wraps(original_register)
-    def register_comm_hook(self: Any, state: Any, hook: Any) -> Any:
-        self._ddprof_timed = True
-        return original_register(self, state, _timed_hook(hook))
-
-    @functools.wraps(original_builtin)
-    def _register_builtin_comm_hook(self: Any, comm_hook_type: Any) -> Any:
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-        name = str(getattr(comm_hook_type, "name", comm_hook_type)).upper()
-        hook = {"ALLREDUCE": default_hooks.allreduce_hook, "FP16_COMPRESS": default_hooks.fp16_compress_hook}.get(
-            name.rsplit(".", 1)[-1])
-        if hook is None:
-            return original_builtin(self, comm_hook_type)
-        return register_comm_hook(self, self.process_group, hook)
 
     @functools.wraps(original_forward)
     def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not getattr(self, "_ddprof_timed", False):
-            self._ddprof_timed = True
+        if self not in _DDPS:
+            _DDPS.add(self)
             try:
-                if getattr(self, "reducer", None) is not None and not getattr(self, "_comm_hooks", None):
-                    original_register(self, self.process_group, _timed_hook(_default_allreduce))
-            except Exception as exc:  # a hook the DDP already has, an unusual DDP: its collectives go untimed
+                self._set_ddp_runtime_logging_sample_rate(1)
+            except Exception as exc:  # an unusual DDP: its collectives go untimed
+                _DDPS.discard(self)
                 log.info("ddprof: DDP all-reduces not timed: %s: %s", type(exc).__name__, exc)
         return original_forward(self, *args, **kwargs)
 
-    cls.register_comm_hook = register_comm_hook
-    cls._register_builtin_comm_hook = _register_builtin_comm_hook
     cls.forward = forward
+
+
+def ddp_iterations() -> tuple[float, int, float | None]:
+    """What the DDP models' timers reported since the last call: seconds from the first gradient bucket's
+    all-reduce to the last one's completion, summed over the models, their count, the latest end of a
+    backward's compute (epoch seconds, where the timers give wall clocks). DDP computes an iteration's
+    times at the next forward, so this is the previous step's."""
+    total, count, arrive = 0.0, 0, None
+    for ddp in list(_DDPS):
+        try:
+            data = ddp._get_ddp_logging_data()
+        except Exception:
+            continue
+        iteration = data.get("iteration")
+        if iteration is None or _DDP_SEEN.get(id(ddp)) == iteration or not data.get("backward_comm_time_end"):
+            continue
+        _DDP_SEEN[id(ddp)] = iteration
+        total += max(0, int(data.get("backward_comm_time", 0))) / 1e9
+        count += 1
+        end = int(data.get("backward_compute_time_end") or 0)
+        if end > 10**18:  # wall-clock nanoseconds (CPU timers)
+            arrive = max(arrive or 0.0, end / 1e9)
+    return total, count, arrive
 
 
 def patch_dataloader(module: Any) -> None:
@@ -317,6 +307,8 @@ class StepMeasures:
         self._last = time.perf_counter()
         self._cpu = time.process_time()
         COMM.take()
+        ddp_iterations()
+        self._held: dict[str, Any] | None = None  # the newest step, written once DDP reported its all-reduces
         _DATA[0] = 0.0
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "ab")  # noqa: SIM115 (kept open by the writer thread, closed in close())
@@ -334,24 +326,41 @@ class StepMeasures:
         now, cpu = time.perf_counter(), time.process_time()
         coll_s, coll_n, last_issue = COMM.take(now)
         data_s, _DATA[0] = _DATA[0], 0.0
+        ddp = ddp_iterations() if _DDPS else None
         queue = self._queue
         if len(queue) >= QUEUE_MAX:
             queue.popleft()
             self.dropped += 1
-        queue.append((self.step, now, now - self._last, coll_s, coll_n, last_issue, data_s, cpu - self._cpu))
+        queue.append((self.step, now, now - self._last, coll_s, coll_n, last_issue, data_s, cpu - self._cpu, ddp))
         self.step += 1
         self._last, self._cpu = now, cpu
 
-    def _line(self, rec: tuple[Any, ...]) -> bytes:
-        step, now, wall, coll_s, coll_n, last_issue, data_s, cpu = rec
+    def _lines(self, rec: tuple[Any, ...]) -> list[bytes]:
+        """The lines a queued step makes ready: the step before it, now that its DDP all-reduces are known
+        (``ddp_iterations`` reports them one step late), when DDP models are timed; else the step itself."""
+        step, now, wall, coll_s, coll_n, last_issue, data_s, cpu, ddp = rec
         host = self._host
-        seen = COMM.seen
-        out = {"step": step, "end": round(self._wall0 + now, 6), "wall_ms": round(wall * 1e3, 4),
-               "coll_ms": round(coll_s * 1e3, 4) if seen else None, "coll_n": coll_n if seen else None,
-               "arrive": round(self._wall0 + last_issue, 6) if last_issue is not None else None,
-               "data_ms": round(data_s * 1e3, 4), "cpu_ms": round(cpu * 1e3, 3), "rss_mb": host.rss_mb,
-               "host_cpu_pct": host.cpu_pct, "host_mem_pct": host.mem_pct}
-        return json.dumps(out, separators=(",", ":")).encode() + b"\n"
+        seen = COMM.seen or ddp is not None
+        out: dict[str, Any] = {
+            "step": step, "end": round(self._wall0 + now, 6), "wall_ms": round(wall * 1e3, 4),
+            "coll_ms": round(coll_s * 1e3, 4) if seen else None, "coll_n": coll_n if seen else None,
+            "arrive": round(self._wall0 + last_issue, 6) if last_issue is not None else None,
+            "data_ms": round(data_s * 1e3, 4), "cpu_ms": round(cpu * 1e3, 3), "rss_mb": host.rss_mb,
+            "host_cpu_pct": host.cpu_pct, "host_mem_pct": host.mem_pct}
+        ready = []
+        held, self._held = self._held, None
+        if held is not None:
+            if ddp is not None and ddp[1]:
+                held["coll_ms"] = round((held["coll_ms"] or 0.0) + ddp[0] * 1e3, 4)
+                held["coll_n"] = (held["coll_n"] or 0) + ddp[1]
+                if ddp[2] is not None and (held["arrive"] is None or ddp[2] > held["arrive"]):
+                    held["arrive"] = round(ddp[2], 6)
+            ready.append(held)
+        if ddp is not None:  # DDP models were timed at this boundary (decided there: a model may be gone by now)
+            self._held = out
+        else:
+            ready.append(out)
+        return [json.dumps(r, separators=(",", ":")).encode() + b"\n" for r in ready]
 
     def _run(self) -> None:
         next_sample = 0.0
@@ -363,7 +372,11 @@ class StepMeasures:
                 next_sample = now + HOST_SAMPLE_S
             lines = []
             while self._queue:
-                lines.append(self._line(self._queue.popleft()))
+                lines += self._lines(self._queue.popleft())
+            if closing and self._held is not None:  # the last step: its all-reduces are never reported
+                self._held.update(coll_ms=None, coll_n=None)  # unknown, not zero
+                lines.append(json.dumps(self._held, separators=(",", ":")).encode() + b"\n")
+                self._held = None
             if lines:
                 try:
                     self._file.write(b"".join(lines))

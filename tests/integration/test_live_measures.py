@@ -48,7 +48,12 @@ def test_slow_rank_named_within_the_bound_and_auto_triggered(tmp_path: Path) -> 
     assert set(frame.get_column("rank").unique()) == {0, 1}
     per_rank = frame.group_by("rank").agg(pl.col("step").min().alias("first"), pl.col("step").max().alias("last"))
     assert per_rank.get_column("first").to_list() == [1, 1] and per_rank.get_column("last").to_list() == [69, 69]
-    assert frame.get_column("coll_ms").null_count() == 0  # DDP's all-reduces were timed, without the profiler
+    # DDP's all-reduces were timed, without the profiler; the last step's are never reported (DDP reports an
+    # iteration's times at the next forward): unknown, not zero
+    coll = frame.filter(pl.col("step") < 69).get_column("coll_ms")
+    assert coll.null_count() == 0 and coll.min() >= 0
+    assert frame.filter(pl.col("step") == 69).get_column("coll_ms").to_list() == [None, None]
+    assert frame.filter(pl.col("step") < 69).get_column("arrive").null_count() == 0
     assert frame.get_column("rss_mb").drop_nulls().len() > 0
 
     # the detector, fed the steps as they came: named at the second slow step at the latest, or within 10 s

@@ -110,3 +110,12 @@ def test_reader_tolerates_a_torn_last_line_and_reads_as_the_file_grows(tmp_path)
     assert frame.get_column("coll_ms").to_list() == [1.0, 1.0, 1.0, None, None]
     assert tail.frame(last_steps=2).get_column("step").to_list() == [3, 4]
     assert read_step_measures(tmp_path / "nothing").height == 0
+
+
+def test_a_step_with_unknown_collectives_is_left_out() -> None:
+    """A DDP job's last step has no all-reduce time (DDP reports it at the next forward): it neither breaks
+    a slow rank's run of slow steps nor counts as a step without waiting."""
+    frame = series(2, 40, seed=4, slow_rank=1, slow_from=30, slow_ms=20.0)
+    last = frame.with_columns(pl.when(pl.col("step") == 39).then(None).otherwise(pl.col("coll_ms")).alias("coll_ms"))
+    named = detect_slow_ranks(last)
+    assert [s.rank for s in named] == [1] and named[0].since_step == 30 and named[0].last_step == 38
