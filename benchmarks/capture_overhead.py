@@ -229,6 +229,47 @@ def measures_boundary_cost(calls: int = 20000) -> float:
     return cost
 
 
+def ddp_timers_cost(steps: int = 300) -> float:
+    """Seconds DDP's own per-iteration timers, switched on and read as the step measures do, add to a step of
+    a 1-rank gloo DDP model (hidden 1024, batch 64): two identical models, one with the timers, stepped
+    alternately in one process (so the machine's drift hits both), the median of the paired differences."""
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=0, world_size=1)
+
+    def model() -> nn.Module:
+        torch.manual_seed(0)
+        return nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(128, 1024), nn.ReLU(), nn.Linear(1024, 1024),
+                                                                 nn.ReLU(), nn.Linear(1024, 10)))
+
+    plain, timed = model(), model()
+    timed._set_ddp_runtime_logging_sample_rate(1)
+    x = torch.randn(64, 128)
+
+    def step(m: nn.Module, read: bool) -> float:
+        t0 = time.perf_counter()
+        m(x).square().mean().backward()
+        if read:
+            m._get_ddp_logging_data()
+        return time.perf_counter() - t0
+
+    for _ in range(10):
+        step(plain, False), step(timed, True)
+    diffs = []
+    for i in range(steps):
+        if i % 2:
+            a, b = step(plain, False), step(timed, True)
+        else:
+            b, a = step(timed, True), step(plain, False)
+        diffs.append(b - a)
+    dist.destroy_process_group()
+    return statistics.median(diffs)
+
+
 def _find_outcome(obj: object, rule_id: str) -> dict | None:
     if isinstance(obj, dict):
         if obj.get("id") == rule_id:
@@ -288,14 +329,17 @@ def measures_section(a: argparse.Namespace) -> None:
     ratios = sorted(on / off - 1 for off, on, _, _ in rows)
     print(f"  median over pairs (job's step times): {statistics.median(ratios) * 100:+.2f} % "
           f"(pairs {ratios[0] * 100:+.2f} % .. {ratios[-1] * 100:+.2f} %)")
-    cost = isolated("measures")
+    cost, ddp = isolated("measures"), isolated("ddp-timers")
     base = statistics.median(off for off, _, _, _ in rows)
     print(f"  in isolation: StepMeasures.boundary() {cost * 1e6:.2f} us per step = {cost / base * 100:.4f} % of the "
           "step (the writer thread, formatting and appending ~150 bytes a step every 0.2 s, runs beside it)")
+    print(f"  in isolation: DDP's timers on and read once a step: {ddp * 1e6:+.1f} us per step = "
+          f"{ddp / base * 100:+.3f} % of the step; together {(cost + ddp) / base * 100:+.3f} % (the bound on the "
+          "overhead when the pairs above are too noisy to show it)")
 
 
 COSTS = {"launcher": launcher_boundary_cost, "loader": loader_boundary_cost, "on-demand": on_demand_step_cost,
-         "measures": measures_boundary_cost}
+         "measures": measures_boundary_cost, "ddp-timers": ddp_timers_cost}
 
 
 def isolated(name: str) -> float:
