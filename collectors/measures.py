@@ -37,6 +37,7 @@ What is timed without the profiler:
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import json
 import logging
@@ -393,10 +394,8 @@ class StepMeasures:
         self._queue.clear()
         log.error("ddprof: step measures of rank %d stopped: cannot write %s: %s (training continues)", self.rank,
                   self.path, why)
-        try:
+        with contextlib.suppress(Exception):
             self._file.close()
-        except Exception:
-            pass
 
     def close(self, timeout_s: float = 2.0) -> None:
         """Write what is queued (waiting at most ``timeout_s``) and close the file."""
@@ -407,10 +406,8 @@ class StepMeasures:
             log.warning("ddprof: step measures of rank %d: %d record(s) dropped (the writer fell behind)", self.rank,
                         self.dropped)
         if self.stopped is None:
-            try:
+            with contextlib.suppress(Exception):
                 self._file.close()
-            except Exception:
-                pass
 
 
 def start(run_dir: Path, rank: int, world_size: int | None, first_step: int) -> StepMeasures | None:

@@ -12,9 +12,8 @@ import time
 from pathlib import Path
 
 import polars as pl
-import pytest
-
 from ddprof.analyses.live import detect_slow_ranks
+
 from ddprof.store.step_measures import MeasureTail, measure_files, read_step_measures
 from tests.support.launch_util import job_env, launch_cmd, run_launch, torchrun, wait_for, wait_ingested
 

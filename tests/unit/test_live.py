@@ -9,8 +9,8 @@ import json
 import numpy as np
 import polars as pl
 import pytest
-
 from ddprof.analyses.live import DetectionRule, detect_slow_ranks, rank_rows, wait_caused
+
 from ddprof.store.step_measures import MeasureTail, measures_path, read_step_measures
 
 
@@ -58,7 +58,7 @@ def test_step_change_on_one_rank_named_within_two_steps(ranks: int) -> None:
         assert [s.rank for s in named] == [slow], (seed, named)
         assert named[0].since_step == 50 and named[0].steps == 2
         assert named[0].excess_ms == pytest.approx(20.0, abs=6.0)
-        assert "rank %d is slow since step 50" % slow in named[0].describe()
+        assert f"rank {slow} is slow since step 50" in named[0].describe()
 
 
 def test_a_single_slow_step_is_no_alert() -> None:
