@@ -123,6 +123,11 @@ class MeasureTail:
                     del mine[step]
         return new
 
+    def poll_records(self) -> list[dict[str, Any]]:
+        """:meth:`poll`, then every step record read so far, by rank and step."""
+        self.poll()
+        return [rec for rank in sorted(self.records) for _, rec in sorted(self.records[rank].items())]
+
     def frame(self, last_steps: int | None = None) -> Any:
         """The records read so far as a frame (:func:`read_step_measures`'s columns), only each rank's newest
         ``last_steps`` when given."""

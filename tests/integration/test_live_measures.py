@@ -103,3 +103,20 @@ def test_top_without_measures_says_why(tmp_path: Path) -> None:
     proc = top_once(empty)
     assert proc.returncode == 2 and "no step measures in" in proc.stderr
     assert time.monotonic() - started < 60
+
+
+def test_ddprof_profile_writes_the_measures_too(tmp_path: Path) -> None:
+    """The same measures from a script that calls ``ddprof.profile`` (tests/support/jobs.py ddp), its DDP
+    model built inside the profile; rank 1 slow from the start: its own time is the longer one."""
+    from tests.support.jobs import spawn_local
+
+    run_dir = tmp_path / "profiled"
+    codes = spawn_local(["ddp", "-o", str(run_dir), "--steps", "14", "--slow-rank", "1", "--slow-ms", "40",
+                         "--active", "1"], 2, tmp_path / "logs", timeout=240)
+    assert not any(codes.values()), codes
+    frame = read_step_measures(run_dir)
+    assert frame.filter(pl.col("rank") == 0).get_column("step").to_list() == list(range(14))
+    steady = frame.filter(pl.col("step").is_between(2, 12))
+    own = steady.group_by("rank").agg((pl.col("wall_ms") - pl.col("coll_ms")).median().alias("own")).sort("rank")
+    low, high = own.get_column("own").to_list()
+    assert high - low > 25, own  # rank 1 sleeps 40 ms a step; rank 0 waits that long in the all-reduce

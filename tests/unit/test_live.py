@@ -119,3 +119,52 @@ def test_a_step_with_unknown_collectives_is_left_out() -> None:
     last = frame.with_columns(pl.when(pl.col("step") == 39).then(None).otherwise(pl.col("coll_ms")).alias("coll_ms"))
     named = detect_slow_ranks(last)
     assert [s.rank for s in named] == [1] and named[0].since_step == 30 and named[0].last_step == 38
+
+
+def test_the_writer_stops_on_a_full_disk_and_never_raises(tmp_path, caplog) -> None:
+    """A failed write (a full disk) stops the measures with one log line; the steps go on without them."""
+    import errno
+    import time
+
+    from ddprof.collectors.measures import StepMeasures
+
+    class Full:
+        def write(self, data: bytes) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def flush(self) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+    m = StepMeasures(tmp_path / "run", 3, 4)
+    m.boundary()
+    deadline = time.monotonic() + 10
+    while len(MeasureTail(tmp_path / "run").poll_records()) < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    m._file = Full()  # the disk fills up
+    with caplog.at_level("ERROR", logger="ddprof.collectors"):
+        for _ in range(3):
+            m.boundary()
+        while m.stopped is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for _ in range(100):
+            m.boundary()  # returns at once
+        m.close()
+    assert m.stopped is not None and "No space left" in m.stopped
+    assert [r.message for r in caplog.records if "stopped" in r.message][0].count("training continues") == 1
+    assert read_step_measures(tmp_path / "run").get_column("step").to_list() == [0]
+
+
+def test_comm_clock_counts_overlaps_once_and_closes_open_collectives_at_the_boundary() -> None:
+    from ddprof.collectors.measures import CommClock
+
+    c = CommClock()
+    c.add(1.0, 3.0)
+    c.add(2.0, 4.0)  # overlaps: adds 1
+    token = c.begin(5.0)  # still open at the boundary (its completion is reported late)
+    total, count, last = c.take(now=6.0)
+    assert (total, count, last) == (pytest.approx(4.0), 3, 5.0)
+    c.end(token, 7.5)  # the late report is ignored: the step that waited for it already counted it
+    assert c.take(now=8.0) == (0.0, 0, None)
