@@ -327,13 +327,13 @@ def _pair_evidence(p: Prepared, per_host: pl.DataFrame, host_of: pl.DataFrame, b
         .filter(pl.col("g") != pl.col("h"))
         .select("g", "h", (pl.col("recv_end") - pl.col("send_start")).alias("gap"))
     )
-    for (g, h), grp in pairs.group_by("g", "h"):
+    for (g_key, h_key), grp in pairs.group_by("g", "h"):
         gap = grp["gap"].to_numpy().astype(np.float64)
-        g, h = str(g), str(h)
-        if g < h:  # x = o_h − o_g ≤ recv_end_h − send_start_g
-            ups.setdefault((g, h), []).append(gap)
+        sender, receiver = str(g_key), str(h_key)
+        if sender < receiver:  # x = o_h − o_g ≤ recv_end_h − send_start_g
+            ups.setdefault((sender, receiver), []).append(gap)
         else:  # pair (h, g): x = o_g − o_h ≥ send_start_g − recv_end_h = −gap
-            lows.setdefault((h, g), []).append(-gap)
+            lows.setdefault((receiver, sender), []).append(-gap)
     edges = []
     for key in sorted(set(lows) | set(ups)):
         lo = np.concatenate(lows.get(key, [np.empty(0)]))

@@ -65,7 +65,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import numpy as np
@@ -312,7 +312,7 @@ def significance(p: Prepared) -> pl.DataFrame:
     if adj.height == 0:
         return pl.DataFrame(schema=schema)
     by_step = collect(adj.lazy().group_by("rank").agg(pl.col("unit").drop_nulls().n_unique())).get_column("unit").max()
-    unit = pl.col("unit") if (by_step or 0) > 1 else pl.lit(None, dtype=pl.Int64)
+    unit = pl.col("unit") if int(cast(int, by_step or 0)) > 1 else pl.lit(None, dtype=pl.Int64)
     keyed = adj.lazy().with_columns(
         pl.when(unit.is_not_null()).then(pl.struct(pl.col("group"), unit.alias("u"), pl.lit(None, dtype=pl.Int64).alias("i")))
         .otherwise(pl.struct(pl.col("group"), pl.lit(None, dtype=pl.Int64).alias("u"), pl.col("index").alias("i")))
@@ -353,7 +353,7 @@ def significance(p: Prepared) -> pl.DataFrame:
         floor.append(float(tail[-1]))
     return per.drop("__ss", "__sizes").with_columns(pl.Series("p_t", p_t, pl.Float64()),
                                                     pl.Series("p_last", p_last, pl.Float64()),
-                                                    pl.Series("p_last_min", floor, pl.Float64())).cast(schema)
+                                                    pl.Series("p_last_min", floor, pl.Float64())).cast(pl.Schema(schema))
 
 
 def _number(value: object, what: str) -> float:

@@ -172,7 +172,10 @@ def build(ops: pl.DataFrame, deps: pl.DataFrame | None = None) -> Model:
     srcs, dsts, params, pops = [], [], [], []
 
     def add(s: np.ndarray, d: np.ndarray, p: int, o: np.ndarray) -> None:
-        srcs.append(s), dsts.append(d), params.append(np.full(len(s), p, np.int8)), pops.append(o)
+        srcs.append(s)
+        dsts.append(d)
+        params.append(np.full(len(s), p, np.int8))
+        pops.append(o)
 
     # A launch group of one op is over when that op ends: its E node stands for H (one level less).
     size = np.bincount(group, minlength=n_groups)

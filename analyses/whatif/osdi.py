@@ -45,7 +45,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import polars as pl
@@ -92,7 +92,7 @@ def load(folder: str | Path, name: str) -> Job:
         p = folder / f"{kind}-{name}.json"
         if p.exists():
             published[kind] = json.loads(p.read_text())
-    return Job(name=name, ops=op_table(raw, pp_size=int(meta.get("pp_size", raw["stage"].max() + 1))),
+    return Job(name=name, ops=op_table(raw, pp_size=int(meta.get("pp_size", int(cast(int, raw["stage"].max())) + 1))),
                meta=meta, published=published)
 
 
@@ -271,11 +271,11 @@ def reproduce(job: Job, a: Analysis | None = None) -> list[dict[str, Any]]:
         pub = res.get(f"blocking_decompose_by_{by}")
         if not pub:
             continue
-        ours = a.decompose(label)
-        rank_o = {k: i + 1 for i, k in enumerate(sorted(ours, key=lambda k: -ours[k]))}
+        by_group = a.decompose(label)
+        rank_o = {k: i + 1 for i, k in enumerate(sorted(by_group, key=lambda k: -by_group[k]))}
         rank_p = {k: i + 1 for i, k in enumerate(sorted(pub, key=lambda k: -pub[k]))}
         for k in sorted(pub, key=lambda k: -pub[k]):
-            rel(f"blocking_decompose_by_{by}", k, ours.get(k, float("nan")), float(pub[k]), TOLERANCE["decompose"],
+            rel(f"blocking_decompose_by_{by}", k, by_group.get(k, float("nan")), float(pub[k]), TOLERANCE["decompose"],
                 rank_ours=rank_o.get(k), rank_published=rank_p[k])
     for key, fn, name in (("ms", m_s, "M_S"), ("mw", m_w, "M_W")):
         if key in job.published:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from ddprof.analyses.bubbles import pipeline_stages
@@ -108,7 +108,7 @@ def whatif(events: Events, *, stragglers: str | list[int] | None = "auto", comm_
             steps = [_mean_step(model, order, e) for e in tried]
             candidates.append(tried[int(np.argmin(steps))])
     elif stragglers:
-        mask = np.isin(worker, list(stragglers))
+        mask = np.isin(worker, np.asarray(list(stragglers)))
         names = ", ".join(str(r) for r in stragglers)
         candidates.append(E.typical_for(model, mask, KEYS, "straggler_ranks_" + "_".join(map(str, stragglers)),
                                         f"making rank{'s' if len(stragglers) > 1 else ''} {names} as fast as the others"))
@@ -119,7 +119,7 @@ def whatif(events: Events, *, stragglers: str | list[int] | None = "auto", comm_
                                       amount=model.ops["gap"].to_numpy()))
     if rebalance:
         stages = pipeline_stages(p)
-        if stages.height and int(stages["stages"].max()) > 1:
+        if stages.height and int(cast(int, stages["stages"].max() or 0)) > 1:
             stage_of = dict(zip(stages["rank"].to_list(), stages["stage"].to_list()))
             groups = np.array([stage_of.get(int(w), -1) for w in worker])
             compute = model.ops["optype"].is_in(["compute", "cpu_op"]).to_numpy()

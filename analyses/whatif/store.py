@@ -51,6 +51,7 @@ Example: measured steps of 10 ms, a rank's step replayed as 10.1 ms against 10.0
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import polars as pl
@@ -147,7 +148,7 @@ def op_rows(events: Events) -> tuple[pl.DataFrame, pl.DataFrame]:
     step = rows["step"].to_numpy()
     deps = deps.filter(pl.Series(step[deps["src_op"].to_numpy()] == step[deps["dst_op"].to_numpy()]))
     rows = rows.with_columns(pl.Series("gap", _idle_gaps(rows, collect(ev.filter(
-        pl.col("stream").is_null() & pl.col("kind").is_in(["cpu_op", "runtime", "comm"]))), t0)))
+        pl.col("stream").is_null() & pl.col("kind").is_in(["cpu_op", "runtime", "comm"]))), int(cast(int, t0)))))
     return rows.drop("__op", "__prev_end"), deps
 
 
