@@ -198,9 +198,12 @@ def alltoall_instances(events: Prepared) -> pl.DataFrame:
 
 def explained_by_bytes(events: Events) -> pl.DataFrame:
     """The all-to-all instances whose last or longest rank moved the most bytes (``group, index``): load
-    imbalance, not a slow rank (module doc). The straggler rule leaves them out."""
+    imbalance, not a slow rank (module doc). The straggler rule leaves them out. Only instances whose
+    splits were recorded: without them, ranks of one all-to-all move the same bytes, and unequal sizes
+    mean the instance was matched from kernels that are not one collective (point-to-point kernels of a
+    partial capture paired by their order on a stream), which explains nothing."""
     inst = alltoall_instances(events)
-    return inst.filter("explained").select(pl.col("pg").alias("group"), "index")
+    return inst.filter(pl.col("explained") & pl.col("with_splits")).select(pl.col("pg").alias("group"), "index")
 
 
 def alltoall_summary(events: Events, instances: pl.DataFrame) -> dict[str, Any]:
