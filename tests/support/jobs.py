@@ -10,6 +10,16 @@ Run one rank per process with the launcher's environment (``RANK``, ``WORLD_SIZE
 each forward. ``moe``: one mixture-of-experts layer, an expert per rank, its tokens routed unevenly (``--hot-share``
 to ``--hot-rank``) with ``all_to_all_single``. ``pipeline``: one MLP split into ``WORLD_SIZE`` stages, GPipe schedule (all forwards of the
 micro-batches, then all backwards), activations and gradients sent with ``send``/``recv``.
+``--fault KIND --fault-rank R`` injects one fault with a known cause into rank R (:data:`FAULTS`; the
+fault matrix of ``benchmarks/fault_matrix.py`` runs each): ``compute`` (its batch ``--fault-factor`` times
+larger: the same ops on more rows), ``input`` (its DataLoader takes ``--fault-ms`` to fetch each batch),
+``stalls`` (a pause of ``--fault-ms`` every ``--fault-every``-th step, between forward and backward, as a
+garbage collection would), ``contention`` (a thread of its process hashing memory throughout, beside the
+training thread on the rank's core), ``comm`` (a DDP communication hook that waits ``--fault-ms`` before
+each bucket's all-reduce), ``pipeline`` (stage R holds ``--fault-factor`` times the layers of the
+others); ``none`` is the clean run of the same job. ``--loader`` feeds the ``ddp`` job's batches through a
+DataLoader (always, with a fault), ``--pin`` keeps each rank on CPU ``rank mod cpus`` (so a busy thread
+contends with its own rank only), ``--pipe-width W`` makes every stage W wide.
 ``--crash-rank R --crash-step K`` kills rank R (``os._exit``) at step K, to show that the other ranks'
 data stays usable. ``--facts FILE`` (``{rank}`` in the name becomes the rank) writes what the rank knows
 independently of the trace (DDP bucket sizes, bytes sent per peer, step times) as JSON, for tests and
@@ -23,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -30,6 +41,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -44,6 +56,52 @@ import ddprof
 JOBS = Path(__file__).resolve()
 DDP_LAYERS = (256, 512, 512, 10)
 PIPE_WIDTHS = (64, 96, 128, 80, 32)  # stage s maps PIPE_WIDTHS[s] -> PIPE_WIDTHS[s + 1]
+#: The faults ``--fault`` injects, and the job each runs in.
+FAULTS = {"none": "ddp", "compute": "ddp", "input": "ddp", "stalls": "ddp", "contention": "ddp", "comm": "ddp",
+          "pipeline": "pipeline"}
+
+
+class SlowBatches(torch.utils.data.Dataset):
+    """``n`` random batches of ``rows x width`` (one item is one batch), each fetched after ``delay_s``
+    of waiting, as a loader reading from slow storage does."""
+
+    def __init__(self, n: int, rows: int, width: int, seed: int, delay_s: float = 0.0) -> None:
+        self.n, self.rows, self.width, self.seed, self.delay_s = n, rows, width, seed, delay_s
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        return torch.randn(self.rows, self.width, generator=torch.Generator().manual_seed(self.seed * 10_000 + i))
+
+
+def busy_thread(stop: threading.Event) -> threading.Thread:
+    """A daemon thread that hashes 1 MiB over and over until ``stop``: hashlib lets go of the GIL while
+    it hashes, so it takes CPU time from the threads beside it on its core, not the interpreter."""
+    block = os.urandom(1 << 20)
+
+    def spin() -> None:
+        while not stop.is_set():
+            hashlib.sha256(block).digest()
+
+    t = threading.Thread(target=spin, name="busy", daemon=True)
+    t.start()
+    return t
+
+
+def delayed_allreduce_hook(delay_s: float) -> Any:
+    """A DDP communication hook: wait ``delay_s``, then all-reduce the bucket and average it (DDP's own
+    default, late). Unannotated: DDP refuses a hook whose annotations are not its own classes, and this
+    module's annotations are strings."""
+
+    def hook(state, bucket):
+        buf = bucket.buffer().div_(dist.get_world_size())
+        time.sleep(delay_s)
+        return dist.all_reduce(buf, async_op=True).get_future().then(lambda f: f.value()[0])
+
+    return hook
 
 
 def mlp(widths: tuple[int, ...]) -> nn.Sequential:
@@ -55,12 +113,22 @@ def mlp(widths: tuple[int, ...]) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+def faulty(args: argparse.Namespace, rank: int, kind: str) -> bool:
+    return args.fault == kind and rank == args.fault_rank
+
+
 def run_ddp(args: argparse.Namespace, prof: Any, rank: int) -> dict[str, Any]:
     torch.manual_seed(0)
     widths = (DDP_LAYERS[0], *(args.hidden,) * 2, DDP_LAYERS[-1]) if args.hidden else DDP_LAYERS
     model = nn.parallel.DistributedDataParallel(mlp(widths), bucket_cap_mb=args.bucket_cap_mb)
+    if faulty(args, rank, "comm"):
+        model.register_comm_hook(None, delayed_allreduce_hook(args.fault_ms / 1000))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    data = torch.randn(args.batch, widths[0], generator=torch.Generator().manual_seed(rank))
+    rows = args.batch * (int(args.fault_factor) if faulty(args, rank, "compute") else 1)
+    data = torch.randn(rows, widths[0], generator=torch.Generator().manual_seed(rank))
+    batches = iter(torch.utils.data.DataLoader(
+        SlowBatches(args.steps, rows, widths[0], rank, args.fault_ms / 1000 if faulty(args, rank, "input") else 0.0),
+        batch_size=None)) if args.loader or args.fault else None
     step_s = []
     for i in range(args.steps):
         t0 = time.perf_counter()
@@ -68,7 +136,11 @@ def run_ddp(args: argparse.Namespace, prof: Any, rank: int) -> dict[str, Any]:
             os._exit(17)  # a rank dying without any cleanup
         if rank == args.slow_rank:
             time.sleep(args.slow_ms / 1000)
+        if batches is not None:
+            data = next(batches)
         loss = model(data).square().mean()
+        if faulty(args, rank, "stalls") and i % args.fault_every == args.fault_every - 1:
+            time.sleep(args.fault_ms / 1000)  # a pause of the whole interpreter, as a full collection
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -85,8 +157,9 @@ def run_pipeline(args: argparse.Namespace, prof: Any, rank: int, world: int) -> 
     if world + 1 > len(PIPE_WIDTHS):
         raise SystemExit(f"pipeline example supports at most {len(PIPE_WIDTHS) - 1} stages")
     torch.manual_seed(rank)
-    d_in, d_out = PIPE_WIDTHS[rank], PIPE_WIDTHS[rank + 1]
-    stage = mlp((d_in, d_out, d_out))
+    d_in, d_out = (args.pipe_width,) * 2 if args.pipe_width else (PIPE_WIDTHS[rank], PIPE_WIDTHS[rank + 1])
+    depth = 1 + (int(args.fault_factor) - 1) * faulty(args, rank, "pipeline")  # hidden layers
+    stage = mlp((d_in, *(d_out,) * depth, d_out))
     opt = torch.optim.SGD(stage.parameters(), lr=0.01)
     first, last = rank == 0, rank == world - 1
     sent: dict[int, list[int]] = {}
@@ -237,6 +310,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--bucket-cap-mb", type=float, default=0.5)
     p.add_argument("--slow-rank", type=int, default=None)
     p.add_argument("--slow-ms", type=float, default=50.0)
+    p.add_argument("--fault", choices=sorted(FAULTS), default=None, help="a fault with a known cause (module doc)")
+    p.add_argument("--fault-rank", type=int, default=1)
+    p.add_argument("--fault-ms", type=float, default=20.0, help="input, stalls, comm: the delay")
+    p.add_argument("--fault-factor", type=float, default=4.0, help="compute: batch rows; pipeline: layers")
+    p.add_argument("--fault-every", type=int, default=4, help="stalls: one step in this many")
+    p.add_argument("--loader", action="store_true", help="ddp: batches from a DataLoader")
+    p.add_argument("--pin", action="store_true", help="each rank on CPU rank mod cpus")
+    p.add_argument("--pipe-width", type=int, default=0, help="pipeline: every stage this wide")
     p.add_argument("--crash-rank", type=int, default=None)
     p.add_argument("--crash-step", type=int, default=0)
     p.add_argument("--microbatches", type=int, default=4)
@@ -257,6 +338,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.fault and FAULTS[args.fault] != args.job:
+        raise SystemExit(f"--fault {args.fault} is a fault of the {FAULTS[args.fault]} job")
+    rank_env = int(os.environ.get("RANK", "0"))
+    if args.pin and hasattr(os, "sched_setaffinity"):
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[rank_env % len(cpus)]})  # before any thread: they inherit it
+    stop = threading.Event()
+    if args.fault == "contention" and rank_env == args.fault_rank:
+        busy_thread(stop)
     if not args.no_profile:
         ddprof.init(args.run_dir)  # before the process group: switches the Flight Recorder on
     dist.init_process_group("gloo")
@@ -276,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         path = Path(str(args.facts).format(rank=rank))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"rank": rank, "world_size": world, "pid": os.getpid(), **facts}))
+    stop.set()
     dist.barrier()
     dist.destroy_process_group()
     return 0
