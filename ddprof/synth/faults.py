@@ -1,0 +1,120 @@
+"""A data-parallel CPU (gloo) run with one fault of known cause on one rank, placed event by event: what
+:mod:`ddprof.analyses.straggler_cause` is tested on.
+
+:class:`FaultyDP`, per step and rank, on the main thread (tid 1), with the step starting at t0 and every
+rank starting its steps together (the all-reduce that ends each step ends for all at once)::
+
+    DataLoader span [t0+10, t0+L)   ops i = 0..n-1: aten::addmm (A), aten::view (V), a gap g after each
+    c10d::allreduce_ [a, a+5)        (a: after the last op, a gap g, + the comm delay)
+    gloo:all_reduce on tid 2 [a, e)  (e = the latest arrival + T on every rank)
+    aten::add_ (optimizer) [e+g, +opt)  the step ends opt + g later
+
+with ``L`` = 50 µs, plus ``delay`` on the faulty rank for ``input``. The faults (``fault`` on ``rank``):
+
+* ``compute``: its addmm take ``factor`` × A (the same ops, more work);
+* ``input``: ``delay`` more before its first op, inside the DataLoader span;
+* ``stalls``: a pause of ``delay`` after its ops, every ``every``-th step (the rest normal);
+* ``contention``: every ``every``-th op of its (addmm and view alike) and every ``every``-th gap stretch by
+  a time slice ``delay`` (a busy CPU: the typical op as long as the others', a few far longer);
+* ``comm``: ``delay`` more between its last op and its collective entry;
+* ``none``: a clean run.
+
+Every duration gets a seeded jitter of ±``jitter`` (a share), so the ranks are never exactly equal.
+:meth:`FaultyDP.truth` is the straggler and its cause class (None for ``none``).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from ddprof.store.schema import conform
+from ddprof.synth.kineto import to_kineto
+from ddprof.synth.schedule import US
+
+#: The cause class each fault is (``ddprof.analyses.straggler_cause``).
+CAUSE = {"compute": "compute", "input": "input", "stalls": "stalls", "contention": "contention",
+         "comm": "communication", "none": None}
+LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+
+@dataclass(frozen=True)
+class FaultyDP:
+    fault: str = "compute"
+    rank: int = 1
+    ranks: int = 4
+    steps: int = 12
+    ops: int = 8
+    A: int = 400 * US
+    V: int = 5 * US
+    g: int = 20 * US
+    T: int = 300 * US
+    opt: int = 100 * US
+    factor: float = 3.0
+    delay: int = 3000 * US
+    every: int = 4
+    jitter: float = 0.05
+    seed: int = 0
+    base: int = 1_700_000_000_000_000 * US
+
+    def __post_init__(self) -> None:
+        if self.fault not in CAUSE:
+            raise ValueError(f"fault {self.fault!r}: one of {sorted(CAUSE)}")
+
+    def _j(self, rng: random.Random, dur: float) -> int:
+        """``dur`` with its jitter, in whole µs."""
+        return max(1, round(dur * (1 + rng.uniform(-self.jitter, self.jitter)) / US)) * US
+
+    def events(self) -> pl.DataFrame:
+        out: list[dict[str, Any]] = []
+
+        def add(rank: int, step: int, name: str, ts: int, dur: int, tid: int = 1, kind: str = "cpu_op",
+                **extra: Any) -> None:
+            out.append({"rank": rank, "ts_ns": ts, "dur_ns": dur, "pid": 100, "tid": tid, "kind": kind,
+                        "cat": "cpu_op" if kind == "cpu_op" else "user_annotation", "name": name, "step": step,
+                        **extra})
+
+        t0 = self.base
+        coll: dict[str, Any] = dict(coll_op="all_reduce", pg="0", group_size=self.ranks, bytes=1 << 20,
+                                    in_bytes=1 << 20, out_bytes=1 << 20, dtype="Float")
+        for s in range(self.steps):
+            arrive: dict[int, int] = {}
+            for r in range(self.ranks):
+                rng = random.Random(f"{self.seed}-{r}-{s}")
+                bad = r == self.rank
+                lead = 50 * US + (self.delay if bad and self.fault == "input" else 0)
+                add(r, s, LOADER, t0 + 10 * US, lead - 20 * US, kind="annotation")
+                t = t0 + lead
+                for i in range(self.ops):
+                    stretch = self.delay if bad and self.fault == "contention" and i % self.every == s % self.every \
+                        else 0
+                    a = self._j(rng, self.A * (self.factor if bad and self.fault == "compute" else 1)) + stretch
+                    add(r, s, "aten::addmm", t, a)
+                    t += a + self._j(rng, self.g)
+                    add(r, s, "aten::view", t, self._j(rng, self.V))
+                    t += self._j(rng, self.V) + self._j(rng, self.g)
+                if bad and self.fault == "stalls" and s % self.every == self.every - 1:
+                    t += self.delay
+                t += self._j(rng, self.g) + (self.delay if bad and self.fault == "comm" else 0)
+                add(r, s, "c10d::allreduce_", t, 5 * US, **coll)
+                arrive[r] = t
+            e = max(arrive.values()) + self.T
+            for r in range(self.ranks):
+                add(r, s, "gloo:all_reduce", arrive[r], e - arrive[r], tid=2, kind="comm", **coll)
+                add(r, s, "aten::add_", e + self.g, self.opt)
+            end = e + 2 * self.g + self.opt
+            for r in range(self.ranks):
+                add(r, s, f"ProfilerStep#{s}", t0, end - t0, kind="annotation")
+            t0 = end
+        return conform(pl.DataFrame(out, infer_schema_length=None)).sort("rank", "ts_ns")
+
+    def kineto(self) -> dict[int, dict[str, Any]]:
+        return to_kineto(self.events(), self.ranks, backend="gloo")
+
+    def truth(self) -> dict[str, Any]:
+        """The straggler (None on a clean run) and its cause class."""
+        cause = CAUSE[self.fault]
+        return {"straggler": None if cause is None else self.rank, "cause": cause}
