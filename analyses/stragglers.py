@@ -76,6 +76,13 @@ from ddprof.analyses.frames.intervals import merge, subtract, union_lengths
 from ddprof.analyses.frames.memo import Events, Prepared, collect, derived, prepare
 from ddprof.analyses.frames.sets import rank_spans, steps, work
 from ddprof.analyses.sections import Section
+from ddprof.analyses.straggler_cause import (
+    cause_clause,
+    cause_ops,
+    cause_steps,
+    imbalance_verdicts,
+    with_causes,
+)
 
 from ddprof.report.display import Column, Table
 from ddprof.report.schema import Stragglers
@@ -462,7 +469,7 @@ def straggler_verdicts(report: dict[str, Any]) -> list[str]:
         waiters = p.waiting_ranks or 1
         wait = p.wait_caused_us / waiters / max(nsteps, 1)
         who = "the other rank" if waiters == 1 else f"each of the {waiters} other ranks"
-        line = (f"rank {r} is the straggler: {who} spent {fmt_us(wait)} {when} on average waiting for it "
+        line = (f"rank {r} is the straggler{cause_clause(report, r)}: {who} spent {fmt_us(wait)} {when} on average waiting for it "
                 f"at collectives (wall-clock; last at {p.times_last} of {p.instances} collectives)")
         if p.wait_beyond_schedule_us < 0.99 * p.wait_caused_us:
             line += (f"; {fmt_us(p.wait_beyond_schedule_us / waiters / max(nsteps, 1))} of it beyond what "
@@ -522,7 +529,11 @@ STRAGGLERS_TABLE = Table(
     rows=lambda r: [p for p in _stragglers(r).per_rank if p.instances], at=40)
 
 SECTIONS = (
-    Section("stragglers", {"ranks": [], "per_rank": []}, tables=(STRAGGLERS_TABLE,), verdict=straggler_verdicts,
-            verdict_at=20, record=Stragglers, order=60, cross=lambda cross: stragglers(cross.p),
-            keeps=(p2p_blocked,)),
+    Section("stragglers", {"ranks": [], "per_rank": [], "causes": []}, tables=(STRAGGLERS_TABLE,),
+            # why each straggler is late, and the pipeline stage that holds a pipeline back
+            # (analyses/straggler_cause.py): its verdict first, then the stragglers', naming their causes
+            verdict=lambda r: [*imbalance_verdicts(r), *straggler_verdicts(r)],
+            verdict_at=20, record=Stragglers, order=60,
+            cross=lambda cross: with_causes(stragglers(cross.p), cross.p),
+            keeps=(p2p_blocked, cause_steps, cause_ops)),
 )

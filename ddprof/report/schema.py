@@ -243,6 +243,39 @@ class StragglerRank(Row):
                                                "the step")] = False
 
 
+class CauseEvidence(Row):
+    """One measure of the straggler beside its peers', per step (median over steps; peers: the median of
+    the other ranks' medians)."""
+
+    measure: Annotated[str, Meta(description="lead (host time before the step's first compute), compute (its "
+                                              "leaf compute ops), precomm (host time before entering "
+                                              "collectives), overhead (host time inside ops between leaf "
+                                              "ops), op_ratio (the same ops' median durations, ratio), "
+                                              "stall_peak (largest step's wait caused / median step's), "
+                                              "compute_per_microbatch (pipeline stage)")]
+    rank_value: Annotated[float, Meta(description="the straggler's value (µs, or a ratio)")]
+    peers_value: Annotated[float | None, Meta(description="the other ranks' value (µs, or a ratio)")]
+    ratio: Annotated[float | None, Meta(description="rank_value / peers_value; null where undefined")]
+
+
+class StragglerCause(Row):
+    """Why a straggler (or the slowest pipeline stage) is late, from comparing it with its peers
+    (analyses/straggler_cause.py)."""
+
+    rank: Rank
+    cause: Annotated[Literal["stalls", "input", "communication", "contention", "compute", "pipeline imbalance",
+                             "undecided"],
+                     Meta(description="stalls (a few steps far longer, the rest normal), input (host time before "
+                                      "the first compute: data loading, or a sleep there), communication "
+                                      "(late into its collectives, compute normal), contention (its ops and "
+                                      "the time between them slower alike: a busy CPU), compute (its compute "
+                                      "ops slower, the rest normal), pipeline imbalance (its stage's compute "
+                                      "per micro-batch above the others'), undecided")]
+    excess_us: Annotated[float | None, Meta(description="per step, how much longer the deciding measure is than the "
+                                                        "peers' (µs)")]
+    evidence: Annotated[list[CauseEvidence], Meta(description="the measures compared, deciding one first")] = []
+
+
 class Stragglers(Row):
     """The stragglers (ranks both significantly and materially late) and every rank's figures."""
 
@@ -253,6 +286,8 @@ class Stragglers(Row):
     unit: Annotated[str, Meta(description=(
         "what the tests take as independent: step (each step's instances of a process group) or instance"))] = "step"
     per_rank: list[StragglerRank] = []
+    causes: Annotated[list[StragglerCause], Meta(description="per straggler, and for a pipeline's slowest "
+                                                              "stage, the cause class and its evidence")] = []
 
 
 class CollectiveRow(Row):

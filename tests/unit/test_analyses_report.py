@@ -17,6 +17,7 @@ from ddprof.analyses.idle import idle_breakdown, idle_by_step
 from ddprof.analyses.overlap import overlap, overlap_by_step
 from ddprof.analyses.report import COLUMNS, EMPTY_SECTIONS, _rows, analyse, build_report, read_events
 from ddprof.analyses.sections import DETAIL
+from ddprof.analyses.straggler_cause import cause_clause, straggler_causes
 from ddprof.analyses.stragglers import stragglers
 from ddprof.analyses.verdicts import Badge, badge
 
@@ -79,7 +80,10 @@ def test_generated_run_through_ingest_recovers_the_truth(sc, tmp_path):
     others = sc.ranks - 1
     wait = fmt_us(truth["stragglers"]["wait_caused_us"][sc.slow_rank] / others / sc.steps)
     assert wait == fmt_us(sc.delay / 1000)  # each other rank waits the slow rank's delay, once per step
-    assert report["verdicts"][0] == (f"rank {sc.slow_rank} is the straggler: each of the {others} other ranks "
+    # the delay lies inside a compute op of the slow rank: its cause is compute (analyses/straggler_cause.py)
+    because = cause_clause(report, sc.slow_rank)
+    assert because.startswith(" (compute: its ops take "), because
+    assert report["verdicts"][0] == (f"rank {sc.slow_rank} is the straggler{because}: each of the {others} other ranks "
                                      f"spent {wait} per step on average waiting for it at collectives "
                                      f"(wall-clock; last at {sc.steps} of {sc.steps} collectives)")
     exposed = sum(truth["overlap"][r]["exposed_comm_us"] for r in range(sc.ranks)) / sc.ranks
@@ -240,7 +244,9 @@ def test_sections_from_shared_frames_equal_each_analysis_alone(make):
     coll = collectives(lf, 4)
     assert _rows(sections.table("collectives")) == _rows(coll.drop("ops_seen"))
     assert sections["bandwidth"] == _rows(bandwidth(coll))
-    assert sections["stragglers"] == stragglers(lf)
+    # the stragglers' causes are read from the per-rank summaries beside them (analyses/straggler_cause.py)
+    alone = stragglers(lf)
+    assert sections["stragglers"] == {**alone, "causes": straggler_causes(prepare(lf), alone, pipeline_stages(lf))}
     shared = sets.work(lf)
     if make is _mixed_events:
         assert dict(shared.group_by("rank").agg(pl.col("on_gpu").all()).iter_rows()) == {
@@ -312,7 +318,10 @@ def test_slow_rank_sample_wait_is_wall_clock_and_within_a_step(tmp_path):
     assert per[2]["waiting_ranks"] == 3
     assert 90_000 < per_step < 105_000
     assert per_step < min(p["step_us"] for p in per.values())
-    assert report["verdicts"][0] == (f"rank 2 is the straggler: each of the 3 other ranks spent {fmt_us(per_step)} "
+    # a sleep on the host before the forward: input, the host time before the step's first compute
+    because = cause_clause(report, 2)
+    assert because.startswith(" (input: 10"), because
+    assert report["verdicts"][0] == (f"rank 2 is the straggler{because}: each of the 3 other ranks spent {fmt_us(per_step)} "
                                      f"per step on average waiting for it at collectives (wall-clock; last at "
                                      f"{per[2]['times_last']} of {per[2]['instances']} collectives)")
 

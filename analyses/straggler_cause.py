@@ -1,0 +1,362 @@
+"""Why a straggler is late: its cause class, told from the trace by comparing the rank with its peers.
+
+A straggler (:mod:`.stragglers`) makes the others wait; this module says where its own time went. Per
+rank and profiler step it measures on the host (:func:`cause_steps`, a group of ranks at a time):
+
+* ``lead_ns``: from the step's start to its first compute op outside the data loader: the time spent
+  getting the batch (inside a DataLoader's ``enumerate(DataLoader)#...`` span, or any host time before the
+  forward, a ``sleep`` included);
+* ``compute_ns``: the time of its compute ops: CPU ops that are no collective entry, outside the data
+  loader, nested ones counted once (the top-level ones summed), less the host delays before collective
+  entries that lie inside them (a DDP communication hook runs inside an autograd op);
+* ``precomm_ns``: before each collective entry (``c10d::*``, ``record_param_comms``...), the time since the
+  last leaf op of its thread ended: host time spent late in entering a collective (a delayed send, a
+  communication hook that waits) rather than computing;
+
+and per rank and op name (:func:`cause_ops`) the median duration of its compute ops, so that the same
+ops are compared across ranks. On a GPU rank compute is its compute kernels (its CPU ops are not read:
+:func:`.rank_groups.read_ranks`), its lead ends at the first one, and ``precomm_ns`` is 0.
+
+The cause of straggler X (:func:`classify`), with the peers' value = the median over the other ranks of
+each rank's median over steps, and X's excess = X's median − the peers' value:
+
+1. **stalls**: the wait X caused per step (:func:`step_waits`) is concentrated in a few steps: two or
+   more steps, and at most half of them, hold more than half of the largest step's wait, and each of
+   them is at least :data:`STALL_PEAK` times the median step's (every k-th step pauses, the rest run as
+   the others do; one long step is noise, not a pattern);
+2. otherwise the largest excess among ``lead_ns`` (**input**), ``precomm_ns`` (**communication**) and
+   ``compute_ns`` names the class, when it is at least :data:`MATERIAL` of the wait X causes a waiting
+   rank per step (else **undecided**: no measure explains the wait);
+3. compute time is **compute** when the same ops' typical duration explains it: the op ratio
+   (:func:`op_ratio`, the weighted geometric mean over op names of X's median / the peers') satisfies
+   ``op ratio − 1 ≥`` :data:`CONTENTION_SHARE` ``× (compute ratio − 1)`` (bigger work stretches every
+   call of an op); else **contention**: the typical op is as long as on the others and a few are
+   stretched far (a busy CPU takes the core from the rank for a time slice now and then, inside ops and
+   between them);
+4. **pipeline imbalance** (:func:`pipeline_imbalance`; a receiver waiting for its sender is no straggler
+   at collectives, :mod:`.bubbles`): the stage whose compute per micro-batch is :data:`IMBALANCE` times the
+   median other stage's or more, said whether or not a straggler is named.
+
+A sleep on the host outside any op before the forward is classified *input*: it is host time before the
+step's first compute, which is what a slow data loader looks like from the trace (the bundled
+``gloo-ddp-4rank-slow-rank`` sample, whose rank 2 sleeps 100 ms before each forward, is classified so);
+the same sleep every k-th step anywhere in the step is *stalls*, and right before a collective,
+*communication*.
+
+Example: 2 ranks, rank 1 fetching each batch 20 ms late: lead 20.2 ms vs 48 µs, compute 2.8 vs 2.1 ms,
+pre-communication 83 vs 63 µs -> input, excess 20.1 ms a step; the verdict: "rank 1 is the straggler
+(input: 20.2 ms a step on the host before its first compute, data loading, against 47.6 µs on the
+others): ...".
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import msgspec
+import polars as pl
+from ddprof.analyses.bubbles import pipeline_stages
+from ddprof.analyses.collectives import arrivals, comm_rows
+from ddprof.analyses.frames.memo import Prepared, collect, derived
+from ddprof.analyses.frames.sets import kernels, steps
+
+from ddprof.report.schema import PipelineRow, StragglerCause, Stragglers, rows
+from ddprof.store.schema import STEP_PREFIX
+from ddprof.vocabulary.collective_ops import MARKER_PATTERN
+from ddprof.vocabulary.units import NS_PER_US, fmt_us
+
+#: The data loader's spans (``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__``...).
+LOADER_PATTERN = r"DataLoader"
+#: Stalls: the largest step's wait at least this many times the median step's.
+STALL_PEAK = 4.0
+#: Compute rather than contention: the same ops' typical slow-down explains at least this share of the
+#: rank's extra op time (``op ratio − 1 ≥ share × (time ratio − 1)``).
+CONTENTION_SHARE = 0.5
+#: Pipeline imbalance: a stage's compute per micro-batch this many times the median stage's.
+IMBALANCE = 1.3
+#: The deciding excess per step must be at least this share of the wait the straggler causes a waiting rank
+#: per step: a cause that explains a tenth of the wait is not the cause.
+MATERIAL = 0.25
+#: The cause classes, in the order they are tried.
+CLASSES = ("stalls", "input", "communication", "contention", "compute", "pipeline imbalance")
+
+_STEP_SCHEMA = pl.Schema({"rank": pl.Int32, "step": pl.Int32, "step_ns": pl.Int64, "lead_ns": pl.Int64,
+                          "compute_ns": pl.Int64, "precomm_ns": pl.Int64})
+_OPS_SCHEMA = pl.Schema({"rank": pl.Int32, "name": pl.String, "n": pl.UInt32, "median_ns": pl.Float64,
+                         "total_ns": pl.Int64})
+
+
+def _host_ops(p: Prepared) -> pl.LazyFrame:
+    """The CPU ops and annotations of the CPU ranks within a step, profiler steps left out, with their
+    thread's leaf flag, loader flag and collective-entry flag."""
+    gpu = kernels(p).lazy().select("rank").unique()
+    ops = (
+        p.events.filter(pl.col("stream").is_null() & pl.col("kind").is_in(["cpu_op", "annotation"])
+                        & pl.col("step").is_not_null() & ~pl.col("name").str.starts_with(STEP_PREFIX))
+        .join(gpu, on="rank", how="anti")
+        .select("rank", "tid", "step", "name", "kind", "coll_op", pl.col("ts_ns").alias("start"),
+                (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"))
+        .sort("rank", "tid", "start", pl.col("end"), descending=[False, False, False, True])
+    )
+    thread = ["rank", "tid"]
+    return ops.with_columns(
+        # a leaf holds no other op of its thread: the next op (by start) starts at or after its end
+        (pl.col("start").shift(-1).over(thread).fill_null(pl.col("end")) >= pl.col("end")).alias("leaf"),
+        # top-level: no earlier op of the thread ends after its start
+        (pl.col("end").cum_max().shift(1).over(thread).fill_null(pl.col("start")) <= pl.col("start")).alias("top"),
+        (pl.col("coll_op").is_not_null() | pl.col("name").str.contains(MARKER_PATTERN)).alias("entry"),
+        pl.col("name").str.contains(LOADER_PATTERN).alias("loader_span"),
+    ).with_columns(
+        # inside a loader span: the thread's loader spans so far reach past its start
+        pl.when(pl.col("loader_span")).then(pl.col("end")).otherwise(None).cum_max().over(thread)
+        .fill_null(0).ge(pl.col("end")).alias("in_loader"),
+    )
+
+
+@derived
+def cause_steps(p: Prepared) -> pl.DataFrame:
+    """Per (rank, step): step_ns, lead_ns, compute_ns, precomm_ns (module doc)."""
+    ops = _host_ops(p)
+    thread = ["rank", "tid"]
+    work = (pl.col("kind") == "cpu_op") & ~pl.col("entry") & ~pl.col("in_loader") & ~pl.col("loader_span")
+    # the end of the thread's last leaf op before this op: where an entry's host delay starts
+    prev_leaf = pl.when(pl.col("leaf")).then(pl.col("end")).otherwise(None).forward_fill().shift(1).over(thread)
+    gap = (pl.col("start") - pl.col("prev_leaf")).clip(0)
+    cpu = collect(
+        ops.with_columns(prev_leaf.alias("prev_leaf"))
+        .group_by("rank", "step")
+        .agg(pl.col("start").filter(work).min().alias("first_compute"),
+             (pl.col("end") - pl.col("start")).filter(work & pl.col("top")).sum().alias("__top"),
+             gap.filter(pl.col("entry")).sum().alias("precomm_ns"),
+             gap.filter(pl.col("entry") & ~pl.col("top")).sum().alias("__inside"))
+        .with_columns((pl.col("__top") - pl.col("__inside")).clip(0).alias("compute_ns"))
+    )
+    gpu = collect(
+        kernels(p).lazy().filter((pl.col("kind") == "compute") & pl.col("step").is_not_null())
+        .group_by("rank", "step")
+        .agg(pl.col("ts_ns").min().alias("first_compute"), pl.col("dur_ns").sum().alias("compute_ns"),
+             pl.lit(0, dtype=pl.Int64).alias("precomm_ns"))
+    )
+    cols = ["rank", "step", "first_compute", "compute_ns", "precomm_ns"]
+    per = pl.concat([cpu.select(cols), gpu.select(cols)], how="vertical_relaxed")
+    return collect(
+        steps(p).lazy().join(per.lazy(), on=["rank", "step"], how="inner")
+        .select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int32),
+                (pl.col("end") - pl.col("start")).alias("step_ns"),
+                (pl.col("first_compute") - pl.col("start")).clip(0).alias("lead_ns"),
+                "compute_ns", "precomm_ns")
+        .cast(_STEP_SCHEMA)
+        .sort("rank", "step")
+    )
+
+
+@derived
+def cause_ops(p: Prepared) -> pl.DataFrame:
+    """Per (rank, name) of compute ops (CPU ops that are no collective entry, outside the data loader; GPU:
+    compute kernels): n, median_ns, total_ns."""
+    ops = _host_ops(p).filter((pl.col("kind") == "cpu_op") & ~pl.col("entry") & ~pl.col("in_loader"))
+    dur = pl.col("end") - pl.col("start")
+    cpu = ops.group_by("rank", "name").agg(pl.len().alias("n"), dur.median().alias("median_ns"),
+                                            dur.sum().alias("total_ns"))
+    gpu = (kernels(p).lazy().filter(pl.col("kind") == "compute")
+           .group_by("rank", "name").agg(pl.len().alias("n"), pl.col("dur_ns").median().alias("median_ns"),
+                                         pl.col("dur_ns").sum().alias("total_ns")))
+    return collect(pl.concat([cpu.cast(_OPS_SCHEMA), gpu.cast(_OPS_SCHEMA)]).sort("rank", "name"))
+
+
+def step_waits(p: Prepared) -> pl.DataFrame:
+    """Per (rank X, step): the wait X caused in that step, µs: Σ over the collective instances (seen on two
+    or more ranks, point-to-point left out) X alone arrived last at, of each other rank's wait."""
+    inst = ["group", "src", "dst", "index"]
+    arr = arrivals(p).lazy().filter((pl.len().over(inst) > 1) & (pl.col("match_op") != "sendrecv"))
+    step = comm_rows(p).lazy().select(*inst, "rank", "step")
+    return collect(
+        arr.join(step, on=[*inst, "rank"], how="left", nulls_equal=True)
+        .group_by(inst)
+        .agg(pl.col("rank").filter(pl.col("wait_ns") == 0).alias("__lasts"),
+             pl.col("step").filter(pl.col("wait_ns") == 0).first().alias("step"),
+             pl.col("wait_ns").sum().alias("wait_ns"))
+        .filter((pl.col("__lasts").list.len() == 1) & pl.col("step").is_not_null())
+        .group_by(pl.col("__lasts").list.first().alias("rank"), "step")
+        .agg((pl.col("wait_ns").sum() / NS_PER_US).alias("wait_us"))
+        .sort("rank", "step")
+    )
+
+
+def _median(values: list[float]) -> float | None:
+    v = sorted(x for x in values if x is not None and not math.isnan(x))
+    if not v:
+        return None
+    mid = len(v) // 2
+    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _evidence(measure: str, mine: float, peers: float | None) -> dict[str, Any]:
+    return {"measure": measure, "rank_value": mine, "peers_value": peers, "ratio": _ratio(mine, peers)}
+
+
+def op_ratio(ops: pl.DataFrame, rank: int) -> float | None:
+    """How much longer ``rank``'s compute ops take than the same ops (by name) on the other ranks: the
+    geometric mean over op names seen 3 times or more on it and on a peer, of its median duration over the
+    peers' median of medians, weighted by the peers' time in that op. None without a shared op.
+
+    Example: aten::mm 900 µs vs 220 µs (weight 80 %), aten::view 2 vs 2 µs (weight 1 %) -> about 4.0."""
+    shared = ops.filter(pl.col("n") >= 3)
+    mine = shared.filter(pl.col("rank") == rank).select("name", pl.col("median_ns").alias("mine"))
+    peers = (shared.filter(pl.col("rank") != rank).group_by("name")
+             .agg(pl.col("median_ns").median().alias("peers"), pl.col("total_ns").median().alias("weight")))
+    both = mine.join(peers, on="name").filter((pl.col("mine") > 0) & (pl.col("peers") > 0) & (pl.col("weight") > 0))
+    if both.height == 0:
+        return None
+    w = both["weight"].to_numpy().astype(float)
+    logs = (both["mine"] / both["peers"]).log().to_numpy()
+    return float(math.exp(float((w * logs).sum() / w.sum())))
+
+
+def _per_rank_medians(cs: pl.DataFrame) -> dict[int, dict[str, float]]:
+    med = cs.group_by("rank").agg(*(pl.col(c).median() / NS_PER_US for c in ("lead_ns", "compute_ns", "precomm_ns")))
+    return {r: {"lead": lead, "compute": comp, "precomm": pre} for r, lead, comp, pre in med.iter_rows()}
+
+
+def classify(rank: int, cs: pl.DataFrame, ops: pl.DataFrame, waits: pl.DataFrame,
+             wait_us: float = 0.0) -> dict[str, Any]:
+    """The cause of straggler ``rank`` (module doc), as a :class:`~ddprof.report.schema.StragglerCause` dict;
+    ``wait_us``: the mean wait it caused a waiting rank per step, which the deciding excess must be a
+    material share of (:data:`MATERIAL`)."""
+    med = _per_rank_medians(cs)
+    w = waits.filter(pl.col("rank") == rank)["wait_us"].to_list()
+    if med.get(rank) is None or len(med) < 2:
+        return {"rank": rank, "cause": "undecided", "excess_us": None, "evidence": []}
+    peers = {m: _median([v[m] for r, v in med.items() if r != rank]) for m in ("lead", "compute", "precomm")}
+    mine = med[rank]
+    ev = {m: _evidence(m, mine[m], peers[m]) for m in ("lead", "compute", "precomm")}
+    nsteps = cs.filter(pl.col("rank") == rank).height
+    w = sorted(w + [0.0] * max(0, nsteps - len(w)))  # steps where it was never last caused no wait
+    if len(w) >= 4:
+        peak, typical = w[-1], _median(w) or 0.0
+        highs = [x for x in w if x > peak / 2]
+        high = len(highs)
+        if peak > 0 and 2 <= high <= len(w) // 2 and highs[0] >= STALL_PEAK * typical:
+            return {"rank": rank, "cause": "stalls", "excess_us": peak - typical,
+                    "evidence": [_evidence("stall_peak", peak, typical),
+                                 {"measure": "stall_steps", "rank_value": float(high), "peers_value": float(len(w)),
+                                  "ratio": high / len(w)}, *ev.values()]}
+    excess = {m: mine[m] - (peers[m] or 0.0) for m in ("lead", "compute", "precomm")}
+    best = max(excess, key=lambda m: excess[m])
+    if excess[best] <= 0 or excess[best] < MATERIAL * wait_us:
+        return {"rank": rank, "cause": "undecided", "excess_us": None, "evidence": list(ev.values())}
+    order = [best, *(m for m in ev if m != best)]
+    evidence = [ev[m] for m in order]
+    if best == "lead":
+        return {"rank": rank, "cause": "input", "excess_us": excess[best], "evidence": evidence}
+    if best == "precomm":
+        return {"rank": rank, "cause": "communication", "excess_us": excess[best], "evidence": evidence}
+    same_ops = op_ratio(ops, rank)
+    work_ratio = _ratio(mine["compute"], peers["compute"]) or 1.0
+    if same_ops is not None:
+        evidence.insert(1, _evidence("op_ratio", same_ops, 1.0))
+    # the same ops' medians explain at least half of the extra time: bigger work; else a tail of stretched
+    # ops. No op shared with a peer: the work is longer, and no more can be said
+    compute = same_ops is None or same_ops - 1 >= CONTENTION_SHARE * (work_ratio - 1)
+    return {"rank": rank, "cause": "compute" if compute else "contention", "excess_us": excess[best],
+            "evidence": evidence}
+
+
+def pipeline_imbalance(cs: pl.DataFrame, stages: pl.DataFrame) -> list[dict[str, Any]]:
+    """Per pipeline, its slowest stage when its compute per micro-batch is :data:`IMBALANCE` times the
+    median stage's or more (module doc)."""
+    if stages.height == 0:
+        return []
+    med = _per_rank_medians(cs)
+    out = []
+    for (_pipe,), part in stages.group_by(["pipeline"], maintain_order=True):
+        per = {r: med[r]["compute"] / (m or 1.0) for r, m in zip(part["rank"], part["micro_batches"]) if r in med}
+        if len(per) < 2:
+            continue
+        slow = max(per, key=lambda r: per[r])
+        others = _median([v for r, v in per.items() if r != slow])
+        if others and per[slow] >= IMBALANCE * others:
+            out.append({"rank": slow, "cause": "pipeline imbalance", "excess_us": per[slow] - others,
+                        "evidence": [_evidence("compute_per_microbatch", per[slow], others)]})
+    return out
+
+
+def straggler_causes(p: Prepared, section: dict[str, Any], stages: pl.DataFrame) -> list[dict[str, Any]]:
+    """The ``causes`` of the stragglers ``section``: per named straggler its cause (:func:`classify`), then
+    per pipeline its slowest stage where the stages are imbalanced (:func:`pipeline_imbalance`). Reads the
+    per-rank summaries :func:`cause_steps` and :func:`cause_ops` (computed a group of ranks at a time)."""
+    cs, ops = cause_steps(p), cause_ops(p)
+    per = {row["rank"]: row for row in section.get("per_rank", [])}
+    out = []
+    for r in section.get("ranks", []):
+        row, nsteps = per.get(r, {}), max(1, cs.filter(pl.col("rank") == r).height)
+        wait = (row.get("wait_caused_us") or 0.0) / max(1, row.get("waiting_ranks") or 1) / nsteps
+        out.append(classify(r, cs, ops, step_waits(p), wait))
+    named = {c["rank"] for c in out}
+    out += [c for c in pipeline_imbalance(cs, stages) if c["rank"] not in named]
+    return [{**c, "evidence": [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in e.items()}
+                               for e in c["evidence"]]} for c in out]
+
+
+def with_causes(section: dict[str, Any], p: Prepared) -> dict[str, Any]:
+    """The stragglers ``section`` with its ``causes`` (:func:`straggler_causes`; the pipeline stages are
+    :func:`.bubbles.pipeline_stages` of the same summaries)."""
+    return {**section, "causes": straggler_causes(p, section, pipeline_stages(p))}
+
+
+def cause_clause(report: dict[str, Any], rank: int) -> str:
+    """What the straggler verdict says of ``rank``'s cause, in parentheses, or "" without one.
+
+    Example: " (compute: its ops take 3.9× the others' for the same ops)"."""
+    st = msgspec.convert(report["stragglers"], Stragglers)
+    cause = next((c for c in st.causes if c.rank == rank), None)
+    return f" ({describe(cause)})" if cause is not None and cause.cause != "undecided" else ""
+
+
+def describe(c: StragglerCause) -> str:
+    """One cause and its deciding evidence, in words."""
+    ev = {e.measure: e for e in c.evidence}
+    ratio = ev[c.evidence[0].measure].ratio if c.evidence else None
+    times = f"{ratio:.1f}×" if ratio is not None else "more than"
+    if c.cause == "stalls":
+        e = ev["stall_peak"]
+        n = ev["stall_steps"]
+        return (f"stalls: in {n.rank_value:.0f} of {n.peers_value:.0f} steps it makes the others wait up to "
+                f"{fmt_us(e.rank_value)}, in its median step {fmt_us(e.peers_value or 0.0)}")
+    if c.cause == "input":
+        e = ev["lead"]
+        return (f"input: {fmt_us(e.rank_value)} a step on the host before its first compute, data loading, "
+                f"against {fmt_us(e.peers_value or 0.0)} on the others")
+    if c.cause == "communication":
+        e = ev["precomm"]
+        return (f"communication: it enters its collectives {fmt_us(e.rank_value)} a step after its last op, "
+                f"against {fmt_us(e.peers_value or 0.0)} on the others, its compute normal")
+    if c.cause == "compute":
+        e, o = ev["compute"], ev.get("op_ratio")
+        same = f"its ops take {o.rank_value:.1f}× the others' for the same ops, " if o is not None else ""
+        return f"compute: {same}{fmt_us(e.rank_value)} of compute a step against {fmt_us(e.peers_value or 0.0)}"
+    if c.cause == "contention":
+        e, o = ev["compute"], ev["op_ratio"]
+        return (f"CPU contention: its ops take {times} the others' time in all ({fmt_us(e.rank_value)} a step "
+                f"against {fmt_us(e.peers_value or 0.0)}) while the same ops' typical duration is "
+                f"{o.rank_value:.1f}×: a few ops stretched far, as a busy CPU does")
+    if c.cause == "pipeline imbalance":
+        e = ev["compute_per_microbatch"]
+        return (f"pipeline imbalance: its stage computes {fmt_us(e.rank_value)} per micro-batch, {times} the "
+                f"other stages' {fmt_us(e.peers_value or 0.0)}")
+    return c.cause
+
+
+def imbalance_verdicts(report: dict[str, Any]) -> list[str]:
+    """Per pipeline whose slowest stage is not a straggler at collectives: which stage holds the pipeline
+    back and why (said with the straggler verdicts, where a straggler would be)."""
+    st = msgspec.convert(report["stragglers"], Stragglers)
+    stage = {r.rank: r for r in rows(report.get("pipeline", []), PipelineRow)}
+    return [f"rank {c.rank} (pipeline stage {stage[c.rank].stage} of {stage[c.rank].stages}) holds the pipeline "
+            f"back ({describe(c)})" for c in st.causes
+            if c.cause == "pipeline imbalance" and c.rank not in st.ranks and c.rank in stage]

@@ -1,0 +1,126 @@
+"""The cause of a straggler (analyses/straggler_cause.py): generated runs with one fault of known cause
+(ddprof.synth.faults.FaultyDP), the real slow-rank sample, a pipeline with an imbalanced stage, and runs
+where no cause may be claimed."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+from ddprof.analyses.report import analyse, build_report
+from ddprof.analyses.straggler_cause import CLASSES, op_ratio, pipeline_imbalance
+
+import ddprof
+from ddprof.report.schema import Stragglers
+from ddprof.synth import ingest_generated
+from ddprof.synth.faults import CAUSE, FaultyDP
+from tests.support.paths import SAMPLES
+
+FAULTS = [f for f in CAUSE if f != "none"]
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_each_fault_is_named_with_its_cause(fault, ranks, seed):
+    sc = FaultyDP(fault=fault, ranks=ranks, rank=ranks - 1, seed=seed)
+    truth = sc.truth()
+    st = analyse(sc.events().lazy())["stragglers"]
+    assert st["ranks"] == [truth["straggler"]]
+    (cause,) = st["causes"]
+    assert (cause["rank"], cause["cause"]) == (truth["straggler"], truth["cause"]), cause
+    assert cause["excess_us"] > 0
+    Stragglers(**{**st, "per_rank": [], "causes": []})  # the section still converts
+    assert cause["evidence"][0]["measure"] in {"stall_peak", "lead", "precomm", "compute"}
+
+
+def test_the_evidence_says_how_much(tmp_path):
+    """Input: 3 ms more before the first op, every step -> the lead excess is the delay, to the jitter."""
+    sc = FaultyDP(fault="input", ranks=4, rank=2, delay=3000_000)
+    (cause,) = analyse(sc.events().lazy())["stragglers"]["causes"]
+    lead = cause["evidence"][0]
+    assert lead["measure"] == "lead"
+    assert lead["rank_value"] - lead["peers_value"] == pytest.approx(3000, abs=5)
+    assert cause["excess_us"] == pytest.approx(3000, abs=5)
+    stalls = analyse(FaultyDP(fault="stalls", ranks=4, rank=2, every=3).events().lazy())["stragglers"]["causes"][0]
+    steps = next(e for e in stalls["evidence"] if e["measure"] == "stall_steps")
+    assert (steps["rank_value"], steps["peers_value"]) == (4, 12)  # steps 2, 5, 8, 11 of 12
+
+
+def test_compute_and_contention_differ_by_the_same_ops():
+    """Bigger work stretches every addmm (op ratio ≈ the factor); a busy CPU stretches a few ops by a time
+    slice and leaves the typical op alone (op ratio ≈ 1), for as much extra time."""
+    compute = FaultyDP(fault="compute", factor=3.0)
+    busy = FaultyDP(fault="contention")
+    for sc, low, high in ((compute, 2.0, 3.5), (busy, 0.9, 1.2)):
+        from ddprof.analyses.straggler_cause import cause_ops
+
+        ratio = op_ratio(cause_ops(sc.events().lazy()), sc.rank)
+        assert ratio is not None and low < ratio < high, (sc.fault, ratio)
+
+
+def test_the_verdict_says_the_cause_first(tmp_path):
+    run = ingest_generated(FaultyDP(fault="comm", ranks=4, rank=3), tmp_path)
+    report = build_report(run)
+    assert report["verdicts"][0].startswith("rank 3 is the straggler (communication: it enters its collectives "
+                                            "3.0"), report["verdicts"]
+    assert report["stragglers"]["causes"][0]["cause"] == "communication"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_clean_run_has_no_straggler_and_no_cause(seed):
+    st = analyse(FaultyDP(fault="none", seed=seed).events().lazy())["stragglers"]
+    assert st["ranks"] == [] and st["causes"] == []
+
+
+def test_the_real_slow_rank_sample_is_input(tmp_path):
+    """sample_traces/gloo-ddp-4rank-slow-rank: rank 2 sleeps 100 ms before each forward, on the host outside
+    any op: host time before the step's first compute, so input (as a slow data loader would show)."""
+    report = ddprof.analyze(SAMPLES / "gloo-ddp-4rank-slow-rank", cache=tmp_path / "c")
+    (cause,) = report["stragglers"]["causes"]
+    assert (cause["rank"], cause["cause"]) == (2, "input")
+    lead = cause["evidence"][0]
+    assert lead["measure"] == "lead" and 95_000 < lead["rank_value"] - lead["peers_value"] < 110_000
+    assert report["verdicts"][0].startswith("rank 2 is the straggler (input: 10")
+
+
+def test_no_cause_is_claimed_that_explains_little_of_the_wait(tmp_path):
+    """The DLRM sample's rank 7 makes the others wait 5 ms a step; neither its lead nor its kernels differ
+    from the others' by a quarter of that: undecided, and the verdict names no cause."""
+    report = ddprof.analyze(SAMPLES / "dlrm-8xV100-nccl", cache=tmp_path / "c")
+    assert [(c["rank"], c["cause"]) for c in report["stragglers"]["causes"]] == [(7, "undecided")]
+    assert report["verdicts"][0].startswith("rank 7 is the straggler: ")
+
+
+def _stage_steps(compute_us: dict[int, float]) -> pl.DataFrame:
+    rows = [{"rank": r, "step": s, "step_ns": 50_000_000, "lead_ns": 50_000, "compute_ns": int(c * 1000),
+             "precomm_ns": 0} for r, c in compute_us.items() for s in range(4)]
+    return pl.DataFrame(rows).cast({"rank": pl.Int32, "step": pl.Int32})
+
+
+def test_the_slowest_pipeline_stage_is_named_when_imbalanced():
+    stages = pl.DataFrame({"rank": [0, 1, 2, 3], "pipeline": [0] * 4, "stage": [0, 1, 2, 3],
+                           "micro_batches": [4.0] * 4}).cast({"rank": pl.Int32})
+    (slow,) = pipeline_imbalance(_stage_steps({0: 8000, 1: 8200, 2: 24000, 3: 8100}), stages)
+    assert (slow["rank"], slow["cause"]) == (2, "pipeline imbalance")
+    assert slow["evidence"][0]["rank_value"] == pytest.approx(6000)  # 24 ms / 4 micro-batches
+    assert slow["evidence"][0]["ratio"] == pytest.approx(24000 / 8100)
+    assert pipeline_imbalance(_stage_steps({0: 8000, 1: 8200, 2: 9000, 3: 8100}), stages) == []
+
+
+def test_the_real_pipeline_sample_is_balanced_enough(tmp_path):
+    """sample_traces/gloo-pipeline-4stage: stages of similar width; no stage is said to hold it back."""
+    report = ddprof.analyze(SAMPLES / "gloo-pipeline-4stage", cache=tmp_path / "c")
+    assert report["stragglers"]["causes"] == []
+    assert not any("holds the pipeline back" in v for v in report["verdicts"])
+
+
+def test_the_classes_are_the_declared_ones():
+    """Every class the analysis can give is one the report's record declares (and no other)."""
+    import msgspec
+
+    from ddprof.report.schema import StragglerCause
+
+    for cause in (*CLASSES, "undecided"):
+        msgspec.convert({"rank": 0, "cause": cause, "excess_us": None}, StragglerCause)
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.convert({"rank": 0, "cause": "gremlins", "excess_us": None}, StragglerCause)
