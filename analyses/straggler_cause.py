@@ -20,10 +20,11 @@ ops are compared across ranks. On a GPU rank compute is its compute kernels (its
 The cause of straggler X (:func:`classify`), with the peers' value = the median over the other ranks of
 each rank's median over steps, and X's excess = X's median − the peers' value:
 
-1. **stalls**: the wait X caused per step (:func:`step_waits`) is concentrated in a few steps: two or
-   more steps, and at most half of them, hold more than half of the largest step's wait, and each of
-   them is at least :data:`STALL_PEAK` times the median step's (every k-th step pauses, the rest run as
-   the others do; one long step is noise, not a pattern);
+1. **stalls**: the wait X caused per step (:func:`step_waits`) is concentrated in a few steps apart from
+   the rest: two or more steps, and at most half of them, hold more than half of the largest step's wait,
+   and the shortest of them is at least :data:`STALL_GAP` times the longest other step (every k-th step
+   pauses, the rest run as the others do; one long step is noise, not a pattern, and waits that merely
+   vary are not apart);
 2. otherwise the largest excess among ``lead_ns`` (**input**), ``precomm_ns`` (**communication**) and
    ``compute_ns`` names the class, when it is at least :data:`MATERIAL` of the wait X causes a waiting
    rank per step (else **undecided**: no measure explains the wait);
@@ -68,8 +69,8 @@ from ddprof.vocabulary.units import NS_PER_US, fmt_us
 
 #: The data loader's spans (``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__``...).
 LOADER_PATTERN = r"DataLoader"
-#: Stalls: the largest step's wait at least this many times the median step's.
-STALL_PEAK = 4.0
+#: Stalls: the shortest of the long steps' wait at least this many times the longest other step's.
+STALL_GAP = 2.0
 #: Compute rather than contention: the same ops' typical slow-down explains at least this share of the
 #: rank's extra op time (``op ratio − 1 ≥ share × (time ratio − 1)``).
 CONTENTION_SHARE = 0.5
@@ -166,20 +167,27 @@ def cause_ops(p: Prepared) -> pl.DataFrame:
 
 
 def step_waits(p: Prepared) -> pl.DataFrame:
-    """Per (rank X, step): the wait X caused in that step, µs: Σ over the collective instances (seen on two
-    or more ranks, point-to-point left out) X alone arrived last at, of each other rank's wait."""
+    """Per (rank X, step): how long the others waited for X in that step, µs: at the collective instances
+    (seen on two or more ranks, point-to-point left out) X alone arrived last at, each other rank's longest
+    wait in the step (collectives in flight together wait at once: their waits overlap), averaged over
+    the ranks that waited.
+
+    Example: two DDP buckets a step, rank 1 late by 40 ms for both: rank 0 waited 40.2 and 39.8 ms -> 40.2 ms."""
     inst = ["group", "src", "dst", "index"]
     arr = arrivals(p).lazy().filter((pl.len().over(inst) > 1) & (pl.col("match_op") != "sendrecv"))
     step = comm_rows(p).lazy().select(*inst, "rank", "step")
+    rows = arr.join(step, on=[*inst, "rank"], how="left", nulls_equal=True)
+    lasts = (rows.group_by(inst)
+             .agg(pl.col("rank").filter(pl.col("wait_ns") == 0).alias("__lasts"),
+                  pl.col("step").filter(pl.col("wait_ns") == 0).first().alias("__step"))
+             .filter((pl.col("__lasts").list.len() == 1) & pl.col("__step").is_not_null())
+             .select(*inst, pl.col("__lasts").list.first().alias("__last"), "__step"))
     return collect(
-        arr.join(step, on=[*inst, "rank"], how="left", nulls_equal=True)
-        .group_by(inst)
-        .agg(pl.col("rank").filter(pl.col("wait_ns") == 0).alias("__lasts"),
-             pl.col("step").filter(pl.col("wait_ns") == 0).first().alias("step"),
-             pl.col("wait_ns").sum().alias("wait_ns"))
-        .filter((pl.col("__lasts").list.len() == 1) & pl.col("step").is_not_null())
-        .group_by(pl.col("__lasts").list.first().alias("rank"), "step")
-        .agg((pl.col("wait_ns").sum() / NS_PER_US).alias("wait_us"))
+        rows.join(lasts, on=inst, nulls_equal=True)
+        .filter(pl.col("rank") != pl.col("__last"))
+        .group_by("__last", "__step", "rank").agg(pl.col("wait_ns").max())
+        .group_by(pl.col("__last").alias("rank"), pl.col("__step").alias("step"))
+        .agg((pl.col("wait_ns").mean() / NS_PER_US).alias("wait_us"))
         .sort("rank", "step")
     )
 
@@ -241,7 +249,8 @@ def classify(rank: int, cs: pl.DataFrame, ops: pl.DataFrame, waits: pl.DataFrame
         peak, typical = w[-1], _median(w) or 0.0
         highs = [x for x in w if x > peak / 2]
         high = len(highs)
-        if peak > 0 and 2 <= high <= len(w) // 2 and highs[0] >= STALL_PEAK * typical:
+        rest = w[-high - 1] if high < len(w) else 0.0  # the longest step that is not one of them
+        if peak > 0 and 2 <= high <= len(w) // 2 and highs[0] >= STALL_GAP * rest:
             return {"rank": rank, "cause": "stalls", "excess_us": peak - typical,
                     "evidence": [_evidence("stall_peak", peak, typical),
                                  {"measure": "stall_steps", "rank_value": float(high), "peers_value": float(len(w)),
