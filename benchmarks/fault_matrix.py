@@ -1,0 +1,251 @@
+"""The fault matrix: real gloo jobs with one known fault each, and whether ``ddprof analyze`` names it.
+
+    python benchmarks/fault_matrix.py [--reps 10] [--ranks 2] [--faults compute,input,...] [--quick]
+
+Each repetition of each fault runs ``tests/support/jobs.py`` as ``--ranks`` gloo ranks on loopback (torch
+on CPU, one thread a rank), profiled by ``ddprof.profile`` (``--steps`` steps, the last ``--active`` of
+them recorded), with ``--fault KIND --fault-rank R`` (R = the last rank; :data:`tests.support.jobs.FAULTS`):
+
+* ``compute``: rank R's batch is 4x larger (the same ops on more rows);
+* ``input``: rank R's DataLoader takes 20 ms to fetch each batch;
+* ``stalls``: rank R pauses 40 ms every 4th step, between forward and backward;
+* ``contention``: a thread of rank R's process hashes memory throughout, on rank R's core (every rank is
+  pinned to CPU ``rank mod cpus`` in this run; the other faults are not pinned);
+* ``comm``: rank R's DDP communication hook waits 20 ms before each bucket's all-reduce;
+* ``pipeline``: a GPipe pipeline of ``--ranks`` stages, stage R with 4x the layers;
+* ``clean``: the DDP job and the pipeline job with no fault (alternately).
+
+A run is analysed with ``ddprof analyze --format json``; its first verdict is *right* when it names the
+fault's rank and cause class (``compute``, ``input``, ``stalls``, ``contention``, ``communication``,
+``pipeline imbalance``: the class in parentheses after the rank, :mod:`ddprof.analyses.straggler_cause`),
+and, on a clean run, a *false alarm* when any verdict names a straggler or a stage holding the pipeline
+back. Per fault: first-verdict right %, and over all runs, per cause class, precision (of the runs whose
+first verdict named that class, the share that had that fault) and recall (of the runs with that fault,
+the share whose first verdict named it, with the right rank). ``ddprof check`` is run on the first
+repetition: a clean run against another clean run of the same job (must pass), and each faulty run
+against a clean baseline of its job (should fail naming the rank; its ``cause`` field where check's
+JSON has one, else its exit code and first line).
+
+Runs are written to a temporary directory (``--keep DIR`` to keep them there), never into the repository.
+``--quick``: 2 repetitions of compute, input and stalls, and clean, 12 steps: what CI runs
+(``tests/integration/test_fault_matrix.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the test jobs are not installed
+from tests.support.jobs import FAULTS, spawn_local  # noqa: E402
+
+#: What the first verdict must name for each fault (the cause class).
+EXPECTED = {"compute": "compute", "input": "input", "stalls": "stalls", "contention": "contention",
+            "comm": "communication", "pipeline": "pipeline imbalance", "clean": None}
+#: The fault's own arguments beside ``--fault KIND``.
+FAULT_ARGS = {"compute": ["--fault-factor", "4"], "input": ["--fault-ms", "20"],
+              "stalls": ["--fault-ms", "40", "--fault-every", "4"], "contention": ["--pin"],
+              "comm": ["--fault-ms", "20"], "pipeline": ["--fault-factor", "4"]}
+DDP_ARGS = ["--hidden", "512", "--batch", "64", "--loader"]
+PIPE_ARGS = ["--pipe-width", "512", "--batch", "64", "--microbatches", "4"]
+_NAMED = re.compile(r"^rank (\d+) (?:is the straggler|\(pipeline stage \d+ of \d+\) holds the pipeline back)"
+                    r"(?: \(([a-zA-Z ]+?)(?::|\)))?")
+_CLASS = {"CPU contention": "contention"}
+
+
+@dataclass
+class Outcome:
+    fault: str
+    rep: int
+    ranks: int
+    rank: int | None
+    first: str
+    named_rank: int | None
+    named_class: str | None
+    seconds: float
+    right: bool = False
+    alarm: bool = False
+    causes: list[dict[str, Any]] = field(default_factory=list)
+
+
+def named(verdict: str) -> tuple[int | None, str | None]:
+    """(rank, cause class) a straggler or pipeline-stage verdict names; (None, None) for any other."""
+    m = _NAMED.match(verdict)
+    if not m:
+        return None, None
+    cls = m.group(2)
+    return int(m.group(1)), _CLASS.get(cls, cls) if cls else None
+
+
+def job_args(fault: str, rep: int, ranks: int, steps: int, active: int) -> tuple[str, list[str]]:
+    """The job and its arguments for one run of ``fault`` (clean alternates DDP and pipeline)."""
+    kind = fault if fault != "clean" else "none"
+    job = FAULTS[kind] if fault != "clean" else ("ddp" if rep % 2 == 0 else "pipeline")
+    sched = ["--steps", str(steps), "--wait", "1", "--warmup", "1", "--active", str(active), "--wait-ingest"]
+    extra = DDP_ARGS if job == "ddp" else PIPE_ARGS
+    fault_args = ["--fault", kind, "--fault-rank", str(ranks - 1), *FAULT_ARGS.get(fault, [])] if fault != "clean" \
+        else (["--fault", "none"] if job == "ddp" else [])
+    return job, [job, *sched, *extra, *fault_args]
+
+
+def run_job(argv: list[str], ranks: int, run_dir: Path, timeout: float) -> None:
+    codes = spawn_local([argv[0], "-o", str(run_dir), *argv[1:]], ranks, run_dir.parent / f"{run_dir.name}-logs",
+                        timeout=timeout)
+    if any(codes.values()):
+        log = (run_dir.parent / f"{run_dir.name}-logs" / "rank-0.log").read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"{argv}: exit codes {codes}\n{log}")
+
+
+def ddprof_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).with_name("ddprof")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "ddprof"]
+    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=600)
+
+
+def analyse(run_dir: Path) -> dict[str, Any]:
+    out = ddprof_cli("analyze", str(run_dir), "--format", "json")
+    if out.returncode not in (0, 1):
+        raise RuntimeError(f"ddprof analyze {run_dir}: exit {out.returncode}\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout)
+
+
+def check(run_dir: Path, baseline: Path) -> dict[str, Any]:
+    """``ddprof check RUN --baseline BASE``: its exit code, its cause where its JSON has one, and the first
+    line of its summary."""
+    out = ddprof_cli("check", str(run_dir), "--baseline", str(baseline), "--format", "json")
+    try:
+        doc = json.loads(out.stdout)
+    except json.JSONDecodeError:
+        return {"exit": out.returncode, "cause": None, "first": (out.stdout or out.stderr).strip().splitlines()[:1]}
+    summary = doc.get("summary") or []
+    return {"exit": out.returncode, "cause": doc.get("cause"), "first": summary[0] if summary else ""}
+
+
+def one(fault: str, rep: int, ranks: int, root: Path, steps: int, active: int, timeout: float) -> Outcome:
+    job, argv = job_args(fault, rep, ranks, steps, active)
+    run_dir = root / f"{fault}-{rep:02d}"
+    t0 = time.monotonic()
+    run_job(argv, ranks, run_dir, timeout)
+    report = analyse(run_dir)
+    seconds = time.monotonic() - t0
+    verdicts = report.get("verdicts") or [""]
+    rank, cls = named(verdicts[0])
+    o = Outcome(fault, rep, ranks, None if fault == "clean" else ranks - 1, verdicts[0], rank, cls, seconds,
+                causes=report["stragglers"].get("causes", []))
+    if fault == "clean":
+        o.alarm = any(named(v)[0] is not None for v in verdicts)
+        o.right = not o.alarm
+    else:
+        o.right = rank == ranks - 1 and cls == EXPECTED[fault]
+    return o
+
+
+def table(outcomes: list[Outcome]) -> str:
+    faults = list(dict.fromkeys(o.fault for o in outcomes))
+    lines = ["| fault | ranks | reps | first verdict right | precision | recall | mean s a run |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for f in faults:
+        mine = [o for o in outcomes if o.fault == f]
+        right = sum(o.right for o in mine)
+        if f == "clean":
+            alarms = sum(o.alarm for o in mine)
+            lines.append(f"| clean | {mine[0].ranks} | {len(mine)} | {100 * right / len(mine):.0f} % "
+                         f"(false alarms {alarms}/{len(mine)} = {100 * alarms / len(mine):.0f} %) | | | "
+                         f"{sum(o.seconds for o in mine) / len(mine):.1f} |")
+            continue
+        cls = EXPECTED[f]
+        claimed = [o for o in outcomes if o.named_class == cls]
+        precision = sum(o.fault == f and o.named_rank == o.rank for o in claimed) / len(claimed) if claimed else None
+        recall = right / len(mine)
+        lines.append(f"| {f} ({cls}) | {mine[0].ranks} | {len(mine)} | {100 * right / len(mine):.0f} % | "
+                     f"{'-' if precision is None else f'{100 * precision:.0f} %'} | {100 * recall:.0f} % | "
+                     f"{sum(o.seconds for o in mine) / len(mine):.1f} |")
+    total = [o for o in outcomes if o.fault != "clean"]
+    if total:
+        lines.append(f"| all faults | | {len(total)} | {100 * sum(o.right for o in total) / len(total):.0f} % | | | |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--ranks", type=int, default=min(4, os.cpu_count() or 2))
+    ap.add_argument("--faults", default=",".join(EXPECTED), help="comma-separated, of: " + ", ".join(EXPECTED))
+    ap.add_argument("--steps", type=int, default=16)
+    ap.add_argument("--active", type=int, default=12)
+    ap.add_argument("--quick", action="store_true", help="2 reps of compute, input, stalls and clean, 12 steps")
+    ap.add_argument("--no-check", action="store_true", help="skip ddprof check")
+    ap.add_argument("--keep", type=Path, default=None, help="write the runs here (default: a temporary dir)")
+    ap.add_argument("--json", type=Path, default=None, help="also write every outcome here")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds a job may take")
+    args = ap.parse_args(argv)
+    faults = [f for f in args.faults.split(",") if f]
+    if args.quick:
+        faults, args.reps, args.steps, args.active = ["compute", "input", "stalls", "clean"], 2, 14, 10
+    unknown = set(faults) - set(EXPECTED)
+    if unknown:
+        ap.error(f"unknown faults {sorted(unknown)}")
+    root = args.keep or Path(tempfile.mkdtemp(prefix="ddprof-fault-matrix-"))
+    root.mkdir(parents=True, exist_ok=True)
+    print(f"runs under {root}; {args.ranks} ranks, {args.reps} reps, {args.steps} steps ({args.active} traced); "
+          f"load average {os.getloadavg()[0]:.1f}", flush=True)
+    outcomes: list[Outcome] = []
+    try:
+        for rep in range(args.reps):  # faults interleaved: a slow drift of the machine touches them all
+            for f in faults:
+                o = one(f, rep, args.ranks, root, args.steps, args.active, args.timeout)
+                outcomes.append(o)
+                mark = "ok " if o.right else "BAD"
+                print(f"{mark} {f:<10} rep {rep}: {o.first[:150]}", flush=True)
+        print(f"\nload average at the end {os.getloadavg()[0]:.1f}\n")
+        print(table(outcomes))
+        wrong = Counter((o.fault, o.named_class) for o in outcomes if not o.right)
+        if wrong:
+            print("\nwrong first verdicts (fault, class named):", dict(wrong))
+        checks = [] if args.no_check else run_checks(faults, root, args)
+        if args.json:
+            args.json.write_text(json.dumps({"outcomes": [o.__dict__ for o in outcomes], "checks": checks}, indent=1))
+    finally:
+        if args.keep is None:
+            shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+def run_checks(faults: list[str], root: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """``ddprof check``: clean against clean (each job), each faulty run of rep 0 against a clean baseline."""
+    base: dict[str, list[Path]] = {}
+    for job in ("ddp", "pipeline"):
+        for i in range(2):
+            d = root / f"check-clean-{job}-{i}"
+            argv = job_args("clean", 0 if job == "ddp" else 1, args.ranks, args.steps, args.active)[1]
+            run_job(argv, args.ranks, d, args.timeout)
+            base.setdefault(job, []).append(d)
+    rows = []
+    for job, (a, b) in base.items():
+        rows.append({"run": f"clean {job}", "baseline": f"clean {job}", **check(a, b)})
+    for f in faults:
+        if f == "clean" or not (root / f"{f}-00").exists():
+            continue
+        job = FAULTS[f]
+        rows.append({"run": f, "baseline": f"clean {job}", **check(root / f"{f}-00", base[job][0])})
+    print("\n| run | baseline | check exit | cause | first line |\n|---|---|---:|---|---|")
+    for r in rows:
+        first = r["first"] if isinstance(r["first"], str) else " ".join(r["first"])
+        print(f"| {r['run']} | {r['baseline']} | {r['exit']} | {r['cause'] or '-'} | {first[:160]} |")
+    return rows
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
