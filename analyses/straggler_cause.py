@@ -110,7 +110,7 @@ def _host_ops(p: Prepared) -> pl.LazyFrame:
         pl.col("name").str.contains(LOADER_PATTERN).alias("loader_span"),
     ).with_columns(
         # inside a loader span: the thread's loader spans so far reach past its start
-        pl.when(pl.col("loader_span")).then(pl.col("end")).otherwise(None).cum_max().over(thread)
+        pl.when(pl.col("loader_span")).then(pl.col("end")).otherwise(None).cum_max().forward_fill().over(thread)
         .fill_null(0).ge(pl.col("end")).alias("in_loader"),
     )
 

@@ -4,7 +4,8 @@
 :class:`FaultyDP`, per step and rank, on the main thread (tid 1), with the step starting at t0 and every
 rank starting its steps together (the all-reduce that ends each step ends for all at once)::
 
-    DataLoader span [t0+10, t0+L)   ops i = 0..n-1: aten::addmm (A), aten::view (V), a gap g after each
+    DataLoader span [t0+10, t0+L-10) holding aten::randn [t0+12, +5)
+    ops i = 0..n-1: aten::addmm (A), aten::view (V), a gap g after each
     c10d::allreduce_ [a, a+5)        (a: after the last op, a gap g, + the comm delay)
     gloo:all_reduce on tid 2 [a, e)  (e = the latest arrival + T on every rank)
     aten::add_ (optimizer) [e+g, +opt)  the step ends opt + g later
@@ -14,8 +15,8 @@ with ``L`` = 50 µs, plus ``delay`` on the faulty rank for ``input``. The faults
 * ``compute``: its addmm take ``factor`` × A (the same ops, more work);
 * ``input``: ``delay`` more before its first op, inside the DataLoader span;
 * ``stalls``: a pause of ``delay`` after its ops, every ``every``-th step (the rest normal);
-* ``contention``: every ``every``-th op of its (addmm and view alike) and every ``every``-th gap stretch by
-  a time slice ``delay`` (a busy CPU: the typical op as long as the others', a few far longer);
+* ``contention``: one in ``every`` of its addmm (a different one each step) stretches by a time slice
+  ``delay`` (a busy CPU: the typical op as long as the others', a few far longer);
 * ``comm``: ``delay`` more between its last op and its collective entry;
 * ``none``: a clean run.
 
@@ -87,6 +88,7 @@ class FaultyDP:
                 bad = r == self.rank
                 lead = 50 * US + (self.delay if bad and self.fault == "input" else 0)
                 add(r, s, LOADER, t0 + 10 * US, lead - 20 * US, kind="annotation")
+                add(r, s, "aten::randn", t0 + 12 * US, 5 * US)  # the batch made, then the slow fetch
                 t = t0 + lead
                 for i in range(self.ops):
                     stretch = self.delay if bad and self.fault == "contention" and i % self.every == s % self.every \
