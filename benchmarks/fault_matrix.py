@@ -130,7 +130,9 @@ def check(run_dir: Path, baseline: Path) -> dict[str, Any]:
     except json.JSONDecodeError:
         return {"exit": out.returncode, "cause": None, "first": (out.stdout or out.stderr).strip().splitlines()[:1]}
     summary = doc.get("summary") or []
-    return {"exit": out.returncode, "cause": doc.get("cause"), "first": summary[0] if summary else ""}
+    cause = doc.get("cause")  # {"class": ..., "summary": ...} where check names a likely cause
+    said = f"{cause.get('class')}: {cause.get('summary')}" if isinstance(cause, dict) else cause
+    return {"exit": out.returncode, "cause": said, "first": summary[0] if summary else ""}
 
 
 def one(fault: str, rep: int, ranks: int, root: Path, steps: int, active: int, timeout: float) -> Outcome:
@@ -243,7 +245,7 @@ def run_checks(faults: list[str], root: Path, args: argparse.Namespace) -> list[
     print("\n| run | baseline | check exit | cause | first line |\n|---|---|---:|---|---|")
     for r in rows:
         first = r["first"] if isinstance(r["first"], str) else " ".join(r["first"])
-        print(f"| {r['run']} | {r['baseline']} | {r['exit']} | {r['cause'] or '-'} | {first[:160]} |")
+        print(f"| {r['run']} | {r['baseline']} | {r['exit']} | {(r['cause'] or '-')[:120]} | {first[:160]} |")
     return rows
 
 
