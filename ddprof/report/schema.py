@@ -250,7 +250,7 @@ class CauseEvidence(Row):
     measure: Annotated[str, Meta(description="lead (host time before the step's first compute), compute (its "
                                               "leaf compute ops), precomm (host time before entering "
                                               "collectives), overhead (host time inside ops between leaf "
-                                              "ops), op_ratio (the same ops' median durations, ratio), "
+                                              "ops), op_ratio (the same ops' fast calls: their 25th percentile durations, ratio), "
                                               "stall_peak (largest step's wait caused / median step's), "
                                               "compute_per_microbatch (pipeline stage)")]
     rank_value: Annotated[float, Meta(description="the straggler's value (µs, or a ratio)")]

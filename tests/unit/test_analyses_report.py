@@ -82,7 +82,7 @@ def test_generated_run_through_ingest_recovers_the_truth(sc, tmp_path):
     assert wait == fmt_us(sc.delay / 1000)  # each other rank waits the slow rank's delay, once per step
     # the delay lies inside a compute op of the slow rank: its cause is compute (analyses/straggler_cause.py)
     because = cause_clause(report, sc.slow_rank)
-    assert because.startswith(" (compute: its ops take "), because
+    assert because.startswith(" (compute: the same ops take "), because
     assert report["verdicts"][0] == (f"rank {sc.slow_rank} is the straggler{because}: each of the {others} other ranks "
                                      f"spent {wait} per step on average waiting for it at collectives "
                                      f"(wall-clock; last at {sc.steps} of {sc.steps} collectives)")
