@@ -91,8 +91,9 @@ _OPS_SCHEMA = pl.Schema({"rank": pl.Int32, "name": pl.String, "n": pl.UInt32, "l
 
 
 def _host_ops(p: Prepared) -> pl.LazyFrame:
-    """The CPU ops and annotations of the CPU ranks within a step, profiler steps left out, with their
-    thread's leaf flag, loader flag and collective-entry flag."""
+    """The CPU ops and annotations of the CPU ranks within a step, profiler steps left out, each with
+    ``leaf`` (it holds no other row of its thread), ``top`` (no CPU op of its thread holds it), ``entry``
+    (a collective's), ``loader_span`` and ``in_loader`` (inside the data loader's span)."""
     gpu = kernels(p).lazy().select("rank").unique()
     ops = (
         p.events.filter(pl.col("stream").is_null() & pl.col("kind").is_in(["cpu_op", "annotation"])
@@ -106,8 +107,10 @@ def _host_ops(p: Prepared) -> pl.LazyFrame:
     return ops.with_columns(
         # a leaf holds no other op of its thread: the next op (by start) starts at or after its end
         (pl.col("start").shift(-1).over(thread).fill_null(pl.col("end")) >= pl.col("end")).alias("leaf"),
-        # top-level: no earlier op of the thread ends after its start
-        (pl.col("end").cum_max().shift(1).over(thread).fill_null(pl.col("start")) <= pl.col("start")).alias("top"),
+        # top-level among the CPU ops (annotations such as DistributedDataParallel.forward hold ops, do none):
+        # no earlier CPU op of the thread ends after its start
+        (pl.when(pl.col("kind") == "cpu_op").then(pl.col("end")).otherwise(None).cum_max().forward_fill()
+         .shift(1).over(thread).fill_null(pl.col("start")) <= pl.col("start")).alias("top"),
         (pl.col("coll_op").is_not_null() | pl.col("name").str.contains(MARKER_PATTERN)).alias("entry"),
         pl.col("name").str.contains(LOADER_PATTERN).alias("loader_span"),
     ).with_columns(
