@@ -22,9 +22,11 @@ each rank's median over steps, and X's excess = X's median − the peers' value:
 
 1. **stalls**: the wait X caused per step (:func:`step_waits`) is concentrated in a few steps apart from
    the rest: two or more steps, and at most half of them, hold more than half of the largest step's wait,
-   and the shortest of them is at least :data:`STALL_GAP` times the longest other step (every k-th step
-   pauses, the rest run as the others do; one long step is noise, not a pattern, and waits that merely
-   vary are not apart);
+   and the shortest of them is at least :data:`STALL_GAP` times the longest other step, and in them the
+   rank's compute exceeds its median step's by less than :data:`STALL_WORK` of their extra wait (every
+   k-th step pauses outside any op, the rest run as the others do; one long step is noise, not a pattern,
+   waits that merely vary are not apart); where the long steps' time is in its ops instead, **contention**
+   in bursts (ops stretched in a few steps: a busy neighbour now and then);
 2. otherwise the largest excess among ``lead_ns`` (**input**), ``precomm_ns`` (**communication**) and
    ``compute_ns`` names the class, when it is at least :data:`MATERIAL` of the wait X causes a waiting
    rank per step (else **undecided**: no measure explains the wait);
@@ -72,6 +74,9 @@ from ddprof.vocabulary.units import NS_PER_US, fmt_us
 LOADER_PATTERN = r"DataLoader"
 #: Stalls: the shortest of the long steps' wait at least this many times the longest other step's.
 STALL_GAP = 2.0
+#: Stalls: in the long steps the rank computed less than this share of their extra wait beyond its median
+#: step's compute (a pause outside ops; ops stretched in a few steps by a busy CPU are contention).
+STALL_WORK = 0.5
 #: Compute rather than contention: the same ops' fast calls slower by this factor, or explaining at least
 #: ``CONTENTION_SHARE`` of the rank's extra op time (``op ratio − 1 ≥ share × (time ratio − 1)``).
 SLOWER_CALLS = 1.5
@@ -243,7 +248,8 @@ def classify(rank: int, cs: pl.DataFrame, ops: pl.DataFrame, waits: pl.DataFrame
     ``wait_us``: the mean wait it caused a waiting rank per step, which the deciding excess must be a
     material share of (:data:`MATERIAL`)."""
     med = _per_rank_medians(cs)
-    w = waits.filter(pl.col("rank") == rank)["wait_us"].to_list()
+    mine_w = waits.filter(pl.col("rank") == rank)
+    w = mine_w["wait_us"].to_list()
     if med.get(rank) is None or len(med) < 2:
         return {"rank": rank, "cause": "undecided", "excess_us": None, "evidence": []}
     peers = {m: _median([v[m] for r, v in med.items() if r != rank]) for m in ("lead", "compute", "precomm")}
@@ -256,11 +262,22 @@ def classify(rank: int, cs: pl.DataFrame, ops: pl.DataFrame, waits: pl.DataFrame
         highs = [x for x in w if x > peak / 2]
         high = len(highs)
         rest = w[-high - 1] if high < len(w) else 0.0  # the longest step that is not one of them
+        # the long steps' extra wait, and how much more the rank computed in them: a pause, not work
+        long_steps = mine_w.filter(pl.col("wait_us") > peak / 2)["step"].to_list()
+        own = cs.filter(pl.col("rank") == rank)
+        extra_compute = ((_median((own.filter(pl.col("step").is_in(long_steps))["compute_ns"] / NS_PER_US).to_list())
+                          or 0.0) - mine["compute"])
+        paused = extra_compute < STALL_WORK * ((_median(highs) or 0.0) - typical)
         if peak > 0 and 2 <= high <= len(w) // 2 and highs[0] >= STALL_GAP * rest:
-            return {"rank": rank, "cause": "stalls", "excess_us": peak - typical,
-                    "evidence": [_evidence("stall_peak", peak, typical),
-                                 {"measure": "stall_steps", "rank_value": float(high), "peers_value": float(len(w)),
-                                  "ratio": high / len(w)}, *ev.values()]}
+            steps_ev = {"measure": "stall_steps", "rank_value": float(high), "peers_value": float(len(w)),
+                        "ratio": high / len(w)}
+            if paused:
+                return {"rank": rank, "cause": "stalls", "excess_us": peak - typical,
+                        "evidence": [_evidence("stall_peak", peak, typical), steps_ev, *ev.values()]}
+            # the long steps' time is in its ops: a busy CPU now and then
+            return {"rank": rank, "cause": "contention", "excess_us": extra_compute,
+                    "evidence": [_evidence("burst_compute", mine["compute"] + extra_compute, mine["compute"]),
+                                 steps_ev, _evidence("stall_peak", peak, typical), *ev.values()]}
     excess = {m: mine[m] - (peers[m] or 0.0) for m in ("lead", "compute", "precomm")}
     best = max(excess, key=lambda m: excess[m])
     if excess[best] <= 0 or excess[best] < MATERIAL * wait_us:
@@ -355,6 +372,11 @@ def describe(c: StragglerCause) -> str:
         e, o = ev["compute"], ev.get("op_ratio")
         same = f"the same ops take {o.rank_value:.1f}× the others' even in their fast calls, " if o else ""
         return f"compute: {same}{fmt_us(e.rank_value)} of compute a step against {fmt_us(e.peers_value or 0.0)}"
+    if c.cause == "contention" and "burst_compute" in ev:
+        e, n = ev["burst_compute"], ev["stall_steps"]
+        return (f"CPU contention: in {n.rank_value:.0f} of {n.peers_value:.0f} steps its ops took "
+                f"{fmt_us(e.rank_value)} against {fmt_us(e.peers_value or 0.0)} in its median step, the same ops "
+                f"stretched in bursts, as a busy CPU does")
     if c.cause == "contention":
         e, o = ev["compute"], ev["op_ratio"]
         return (f"CPU contention: its ops take {times} the others' time in all ({fmt_us(e.rank_value)} a step "

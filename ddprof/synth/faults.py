@@ -16,7 +16,8 @@ with ``L`` = 50 µs, plus ``delay`` on the faulty rank for ``input``. The faults
 * ``input``: ``delay`` more before its first op, inside the DataLoader span;
 * ``stalls``: a pause of ``delay`` after its ops, every ``every``-th step (the rest normal);
 * ``contention``: one in ``every`` of its addmm (a different one each step) stretches by a time slice
-  ``delay`` (a busy CPU: the typical op as long as the others', a few far longer);
+  ``delay`` (a busy CPU: the typical op as long as the others', a few far longer); with ``bursts``, only
+  every ``every``-th step (a busy neighbour now and then: long steps like stalls, but inside ops);
 * ``comm``: ``delay`` more between its last op and its collective entry;
 * ``none``: a clean run.
 
@@ -58,6 +59,7 @@ class FaultyDP:
     delay: int = 3000 * US
     every: int = 4
     jitter: float = 0.05
+    bursts: bool = False
     seed: int = 0
     base: int = 1_700_000_000_000_000 * US
 
@@ -91,7 +93,8 @@ class FaultyDP:
                 add(r, s, "aten::randn", t0 + 12 * US, 5 * US)  # the batch made, then the slow fetch
                 t = t0 + lead
                 for i in range(self.ops):
-                    stretch = self.delay if bad and self.fault == "contention" and i % self.every == s % self.every \
+                    busy = not self.bursts or s % self.every == self.every - 1
+                    stretch = self.delay if bad and self.fault == "contention" and busy and i % self.every == s % self.every \
                         else 0
                     a = self._j(rng, self.A * (self.factor if bad and self.fault == "compute" else 1)) + stretch
                     add(r, s, "aten::addmm", t, a)

@@ -58,6 +58,16 @@ def test_compute_and_contention_differ_by_the_same_ops():
         assert ratio is not None and low < ratio < high, (sc.fault, ratio)
 
 
+def test_ops_stretched_in_a_few_steps_are_contention_not_stalls():
+    """Every 4th step one of the rank's ops is stretched 4 ms: its long steps are apart from the rest like
+    a pause's, but the time is inside its ops (its compute rose by their extra wait): contention."""
+    sc = FaultyDP(fault="contention", ranks=4, rank=1, bursts=True, delay=4000_000)
+    (cause,) = analyse(sc.events().lazy())["stragglers"]["causes"]
+    assert cause["cause"] == "contention", cause
+    stalls = FaultyDP(fault="stalls", ranks=4, rank=1, delay=4000_000)
+    assert analyse(stalls.events().lazy())["stragglers"]["causes"][0]["cause"] == "stalls"
+
+
 def test_the_verdict_says_the_cause_first(tmp_path):
     run = ingest_generated(FaultyDP(fault="comm", ranks=4, rank=3), tmp_path)
     report = build_report(run)
