@@ -26,7 +26,9 @@ repetition: a clean run against another clean run of the same job (must pass), a
 against a clean baseline of its job (should fail naming the rank; its ``cause`` field where check's
 JSON has one, else its exit code and first line).
 
-Runs are written to a temporary directory (``--keep DIR`` to keep them there), never into the repository.
+Runs are written to a temporary directory (``--keep DIR`` to keep them there), never into the repository;
+``--rescore DIR`` analyses and scores again the runs a ``--keep DIR`` holds (after a change to the analyses;
+its seconds a run are then the analysis alone).
 ``--quick``: 2 repetitions of compute, input and stalls, and clean, 12 steps: what CI runs
 (``tests/integration/test_fault_matrix.py``).
 """
@@ -135,11 +137,14 @@ def check(run_dir: Path, baseline: Path) -> dict[str, Any]:
     return {"exit": out.returncode, "cause": said, "first": summary[0] if summary else ""}
 
 
-def one(fault: str, rep: int, ranks: int, root: Path, steps: int, active: int, timeout: float) -> Outcome:
+def one(fault: str, rep: int, ranks: int, root: Path, steps: int, active: int, timeout: float,
+        run: bool = True) -> Outcome:
+    """One run of ``fault`` (``run=False``: the run already in ``root``, analysed again), scored."""
     job, argv = job_args(fault, rep, ranks, steps, active)
     run_dir = root / f"{fault}-{rep:02d}"
     t0 = time.monotonic()
-    run_job(argv, ranks, run_dir, timeout)
+    if run:
+        run_job(argv, ranks, run_dir, timeout)
     report = analyse(run_dir)
     seconds = time.monotonic() - t0
     verdicts = report.get("verdicts") or [""]
@@ -192,7 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", type=Path, default=None, help="write the runs here (default: a temporary dir)")
     ap.add_argument("--json", type=Path, default=None, help="also write every outcome here")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds a job may take")
+    ap.add_argument("--rescore", type=Path, default=None,
+                    help="analyse and score again the runs a --keep DIR holds (after a change to the analyses)")
     args = ap.parse_args(argv)
+    if args.rescore:
+        return rescore(args)
     faults = [f for f in args.faults.split(",") if f]
     if args.quick:
         faults, args.reps, args.steps, args.active = ["compute", "input", "stalls", "clean"], 2, 14, 10
@@ -225,14 +234,37 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def rescore(args: argparse.Namespace) -> int:
+    """The runs ``--keep`` left in ``args.rescore``, analysed and scored again, and their checks."""
+    root = args.rescore
+    found = sorted(d for d in root.iterdir() if re.fullmatch(r"[a-z]+-\d\d", d.name) and (d / "manifest.json").exists())
+    outcomes = []
+    for d in found:
+        fault, rep = d.name.rsplit("-", 1)
+        ranks = json.loads((d / "manifest.json").read_text())["world_size"]
+        outcomes.append(one(fault, int(rep), ranks, root, args.steps, args.active, args.timeout, run=False))
+    outcomes.sort(key=lambda o: (list(EXPECTED).index(o.fault), o.rep))
+    print(f"{len(outcomes)} runs under {root} analysed again\n")
+    print(table(outcomes))
+    wrong = Counter((o.fault, o.named_class) for o in outcomes if not o.right)
+    if wrong:
+        print("\nwrong first verdicts (fault, class named):", dict(wrong))
+    if not args.no_check and outcomes:
+        args.ranks = outcomes[0].ranks
+        run_checks(list(dict.fromkeys(o.fault for o in outcomes)), root, args)
+    return 0
+
+
 def run_checks(faults: list[str], root: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """``ddprof check``: clean against clean (each job), each faulty run of rep 0 against a clean baseline."""
+    """``ddprof check``: clean against clean (each job), each faulty run of rep 0 against a clean baseline
+    (the clean runs are made once: a directory that holds one already is used as it is)."""
     base: dict[str, list[Path]] = {}
     for job in ("ddp", "pipeline"):
         for i in range(2):
             d = root / f"check-clean-{job}-{i}"
             argv = job_args("clean", 0 if job == "ddp" else 1, args.ranks, args.steps, args.active)[1]
-            run_job(argv, args.ranks, d, args.timeout)
+            if not (d / "manifest.json").exists():
+                run_job(argv, args.ranks, d, args.timeout)
             base.setdefault(job, []).append(d)
     rows = []
     for job, (a, b) in base.items():
