@@ -28,7 +28,7 @@ JSON has one, else its exit code and first line).
 
 Runs are written to a temporary directory (``--keep DIR`` to keep them there), never into the repository;
 ``--rescore DIR`` analyses and scores again the runs a ``--keep DIR`` holds (after a change to the analyses;
-its seconds a run are then the analysis alone).
+its seconds a run are then the analysis alone, of the traces ingested again).
 ``--quick``: 2 repetitions of compute, input and stalls, and clean, 12 steps: what CI runs
 (``tests/integration/test_fault_matrix.py``).
 """
@@ -145,7 +145,7 @@ def one(fault: str, rep: int, ranks: int, root: Path, steps: int, active: int, t
     t0 = time.monotonic()
     if run:
         run_job(argv, ranks, run_dir, timeout)
-    report = analyse(run_dir)
+    report = analyse(run_dir if run else run_dir / "raw")  # kept runs: their traces, ingested again
     seconds = time.monotonic() - t0
     verdicts = report.get("verdicts") or [""]
     rank, cls = named(verdicts[0])
@@ -255,6 +255,12 @@ def rescore(args: argparse.Namespace) -> int:
     return 0
 
 
+def src(run_dir: Path) -> Path:
+    """What check reads of a run: its traces (``raw/``, ingested again into a cache beside them, so that a
+    run kept by an earlier ddprof is read by this one), or the run dir where it has none."""
+    return run_dir / "raw" if (run_dir / "raw").is_dir() else run_dir
+
+
 def run_checks(faults: list[str], root: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
     """``ddprof check``: clean against clean (each job), each faulty run of rep 0 against a clean baseline
     (the clean runs are made once: a directory that holds one already is used as it is)."""
@@ -268,12 +274,12 @@ def run_checks(faults: list[str], root: Path, args: argparse.Namespace) -> list[
             base.setdefault(job, []).append(d)
     rows = []
     for job, (a, b) in base.items():
-        rows.append({"run": f"clean {job}", "baseline": f"clean {job}", **check(a, b)})
+        rows.append({"run": f"clean {job}", "baseline": f"clean {job}", **check(src(a), src(b))})
     for f in faults:
         if f == "clean" or not (root / f"{f}-00").exists():
             continue
         job = FAULTS[f]
-        rows.append({"run": f, "baseline": f"clean {job}", **check(root / f"{f}-00", base[job][0])})
+        rows.append({"run": f, "baseline": f"clean {job}", **check(src(root / f"{f}-00"), src(base[job][0]))})
     print("\n| run | baseline | check exit | cause | first line |\n|---|---|---:|---|---|")
     for r in rows:
         first = r["first"] if isinstance(r["first"], str) else " ".join(r["first"])
