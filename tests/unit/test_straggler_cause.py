@@ -22,7 +22,9 @@ FAULTS = [f for f in CAUSE if f != "none"]
 @pytest.mark.parametrize("fault", FAULTS)
 @pytest.mark.parametrize("seed", [0, 1])
 def test_each_fault_is_named_with_its_cause(fault, ranks, seed):
-    sc = FaultyDP(fault=fault, ranks=ranks, rank=ranks - 1, seed=seed)
+    """48 steps: on 2 ranks a rank that pauses every 4th step is named a straggler only over enough steps
+    (the straggler rule tests its lateness against chance; 12 steps give p ≈ 0.1)."""
+    sc = FaultyDP(fault=fault, ranks=ranks, rank=ranks - 1, seed=seed, steps=48)
     truth = sc.truth()
     st = analyse(sc.events().lazy())["stragglers"]
     assert st["ranks"] == [truth["straggler"]]
