@@ -37,6 +37,10 @@ each rank's median over steps, and X's excess = X's median − the peers' value:
    fast calls are as fast as on the others and some are stretched far (a busy CPU takes the core from
    the rank for a time slice now and then; a quarter of the calls at least escape it). On the real jobs
    of the fault matrix the op ratio was 0.84-1.09 under contention and 1.9-3.0 for a 4× batch;
+Where the straggler rule names no rank, the rank that cost the others most (at least its material share of
+a step) is tested for stalls alone: pauses every k-th step, sparse, rotate with the others' arrivals and are
+not beyond chance step by step, yet they are the run's straggling (:func:`cause_verdicts` says so).
+
 4. **pipeline imbalance** (:func:`pipeline_imbalance`; a receiver waiting for its sender is no straggler
    at collectives, :mod:`.bubbles`): the stage whose compute per micro-batch is :data:`IMBALANCE` times the
    median other stage's or more, said whether or not a straggler is named.
@@ -330,6 +334,16 @@ def straggler_causes(p: Prepared, section: dict[str, Any], stages: pl.DataFrame)
         wait = (row.get("wait_caused_us") or 0.0) / max(1, row.get("waiting_ranks") or 1) / nsteps
         out.append(classify(r, cs, ops, step_waits(p), wait))
     named = {c["rank"] for c in out}
+    # not named by arrival order, but pausing now and then: its waits, sparse, rotate with the others'
+    # (the straggler rule tests lateness against chance step by step); a material share of a step only
+    waited = [row for row in per.values() if not named and (row.get("wait_share_pct") or 0.0)
+              >= section.get("min_share_pct", 2.0)]
+    if waited:
+        most = max(waited, key=lambda row: (row.get("wait_share_pct") or 0.0, -row["rank"]))
+        found = classify(most["rank"], cs, ops, step_waits(p))
+        if found["cause"] == "stalls":
+            out.append(found)
+            named.add(most["rank"])
     out += [c for c in pipeline_imbalance(cs, stages) if c["rank"] not in named]
     return [{**c, "evidence": [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in e.items()}
                                for e in c["evidence"]]} for c in out]
@@ -389,11 +403,20 @@ def describe(c: StragglerCause) -> str:
     return c.cause
 
 
-def imbalance_verdicts(report: dict[str, Any]) -> list[str]:
-    """Per pipeline whose slowest stage is not a straggler at collectives: which stage holds the pipeline
-    back and why (said with the straggler verdicts, where a straggler would be)."""
+def cause_verdicts(report: dict[str, Any]) -> list[str]:
+    """The causes found for a rank the straggler rule did not name (said with the straggler verdicts,
+    first): the stage that holds a pipeline back, and a rank that pauses now and then, whose sparse waits
+    the rule does not tell from chance (:func:`straggler_causes`)."""
     st = msgspec.convert(report["stragglers"], Stragglers)
     stage = {r.rank: r for r in rows(report.get("pipeline", []), PipelineRow)}
-    return [f"rank {c.rank} (pipeline stage {stage[c.rank].stage} of {stage[c.rank].stages}) holds the pipeline "
-            f"back ({describe(c)})" for c in st.causes
-            if c.cause == "pipeline imbalance" and c.rank not in st.ranks and c.rank in stage]
+    out = []
+    for c in st.causes:
+        if c.rank in st.ranks:
+            continue
+        if c.cause == "pipeline imbalance" and c.rank in stage:
+            out.append(f"rank {c.rank} (pipeline stage {stage[c.rank].stage} of {stage[c.rank].stages}) holds the "
+                       f"pipeline back ({describe(c)})")
+        elif c.cause == "stalls":
+            out.append(f"rank {c.rank} pauses now and then ({describe(c)}): not a straggler by arrival order, "
+                       f"which rotates in its other steps")
+    return out

@@ -80,7 +80,7 @@ from ddprof.analyses.straggler_cause import (
     cause_clause,
     cause_ops,
     cause_steps,
-    imbalance_verdicts,
+    cause_verdicts,
     with_causes,
 )
 
@@ -530,9 +530,9 @@ STRAGGLERS_TABLE = Table(
 
 SECTIONS = (
     Section("stragglers", {"ranks": [], "per_rank": [], "causes": []}, tables=(STRAGGLERS_TABLE,),
-            # why each straggler is late, and the pipeline stage that holds a pipeline back
+            # why each straggler is late, the pipeline stage that holds a pipeline back, a rank that pauses
             # (analyses/straggler_cause.py): its verdict first, then the stragglers', naming their causes
-            verdict=lambda r: [*imbalance_verdicts(r), *straggler_verdicts(r)],
+            verdict=lambda r: [*cause_verdicts(r), *straggler_verdicts(r)],
             verdict_at=20, record=Stragglers, order=60,
             cross=lambda cross: with_causes(stragglers(cross.p), cross.p),
             keeps=(p2p_blocked, cause_steps, cause_ops)),

@@ -64,7 +64,8 @@ FAULT_ARGS = {"compute": ["--fault-factor", "4"], "input": ["--fault-ms", "20"],
               "comm": ["--fault-ms", "20"], "pipeline": ["--fault-factor", "4"]}
 DDP_ARGS = ["--hidden", "512", "--batch", "64", "--loader"]
 PIPE_ARGS = ["--pipe-width", "512", "--batch", "64", "--microbatches", "4"]
-_NAMED = re.compile(r"^rank (\d+) (?:is the straggler|\(pipeline stage \d+ of \d+\) holds the pipeline back)"
+_NAMED = re.compile(r"^rank (\d+) (?:is the straggler|pauses now and then|\(pipeline stage \d+ of \d+\) holds the "
+                    r"pipeline back)"
                     r"(?: \(([a-zA-Z ]+?)(?::|\)))?")
 _CLASS = {"CPU contention": "contention"}
 

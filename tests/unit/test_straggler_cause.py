@@ -70,6 +70,16 @@ def test_ops_stretched_in_a_few_steps_are_contention_not_stalls():
     assert analyse(stalls.events().lazy())["stragglers"]["causes"][0]["cause"] == "stalls"
 
 
+def test_a_rank_that_pauses_is_said_first_when_the_straggler_rule_names_none(tmp_path):
+    """2 ranks, 12 steps, rank 1 pausing 3 ms every 4th step: its arrivals rotate with the other's in the
+    other steps, so the straggler rule names nobody; the pause is found and said first all the same."""
+    sc = FaultyDP(fault="stalls", ranks=2, rank=1, steps=12)
+    report = build_report(ingest_generated(sc, tmp_path))
+    assert report["stragglers"]["ranks"] == []
+    assert [(c["rank"], c["cause"]) for c in report["stragglers"]["causes"]] == [(1, "stalls")]
+    assert report["verdicts"][0].startswith("rank 1 pauses now and then (stalls: in 3 of 12 steps "), report["verdicts"]
+
+
 def test_the_verdict_says_the_cause_first(tmp_path):
     run = ingest_generated(FaultyDP(fault="comm", ranks=4, rank=3), tmp_path)
     report = build_report(run)
