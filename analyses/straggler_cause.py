@@ -51,10 +51,10 @@ step's first compute, which is what a slow data loader looks like from the trace
 the same sleep every k-th step anywhere in the step is *stalls*, and right before a collective,
 *communication*.
 
-Example: 2 ranks, rank 1 fetching each batch 20 ms late: lead 20.2 ms vs 48 µs, compute 2.8 vs 2.1 ms,
-pre-communication 83 vs 63 µs -> input, excess 20.1 ms a step; the verdict: "rank 1 is the straggler
-(input: 20.2 ms a step on the host before its first compute, data loading, against 47.6 µs on the
-others): ...".
+Example (a real 2-rank run of the fault matrix): rank 1 fetching each batch 20 ms late: lead 20.6 ms vs
+232 µs, compute 4.3 vs 6.0 ms, pre-communication 84 vs 226 µs -> input, excess 20.4 ms a step; the verdict:
+"rank 1 is the straggler (input: 20.6 ms a step on the host before its first compute, data loading,
+against 232 µs on the others): ...".
 """
 
 from __future__ import annotations
