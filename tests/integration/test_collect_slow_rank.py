@@ -58,10 +58,11 @@ def test_fast_ranks_wait_in_the_all_reduce_and_the_slow_rank_does_not(slow_run):
     waited = dict(comm_events(events, "all_reduce").group_by("rank").agg(pl.col("dur_ns").median()).iter_rows())
     assert waited[SLOW] < SLOW_NS / 2, waited
     assert min(w for r, w in waited.items() if r != SLOW) > SLOW_NS / 2, waited
-    # all ranks are held to the slow rank's pace
+    # all ranks are held to the slow rank's pace: a step lasts about the sleep or longer (a fast rank's step
+    # mark can land after the slow rank began sleeping, so within a tenth of it: 97.9 ms for 100 ms was seen)
     steps = events.filter(pl.col("name").str.starts_with("ProfilerStep#"))
     assert steps.height == WORLD * 2
-    assert steps["dur_ns"].min() > SLOW_NS
+    assert steps["dur_ns"].min() > 0.9 * SLOW_NS
     # per rank, the mean step: one step's boundary can land late (a descheduled rank), which shortens the
     # next step by as much, but the steps together span the slow rank's sleeps
     for rank in range(WORLD):

@@ -83,9 +83,10 @@ def build_events(decs: Sequence[Decoded], ranks: Sequence[int],
 
 
 def _unknown_categories(df: pl.DataFrame) -> list[str]:
-    """One trace's warnings for the events whose category ddprof does not know."""
-    return [f"{n} event(s) of unknown category {c!r} kept as kind 'other'" for c, n in
-            rows(df, _UNKNOWN_CAT, pl.col("cat").fill_null("<none>")).to_series().value_counts().iter_rows()]
+    """One trace's warnings for the events whose category ddprof does not know, by category name (the same
+    sentences in the same order however the file was batched)."""
+    counts = rows(df, _UNKNOWN_CAT, pl.col("cat").fill_null("<none>")).to_series().value_counts()
+    return [f"{n} event(s) of unknown category {c!r} kept as kind 'other'" for c, n in sorted(counts.iter_rows())]
 
 
 def _apply_meta(df: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
