@@ -89,7 +89,7 @@ def whatif(events: Events, *, stragglers: str | list[int] | None = "auto", comm_
     if model is None or not check.explained:
         return WhatIf(False, check.reason, 100 * check.error if check.error == check.error else math.nan,
                       check.measured_step_s, math.nan, 0, 0, 0 if model is None else model.ops.height)
-    order = plan(model)
+    order = check.order or plan(model)
     base = _mean_step(model, order, E.recorded(model))
     out = WhatIf(True, None, 100 * check.error, check.measured_step_s, base, model.ops["profiler_step"].n_unique(),
                  model.ops["worker"].n_unique(), model.ops.height)

@@ -34,25 +34,41 @@ class CycleError(ValueError):
 
 @dataclass
 class Plan:
-    """A model's edges in level order (``order``: edge indices by the level of their destination, then
-    the destination; ``src``: their sources in that order), and per level the slice of that order, the
-    distinct destinations and where each one's edges begin within the slice."""
+    """A model's graph contracted and in level order.
+
+    **Chains**: a node with exactly one incoming edge (a kernel's end after its start, a host call after
+    the previous one) is ``value[parent] + w`` of that edge: it is no level of its own. Following parents
+    up to a node with none or several incoming edges (a *core* node: an op after two things, an instance's
+    arrival, a step's first op) gives each node its ``root`` and its offset from it (the sum of the chain's
+    weights, by pointer jumping: ``jumps`` doublings). Only core nodes are levelled: each edge into a core
+    node is read from its source's root plus the source's offset.
+
+    ``order``: the edges into core nodes by the level of their destination, then the destination;
+    ``src``: their sources' roots in that order; per level the slice of that order, the distinct
+    destinations and where each one's edges begin within the slice. ``chain``: the chain nodes,
+    ``in_edge``: the edge into each, ``parent``: its source."""
 
     order: np.ndarray
     src: np.ndarray
     levels: list[tuple[int, int, np.ndarray, np.ndarray]]
+    chain: np.ndarray
+    in_edge: np.ndarray
+    parent: np.ndarray
+    root: np.ndarray
+    jumps: int
 
 
-def plan(model: Model) -> Plan:
-    """The level order of a model's graph (module doc); raises :class:`CycleError` on a cycle."""
-    n, src, dst = model.n_nodes, model.src, model.dst
+def _levels(n: int, src: np.ndarray, dst: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, int]:
+    """Each of ``nodes``' level (Kahn's waves) in the graph of edges ``src → dst`` among them."""
     dst_by_src = dst[np.argsort(src, kind="stable")]
     offs = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(src, minlength=n), out=offs[1:])
     outdeg = np.diff(offs)
     indeg = np.bincount(dst, minlength=n).astype(np.int64)
     level = np.zeros(n, dtype=np.int64)
-    frontier = np.flatnonzero(indeg == 0)
+    is_node = np.zeros(n, dtype=bool)
+    is_node[nodes] = True
+    frontier = np.flatnonzero(is_node & (indeg == 0))
     done, lvl = frontier.size, 0
     ramp = np.arange(max(len(dst), 1), dtype=np.int64)
     stamp = np.zeros(n, dtype=np.int64)
@@ -72,12 +88,38 @@ def plan(model: Model) -> Plan:
         lvl += 1
         level[frontier] = lvl
         done += frontier.size
-    if done < n:
-        raise CycleError(f"the dependencies form a cycle: {n - done} of {n} nodes can never be reached")
-    e_level = level[dst]
-    by = np.lexsort((dst, e_level))
+    if done < nodes.size:
+        raise CycleError(f"the dependencies form a cycle: {nodes.size - done} of {nodes.size} nodes can never be "
+                         f"reached")
+    return level, lvl
+
+
+def plan(model: Model) -> Plan:
+    """The contracted graph of a model in level order (class doc); raises :class:`CycleError` on a cycle."""
+    n, src, dst = model.n_nodes, model.src, model.dst
+    indeg = np.bincount(dst, minlength=n)
+    is_chain = indeg == 1
+    chain = np.flatnonzero(is_chain)
+    into = np.full(n, -1, dtype=np.int64)
+    one = is_chain[dst]
+    into[dst[one]] = np.flatnonzero(one)
+    parent = np.arange(n, dtype=np.int64)
+    parent[chain] = src[into[chain]]
+    root, jumps = parent.copy(), 0
+    while True:
+        nxt = root[root]
+        if np.array_equal(nxt, root):
+            break
+        root, jumps = nxt, jumps + 1
+        if jumps > 64:
+            raise CycleError("the dependencies form a cycle: a chain of single dependencies loops")
+    core_edge = np.flatnonzero(~one)
+    c_src, c_dst = root[src[core_edge]], dst[core_edge]
+    level, lvl = _levels(n, c_src, c_dst, np.flatnonzero(~is_chain))
+    e_level = level[c_dst]
+    by = np.lexsort((c_dst, e_level))
     bounds = np.searchsorted(e_level[by], np.arange(1, lvl + 2))
-    d_all = dst[by]
+    d_all = c_dst[by]
     # Where each destination's edges begin, over all levels at once (a level begins a new one too).
     new = np.ones(len(d_all), dtype=bool)
     new[1:] = d_all[1:] != d_all[:-1]
@@ -86,44 +128,76 @@ def plan(model: Model) -> Plan:
     cut = np.searchsorted(first, bounds)
     levels = [(int(a), int(b), d_all[first[i:j]], first[i:j] - a)
               for a, b, i, j in zip(bounds[:-1], bounds[1:], cut[:-1], cut[1:])]
-    return Plan(by, src[by], levels)
+    return Plan(core_edge[by], c_src[by], levels, chain, into[chain], parent[chain], root, jumps)
 
 
 @dataclass
 class Replay:
-    """One simulation: per op its start and end (from its step's origin), per step its time."""
+    """One simulation: per op its start and end (from its step's origin), per step its time; with
+    ``binding`` (asked for), per node the edge that set its value (-1: none, a step's first op)."""
 
     start: np.ndarray
     end: np.ndarray
     steps: np.ndarray
     step_time: np.ndarray
+    value: np.ndarray | None = None
+    binding: np.ndarray | None = None
 
     @property
     def mean_step(self) -> float:
         return float(self.step_time.mean()) if len(self.step_time) else float("nan")
 
 
-def replay(model: Model, delay: np.ndarray | None = None, dur: np.ndarray | None = None,
-           xfer: np.ndarray | None = None, order: Plan | None = None) -> Replay:
-    """Simulate ``model`` with per-op ``delay``, ``dur`` and ``xfer`` (the recorded ones where not
-    given); ``order`` is the model's :func:`plan`, computed once and passed again to replay many edits."""
-    order = order or plan(model)
+def edge_weights(model: Model, delay: np.ndarray, dur: np.ndarray, xfer: np.ndarray) -> np.ndarray:
+    """Per edge of the model, its weight under these values."""
     n = model.ops.height
+    table = np.stack([np.zeros(n), delay, dur, xfer])
+    return table[model.param, model.param_op]
+
+
+def replay(model: Model, delay: np.ndarray | None = None, dur: np.ndarray | None = None,
+           xfer: np.ndarray | None = None, order: Plan | None = None, binding: bool = False) -> Replay:
+    """Simulate ``model`` with per-op ``delay``, ``dur`` and ``xfer`` (the recorded ones where not
+    given); ``order`` is the model's :func:`plan`, computed once and passed again to replay many edits;
+    ``binding``: also keep, per node, the edge that set it (the critical path's links)."""
+    order = order or plan(model)
     delay = model.delay if delay is None else delay
     dur = model.dur if dur is None else dur
     xfer = model.xfer if xfer is None else xfer
-    table = np.stack([np.zeros(n), delay, dur, xfer])
-    w = table[model.param[order.order], model.param_op[order.order]]  # in level order: slices, not gathers
-    value = np.full(model.n_nodes, -np.inf)
+    w_all = edge_weights(model, delay, dur, xfer)
+    # Chain offsets from their roots, by pointer jumping over the chain nodes.
+    n = model.n_nodes
+    off = np.zeros(n)
+    off[order.chain] = w_all[order.in_edge]
+    if order.jumps:
+        p = np.arange(n, dtype=np.int64)
+        p[order.chain] = order.parent
+        for _ in range(order.jumps + 1):
+            off = off + off[p]
+            p = p[p]
+    w = w_all[order.order] + off[model.src[order.order]]  # in level order: slices, not gathers
+    value = np.full(n, -np.inf)
     value[model.start_node[model.first]] = delay[model.first]
     src = order.src
     for a, b, d, starts in order.levels:
         cand = value[src[a:b]] + w[a:b]
-        value[d] = np.maximum(value[d], np.maximum.reduceat(cand, starts))
+        best = np.maximum.reduceat(cand, starts) if len(starts) < b - a else cand
+        value[d] = np.maximum(value[d], best)
+    value[order.chain] = value[order.root[order.chain]] + off[order.chain]
+    bind = None
+    if binding:
+        # The edge that set each core node: the first of its edges that reaches its value (one pass).
+        bind = np.full(n, -1, dtype=np.int64)
+        dst = model.dst[order.order]
+        hit = np.flatnonzero(value[src] + w >= value[dst])
+        _, firsts = np.unique(dst[hit], return_index=True)
+        bind[dst[hit[firsts]]] = order.order[hit[firsts]]
+        bind[order.chain] = order.in_edge
     start, end = value[model.start_node], value[model.end_node]
     step_time = np.full(len(model.steps), -np.inf)
     np.maximum.at(step_time, model.step_of_op, end)
-    return Replay(start=start, end=end, steps=model.steps, step_time=step_time)
+    return Replay(start=start, end=end, steps=model.steps, step_time=step_time,
+                  value=value if binding else None, binding=bind)
 
 
 def recorded_step_times(model: Model) -> np.ndarray:

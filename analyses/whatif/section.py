@@ -18,6 +18,7 @@ The sentence stays in the section: the report's verdicts are unchanged by it.
 from __future__ import annotations
 
 import math
+import os
 from typing import Annotated, Any
 
 from ddprof.analyses.clocks import ClockEstimate, align
@@ -67,6 +68,8 @@ EMPTY: dict[str, Any] = {"computed": False, "reason": None, "replay_error_pct": 
 def whatif_section(run: Run, clock: ClockEstimate | None = None) -> dict[str, Any]:
     """The section of ``run`` (module doc), its events on one clock where ``clock`` (the report's estimate
     of the hosts' offsets) applies some."""
+    if os.environ.get("DDPROF_WHATIF", "").strip().lower() in ("0", "off", "no", "false"):
+        return {**EMPTY, "reason": "switched off (DDPROF_WHATIF=off)"}
     count = sum(int(run.rank_info(r).get("events") or 0) for r in run.ranks)
     if count > MAX_REPORT_EVENTS:
         return {**EMPTY, "reason": f"the run has {count:,} events, more than the report replays "

@@ -59,7 +59,7 @@ from ddprof.analyses.collectives import comm_rows
 from ddprof.analyses.frames.memo import Events, collect, prepare
 from ddprof.analyses.frames.sets import kernels, steps
 from ddprof.analyses.whatif.model import Model, build, sort_ops
-from ddprof.analyses.whatif.replay import CycleError, plan, replay
+from ddprof.analyses.whatif.replay import CycleError, Plan, Replay, plan, replay
 
 from ddprof.vocabulary.collective_ops import P2P
 
@@ -212,6 +212,10 @@ class ReplayCheck:
     measured_step_s: float
     error: float
     reason: str | None
+    #: The model's replay plan (computed once: projections replay edits on it).
+    order: Plan | None = None
+    #: The recorded replay (with each node's binding edge: the critical path's links).
+    replayed: Replay | None = None
 
     @property
     def explained(self) -> bool:
@@ -268,7 +272,7 @@ def replay_check(events: Events) -> ReplayCheck:
     except CycleError as exc:
         return ReplayCheck(model, empty, measured, float("nan"), f"the recorded order contradicts the matched "
                                                                  f"collectives ({exc})")
-    r = replay(model, order=order)
+    r = replay(model, order=order, binding=True)
     rel_start = model.ops["start"].to_numpy() - model.origin[model.step_of_op]
     rel_end = model.ops["end"].to_numpy() - model.origin[model.step_of_op]
     spans = (_spans(model, rel_start, rel_end).rename({"span": "recorded"})
@@ -279,4 +283,4 @@ def replay_check(events: Events) -> ReplayCheck:
     if error > MAX_REPLAY_ERROR:
         reason = (f"replaying the recorded durations misses a measured step span by {100 * error:.1f} % of the "
                   f"mean step time (above {100 * MAX_REPLAY_ERROR:.0f} %): the model does not explain this run")
-    return ReplayCheck(model, spans, measured, error, reason)
+    return ReplayCheck(model, spans, measured, error, reason, order, r)
