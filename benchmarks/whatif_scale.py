@@ -11,6 +11,7 @@ pass is 1,024 ranks x 50 k ops in 60 s.
 from __future__ import annotations
 
 import argparse
+import resource
 import time
 
 import numpy as np
@@ -41,15 +42,18 @@ def main() -> None:
     a = ap.parse_args()
     for r in a.ranks:
         ops = table(r, a.ops, a.steps)
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         m = build(ops)
-        t1 = time.perf_counter()
+        t1 = time.process_time()
         order = plan(m)
-        t2 = time.perf_counter()
+        t2 = time.process_time()
         replay(m, order=order)
-        t3 = time.perf_counter()
-        print(f"{r:5d} ranks x {a.ops:,} ops ({ops.height:,} ops, {len(m.src):,} edges): build {t1 - t0:6.2f} s, "
-              f"plan {t2 - t1:6.2f} s ({len(order.levels):,} levels), replay {t3 - t2:6.2f} s", flush=True)
+        t3 = time.process_time()
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        print(f"{r:5d} ranks x {a.ops:,} ops ({ops.height:,} ops, {len(m.src):,} edges): CPU build {t1 - t0:6.2f} s, "
+              f"plan {t2 - t1:6.2f} s ({len(order.levels):,} levels), replay {t3 - t2:6.2f} s; peak {peak:.1f} GB",
+              flush=True)
+        del m, order, ops
 
 
 if __name__ == "__main__":

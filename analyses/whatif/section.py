@@ -1,26 +1,37 @@
 """The report's ``whatif`` section: the two or three edits worth most, from the run's dependency model
-(:mod:`.projections`), and the sentence that leads with the best.
+(:mod:`.projections`), the sentence that leads with the best, and each step's critical path
+(:mod:`.critical`: its share by kind and the ops with most time on it).
 
 Computed by :func:`whatif_section` from the run's events (with the hosts' clock offsets the report
-applies taken off), only for a run of at most
-:data:`MAX_REPORT_EVENTS` events (the report otherwise reads a group of ranks at a time, and the model
-needs every rank at once); beyond, or where the model does not explain the run, ``computed`` is false
-and ``reason`` says why (``ddprof whatif`` projects any edit on any run it explains). The edits tried:
-the straggler removed (the :data:`REPORT_CANDIDATES` ranks that run longest above their ops' typical
-values, one at a time), communication twice as fast and fully overlapped, host gaps removed.
+applies taken off). **Its cost is gated by measure, not by size**: it may take at most
+:data:`COST_SHARE` of the CPU time the process has spent so far (``time.process_time``: the imports,
+reading the run and every other section, i.e. the whole default report as a user runs it, so that the
+report costs at most 1.5× what it costs without it). Past that budget once the model is built, checked
+and replayed as recorded, ``computed`` is false and ``reason`` says how long it took; edits that would
+run past it are listed in ``left_out``. Where the model does not explain the run, ``computed`` is false
+and ``reason`` says why (``ddprof whatif`` projects any edit on any run it explains, with no budget).
+``DDPROF_WHATIF=off`` switches the section off (``benchmarks/whatif_cost.py`` compares the two).
+
+The edits tried: the straggler removed (the :data:`REPORT_CANDIDATES` ranks that run longest above their
+ops' typical values, one at a time), communication twice as fast and fully overlapped, host gaps
+removed; an edit whose bound (:func:`.projections.bound`) shows it cannot enter the best :data:`KEEP`,
+or save 1 % of the step, is not replayed.
 
 Example: ``{computed: true, replay_error_pct: 0.0, step_us: 128622.2, edits: [{edit: "straggler_rank_2",
 says: "making rank 2 as fast as the others", step_us: 81038.4, saving_us: 47583.8, saving_pct: 37.0},
 ...], verdict: "making rank 2 as fast as the others would cut the step from 128.6 ms to 81.0 ms (−37 %)"}``.
-The sentence stays in the section: the report's verdicts are unchanged by it.
+The report's verdicts say the best edit that removes a fault (:func:`whatif_verdicts`) only where the
+saving is material (:data:`MATERIAL_PCT`) and the replay explains the run.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import time
 from typing import Annotated, Any
 
+import msgspec
 from ddprof.analyses.clocks import ClockEstimate, align
 from ddprof.analyses.sections import Section
 from ddprof.analyses.whatif.projections import whatif
@@ -31,12 +42,18 @@ from ddprof.report.schema import Row, rows
 from ddprof.store.rundir import Run
 from ddprof.vocabulary.units import fmt_pct, fmt_us
 
-#: The report replays runs of at most this many events (ddprof whatif has no such limit).
-MAX_REPORT_EVENTS = 1_000_000
+#: The share of the process's CPU time so far that the section may take (module doc).
+COST_SHARE = 0.5
+#: A saving, in % of the step, that the report's verdicts lead with.
+MATERIAL_PCT = 5.0
+#: The edits (name prefixes) that remove a fault, which the verdict may name.
+FAULT_EDITS = ("straggler_", "no_host_gaps", "rebalanced")
 #: Ranks tried one at a time for the straggler edit in the report.
 REPORT_CANDIDATES = 8
 #: Edits the section keeps, the best first.
 KEEP = 3
+#: Ops on the critical path the section lists.
+TOP_OPS = 8
 
 
 class WhatIfEdit(Row):
@@ -49,6 +66,33 @@ class WhatIfEdit(Row):
     saving_pct: Annotated[float, Meta(description="saving as a percentage of the recorded step")]
 
 
+class CriticalKind(Row):
+    """One kind of work or wait on the steps' critical paths."""
+
+    kind: Annotated[str, Meta(description="compute, communication, host launch, data loading or idle")]
+    us: Annotated[float, Meta(description="mean µs per step on the critical path")]
+    pct: Annotated[float, Meta(description="share of the critical path, %")]
+
+
+class CriticalOp(Row):
+    """One op (rank, lane, name) with time on the steps' critical paths."""
+
+    rank: int
+    lane: Annotated[str, Meta(description="stream N (a device stream) or host (a host thread)")]
+    name: str
+    kind: Annotated[str, Meta(description="as in CriticalKind")]
+    us: Annotated[float, Meta(description="mean µs per step on the critical path")]
+    pct: Annotated[float, Meta(description="share of the critical path, %")]
+
+
+class CriticalPath(Row):
+    """The chain of work and waits that sets each step's time (analyses/whatif/critical.py)."""
+
+    length_us: Annotated[float | None, Meta(description="mean critical path length per step, µs")] = None
+    by_kind: list[CriticalKind] = []
+    top_ops: list[CriticalOp] = []
+
+
 class WhatIf(Row):
     """What the run's step time would be under the edits worth most (ddprof whatif for others)."""
 
@@ -59,31 +103,59 @@ class WhatIf(Row):
     step_us: Annotated[float | None, Meta(description="the run's mean step as replayed, µs")] = None
     edits: list[WhatIfEdit] = []
     verdict: Annotated[str | None, Meta(description="the best edit in a sentence")] = None
+    left_out: Annotated[list[str], Meta(description="edits not replayed within the report's CPU budget")] = []
+    critical_path: CriticalPath = msgspec.field(default_factory=CriticalPath)
 
 
 EMPTY: dict[str, Any] = {"computed": False, "reason": None, "replay_error_pct": None, "step_us": None, "edits": [],
-                         "verdict": None}
+                         "verdict": None, "left_out": [], "critical_path": {"length_us": None, "by_kind": [],
+                                                                            "top_ops": []}}
 
 
-def whatif_section(run: Run, clock: ClockEstimate | None = None) -> dict[str, Any]:
+def whatif_section(run: Run, clock: ClockEstimate | None = None, budget_s: float | None = None) -> dict[str, Any]:
     """The section of ``run`` (module doc), its events on one clock where ``clock`` (the report's estimate
-    of the hosts' offsets) applies some."""
+    of the hosts' offsets) applies some; ``budget_s``: the CPU seconds it may take (default:
+    :data:`COST_SHARE` of the process's CPU time so far)."""
     if os.environ.get("DDPROF_WHATIF", "").strip().lower() in ("0", "off", "no", "false"):
         return {**EMPTY, "reason": "switched off (DDPROF_WHATIF=off)"}
-    count = sum(int(run.rank_info(r).get("events") or 0) for r in run.ranks)
-    if count > MAX_REPORT_EVENTS:
-        return {**EMPTY, "reason": f"the run has {count:,} events, more than the report replays "
-                                   f"({MAX_REPORT_EVENTS:,}): run ddprof whatif"}
+    budget = COST_SHARE * time.process_time() if budget_s is None else budget_s
     events = align(run.events(), clock) if clock is not None else run.events()
     w = whatif(events, stragglers="auto", comm_k=[2.0, math.inf], host_gaps=True, attribute=False,
-               max_candidates=REPORT_CANDIDATES)
+               max_candidates=REPORT_CANDIDATES, budget_s=budget, keep=KEEP, min_saving=0.01)
     if not w.explained:
         return {**EMPTY, "reason": w.reason}
     us = 1e6  # seconds to µs
     return {"computed": True, "reason": None, "replay_error_pct": w.replay_error_pct, "step_us": w.step_s * us,
             "edits": [{"edit": p.edit, "says": p.says, "step_us": p.step_s * us, "saving_us": p.saving_s * us,
                        "saving_pct": p.saving_pct} for p in w.projections[:KEEP]],
-            "verdict": w.verdict}
+            "verdict": w.verdict, "left_out": list(w.left_out), "critical_path": _critical(w)}
+
+
+def _critical(w: Any) -> dict[str, Any]:
+    cp = w.critical
+    if cp is None or cp.steps.is_empty():
+        return dict(EMPTY["critical_path"])
+    us = 1e6
+    return {"length_us": float(cp.steps["length"].mean()) * us,
+            "by_kind": [{"kind": k, "us": s * us, "pct": 100 * sh} for k, s, sh in cp.by_kind().iter_rows()],
+            "top_ops": [{"rank": int(r["rank"]), "lane": r["lane"], "name": r["name"], "kind": r["kind"],
+                         "us": r["s"] * us, "pct": 100 * r["share"]} for r in cp.top_ops(TOP_OPS).iter_rows(named=True)]}
+
+
+def whatif_verdicts(report: dict[str, Any]) -> list[str]:
+    """The sentence of the best edit that removes a fault (:data:`FAULT_EDITS`: a straggler, idle host
+    gaps, unbalanced pipeline stages), where the replay explains the run (``computed``) and the edit saves
+    at least :data:`MATERIAL_PCT` of the step; nothing otherwise (a healthy run). Faster or free
+    communication is an ideal, not a fault: the overlap verdict speaks for exposed communication.
+    Example: "making rank 7 as fast as the others would cut the step from 19.9 ms to 13.1 ms (−34 %)"."""
+    w = msgspec.convert(report.get("whatif") or {}, WhatIf)
+    if not w.computed or w.step_us is None:
+        return []
+    best = next((e for e in w.edits if e.edit.startswith(FAULT_EDITS)), None)
+    if best is None or best.saving_pct < MATERIAL_PCT:
+        return []
+    return [f"{best.says} would cut the step from {fmt_us(w.step_us)} to {fmt_us(best.step_us)} "
+            f"(−{best.saving_pct:.0f} %)"]
 
 
 WHATIF_TABLE = Table(
@@ -93,6 +165,23 @@ WHATIF_TABLE = Table(
     rows=lambda r: rows((r.get("whatif") or {}).get("edits") or [], WhatIfEdit), left=1, at=45,
     note=lambda r: (r.get("whatif") or {}).get("verdict") or "")
 
+
+def _cp(r: dict[str, Any]) -> CriticalPath:
+    return msgspec.convert(((r.get("whatif") or {}).get("critical_path") or {}), CriticalPath)
+
+
+CRITICAL_KIND_TABLE = Table(
+    lambda r: f"Critical path by kind ({fmt_us(_cp(r).length_us)} a step)",
+    (Column("kind", "kind"), Column("per step", "us", fmt_us), Column("share", "pct", fmt_pct)),
+    rows=lambda r: [k for k in _cp(r).by_kind if k.us], left=1, at=46)
+
+CRITICAL_OPS_TABLE = Table(
+    "Critical path: the ops with most time on it",
+    (Column("op", "name"), Column("kind", "kind"), Column("rank", "rank"), Column("lane", "lane"),
+     Column("per step", "us", fmt_us), Column("share", "pct", fmt_pct)),
+    rows=lambda r: _cp(r).top_ops, left=2, at=47)
+
 SECTIONS = (
-    Section("whatif", dict(EMPTY), analysed=False, tables=(WHATIF_TABLE,), record=WhatIf, order=65),
+    Section("whatif", dict(EMPTY), analysed=False, tables=(WHATIF_TABLE, CRITICAL_KIND_TABLE, CRITICAL_OPS_TABLE),
+            verdict=whatif_verdicts, verdict_at=25, record=WhatIf, order=65),
 )

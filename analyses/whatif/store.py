@@ -50,6 +50,7 @@ Example: measured steps of 10 ms, a rank's step replayed as 10.1 ms against 10.0
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import cast
 
@@ -247,9 +248,18 @@ def _contradicted(model: Model) -> tuple[int, int]:
     return int(per["bad"].sum()), per.height
 
 
-def replay_check(events: Events) -> ReplayCheck:
+def replay_check(events: Events, deadline: float | None = None) -> ReplayCheck:
     """Build the run's model and replay it as recorded (module doc); ``reason`` says why the model does
-    not explain the run (no steps, a cycle, an error above :data:`MAX_REPLAY_ERROR`), else None."""
+    not explain the run (no steps, a cycle, an error above :data:`MAX_REPLAY_ERROR`), else None.
+    ``deadline``: a ``time.process_time`` past which it stops after the phase under way (the op table,
+    the graph, its plan), ``reason`` saying so."""
+    t0 = time.process_time()
+
+    def late(what: str) -> str | None:
+        if deadline is None or time.process_time() <= deadline:
+            return None
+        return (f"{what} took {time.process_time() - t0:.2f} s of CPU, past the {deadline - t0:.2f} s the report "
+                f"allows the section: run ddprof whatif")
     p = prepare(events)
     st = steps(p)
     measured = float(((st["end"] - st["start"]).mean() or 0) / 1e9) if st.height else 0.0
@@ -258,7 +268,11 @@ def replay_check(events: Events) -> ReplayCheck:
                                  "replayed": pl.Float64})
     if ops.is_empty() or not measured:
         return ReplayCheck(None, empty, measured, float("nan"), "the trace has no steps (ProfilerStep#N) to replay")
+    if (why := late("reading the run's op table")) is not None:
+        return ReplayCheck(None, empty, measured, float("nan"), why)
     model = build(ops, deps)
+    if (why := late("building the dependency model")) is not None:
+        return ReplayCheck(model, empty, measured, float("nan"), why)
     contradicted, instances = _contradicted(model)
     if instances and contradicted > MAX_CONTRADICTED * instances:
         return ReplayCheck(model, empty, measured, float("nan"), (
@@ -272,6 +286,8 @@ def replay_check(events: Events) -> ReplayCheck:
     except CycleError as exc:
         return ReplayCheck(model, empty, measured, float("nan"), f"the recorded order contradicts the matched "
                                                                  f"collectives ({exc})")
+    if (why := late("planning the dependency model's replay")) is not None:
+        return ReplayCheck(model, empty, measured, float("nan"), why)
     r = replay(model, order=order, binding=True)
     rel_start = model.ops["start"].to_numpy() - model.origin[model.step_of_op]
     rel_end = model.ops["end"].to_numpy() - model.origin[model.step_of_op]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -99,7 +100,9 @@ def test_generated_run_through_ingest_recovers_the_truth(sc, tmp_path):
         assert "kernels" in rank_head and "Temporal breakdown (first to last kernel)" in lines
     else:
         assert "kernels" not in rank_head and "Temporal breakdown (first to last CPU op)" in lines
-        assert not any("kernel" in line for line in lines), [line for line in lines if "kernel" in line]
+        # (the trace's own op names, aten::gemm_bwd_kernel in the critical path's table, are not ddprof's words)
+        words = [line for line in lines if "kernel" in re.sub(r"aten::\w+", "", line)]
+        assert not words, words
 
 
 def test_balanced_run_says_so(tmp_path):

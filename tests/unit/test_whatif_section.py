@@ -23,10 +23,32 @@ def test_the_gloo_sample_reports_its_sleeping_rank_first(ingested):
     assert "What if: the step under the edits worth most" in text and w.verdict in text
 
 
-def test_a_run_larger_than_the_report_replays_is_left_to_ddprof_whatif(ingested, monkeypatch):
-    monkeypatch.setattr(section, "MAX_REPORT_EVENTS", 10)
+def test_a_run_whose_model_costs_more_than_the_budget_is_left_to_ddprof_whatif(ingested, monkeypatch):
+    # The gate is the measured CPU time, against a share of what the report has cost so far.
+    monkeypatch.setattr(section, "COST_SHARE", 0.0)
     w = msgspec.convert(build_report(ingested("gloo-ddp-4rank-slow-rank"))["whatif"], section.WhatIf)
-    assert not w.computed and w.edits == [] and "run ddprof whatif" in w.reason
+    assert not w.computed and w.edits == [] and "run ddprof whatif" in w.reason and "s of CPU" in w.reason
+
+
+def test_the_section_can_be_switched_off(ingested, monkeypatch):
+    monkeypatch.setenv("DDPROF_WHATIF", "off")
+    report = build_report(ingested("gloo-ddp-4rank-slow-rank"))
+    assert not report["whatif"]["computed"] and "DDPROF_WHATIF=off" in report["whatif"]["reason"]
+    assert not any("as fast as the others would cut" in v for v in report["verdicts"])
+
+
+def test_the_verdict_leads_with_a_material_saving_and_is_silent_on_a_healthy_run(tmp_path):
+    from ddprof.synth import NoisyDP, ingest_generated
+
+    slow = build_report(ingest_generated(NoisyDP(slow_rank=1, slow_us=3000), tmp_path / "slow"))
+    said = [v for v in slow["verdicts"] if v.startswith("making rank 1 as fast as the others would cut the step")]
+    assert len(said) == 1 and slow["whatif"]["edits"][0]["saving_pct"] >= section.MATERIAL_PCT
+    # right after the straggler's own sentence
+    assert slow["verdicts"].index(said[0]) == 1 and slow["verdicts"][0].startswith("rank 1 is the straggler")
+    healthy = build_report(ingest_generated(NoisyDP(), tmp_path / "healthy"))
+    assert healthy["whatif"]["computed"]
+    assert section.whatif_verdicts(healthy) == []
+    assert not any("would cut the step" in v for v in healthy["verdicts"])
 
 
 def test_hosts_whose_clocks_disagree_are_put_on_one_clock_first(tmp_path):
