@@ -9,7 +9,11 @@ The edits:
   (communication) of the ops with the same ``key`` (kernel name, op type) outside the group, and the
   others' median delay before them where that is shorter than its own (a rank that sleeps or stalls
   before an op is slow too; a delay is never lengthened: part of it may be a wait the model does not
-  see). Ops whose key the others never ran keep their own.
+  see). Ops whose key the others never ran keep their own. Every rank's first host op of a step starts
+  no later than its peers' typical start either (the median over the ranks of its pipeline stage), where
+  it began the step no later than the chosen ops' ranks did: each step is replayed from its own origin,
+  so a rank that began the step late because it waited for the straggler in the previous step would keep
+  that wait (a rank that began later still, a sleep of its own, keeps its lateness).
 * :func:`comm_faster`: every communication transfer (and the duration of communication that waits for
   nobody) divided by k; k = ∞ is communication fully overlapped (it costs nothing, its dependencies stay).
 * :func:`ops_faster`: the chosen ops (a kernel class, an op type) k times faster.
@@ -41,6 +45,10 @@ import numpy as np
 import polars as pl
 from ddprof.analyses.whatif.model import Model
 from ddprof.analyses.whatif.replay import Plan, replay
+
+#: How much later than the ranks it removes a rank may begin a step and still count as having waited for
+#: them (:func:`typical_for`), seconds.
+START_SLACK_S = 1e-6
 
 
 @dataclass
@@ -94,12 +102,28 @@ def _typical(model: Model, keys: tuple[str, ...], among: np.ndarray | None, v: n
     return np.where(np.isnan(out), v, out)
 
 
-def typical_for(model: Model, mask: np.ndarray, key: str | tuple[str, ...], name: str, says: str) -> Edit:
+def typical_for(model: Model, mask: np.ndarray, key: str | tuple[str, ...], name: str, says: str,
+                peers: np.ndarray | None = None) -> Edit:
     """The ops in ``mask`` at their key's typical value and delay across the other ops (module doc);
-    ``key`` may be several labels, finest first."""
+    ``key`` may be several labels, finest first. ``peers``: per op, the group of ranks whose step starts
+    are alike (a pipeline stage; one group by default)."""
     keys = (key,) if isinstance(key, str) else key
     dur, xfer = _with_values(model, _typical(model, keys, ~mask, _values(model)), mask)
     delay = np.where(mask, np.minimum(_typical(model, keys, ~mask, model.delay), model.delay), model.delay)
+    # A step is replayed from its origin: a rank whose first op of the step starts late waited, in the
+    # previous step, for the ranks in ``mask``; without them it starts no later than its peers typically.
+    # Only a rank that began no later than the ranks in ``mask`` did (it may have waited for them; one
+    # that began later has a lateness of its own, a sleep, which stays).
+    host_first = model.first & (model.ops["lane"] < 0).to_numpy()
+    late_mask = np.full(len(model.steps), -np.inf)
+    np.maximum.at(late_mask, model.step_of_op[host_first & mask], model.delay[host_first & mask])
+    starts = host_first & ~mask & (model.delay <= late_mask[model.step_of_op] + START_SLACK_S)
+    if starts.any():
+        peers = np.zeros(len(mask), np.int64) if peers is None else peers
+        frame = pl.DataFrame({"k": model.ops[keys[-1]], "g": peers, "v": model.delay, "in": starts})
+        med = frame.filter(pl.col("in")).group_by("k", "g").agg(pl.col("v").median().alias("m"))
+        typ = frame.join(med, on=["k", "g"], how="left", maintain_order="left")["m"].fill_null(np.inf).to_numpy()
+        delay = np.where(starts, np.minimum(delay, typ), delay)
     return Edit(name, says, delay, dur, xfer)
 
 

@@ -156,6 +156,10 @@ def whatif(events: Events, *, stragglers: str | list[int] | None = "auto", comm_
     cost = _replay_cost(model, order) if deadline is not None else 0.0
     floor = min_saving * base
     worker = model.ops["worker"].to_numpy()
+    stages = pipeline_stages(p) if (rebalance or stragglers) else None
+    stage_of = (dict(zip(stages["rank"].to_list(), stages["stage"].to_list()))
+                if stages is not None and stages.height and int(cast(int, stages["stages"].max() or 0)) > 1 else {})
+    peers = np.array([stage_of.get(int(w), -1) for w in worker]) if stage_of else None
     candidates: list[E.Edit] = []
     if stragglers == "auto":
         # The ranks with the most time above their kernels' typical values, tried one by one.
@@ -166,7 +170,7 @@ def whatif(events: Events, *, stragglers: str | list[int] | None = "auto", comm_
         ranks = sorted(per, key=lambda w: -per[w])[:max_candidates]
         if len(ranks) > 1:
             tried = [E.typical_for(model, worker == r, KEYS, f"straggler_rank_{r}",
-                                   f"making rank {r} as fast as the others") for r in ranks]
+                                   f"making rank {r} as fast as the others", peers) for r in ranks]
             found = _evaluate(model, order, tried, 1, floor, deadline, cost, out)
             if found:
                 best_e, best_t = min(found, key=lambda et: et[1])
@@ -176,19 +180,16 @@ def whatif(events: Events, *, stragglers: str | list[int] | None = "auto", comm_
         mask = np.isin(worker, np.asarray(list(stragglers)))
         names = ", ".join(str(r) for r in stragglers)
         candidates.append(E.typical_for(model, mask, KEYS, "straggler_ranks_" + "_".join(map(str, stragglers)),
-                                        f"making rank{'s' if len(stragglers) > 1 else ''} {names} as fast as the others"))
+                                        f"making rank{'s' if len(stragglers) > 1 else ''} {names} as fast as the others",
+                                        peers))
     for k in comm_k or []:
         candidates.append(E.comm_faster(model, k))
     if host_gaps:
         candidates.append(E.no_delays(model, (model.ops["lane"] < 0).to_numpy(), "host gaps",
                                       amount=model.ops["gap"].to_numpy()))
-    if rebalance:
-        stages = pipeline_stages(p)
-        if stages.height and int(cast(int, stages["stages"].max() or 0)) > 1:
-            stage_of = dict(zip(stages["rank"].to_list(), stages["stage"].to_list()))
-            groups = np.array([stage_of.get(int(w), -1) for w in worker])
-            compute = model.ops["optype"].is_in(["compute", "cpu_op"]).to_numpy()
-            candidates.append(E.rebalanced(model, groups, compute))
+    if rebalance and peers is not None:
+        compute = model.ops["optype"].is_in(["compute", "cpu_op"]).to_numpy()
+        candidates.append(E.rebalanced(model, peers, compute))
     for pattern, k in kernels or []:
         mask = model.ops["name"].str.contains(pattern).fill_null(False).to_numpy()
         edit = E.ops_faster(model, mask, k, f"kernels matching {pattern!r}")

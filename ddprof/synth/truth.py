@@ -14,6 +14,14 @@ kernels inside the window, whichever step launched them. :func:`events_truth` co
 busy, neither compute nor communication). Per collective instance: arrival skew (latest − earliest arrival), duration (the transfer,
 ``end − latest arrival``), the last arriver. The pipeline: stages P, micro-batches M and the GPipe/1F1B
 bubble ``100 · (P−1)/(M+P−1)``.
+
+**Without the fault** (``without_fault``, a run with slow ranks: one straggler, or every rank of a
+pipeline stage): the same run simulated again with no rank slow (the same kernels, the same noise: each
+block's noise is drawn from its own seed), and both runs' **step**: per step, from the earliest start of
+its rows on any rank (the launch calls) to the latest end (kernels, transfers, launch calls), averaged
+over the steps: the step a what-if projection gives (:mod:`ddprof.analyses.whatif.projections`).
+Example: rank 3 of 8 at 1.3x: ``{"fault": "slow ranks 3", "slow_ranks": [3], "step_us": 3120.4,
+"without_fault_step_us": 2610.9}``.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ddprof.synth.schedule import US, Timeline, block_kernels, groups
+from ddprof.synth.schedule import US, Timeline, block_kernels, groups, simulate
 from ddprof.synth.spec import Spec
 
 
@@ -170,6 +178,39 @@ def collective_truth(spec: Spec, lines: list[Timeline]) -> list[dict[str, Any]]:
     return out
 
 
+def row_steps_us(spec: Spec, lines: list[Timeline]) -> list[float]:
+    """Per step, the span of its rows over every rank, µs (module doc: the launch calls as the trace
+    writer places them, the kernels and the collectives), on the true clock."""
+    cpu = int(round(spec.cpu_us * US))
+    lo: dict[int, int] = {}
+    hi: dict[int, int] = {}
+
+    def see(step: int, a: int, b: int) -> None:
+        lo[step], hi[step] = min(lo.get(step, a), a), max(hi.get(step, b), b)
+
+    for line in lines:
+        for b in line.blocks:
+            starts, durs = block_kernels(spec, line.rank, b)
+            see(b.step, b.launch + 1000, int(starts[-1] + durs[-1]))
+            see(b.step, b.launch + 1000, b.launch + (b.n - 1) * cpu + cpu - 2000)
+        for c in line.comms:
+            see(c.step, c.launch + 1500, max(c.end, c.launch + 4000))
+    return [(hi[s] - lo[s]) / US for s in sorted(lo)]
+
+
+def without_fault(spec: Spec, lines: list[Timeline]) -> dict[str, Any] | None:
+    """The run's step and the same run's without its slow ranks (module doc); None for a run without."""
+    if not spec.slow:
+        return None
+    from dataclasses import replace
+
+    clean = replace(spec, slow={})
+    faulty, fixed = row_steps_us(spec, lines), row_steps_us(clean, simulate(clean))
+    ranks = sorted(spec.slow)
+    return {"fault": "slow ranks " + ",".join(map(str, ranks)), "slow_ranks": ranks,
+            "step_us": sum(faulty) / len(faulty), "without_fault_step_us": sum(fixed) / len(fixed)}
+
+
 def truth(spec: Spec, lines: list[Timeline]) -> dict[str, Any]:
     """Everything the run's analysis should find (module doc), as plain JSON values."""
     per_rank, per_step = [], []
@@ -197,4 +238,5 @@ def truth(spec: Spec, lines: list[Timeline]) -> dict[str, Any]:
         "pipeline": ({"stages": P, "micro_batches": M, "schedule": spec.schedule,
                       "theoretical_bubble_pct": 100.0 * (P - 1) / (M + P - 1),
                       "stage_of": {str(r): spec.coords(r)[0] for r in range(spec.ranks)}} if P > 1 else None),
+        "without_fault": without_fault(spec, lines),
     }

@@ -1,0 +1,42 @@
+"""Counterfactual checks: ``ddprof synth`` writes, beside a run with slow ranks, the step of the same run
+simulated without them (truth.json's ``without_fault``); the what-if projection of the straggler removed
+lands within 2 % of it, on data-parallel, tensor × data-parallel and pipeline × data-parallel (1F1B) runs,
+and with a whole pipeline stage slow (a heavy stage). ``benchmarks/whatif_counterfactual.py`` runs the
+same on 8 to 256 ranks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from ddprof.analyses.whatif.projections import whatif
+
+import ddprof
+from ddprof.synth import Spec, generate
+
+SHAPES = {
+    "dp8, rank 3 slow": Spec(ranks=8, slow={3: 1.3}),
+    "tp2 x dp4, rank 5 slow": Spec(ranks=8, tp=2, slow={5: 1.3}),
+    "pp2 x dp4 1f1b, rank 6 slow": Spec(ranks=8, pp=2, slow={6: 1.3}),
+    "pp4 x dp2 1f1b, stage 1 heavy": Spec(ranks=8, pp=4, slow={2: 1.3, 3: 1.3}),
+}
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_the_straggler_removed_is_projected_within_2_percent_of_the_run_without_it(tmp_path, name):
+    spec = SHAPES[name]
+    generate(spec, tmp_path / "gen")
+    truth = json.loads((tmp_path / "gen" / "truth.json").read_text())["without_fault"]
+    assert truth["slow_ranks"] == sorted(spec.slow) and truth["without_fault_step_us"] < truth["step_us"]
+    run = ddprof.ingest([tmp_path / "gen" / "traces"], tmp_path / "run")
+    w = whatif(run.events(), stragglers=sorted(spec.slow), comm_k=[], host_gaps=False, rebalance=False,
+               attribute=False)
+    assert w.explained, w.reason
+    # The recorded run's step is the truth's (the same rows, the same definition).
+    assert w.step_s * 1e6 == pytest.approx(truth["step_us"], rel=1e-6)
+    projected = w.projections[0].step_s * 1e6
+    assert projected == pytest.approx(truth["without_fault_step_us"], rel=0.02)
+
+
+def test_a_run_without_a_fault_has_no_counterfactual(tmp_path):
+    assert generate(Spec(ranks=4, steps=2), tmp_path)["without_fault"] is None
