@@ -26,8 +26,11 @@ is set by A + xfer (1, communication), A by S(ar1) (the latest arrival: zero), S
 delay 0, E(f1) by S(f1) + 8 (compute), S(f1) is worker 1's first op at 0: the path is 8 of compute on
 rank 1 and 1 of communication, 9 in all, the step's time.
 
-Agrees with HTA's critical path (``CriticalPathAnalysis``) on a single rank where both see the same
-dependencies (``benchmarks/critical_path_vs_hta.py``).
+Beside HTA's critical path (``CriticalPathAnalysis``, ``benchmarks/critical_path_vs_hta.py``) on the
+one single-rank trace it accepts here (hta/v100-2rank-rank1-large, rank 1): both find the steps bound by
+the host (HTA 100 % cpu_bound; here 99.9 % host launch and host idle); the lengths differ: this path spans
+the step (341 ms against a 346 ms ProfilerStep#2), HTA's covers 239 ms of it (its graph holds the CPU ops
+that start in the step's annotation and their kernels, and does not reach the whole span).
 """
 
 from __future__ import annotations
