@@ -1,7 +1,8 @@
 """``ddprof whatif SRC|RUN_DIR [edits] [--format text|json] [-o FILE]``: the run's cross-rank dependency
 model replayed with edits (:mod:`ddprof.analyses.whatif`): the straggler removed, communication k times
 faster or fully overlapped, host gaps removed, kernels matching a pattern k times faster; the projected
-step time of each, the best first, and the slowdown attributed by rank and op type.
+step time of each, the best first, the slowdown attributed by rank and op type, and each step's critical
+path (its share by kind, the ops with most time on it).
 
 Given one of the OSDI'25 straggler study's operation tables (``trace-NAME.parquet`` beside its
 ``meta-NAME.yaml``), it prints the study's metrics computed by the same model instead (blocking and
@@ -136,6 +137,14 @@ def _text(r: dict[str, Any]) -> str:
         lines.append("slowdown kept when only this group runs as recorded (1.000 = explains nothing):")
         lines.append(f"  by rank:    {_top(r['by_rank'])}")
         lines.append(f"  by op type: {_top(r['by_op_type'])}")
+    cp = r.get("critical") or {}
+    if cp.get("by_kind"):
+        lines.append("")
+        lines.append("critical path (the work and waits that set the step), per step: " + ", ".join(
+            f"{k['kind']} {_ms(k['s'])} ({100 * k['share']:.0f} %)" for k in cp["by_kind"] if k["s"]))
+        for o in cp.get("top_ops") or []:
+            lines.append(f"  {_ms(o['s']):>10} {100 * o['share']:5.1f} %  rank {o['rank']} {o['lane']:10} "
+                         f"{o['kind']:13} {str(o['name'])[:60]}")
     return "\n".join(lines)
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
+
 from ddprof.cli import main
 from tests.support.paths import OSDI25, trace_set
 
@@ -23,6 +25,11 @@ def test_whatif_of_the_gloo_sample_names_its_sleeping_rank(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "verdict: making rank 2 as fast as the others" in text
     assert "kernels matching 'addmm' 2x faster" in text and "host gaps removed" not in text
+    # the critical path: rank 2's sleep (its gloo thread idle before the all-reduce) sets most of each step
+    assert "critical path (the work and waits that set the step), per step:" in text
+    first_op = text.split("critical path (the work and waits that set the step), per step:")[1].splitlines()[1]
+    assert "rank 2" in first_op and "idle" in first_op and "gloo:all_reduce" in first_op
+    assert sum(k["share"] for k in out["critical"]["by_kind"]) == pytest.approx(1.0)
 
 
 def test_whatif_rejects_a_bad_kernel_edit(tmp_path, capsys):
