@@ -39,23 +39,38 @@ class Plan:
     **Chains**: a node with exactly one incoming edge (a kernel's end after its start, a host call after
     the previous one) is ``value[parent] + w`` of that edge: it is no level of its own. Following parents
     up to a node with none or several incoming edges (a *core* node: an op after two things, an instance's
-    arrival, a step's first op) gives each node its ``root`` and its offset from it (the sum of the chain's
-    weights, by pointer jumping: ``jumps`` doublings). Only core nodes are levelled: each edge into a core
-    node is read from its source's root plus the source's offset.
+    arrival, a step's first op) gives each chain node its ``root`` and its offset from it (the sum of the
+    chain's weights). Only core nodes are levelled: each edge into a core node is read from its source's
+    root plus the source's offset.
+
+    The offsets come by **segments**: the chain nodes in the model's op order (``seq``: S_i then E_i, op
+    by op: a lane's nodes one after another), cut wherever a node's parent is not the node before it; a
+    segment's offsets are one cumulative sum, plus its head's parent's offset where that parent is a chain
+    node itself (a branch, a chain crossing lanes): those are resolved over the segments by pointer
+    jumping (``seg_jumps`` doublings), far fewer than the nodes.
 
     ``order``: the edges into core nodes by the level of their destination, then the destination;
     ``src``: their sources' roots in that order; per level the slice of that order, the distinct
     destinations and where each one's edges begin within the slice. ``chain``: the chain nodes,
-    ``in_edge``: the edge into each, ``parent``: its source."""
+    ``in_edge``: the edge into each."""
 
     order: np.ndarray
     src: np.ndarray
     levels: list[tuple[int, int, np.ndarray, np.ndarray]]
     chain: np.ndarray
     in_edge: np.ndarray
-    parent: np.ndarray
     root: np.ndarray
-    jumps: int
+    #: The chain nodes in segment order, the edge into each, each one's segment and its segment's first
+    #: index in ``seq``.
+    seq: np.ndarray
+    seq_edge: np.ndarray
+    seg: np.ndarray
+    seg_first: np.ndarray
+    #: Per segment: the position in ``seq`` of its head's parent (-1: a core node), that position's
+    #: segment (itself where -1), and the doublings that resolve them.
+    seg_parent_pos: np.ndarray
+    seg_parent: np.ndarray
+    seg_jumps: int
 
 
 def _levels(n: int, src: np.ndarray, dst: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, int]:
@@ -105,14 +120,33 @@ def plan(model: Model) -> Plan:
     into[dst[one]] = np.flatnonzero(one)
     parent = np.arange(n, dtype=np.int64)
     parent[chain] = src[into[chain]]
-    root, jumps = parent.copy(), 0
+    # Chain nodes in op order (S_i, E_i, op by op; other nodes after), by a counting sort.
+    n_ops = model.ops.height
+    key = np.where(chain < n_ops, 2 * chain, np.where(chain < 2 * n_ops, 2 * (chain - n_ops) + 1, chain + n_ops))
+    mark = np.zeros(int(key.max()) + 1 if key.size else 0, dtype=bool)
+    mark[key] = True
+    k = np.flatnonzero(mark)
+    seq = np.where(k < 2 * n_ops, np.where(k % 2 == 0, k // 2, n_ops + k // 2), k - n_ops)
+    head = np.ones(seq.size, dtype=bool)
+    head[1:] = parent[seq[1:]] != seq[:-1]
+    seg = np.cumsum(head) - 1
+    seg_first = np.flatnonzero(head)
+    pos = np.full(n, -1, dtype=np.int64)
+    pos[seq] = np.arange(seq.size)
+    hp = parent[seq[seg_first]]
+    seg_parent_pos = pos[hp]  # -1: the head hangs off a core node
+    seg_parent = np.where(seg_parent_pos >= 0, seg[np.maximum(seg_parent_pos, 0)], np.arange(seg_first.size))
+    # Each segment's root (the core node its chain hangs off), and the doublings that reach it.
+    top, seg_jumps = seg_parent.copy(), 0
     while True:
-        nxt = root[root]
-        if np.array_equal(nxt, root):
+        nxt = top[top]
+        if np.array_equal(nxt, top):
             break
-        root, jumps = nxt, jumps + 1
-        if jumps > 64:
+        top, seg_jumps = nxt, seg_jumps + 1
+        if seg_jumps > 64:
             raise CycleError("the dependencies form a cycle: a chain of single dependencies loops")
+    root = np.arange(n, dtype=np.int64)
+    root[seq] = hp[top][seg]
     core_edge = np.flatnonzero(~one)
     c_src, c_dst = root[src[core_edge]], dst[core_edge]
     level, lvl = _levels(n, c_src, c_dst, np.flatnonzero(~is_chain))
@@ -128,7 +162,26 @@ def plan(model: Model) -> Plan:
     cut = np.searchsorted(first, bounds)
     levels = [(int(a), int(b), d_all[first[i:j]], first[i:j] - a)
               for a, b, i, j in zip(bounds[:-1], bounds[1:], cut[:-1], cut[1:])]
-    return Plan(core_edge[by], c_src[by], levels, chain, into[chain], parent[chain], root, jumps)
+    return Plan(core_edge[by], c_src[by], levels, chain, into[chain], root, seq, into[seq], seg, seg_first,
+                seg_parent_pos, seg_parent, seg_jumps)
+
+
+def _offsets(order: Plan, w_all: np.ndarray, n: int) -> np.ndarray:
+    """Per node, its offset from its root under edge weights ``w_all`` (0 on core nodes; class doc)."""
+    off = np.zeros(n)
+    if not order.seq.size:
+        return off
+    w_seq = w_all[order.seq_edge]
+    cs = np.cumsum(w_seq)
+    local = cs - (cs - w_seq)[order.seg_first][order.seg]
+    has = order.seg_parent_pos >= 0
+    add = np.where(has, local[np.maximum(order.seg_parent_pos, 0)], 0.0)
+    p = order.seg_parent.copy()
+    for _ in range(order.seg_jumps + 1):
+        add = add + np.where(p != np.arange(p.size), add[p], 0.0)
+        p = p[p]
+    off[order.seq] = local + add[order.seg]
+    return off
 
 
 @dataclass
@@ -165,16 +218,8 @@ def replay(model: Model, delay: np.ndarray | None = None, dur: np.ndarray | None
     dur = model.dur if dur is None else dur
     xfer = model.xfer if xfer is None else xfer
     w_all = edge_weights(model, delay, dur, xfer)
-    # Chain offsets from their roots, by pointer jumping over the chain nodes.
     n = model.n_nodes
-    off = np.zeros(n)
-    off[order.chain] = w_all[order.in_edge]
-    if order.jumps:
-        p = np.arange(n, dtype=np.int64)
-        p[order.chain] = order.parent
-        for _ in range(order.jumps + 1):
-            off = off + off[p]
-            p = p[p]
+    off = _offsets(order, w_all, n)
     w = w_all[order.order] + off[model.src[order.order]]  # in level order: slices, not gathers
     value = np.full(n, -np.inf)
     value[model.start_node[model.first]] = delay[model.first]

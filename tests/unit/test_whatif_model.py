@@ -102,3 +102,31 @@ def test_a_start_edge_waits_for_the_launch_to_begin():
     delay = m.delay.copy()
     delay[0] = 1.0  # the launch begins 1 later: so does its kernel
     assert replay(m, delay=delay).start.tolist() == [1.0, 1.5]
+
+
+def test_the_contracted_replay_equals_the_longest_path_edge_by_edge():
+    # Two workers, one lane each, an all-reduce between two computes, plus a launch edge across lanes (a
+    # chain that crosses lanes: a segment whose head hangs off a chain node): the contracted replay
+    # (segments' cumulative sums, levels over the core nodes) gives every node the value that relaxing
+    # every edge until nothing changes gives.
+    import numpy as np
+    import polars as pl
+    from ddprof.analyses.whatif.model import build
+    from ddprof.analyses.whatif.replay import edge_weights, plan, replay
+
+    ops = pl.DataFrame({"step": [0] * 7, "worker": [0, 0, 0, 1, 1, 1, 1], "lane": [0, 0, 0, 0, 0, 0, 1],
+                        "start": [0.0, 3.5, 9.5, 0.0, 8.0, 9.2, 9.4],
+                        "end": [3.0, 9.0, 10.0, 8.0, 9.0, 12.0, 9.9], "instance": [None, 1, None, None, 1, None, None]})
+    deps = pl.DataFrame({"src_op": [5], "dst_op": [6], "on": ["start"]})
+    m = build(ops, deps)
+    order = plan(m)
+    assert order.seq.size and order.seg_first.size >= 2
+    dur = m.dur * np.linspace(0.5, 1.5, m.ops.height)
+    got = replay(m, dur=dur, order=order, binding=True).value
+    w = edge_weights(m, m.delay, dur, m.xfer)
+    want = np.full(m.n_nodes, -np.inf)
+    want[m.start_node[m.first]] = m.delay[m.first]
+    for _ in range(m.n_nodes):
+        want = np.maximum(want, np.array([max([want[s] + x for s, d2, x in zip(m.src, m.dst, w) if d2 == v],
+                                               default=-np.inf) for v in range(m.n_nodes)]))
+    assert np.allclose(got, want, rtol=0, atol=1e-12)
