@@ -141,12 +141,14 @@ def build(ops: pl.DataFrame, deps: pl.DataFrame | None = None) -> Model:
     dur = np.where(waits, 0.0, end - start)
 
     # Ready times as recorded: previous launch group of the lane over (max end), else the step origin.
+    # The table is sorted by step, and a launch group's ops are consecutive: segment reductions.
     steps_col = ops["step"].to_numpy()
-    steps, step_idx = np.unique(steps_col, return_inverse=True)
-    origin = np.full(len(steps), np.inf)
-    np.minimum.at(origin, step_idx, start)
-    group_end = np.full(n_groups, -np.inf)
-    np.maximum.at(group_end, group, end)
+    new_step = np.r_[True, steps_col[1:] != steps_col[:-1]] if n else np.zeros(0, bool)
+    step_first = np.flatnonzero(new_step)
+    steps, step_idx = steps_col[step_first], np.cumsum(new_step) - 1
+    origin = np.minimum.reduceat(start, step_first) if n else np.zeros(0)
+    group_first = np.flatnonzero(np.r_[True, group[1:] != group[:-1]]) if n else np.zeros(0, np.int64)
+    group_end = np.maximum.reduceat(end, group_first) if n else np.zeros(0)
     lane_key = ops.select(_new_lane().cum_sum().alias("k"))["k"].to_numpy()
     first_of_group = np.r_[True, group[1:] != group[:-1]] if n else np.zeros(0, bool)
     g_lane = lane_key[first_of_group]  # per group, its lane
