@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.support.paths import trace_set  # noqa: E402
 
 SETS = ["dlrm-8xV100-nccl", "gloo-ddp-4rank-slow-rank", "gloo-pipeline-4stage", "hta/nccl-metadata-a100",
-        "hta/a100-16rank-rank0", "hta/v100-2rank-rank1-large", "hta/amd-mi250"]
+        "hta/a100-16rank-rank0", "hta/v100-2rank-rank1-large"]
 DDPROF = str(Path(sys.executable).with_name("ddprof"))
 
 

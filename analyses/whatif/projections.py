@@ -161,7 +161,7 @@ def whatif(events: Events, *, stragglers: str | list[int] | None = "auto", comm_
                 if stages is not None and stages.height and int(cast(int, stages["stages"].max() or 0)) > 1 else {})
     peers = np.array([stage_of.get(int(w), -1) for w in worker]) if stage_of else None
     candidates: list[E.Edit] = []
-    if stragglers == "auto":
+    if stragglers == "auto" and len(np.unique(worker)) > 1:
         # The ranks with the most time above their kernels' typical values, tried one by one.
         typ = E.typical_values(model, "key")
         excess = np.nan_to_num(E._values(model) - typ) + np.nan_to_num(
