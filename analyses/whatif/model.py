@@ -199,10 +199,13 @@ def build(ops: pl.DataFrame, deps: pl.DataFrame | None = None) -> Model:
         pl.Series("op", idx), pl.Series("is_comm", waits), pl.Series("delay", delay),
         pl.Series("dur", dur), pl.Series("xfer", xfer),
     )
+    # Node and op indices as int32 where they fit: the edge arrays are the model's bulk.
+    ix = np.int32 if A0 + n_inst < 2**31 - 1 else np.int64
     return Model(
         ops=ops, n_nodes=A0 + n_inst,
-        src=np.concatenate(srcs), dst=np.concatenate(dsts), param=np.concatenate(params),
-        param_op=np.concatenate(pops), start_node=S, end_node=E, first=first,
+        src=np.concatenate(srcs).astype(ix, copy=False), dst=np.concatenate(dsts).astype(ix, copy=False),
+        param=np.concatenate(params), param_op=np.concatenate(pops).astype(ix, copy=False),
+        start_node=S, end_node=E, first=first,
         step_of_op=step_idx, steps=steps, origin=origin, inconsistent=inconsistent,
     )
 

@@ -149,8 +149,12 @@ def plan(model: Model) -> Plan:
     root[seq] = hp[top][seg]
     core_edge = np.flatnonzero(~one)
     c_src, c_dst = root[src[core_edge]], dst[core_edge]
-    level, lvl = _levels(n, c_src, c_dst, np.flatnonzero(~is_chain))
-    e_level = level[c_dst]
+    # Levels among the core nodes alone, numbered 0..K-1 (a few per instance and lane: far fewer than n).
+    core = np.flatnonzero(~is_chain)
+    core_id = np.full(n, -1, dtype=np.int64)
+    core_id[core] = np.arange(core.size)
+    level, lvl = _levels(core.size, core_id[c_src], core_id[c_dst], np.arange(core.size))
+    e_level = level[core_id[c_dst]]
     by = np.lexsort((c_dst, e_level))
     bounds = np.searchsorted(e_level[by], np.arange(1, lvl + 2))
     d_all = c_dst[by]
