@@ -23,6 +23,7 @@ from ddprof.dashboards.figures.collectives import (
     pipeline_figure,
     skew_figure,
 )
+from ddprof.dashboards.figures.critical import critical_path_figure
 from ddprof.dashboards.figures.hang import hang_figure
 from ddprof.dashboards.figures.ranks import (
     breakdown_figure,
@@ -43,6 +44,7 @@ PANELS: tuple[Panel, ...] = (
     Panel("breakdown", breakdown_figure, click="rank"),
     Panel("overlap", overlap_figure, click="rank"),
     Panel("stragglers", stragglers_figure, click="rank"),
+    Panel("critical_path", critical_path_figure, click="rank"),
     Panel("steps", step_time_figure, click="step"),
     Panel("skew", skew_figure, click="instance"),
     Panel("instance", instance_figure, click="rank"),

@@ -224,7 +224,7 @@ def test_html_report_renders(driver: Any, tmp_path: Path) -> None:
     driver.get(out.as_uri())
     plots = wait_for(lambda: (p := driver.find_elements("css selector", ".js-plotly-plot .main-svg")) and
                      len(p) >= 11 and p, what="the figures")
-    assert len(driver.find_elements("css selector", ".js-plotly-plot")) == 11
+    assert len(driver.find_elements("css selector", ".js-plotly-plot")) == 12
     assert plots
     assert driver.execute_script("return document.querySelectorAll('#timeline .barlayer .point').length") > 2000
     screenshot(driver, "html-report-dlrm")

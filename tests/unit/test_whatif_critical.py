@@ -63,3 +63,17 @@ def test_the_gloo_samples_sleeping_rank_is_on_the_path_and_in_the_report(ingeste
     assert sum(k["pct"] for k in cp["by_kind"]) == pytest.approx(100.0)
     # Rank 2 sleeps 100 ms before each forward pass: an idle host gap of rank 2 leads the path.
     assert cp["top_ops"][0]["rank"] == 2 and cp["top_ops"][0]["kind"] == "idle"
+
+
+def test_the_dashboard_panel_draws_the_top_ops_by_kind(ingested):
+    from ddprof.dashboards.figures.critical import critical_path_figure
+    from ddprof.dashboards.panels import panel_ids
+
+    report = build_report(ingested("gloo-ddp-4rank-slow-rank"))
+    fig = critical_path_figure(report)
+    assert "critical_path" in panel_ids()
+    assert fig.layout.title.text.startswith("Critical path (") and "idle" in fig.layout.title.text
+    idle = next(t for t in fig.data if t.name == "idle")
+    assert idle.y[0].startswith("rank 2 host: gloo:all_reduce") and idle.customdata[0][0] == 2
+    off = {**report, "whatif": {**report["whatif"], "computed": False, "reason": "switched off"}}
+    assert "switched off" in str(critical_path_figure(off).layout.annotations[0].text)
