@@ -6,9 +6,10 @@ Computed by :func:`whatif_section` from the run's events (with the hosts' clock 
 applies taken off). **Its cost is gated by measure, not by size**: it may take at most
 :data:`COST_SHARE` of the CPU time the process has spent so far (``time.process_time``: the imports,
 reading the run and every other section, i.e. the whole default report as a user runs it, so that the
-report costs at most 1.5× what it costs without it). Past that budget once the model is built, checked
-and replayed as recorded, ``computed`` is false and ``reason`` says how long it took; edits that would
-run past it are listed in ``left_out``. Where the model does not explain the run, ``computed`` is false
+report costs about 1.5× what it costs without it at most). The budget is checked after each phase (the
+op table, the graph, its plan) and before each edit, so it may be overrun by the phase under way. Past
+it once the model is built, checked and replayed as recorded, ``computed`` is false and ``reason`` says
+how long it took; edits that would run past it are listed in ``left_out``. Where the model does not explain the run, ``computed`` is false
 and ``reason`` says why (``ddprof whatif`` projects any edit on any run it explains, with no budget).
 ``DDPROF_WHATIF=off`` switches the section off (``benchmarks/whatif_cost.py`` compares the two).
 
