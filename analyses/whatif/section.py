@@ -9,7 +9,9 @@ reading the run and every other section, i.e. the whole default report as a user
 report costs about 1.5× what it costs without it at most). The budget is checked after each phase (the
 op table, the graph, its plan) and before each edit, so it may be overrun by the phase under way. Past
 it once the model is built, checked and replayed as recorded, ``computed`` is false and ``reason`` says
-how long it took; edits that would run past it are listed in ``left_out``. Where the model does not explain the run, ``computed`` is false
+how long it took; edits that would run past it are listed in ``left_out``. A run whose model would not
+fit in :data:`MEMORY_SHARE` of the memory available now (:data:`MODEL_BYTES_PER_EVENT` an event) is not
+modelled in the report either, the reason saying so. Where the model does not explain the run, ``computed`` is false
 and ``reason`` says why (``ddprof whatif`` projects any edit on any run it explains, with no budget).
 ``DDPROF_WHATIF=off`` switches the section off (``benchmarks/whatif_cost.py`` compares the two).
 
@@ -45,6 +47,25 @@ from ddprof.vocabulary.units import fmt_pct, fmt_us
 
 #: The share of the process's CPU time so far that the section may take (module doc).
 COST_SHARE = 0.5
+#: Peak memory of the model per event of the run (bytes): ``benchmarks/whatif_scale.py`` peaks at 5.8 GB for
+#: 12.8 M ops (about 450 B an op), doubled for the store's rows read beside them.
+MODEL_BYTES_PER_EVENT = 1_000
+#: The share of the memory available that the model may take in the report.
+MEMORY_SHARE = 0.5
+
+
+def available_memory() -> int | None:
+    """The memory available to this process now (bytes; Linux ``MemAvailable``), or None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
 #: A saving, in % of the step, that the report's verdicts lead with.
 MATERIAL_PCT = 5.0
 #: The edits (name prefixes) that remove a fault, which the verdict may name.
@@ -120,6 +141,13 @@ def whatif_section(run: Run, clock: ClockEstimate | None = None, budget_s: float
     if os.environ.get("DDPROF_WHATIF", "").strip().lower() in ("0", "off", "no", "false"):
         return {**EMPTY, "reason": "switched off (DDPROF_WHATIF=off)"}
     budget = COST_SHARE * time.process_time() if budget_s is None else budget_s
+    count = sum(int(run.rank_info(r).get("events") or 0) for r in run.ranks)
+    free = available_memory()
+    if free is not None and count * MODEL_BYTES_PER_EVENT > MEMORY_SHARE * free:
+        return {**EMPTY, "reason": (
+            f"the model of {count:,} events would need about {count * MODEL_BYTES_PER_EVENT / 2**30:,.1f} GiB, more "
+            f"than {100 * MEMORY_SHARE:.0f} % of the memory available ({free / 2**30:,.1f} GiB): run ddprof whatif "
+            f"on a larger machine")}
     events = align(run.events(), clock) if clock is not None else run.events()
     w = whatif(events, stragglers="auto", comm_k=[2.0, math.inf], host_gaps=True, attribute=False,
                max_candidates=REPORT_CANDIDATES, budget_s=budget, keep=KEEP, min_saving=0.01)

@@ -30,6 +30,12 @@ def test_a_run_whose_model_costs_more_than_the_budget_is_left_to_ddprof_whatif(i
     assert not w.computed and w.edits == [] and "run ddprof whatif" in w.reason and "s of CPU" in w.reason
 
 
+def test_a_run_whose_model_would_not_fit_in_memory_says_so(ingested, monkeypatch):
+    monkeypatch.setattr(section, "available_memory", lambda: 1 << 20)  # 1 MiB free
+    w = msgspec.convert(build_report(ingested("gloo-ddp-4rank-slow-rank"))["whatif"], section.WhatIf)
+    assert not w.computed and "of the memory available" in w.reason and "run ddprof whatif" in w.reason
+
+
 def test_the_section_can_be_switched_off(ingested, monkeypatch):
     monkeypatch.setenv("DDPROF_WHATIF", "off")
     report = build_report(ingested("gloo-ddp-4rank-slow-rank"))
