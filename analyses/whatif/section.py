@@ -21,8 +21,8 @@ removed; an edit whose bound (:func:`.projections.bound`) shows it cannot enter 
 or save 1 % of the step, is not replayed.
 
 Example: ``{computed: true, replay_error_pct: 0.0, step_us: 128622.2, edits: [{edit: "straggler_rank_2",
-says: "making rank 2 as fast as the others", step_us: 81038.4, saving_us: 47583.8, saving_pct: 37.0},
-...], verdict: "making rank 2 as fast as the others would cut the step from 128.6 ms to 81.0 ms (−37 %)"}``.
+says: "making rank 2 as fast as the others", step_us: 77894.1, saving_us: 50728.1, saving_pct: 39.4},
+...], verdict: "making rank 2 as fast as the others would cut the step from 128.6 ms to 77.9 ms (−39 %)"}``.
 The report's verdicts say the best edit that removes a fault (:func:`whatif_verdicts`) only where the
 saving is material (:data:`MATERIAL_PCT`) and the replay explains the run.
 """
@@ -37,7 +37,7 @@ from typing import Annotated, Any
 import msgspec
 from ddprof.analyses.clocks import ClockEstimate, align
 from ddprof.analyses.sections import Section
-from ddprof.analyses.whatif.projections import whatif
+from ddprof.analyses.whatif.projections import _ms, whatif
 from msgspec import Meta
 
 from ddprof.report.display import Column, Table
@@ -183,7 +183,7 @@ def whatif_verdicts(report: dict[str, Any]) -> list[str]:
     best = next((e for e in w.edits if e.edit.startswith(FAULT_EDITS)), None)
     if best is None or best.saving_pct < MATERIAL_PCT:
         return []
-    return [f"{best.says} would cut the step from {fmt_us(w.step_us)} to {fmt_us(best.step_us)} "
+    return [f"{best.says} would cut the step from {_ms(w.step_us / 1e6)} to {_ms(best.step_us / 1e6)} "
             f"(−{best.saving_pct:.0f} %)"]
 
 
