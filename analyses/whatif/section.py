@@ -171,6 +171,26 @@ def _critical(w: Any) -> dict[str, Any]:
                          "us": r["s"] * us, "pct": 100 * r["share"]} for r in cp.top_ops(TOP_OPS).iter_rows(named=True)]}
 
 
+def _diagnosed(edit: str, report: dict[str, Any]) -> bool:
+    """Whether the report found the fault ``edit`` removes: its ranks named by the straggler rule or given a
+    cause (stalls, a stage holding the pipeline back), a stage holding the pipeline back for a rebalance,
+    a device run for the host gaps (the device waits for its host; on a CPU-only run they are the CPU's own
+    time outside ops). A projection alone does not make a fault: making any rank of a healthy run "as fast
+    as the others" saves something, because ranks and stages never do exactly the same work."""
+    st = report.get("stragglers") or {}
+    causes = st.get("causes") or []
+    if edit.startswith("straggler_"):
+        ranks = {int(r) for r in edit.rsplit("_", 1)[-1:] if r.isdigit()} if edit.startswith("straggler_rank_") \
+            else {int(r) for r in edit.removeprefix("straggler_ranks_").split("_") if r.isdigit()}
+        found = set(st.get("ranks") or []) | {c.get("rank") for c in causes}
+        return bool(ranks) and ranks <= found
+    if edit.startswith("rebalanced"):
+        return any(c.get("cause") == "pipeline imbalance" for c in causes)
+    if edit.startswith("no_host_gaps"):
+        return (report.get("run") or {}).get("device") == "gpu"
+    return False
+
+
 def whatif_verdicts(report: dict[str, Any]) -> list[str]:
     """The sentence of the best edit that removes a fault (:data:`FAULT_EDITS`: a straggler, idle host
     gaps, unbalanced pipeline stages), where the replay explains the run (``computed``) and the edit saves
@@ -180,7 +200,7 @@ def whatif_verdicts(report: dict[str, Any]) -> list[str]:
     w = msgspec.convert(report.get("whatif") or {}, WhatIf)
     if not w.computed or w.step_us is None:
         return []
-    best = next((e for e in w.edits if e.edit.startswith(FAULT_EDITS)), None)
+    best = next((e for e in w.edits if e.edit.startswith(FAULT_EDITS) and _diagnosed(e.edit, report)), None)
     if best is None or best.saving_pct < MATERIAL_PCT:
         return []
     return [f"{best.says} would cut the step from {_ms(w.step_us / 1e6)} to {_ms(best.step_us / 1e6)} "

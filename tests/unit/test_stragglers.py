@@ -134,7 +134,8 @@ def test_readme_pipeline_names_exactly_its_slow_rank(readme_pipeline):
     st = report["stragglers"]
     assert st["ranks"] == truth["stragglers"]["slow_ranks"] == [13]
     per = _per(st)
-    assert report["verdicts"][0].startswith("rank 13 is the straggler: each of the 7 other ranks spent ")
+    first = report["verdicts"][0]
+    assert first.startswith("rank 13 is the straggler (compute: ") and "): each of the 7 other ranks spent " in first
     for r in (29, 45, 61):
         assert per[r]["times_last"] == 5 and per[r]["wait_caused_us"] > 0.5 * per[13]["wait_caused_us"]
         assert per[r]["wait_beyond_schedule_us"] < 0.05 * per[r]["wait_caused_us"] and not per[r]["material"]

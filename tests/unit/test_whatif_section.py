@@ -74,3 +74,15 @@ def test_hosts_whose_clocks_disagree_are_put_on_one_clock_first(tmp_path):
     blind = build_report(hosts_run(sc, tmp_path / "blind", HOSTS8, constant({"node-b": 5_000 * US}),
                                    sidecars=False))["whatif"]
     assert not blind["computed"] and "clocks disagree" in blind["reason"] and blind["edits"] == []
+
+
+def test_a_projection_alone_names_no_rank_on_a_healthy_pipeline(ingested):
+    """The bundled 4-stage gloo pipeline has no fault: no straggler, no stage holding it back. Its stages do
+    different work, so making rank 2 "as fast as the others" projects a 23 % shorter step; the section lists
+    that edit, but the verdicts do not lead with a fault the report did not find."""
+    report = build_report(ingested("gloo-pipeline-4stage"))
+    assert report["stragglers"]["ranks"] == [] and not report["stragglers"].get("causes")
+    edits = {e["edit"]: e for e in report["whatif"]["edits"]}
+    assert edits["straggler_rank_2"]["saving_pct"] > section.MATERIAL_PCT
+    assert section.whatif_verdicts(report) == []
+    assert not any("as fast as the others" in v for v in report["verdicts"])
