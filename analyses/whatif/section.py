@@ -3,15 +3,13 @@
 (:mod:`.critical`: its share by kind and the ops with most time on it).
 
 Computed by :func:`whatif_section` from the run's events (with the hosts' clock offsets the report
-applies taken off). **Its cost is gated by measure, not by size**: it may take at most
-:data:`COST_SHARE` of the CPU time the process has spent so far (``time.process_time``: the imports,
-reading the run and every other section, i.e. the whole default report as a user runs it, so that the
-report costs about 1.5× what it costs without it at most). The budget is checked after each phase (the
-op table, the graph, its plan) and before each edit, so it may be overrun by the phase under way. Past
-it once the model is built, checked and replayed as recorded, ``computed`` is false and ``reason`` says
-how long it took; edits that would run past it are listed in ``left_out``. A run whose model would not
-fit in :data:`MEMORY_SHARE` of the memory available now (:data:`MODEL_BYTES_PER_EVENT` an event) is not
-modelled in the report either, the reason saying so. Where the model does not explain the run, ``computed`` is false
+applies taken off). **Its cost is bounded by the run's size, the same on every machine**: a report is a
+function of its run, so the section is computed, or not, whatever the machine's speed or load (a CPU-time
+budget made two analyses of one run differ). A run of more than :data:`REPORT_MAX_EVENTS` events is left
+to ``ddprof whatif``, ``reason`` saying so: the model holds about :data:`MODEL_BYTES_PER_EVENT` an event,
+and the default report stays within its memory bound (``benchmarks/report_size.py``). A run whose model
+would not fit in :data:`MEMORY_SHARE` of the memory available now is not modelled either, the reason
+saying so. ``left_out`` lists the edits ``ddprof whatif`` leaves out under its ``--budget``. Where the model does not explain the run, ``computed`` is false
 and ``reason`` says why (``ddprof whatif`` projects any edit on any run it explains, with no budget).
 ``DDPROF_WHATIF=off`` switches the section off (``benchmarks/whatif_cost.py`` compares the two).
 
@@ -31,7 +29,6 @@ from __future__ import annotations
 
 import math
 import os
-import time
 from typing import Annotated, Any
 
 import msgspec
@@ -45,8 +42,8 @@ from ddprof.report.schema import Row, rows
 from ddprof.store.rundir import Run
 from ddprof.vocabulary.units import fmt_pct, fmt_us
 
-#: The share of the process's CPU time so far that the section may take (module doc).
-COST_SHARE = 0.5
+#: Runs of more events than this are left to ``ddprof whatif`` (module doc): about 0.5 GB of model.
+REPORT_MAX_EVENTS = 500_000
 #: Peak memory of the model per event of the run (bytes): ``benchmarks/whatif_scale.py`` peaks at 5.8 GB for
 #: 12.8 M ops (about 450 B an op), doubled for the store's rows read beside them.
 MODEL_BYTES_PER_EVENT = 1_000
@@ -136,12 +133,15 @@ EMPTY: dict[str, Any] = {"computed": False, "reason": None, "replay_error_pct": 
 
 def whatif_section(run: Run, clock: ClockEstimate | None = None, budget_s: float | None = None) -> dict[str, Any]:
     """The section of ``run`` (module doc), its events on one clock where ``clock`` (the report's estimate
-    of the hosts' offsets) applies some; ``budget_s``: the CPU seconds it may take (default:
-    :data:`COST_SHARE` of the process's CPU time so far)."""
+    of the hosts' offsets) applies some; ``budget_s``: the CPU seconds it may take (default: no limit,
+    so that the report is the same on every machine)."""
     if os.environ.get("DDPROF_WHATIF", "").strip().lower() in ("0", "off", "no", "false"):
         return {**EMPTY, "reason": "switched off (DDPROF_WHATIF=off)"}
-    budget = COST_SHARE * time.process_time() if budget_s is None else budget_s
     count = sum(int(run.rank_info(r).get("events") or 0) for r in run.ranks)
+    if count > REPORT_MAX_EVENTS:
+        return {**EMPTY, "reason": (
+            f"the run has {count:,} events; the report models runs of up to {REPORT_MAX_EVENTS:,} (about "
+            f"{REPORT_MAX_EVENTS * MODEL_BYTES_PER_EVENT / 2**30:.1f} GiB of model): run ddprof whatif RUN for this one")}
     free = available_memory()
     if free is not None and count * MODEL_BYTES_PER_EVENT > MEMORY_SHARE * free:
         return {**EMPTY, "reason": (
@@ -150,7 +150,7 @@ def whatif_section(run: Run, clock: ClockEstimate | None = None, budget_s: float
             f"on a larger machine")}
     events = align(run.events(), clock) if clock is not None else run.events()
     w = whatif(events, stragglers="auto", comm_k=[2.0, math.inf], host_gaps=True, attribute=False,
-               max_candidates=REPORT_CANDIDATES, budget_s=budget, keep=KEEP, min_saving=0.01)
+               max_candidates=REPORT_CANDIDATES, budget_s=budget_s, keep=KEEP, min_saving=0.01)
     if not w.explained:
         return {**EMPTY, "reason": w.reason}
     us = 1e6  # seconds to µs
