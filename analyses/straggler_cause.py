@@ -219,7 +219,14 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def _evidence(measure: str, mine: float, peers: float | None) -> dict[str, Any]:
-    return {"measure": measure, "rank_value": mine, "peers_value": peers, "ratio": _ratio(mine, peers)}
+    """One measure of the straggler against its peers, rounded to the ns and the ratio to 1e-6: the sums
+    behind them are taken in an order that depends on how the ranks were grouped (local or Ray), and a
+    report is the same bytes however it was computed."""
+    mine = round(mine, 3)
+    peers = None if peers is None else round(peers, 3)
+    ratio = _ratio(mine, peers)
+    return {"measure": measure, "rank_value": mine, "peers_value": peers,
+            "ratio": None if ratio is None else round(ratio, 6)}
 
 
 def op_ratio(ops: pl.DataFrame, rank: int) -> float | None:
@@ -274,7 +281,7 @@ def classify(rank: int, cs: pl.DataFrame, ops: pl.DataFrame, waits: pl.DataFrame
         paused = extra_compute < STALL_WORK * ((_median(highs) or 0.0) - typical)
         if peak > 0 and 2 <= high <= len(w) // 2 and highs[0] >= STALL_GAP * rest:
             steps_ev = {"measure": "stall_steps", "rank_value": float(high), "peers_value": float(len(w)),
-                        "ratio": high / len(w)}
+                        "ratio": round(high / len(w), 6)}
             if paused:
                 return {"rank": rank, "cause": "stalls", "excess_us": peak - typical,
                         "evidence": [_evidence("stall_peak", peak, typical), steps_ev, *ev.values()]}
