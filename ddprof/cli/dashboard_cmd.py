@@ -3,6 +3,9 @@ run. Dash and plotly (the ``dash`` extra) are imported only here, when the comma
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import click
 
 from ddprof.cli.common import comm_kernel_option, parse_rank_map, rank_option, rules_in_force
@@ -35,7 +38,7 @@ def dashboard(sources: tuple[str, ...], host: str, port: int, token: str | None,
     if live:
         return _serve_live(sources, host, port, token, no_token, open_browser)
     from ddprof.cli.progress import ingest_progress
-    from ddprof.dashboards.app.server import choose_token, create_app, exposure_warning, make, url_of
+    from ddprof.dashboards.app.server import create_app
     from ddprof.dashboards.app.state import DashboardState
     from ddprof.inputs.sources import open_source
 
@@ -43,43 +46,22 @@ def dashboard(sources: tuple[str, ...], host: str, port: int, token: str | None,
                      comm_kernels=rules_in_force(comm_kernels)) as src:
         title = " ".join(sources)
         state = DashboardState.open(src.run, src.dumps, title)
-        required = choose_token(host, token, no_token)
-        warning = exposure_warning(host, required)
-        if warning:
-            click.echo(f"ddprof: warning: {warning}", err=True)
-        server = make(create_app(state, required), host, port)
-        url = url_of(host, server.server_port, required)
-        click.echo(f"ddprof dashboard of {title} at {url} (Ctrl+C to stop)", err=True)
-        if open_browser:
-            import webbrowser
-
-            webbrowser.open(url)
-        try:
-            server.serve_forever()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            server.server_close()
-    return 0
+        return _serve(lambda required: create_app(state, required), f"dashboard of {title}", host, port, token,
+                      no_token, open_browser)
 
 
-def _serve_live(sources: tuple[str, ...], host: str, port: int, token: str | None, no_token: bool,
-                open_browser: bool) -> int:
-    from pathlib import Path
-
-    from ddprof.dashboards.app.live import create_live_app
+def _serve(app_for: Callable[[str | None], Any], what: str, host: str, port: int, token: str | None, no_token: bool,
+           open_browser: bool) -> int:
+    """Serve the app ``app_for(required token)`` until Ctrl+C: the token rule, its warning, the URL said."""
     from ddprof.dashboards.app.server import choose_token, exposure_warning, make, url_of
 
-    if len(sources) != 1 or not Path(sources[0]).is_dir():
-        raise click.UsageError("--live takes one run dir (the -o of ddprof launch, or ddprof.profile's run dir)")
-    run_dir = Path(sources[0])
     required = choose_token(host, token, no_token)
     warning = exposure_warning(host, required)
     if warning:
         click.echo(f"ddprof: warning: {warning}", err=True)
-    server = make(create_live_app(run_dir, required), host, port)
+    server = make(app_for(required), host, port)
     url = url_of(host, server.server_port, required)
-    click.echo(f"ddprof live dashboard of {run_dir} at {url} (Ctrl+C to stop)", err=True)
+    click.echo(f"ddprof {what} at {url} (Ctrl+C to stop)", err=True)
     if open_browser:
         import webbrowser
 
@@ -91,3 +73,16 @@ def _serve_live(sources: tuple[str, ...], host: str, port: int, token: str | Non
     finally:
         server.server_close()
     return 0
+
+
+def _serve_live(sources: tuple[str, ...], host: str, port: int, token: str | None, no_token: bool,
+                open_browser: bool) -> int:
+    from pathlib import Path
+
+    from ddprof.dashboards.app.live import create_live_app
+
+    if len(sources) != 1 or not Path(sources[0]).is_dir():
+        raise click.UsageError("--live takes one run dir (the -o of ddprof launch, or ddprof.profile's run dir)")
+    run_dir = Path(sources[0])
+    return _serve(lambda required: create_live_app(run_dir, required), f"live dashboard of {run_dir}", host, port,
+                  token, no_token, open_browser)
