@@ -152,12 +152,19 @@ def _timed_collective(fn: Any) -> Any:
     return collective
 
 
+def _first_patch(name: str) -> bool:
+    """Whether the patch ``name`` is applied now for the first time in this process (it is then marked)."""
+    with _patch_lock:
+        if name in _patched:
+            return False
+        _patched.add(name)
+        return True
+
+
 def patch_distributed(dist: Any) -> None:
     """Time ``torch.distributed``'s Python collectives (module doc); once per process."""
-    with _patch_lock:
-        if "dist" in _patched:
-            return
-        _patched.add("dist")
+    if not _first_patch("dist"):
+        return
     c10d = sys.modules.get("torch.distributed.distributed_c10d")
     for name in COLLECTIVES:
         fn = getattr(dist, name, None)
@@ -180,10 +187,8 @@ _DDP_SEEN: dict[int, Any] = {}  # id(model) -> the iteration its timers last rep
 
 def patch_ddp(module: Any) -> None:
     """Switch on ``DistributedDataParallel``'s own per-iteration timers (module doc); once per process."""
-    with _patch_lock:
-        if "ddp" in _patched:
-            return
-        _patched.add("ddp")
+    if not _first_patch("ddp"):
+        return
     cls = module.DistributedDataParallel
     original_forward = cls.forward
 
@@ -226,10 +231,8 @@ def ddp_iterations() -> tuple[float, int, float | None]:
 
 def patch_dataloader(module: Any) -> None:
     """Time each ``next()`` on a DataLoader iterator (module doc); once per process."""
-    with _patch_lock:
-        if "loader" in _patched:
-            return
-        _patched.add("loader")
+    if not _first_patch("loader"):
+        return
     cls = module._BaseDataLoaderIter
     original = cls.__next__
 
