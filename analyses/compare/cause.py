@@ -33,7 +33,9 @@ The classes, decided in this order:
    busy machine does not (not for pipeline runs, whose stages do different work);
 4. **code**: the ops that slowed account for at least half the rise of the own time per step
    (``EXPLAINED``) while the others kept their time: they hold at least 25 % (``SAME_SHARE``) of the
-   compared time, or half of the ops;
+   compared time, or half of the ops, and their time per step together is within 5 % (``OP_SAME``) of the
+   baseline's, or within 10 % and the noise (a busy machine slows ops unevenly: ops each within their
+   noise may all have risen);
 5. **environment**: two or more ranks rose, and no subset of the ops explains it: every op slowed by a
    similar factor (on a CPU run everything is host work, the gloo transfers too, so this is what a busier
    machine does), or the device kernels kept their times (the GPUs wait for the host);
@@ -45,7 +47,7 @@ The classes, decided in this order:
 Example (a CPU run, a busier machine): every op ×1.48–×1.49, all 4 ranks' own time ×1.47–×1.49, busbw
 ×0.67 -> environment: "every CPU op slower by a similar factor (×1.48–×1.49, 4 CPU ops) on every rank".
 The same run with only ``aten::mm`` ×1.3 -> code: "aten::mm ×1.30 (+1.52 ms per rank and step) while
-aten::addmm, aten::copy_, aten::add_ kept their time (54 % of the CPU op time)".
+aten::addmm, aten::copy_, aten::add_ kept their time (together ×1.00, 54 % of the CPU op time)".
 """
 
 from __future__ import annotations
@@ -137,6 +139,23 @@ def _ops(base: dict[str, Any], run: dict[str, Any], confidence: float) -> list[M
             if m is not None and m.base > 0:
                 out.append(m)
     return out
+
+
+def _kept(base: dict[str, Any], run: dict[str, Any], same: list[Moved], confidence: float) -> float | None:
+    """The ratio run / baseline of the medians of the ``same`` ops' time per step together, when they kept
+    it together: within ``OP_SAME`` of 1, or within ``OP_CHANGE`` and the noise; else None. Each op alone
+    may be within its noise on a busy machine (a few steps of a noisy op give a wide interval) while all of
+    them rose: their sum has less noise and tells."""
+    names = {m.subject for m in same}
+    b, r = S.kernel_steps(base), S.kernel_steps(run)
+    keys = [k for k in b if k[0] in names and k[1] != "comm" and k in r]
+    if not keys:
+        return None
+    m = moved("kept", np.sum([b[k] for k in keys], axis=0), np.sum([r[k] for k in keys], axis=0), confidence)
+    if m is None or m.base <= 0:
+        return None
+    off = abs(m.ratio - 1)
+    return m.ratio if off < OP_SAME or (off < OP_CHANGE and not m.beyond_noise) else None
 
 
 def _top(report: dict[str, Any]) -> list[KernelRow]:
@@ -283,11 +302,12 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
     # 4. code: a subset of the ops slowed, accounting for most of the change, the others kept their time
     own_shift = pooled.shift if pooled is not None else 0.0
     explained = sum(m.run - m.base for m in slower) / n_ranks
-    if slower and own_shift > 0 and explained >= EXPLAINED * own_shift and (
+    kept = _kept(base, run, op_same, confidence)
+    if slower and own_shift > 0 and explained >= EXPLAINED * own_shift and kept is not None and (
             same_share >= SAME_SHARE or len(op_same) >= max(1, len(ops) / 2)):
         moved_text = ", ".join(f"{m.subject} {ratio_text(m.ratio)}" for m in slower[:4])
         ev = [f"{moved_text} (+{fmt_us(explained)} per rank and step) while {_names(op_same)} kept their time "
-              f"({100 * same_share:.0f} % of the {word} time)"]
+              f"(together {ratio_text(kept)}, {100 * same_share:.0f} % of the {word} time)"]
         if rose:
             ev.append(factors(rose))
         if bw_fell:

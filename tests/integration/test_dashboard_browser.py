@@ -32,9 +32,19 @@ BUDGET = max(ROW_CAP, DEFAULT_BINS)
 
 
 @pytest.fixture(scope="module")
-def driver() -> Iterator[Any]:
+def browser() -> Iterator[Any]:
     with chromium() as d:
         yield d
+
+
+@pytest.fixture
+def driver(browser: Any) -> Any:
+    """The module's browser on a blank page with its console read: the page of the test before, whose
+    server that test stopped, may still have had a callback in flight (a resize for its screenshot), and
+    its failure is not this test's."""
+    browser.get("about:blank")
+    browser.get_log("browser")
+    return browser
 
 
 @contextmanager

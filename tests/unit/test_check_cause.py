@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import xml.etree.ElementTree as ET
+from typing import Any
 
 import numpy as np
 import pytest
@@ -246,3 +247,21 @@ def test_a_bound_broken_alone_has_no_cause(runs):
     result = check(reports["noise"], reports["base"], rules)
     assert result["status"] == "regression" and result["cause"] is None
     assert check_text(result).splitlines()[0] == "ddprof check: REGRESSION"
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_busy_machine_that_slows_ops_unevenly_is_the_environment_not_the_code(tmp_path, seed):
+    """A CPU run on a busy machine: the backward ×2, every other op ×1.25, with 20 % noise per op and step
+    over 6 steps, so each other op alone is within its noise: the environment (they rose together). The
+    same noise with the backward ×2 alone: the code (the others kept their time together)."""
+    def report(name: str, **kw: Any) -> dict[str, Any]:
+        sc = NoisyDP(device="cpu", host_us=HOST, steps=6, noise=0.2, **kw)
+        return load_report(ingest_generated(sc, tmp_path / name / "traces", tmp_path / name / "run").path)
+
+    base = report("base", seed=10 * seed)
+    busy = report("busy", seed=10 * seed + 1, factors=(("bwd", 2.0), ("fwd", 1.25), ("opt", 1.25), ("host", 1.25)))
+    code = report("code", seed=10 * seed + 2, factors=(("bwd", 2.0),))
+    assert classify(base, busy)["class"] == "environment"
+    cause = classify(base, code)
+    assert cause["class"] == "code" and cause["summary"].startswith("some CPU ops slowed, the others did not: aten::mm ×")
+    assert "kept their time (together ×" in cause["evidence"][0]
