@@ -20,6 +20,7 @@ reads them there, so a consumer reads either version the same way.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -111,7 +112,8 @@ def report_json(report: Mapping[str, Any]) -> str:
     """The report as JSON text, as ``json_text`` (:mod:`ddprof.store.atomic`) indents it, except that an array of
     numbers, strings, booleans or nulls (a collective's ranks and arrivals, a rank's step ranges) is on one
     line: the same JSON value and, indented again, the same text, without a line per rank of every such array
-    (a generated run of 1,024 ranks x 100 steps: 5.8 MB with a line per element, 4.9 MB so)."""
+    (a generated run of 1,024 ranks x 100 steps: 5.8 MB with a line per element, 4.9 MB so). A float is
+    written with ``FLOAT_DIGITS`` significant digits."""
     out: list[str] = []
     _format(report, "", out)
     return "".join(out)
@@ -140,7 +142,16 @@ def _format(value: Any, indent: str, out: list[str]) -> None:
         out.append("[" + ", ".join(_scalar(v) for v in items) + "]" if items is not None else _scalar(value))
 
 
+#: Significant digits of a float in the JSON report: ns in a µs figure up to a second, 1e-9 of a ratio.
+#: The last bits of a float are the order its sums ran in (threads, groups), not the trace: a report
+#: is the same text however it was computed, and 1,024 ranks' report 0.3 MB smaller. The detail tables
+#: keep every bit.
+FLOAT_DIGITS = 9
+
+
 def _scalar(value: Any) -> str:
+    if isinstance(value, float) and math.isfinite(value):
+        value = float(f"{value:.{FLOAT_DIGITS}g}")
     return msgspec.json.encode(value, enc_hook=str).decode()
 
 
