@@ -149,10 +149,21 @@ def _format(value: Any, indent: str, out: list[str]) -> None:
 FLOAT_DIGITS = 9
 
 
+def rounded(value: Any) -> Any:
+    """``value`` (a report, a section, a number) with each finite float at ``FLOAT_DIGITS`` significant
+    digits: what the JSON report holds of it. ``ddprof.analyze(path)`` keeps every bit; its JSON equals
+    ``rounded(report)``."""
+    if isinstance(value, float):
+        return float(f"{value:.{FLOAT_DIGITS}g}") if math.isfinite(value) else value
+    if isinstance(value, Mapping):
+        return {k: rounded(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [rounded(v) for v in value]
+    return value
+
+
 def _scalar(value: Any) -> str:
-    if isinstance(value, float) and math.isfinite(value):
-        value = float(f"{value:.{FLOAT_DIGITS}g}")
-    return msgspec.json.encode(value, enc_hook=str).decode()
+    return msgspec.json.encode(rounded(value) if isinstance(value, float) else value, enc_hook=str).decode()
 
 
 def detail_rows(report: Mapping[str, Any], name: str) -> list[dict[str, Any]]:

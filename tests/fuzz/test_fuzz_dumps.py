@@ -10,7 +10,7 @@ damaged bytes and truncation. Each case is a directory of dumps alone, or (one c
 ``raw/rank-N/fr_trace_rank_N``: that capture is copied and ingested once per module, each such case
 writing its dumps over the previous one's and analysing against the same cache (the cache serves the
 traces, vouched for by content; the dumps are read anew). A quarter of ``DDPROF_FUZZ_EXAMPLES`` cases
-(see test_fuzz_traces; CI's default: 500), written on ``/dev/shm`` when there is one.
+(see test_fuzz_traces; CI's default: 250), written on ``/dev/shm`` when there is one.
 """
 
 from __future__ import annotations

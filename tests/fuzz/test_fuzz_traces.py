@@ -13,7 +13,7 @@ written on a memory file system (``/dev/shm``) when there is one. A per-case ala
 stack it was stuck in shown), and a harder one stops the process with every thread's stack rather than
 let one case stall CI.
 
-``DDPROF_FUZZ_EXAMPLES`` sets the number of trace cases (CI's default: 2,000, about a minute on two
+``DDPROF_FUZZ_EXAMPLES`` sets the number of trace cases (CI's default: 1,000, about 50 s on two
 cores; the dump fuzzer runs a quarter as many); with ``-s`` each test prints its cases, their exit codes
 by command, its time and its slowest case::
 

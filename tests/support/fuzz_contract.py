@@ -25,7 +25,7 @@ import pytest
 
 from ddprof.cli import main
 
-EXAMPLES = int(os.environ.get("DDPROF_FUZZ_EXAMPLES", "2000"))
+EXAMPLES = int(os.environ.get("DDPROF_FUZZ_EXAMPLES", "1000"))
 #: Limits of one case: a trace of a few hundred events must never take longer, whatever it holds.
 CASE_SECONDS = 20
 PEAK_RSS_BYTES = 4 << 30

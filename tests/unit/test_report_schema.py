@@ -5,8 +5,6 @@ generate, and a report that drifts from the declarations is refused naming the f
 from __future__ import annotations
 
 import json
-import math
-from typing import Any
 
 import msgspec
 import pytest
@@ -53,19 +51,6 @@ def test_a_drifting_report_is_refused_naming_the_field(ingested):
         parse(bad)
 
 
-def _rounded(value: Any) -> Any:
-    """``value`` with each finite float at the JSON report's significant digits."""
-    from ddprof.report.tables import FLOAT_DIGITS
-
-    if isinstance(value, dict):
-        return {k: _rounded(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_rounded(v) for v in value]
-    if isinstance(value, float) and math.isfinite(value):
-        return float(f"{value:.{FLOAT_DIGITS}g}")
-    return value
-
-
 def test_per_step_rows_are_detail_tables_beside_the_report(tmp_path, capsys):
     """``-o FILE`` writes FILE.tables/NAME.parquet, the run dir keeps report/tables/: the same rows as the
     report's frames; the JSON holds their summaries."""
@@ -74,7 +59,7 @@ def test_per_step_rows_are_detail_tables_beside_the_report(tmp_path, capsys):
 
     import ddprof
     from ddprof.cli import main
-    from ddprof.report.tables import tables_dir
+    from ddprof.report.tables import rounded, tables_dir
     from tests.support.paths import SAMPLES
 
     cache = tmp_path / "cache"
@@ -83,7 +68,7 @@ def test_per_step_rows_are_detail_tables_beside_the_report(tmp_path, capsys):
                  "-o", str(out)]) == 0
     report = ddprof.analyze(SAMPLES / "gloo-pipeline-4stage", cache=cache)
     saved = json.loads(out.read_text())
-    assert saved == _rounded(json.loads(json.dumps(report)))  # floats to FLOAT_DIGITS significant digits
+    assert saved == rounded(json.loads(json.dumps(report)))  # floats to FLOAT_DIGITS significant digits
     run = ddprof.open_run(cache)
     for name in DETAIL:
         frame = report.table(name)
@@ -92,15 +77,15 @@ def test_per_step_rows_are_detail_tables_beside_the_report(tmp_path, capsys):
     bubbles = report.table("bubbles")
     assert bubbles.height == 8 and [b["steps"] for b in saved["bubbles"]["per_rank"]] == [2, 2, 2, 2]
     first = bubbles.filter(pl.col("rank") == 0)["bubble_pct"]
-    assert saved["bubbles"]["per_rank"][0]["bubble_pct"]["max"] == _rounded(first.max())
+    assert saved["bubbles"]["per_rank"][0]["bubble_pct"]["max"] == rounded(first.max())
     top = bubbles.sort("bubble_pct", descending=True).head(5)
-    assert saved["bubbles"]["worst"] == [{"rank": r, "step": s, "value": _rounded(v)} for r, s, v in
+    assert saved["bubbles"]["worst"] == [{"rank": r, "step": s, "value": rounded(v)} for r, s, v in
                                          top.select("rank", "step", "bubble_pct").iter_rows()]
     coll = saved["collectives"]
     assert coll["instances"] == report.table("collectives").height == 48
     assert sum(op["count"] for op in coll["by_op"]) == 48 and len(coll["worst"]) == 40
     skews = [c["arrival_skew_us"] for c in coll["worst"]]
-    assert skews == _rounded(sorted(report.table("collectives")["arrival_skew_us"].to_list(), reverse=True)[:40])
+    assert skews == rounded(sorted(report.table("collectives")["arrival_skew_us"].to_list(), reverse=True)[:40])
 
 
 def test_each_detail_table_is_summarised():

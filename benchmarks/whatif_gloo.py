@@ -1,0 +1,112 @@
+"""What-if projections against real counterfactual runs: a gloo job with one slow rank, and the same job
+run again without the slowdown; the step time ``ddprof whatif`` projects for the first run with the slow
+rank removed, beside the step time measured in the second.
+
+    python benchmarks/whatif_gloo.py [--reps 5] [--ranks 2,4] [--faults compute,input]
+
+Each repetition runs ``tests/support/jobs.py`` (the fault matrix's DDP job: torch on CPU, one thread a
+rank, gloo on loopback, profiled by ``ddprof.profile``) twice, one after the other: with ``--fault KIND``
+on the last rank, then with ``--fault none``. The faults (:data:`tests.support.jobs.FAULTS`):
+
+* ``compute``: the last rank's batch is ``--factor`` times larger (2: its forward and backward take about
+  twice as long);
+* ``input``: the last rank's DataLoader takes 20 ms to fetch each batch.
+
+The projection is :func:`ddprof.analyses.whatif.projections.whatif` with ``stragglers=[last rank]`` on the
+faulty run (its ops take their op's typical duration across the other ranks, its unexplained host gaps
+theirs); the truth is the clean run's measured mean step (the same measure, from the same model, of the
+clean run as recorded). Printed: each pair, then per (ranks, fault) the median error and its spread (min,
+max) over the repetitions. The requirement: within 5 %.
+
+Both runs share the machine with nothing else this script starts; other load on the machine between the
+two runs shows as error (the clean run is the truth only as far as the machine stayed the same).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ddprof.analyses.whatif.projections import whatif  # noqa: E402
+from fault_matrix import REPO, run_job  # noqa: E402
+
+import ddprof  # noqa: E402
+
+JOB = REPO / "tests" / "support" / "jobs.py"
+DDP_ARGS = ["--hidden", "512", "--batch", "64", "--loader"]
+FAULT_ARGS = {"compute": ["--fault-factor"], "input": ["--fault-ms", "20"]}
+
+
+def job(fault: str, ranks: int, steps: int, active: int, factor: float) -> list[str]:
+    sched = ["--steps", str(steps), "--wait", "1", "--warmup", "1", "--active", str(active), "--wait-ingest"]
+    extra = (["--fault-factor", str(factor)] if fault == "compute" else FAULT_ARGS.get(fault, []))
+    return [str(JOB), "ddp", *sched, *DDP_ARGS, "--fault", fault, "--fault-rank", str(ranks - 1), *extra]
+
+
+def measure(run_dir: Path, slow: int | None) -> tuple[float, float | None, str | None]:
+    """(measured mean step s, projected step s without rank ``slow`` or None, why not explained)."""
+    run = ddprof.open_run(run_dir)
+    w = whatif(run.events(), stragglers=[slow] if slow is not None else "none", comm_k=[], host_gaps=False,
+               rebalance=False, attribute=False, critical=False)
+    if not w.explained:
+        return w.measured_step_s, None, w.reason
+    projected = w.projections[0].step_s if slow is not None and w.projections else None
+    return w.measured_step_s, projected, None
+
+
+def pair(fault: str, ranks: int, rep: int, work: Path, a: argparse.Namespace) -> dict[str, float] | None:
+    faulty, clean = work / f"{fault}-{ranks}-{rep}", work / f"clean-{ranks}-{rep}"
+    run_job(job(fault, ranks, a.steps, a.active, a.factor), ranks, faulty, a.timeout)
+    run_job(job("none", ranks, a.steps, a.active, a.factor), ranks, clean, a.timeout)
+    step_f, projected, why = measure(faulty, ranks - 1)
+    step_c, _, why_c = measure(clean, None)
+    if projected is None or why_c:
+        print(f"{fault:8} {ranks} ranks rep {rep}: not projected: {why or why_c}", flush=True)
+        return None
+    err = 100 * (projected - step_c) / step_c
+    print(f"{fault:8} {ranks} ranks rep {rep}: faulty step {1e3 * step_f:8.2f} ms, projected without rank "
+          f"{ranks - 1} {1e3 * projected:8.2f} ms, measured without the fault {1e3 * step_c:8.2f} ms: "
+          f"error {err:+6.2f} %", flush=True)
+    return {"faulty": step_f, "projected": projected, "clean": step_c, "error": err}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--ranks", default="2,4")
+    ap.add_argument("--faults", default="compute,input")
+    ap.add_argument("--factor", type=float, default=2.0, help="compute: the slow rank's batch rows")
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--active", type=int, default=8)
+    ap.add_argument("--timeout", type=float, default=600.0)
+    a = ap.parse_args(argv)
+    t0 = time.monotonic()
+    rows: dict[tuple[str, int], list[dict[str, float]]] = {}
+    with tempfile.TemporaryDirectory(prefix="ddprof-whatif-gloo-") as tmp:
+        for rep in range(a.reps):
+            for ranks in (int(r) for r in a.ranks.split(",")):
+                for fault in a.faults.split(","):
+                    got = pair(fault, ranks, rep, Path(tmp), a)
+                    if got is not None:
+                        rows.setdefault((fault, ranks), []).append(got)
+    print("\n| fault | ranks | pairs | faulty step ms (median) | clean step ms (median) | error median | "
+          "error min … max | within 5 % |")
+    print("|---|---:|---:|---:|---:|---:|---|---:|")
+    worst = 0.0
+    for (fault, ranks), rs in sorted(rows.items()):
+        errs = [r["error"] for r in rs]
+        worst = max([worst, *map(abs, errs)])
+        print(f"| {fault} | {ranks} | {len(rs)} | {1e3 * statistics.median(r['faulty'] for r in rs):.2f} | "
+              f"{1e3 * statistics.median(r['clean'] for r in rs):.2f} | {statistics.median(errs):+.2f} % | "
+              f"{min(errs):+.2f} … {max(errs):+.2f} % | {sum(abs(e) <= 5 for e in errs)}/{len(errs)} |")
+    print(f"\nworst |error| {worst:.2f} %; {time.monotonic() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
