@@ -33,11 +33,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ddprof.analyses.whatif.projections import whatif  # noqa: E402
-from fault_matrix import REPO, run_job  # noqa: E402
+from fault_matrix import run_job  # noqa: E402
 
 import ddprof  # noqa: E402
 
-JOB = REPO / "tests" / "support" / "jobs.py"
 DDP_ARGS = ["--hidden", "512", "--batch", "64", "--loader"]
 FAULT_ARGS = {"compute": ["--fault-factor"], "input": ["--fault-ms", "20"]}
 
@@ -45,7 +44,7 @@ FAULT_ARGS = {"compute": ["--fault-factor"], "input": ["--fault-ms", "20"]}
 def job(fault: str, ranks: int, steps: int, active: int, factor: float) -> list[str]:
     sched = ["--steps", str(steps), "--wait", "1", "--warmup", "1", "--active", str(active), "--wait-ingest"]
     extra = (["--fault-factor", str(factor)] if fault == "compute" else FAULT_ARGS.get(fault, []))
-    return [str(JOB), "ddp", *sched, *DDP_ARGS, "--fault", fault, "--fault-rank", str(ranks - 1), *extra]
+    return ["ddp", *sched, *DDP_ARGS, "--fault", fault, "--fault-rank", str(ranks - 1), *extra]
 
 
 def measure(run_dir: Path, slow: int | None) -> tuple[float, float | None, str | None]:
@@ -60,7 +59,7 @@ def measure(run_dir: Path, slow: int | None) -> tuple[float, float | None, str |
 
 
 def pair(fault: str, ranks: int, rep: int, work: Path, a: argparse.Namespace) -> dict[str, float] | None:
-    faulty, clean = work / f"{fault}-{ranks}-{rep}", work / f"clean-{ranks}-{rep}"
+    faulty, clean = work / f"{fault}-{ranks}-{rep}", work / f"without-{fault}-{ranks}-{rep}"
     run_job(job(fault, ranks, a.steps, a.active, a.factor), ranks, faulty, a.timeout)
     run_job(job("none", ranks, a.steps, a.active, a.factor), ranks, clean, a.timeout)
     step_f, projected, why = measure(faulty, ranks - 1)
