@@ -2,7 +2,7 @@
 run again without the slowdown; the step time ``ddprof whatif`` projects for the first run with the slow
 rank removed, beside the step time measured in the second.
 
-    python benchmarks/whatif_gloo.py [--reps 5] [--ranks 2,4] [--faults compute,input]
+    python benchmarks/whatif_gloo.py [--reps 5] [--ranks 2,4] [--faults compute,input] [--json FILE]
 
 Each repetition runs ``tests/support/jobs.py`` (the fault matrix's DDP job: torch on CPU, one thread a
 rank, gloo on loopback, profiled by ``ddprof.profile``) twice, one after the other: with ``--fault KIND``
@@ -25,6 +25,7 @@ two runs shows as error (the clean run is the truth only as far as the machine s
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
@@ -83,14 +84,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--active", type=int, default=8)
     ap.add_argument("--timeout", type=float, default=600.0)
+    ap.add_argument("--json", type=Path, default=None, help="also write every pair here")
+    ap.add_argument("--keep", type=Path, default=None, help="write the runs here (default: a temporary directory)")
     a = ap.parse_args(argv)
     t0 = time.monotonic()
     rows: dict[tuple[str, int], list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="ddprof-whatif-gloo-") as tmp:
+        if a.keep:
+            a.keep.mkdir(parents=True, exist_ok=True)
         for rep in range(a.reps):
             for ranks in (int(r) for r in a.ranks.split(",")):
                 for fault in a.faults.split(","):
-                    got = pair(fault, ranks, rep, Path(tmp), a)
+                    got = pair(fault, ranks, rep, a.keep or Path(tmp), a)
                     if got is not None:
                         rows.setdefault((fault, ranks), []).append(got)
     print("\n| fault | ranks | pairs | faulty step ms (median) | clean step ms (median) | error median | "
@@ -104,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{1e3 * statistics.median(r['clean'] for r in rs):.2f} | {statistics.median(errs):+.2f} % | "
               f"{min(errs):+.2f} … {max(errs):+.2f} % | {sum(abs(e) <= 5 for e in errs)}/{len(errs)} |")
     print(f"\nworst |error| {worst:.2f} %; {time.monotonic() - t0:.0f} s")
+    if a.json:
+        pairs = [{"fault": f, "ranks": n, **r} for (f, n), rs in sorted(rows.items()) for r in rs]
+        a.json.write_text(json.dumps({"pairs": pairs}, indent=2))
     return 0
 
 
