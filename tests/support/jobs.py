@@ -15,11 +15,13 @@ fault matrix of ``benchmarks/fault_matrix.py`` runs each): ``compute`` (its batc
 larger: the same ops on more rows), ``input`` (its DataLoader takes ``--fault-ms`` to fetch each batch),
 ``stalls`` (a pause of ``--fault-ms`` every ``--fault-every``-th step, between forward and backward, as a
 garbage collection would), ``contention`` (a thread of its process hashing memory throughout, beside the
-training thread on the rank's core), ``comm`` (a DDP communication hook that waits ``--fault-ms`` before
+training thread on the rank's core), ``comm`` (its DDP communication hook waits ``--fault-ms`` before
 each bucket's all-reduce), ``pipeline`` (stage R holds ``--fault-factor`` times the layers of the
-others); ``none`` is the clean run of the same job. ``--loader`` feeds the ``ddp`` job's batches through a
-DataLoader (always, with a fault), ``--pin`` keeps each rank on CPU ``rank mod cpus`` (so a busy thread
-contends with its own rank only), ``--pipe-width W`` makes every stage W wide.
+others); ``none`` is the clean run of the same job. With any ``--fault`` (``none`` too) every rank of the
+``ddp`` job all-reduces through the same Python communication hook, waiting only on a ``comm`` fault's
+rank, so a faulty run and a clean one run the same ops. ``--loader`` feeds the ``ddp`` job's batches
+through a DataLoader (always, with a fault), ``--pin`` keeps each rank on CPU ``rank mod cpus`` (so a
+busy thread contends with the ranks of its CPU only), ``--pipe-width W`` makes every stage W wide.
 ``--crash-rank R --crash-step K`` kills rank R (``os._exit``) at step K, to show that the other ranks'
 data stays usable. ``--facts FILE`` (``{rank}`` in the name becomes the rank) writes what the rank knows
 independently of the trace (DDP bucket sizes, bytes sent per peer, step times) as JSON, for tests and
@@ -98,7 +100,8 @@ def delayed_allreduce_hook(delay_s: float) -> Any:
 
     def hook(state, bucket):
         buf = bucket.buffer().div_(dist.get_world_size())
-        time.sleep(delay_s)
+        if delay_s:
+            time.sleep(delay_s)
         return dist.all_reduce(buf, async_op=True).get_future().then(lambda f: f.value()[0])
 
     return hook
@@ -121,8 +124,9 @@ def run_ddp(args: argparse.Namespace, prof: Any, rank: int) -> dict[str, Any]:
     torch.manual_seed(0)
     widths = (DDP_LAYERS[0], *(args.hidden,) * 2, DDP_LAYERS[-1]) if args.hidden else DDP_LAYERS
     model = nn.parallel.DistributedDataParallel(mlp(widths), bucket_cap_mb=args.bucket_cap_mb)
-    if faulty(args, rank, "comm"):
-        model.register_comm_hook(None, delayed_allreduce_hook(args.fault_ms / 1000))
+    if args.fault:  # every rank of a fault's job all-reduces through the same hook: the ops are the same
+        model.register_comm_hook(None, delayed_allreduce_hook(args.fault_ms / 1000 if faulty(args, rank, "comm")
+                                                              else 0.0))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     rows = args.batch * (int(args.fault_factor) if faulty(args, rank, "compute") else 1)
     data = torch.randn(rows, widths[0], generator=torch.Generator().manual_seed(rank))
