@@ -28,6 +28,9 @@ The classes, decided in this order:
 2. **rank** (with ``rank``): one rank rose beyond its own noise, and every other rank's own time moved
    less than the tolerance and a quarter of that rank's shift, or less than a tenth of it. Not when all
    ranks slowed together;
+   **rank** too when the run says a rank pauses now and then (its straggler cause *stalls*,
+   :mod:`ddprof.analyses.straggler_cause`) and the baseline does not: a few steps far longer, the median
+   as before;
 3. **environment**, unevenly: two or more ranks rose, by factors apart by at least 0.5 and 3 times
    (×1.1 on one, ×1.5 on another): a change of the code moves every rank of a data-parallel job alike, a
    busy machine does not (not for pipeline runs, whose stages do different work);
@@ -64,7 +67,7 @@ from ddprof.analyses.compare.samples import op_word
 from ddprof.analyses.compare.stats import hodges_lehmann
 from ddprof.analyses.compare.words import direction, ratio_range, ratio_text, signed
 
-from ddprof.report.schema import KernelRow, Stragglers, rows
+from ddprof.report.schema import KernelRow, StragglerCause, Stragglers, rows
 from ddprof.vocabulary.units import fmt_bytes, fmt_us
 
 CLASSES = ("environment", "code", "communication", "rank", "workload", "unclear")
@@ -194,6 +197,15 @@ def _busbw(base: dict[str, Any], run: dict[str, Any], confidence: float) -> list
     return out
 
 
+def _new_pauses(base: dict[str, Any], run: dict[str, Any]) -> list[StragglerCause]:
+    """The ranks the run says pause now and then (straggler cause *stalls*) that the baseline does not."""
+    def stalls(report: dict[str, Any]) -> list[StragglerCause]:
+        return [c for c in msgspec.convert(report["stragglers"], Stragglers).causes if c.cause == "stalls"]
+
+    before = {c.rank for c in stalls(base)}
+    return [c for c in stalls(run) if c.rank not in before]
+
+
 def _new_stragglers(base: dict[str, Any], run: dict[str, Any]) -> list[int]:
     before = set(msgspec.convert(base["stragglers"], Stragglers).ranks)
     return [r for r in msgspec.convert(run["stragglers"], Stragglers).ranks if r not in before]
@@ -289,6 +301,18 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
                 ev.append(f"rank {top} became a straggler")
             return _cause("rank", f"rank {top} alone slowed: its own time per step rose {fmt_us(t.shift)} "
                                   f"({ratio_text(t.ratio)}), the other ranks' did not", ev, rank=top)
+
+    # 2b. one rank pauses now and then: its median step is as before, a few of its steps are far longer
+    paused = _new_pauses(base, run)
+    if paused:
+        c = paused[0]
+        ev = {e.measure: e for e in c.evidence}
+        n, peak = ev.get("stall_steps"), ev.get("stall_peak")
+        said = (f"in {n.rank_value:.0f} of {n.peers_value:.0f} steps it makes the others wait up to "
+                f"{fmt_us(peak.rank_value)}" if n is not None and peak is not None else "a few long steps")
+        return _cause("rank", f"rank {c.rank} pauses now and then: {said}, its other steps as before",
+                      [f"rank {c.rank} pauses now and then (the run's straggler cause: stalls): {said}",
+                       "the baseline names no such pauses"], rank=c.rank)
 
     # 3. the ranks slowed unevenly: a change of the code moves every rank of a data-parallel job alike
     excess = sorted(ranks[r].ratio - 1 for r in rose)

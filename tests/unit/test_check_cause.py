@@ -265,3 +265,19 @@ def test_a_busy_machine_that_slows_ops_unevenly_is_the_environment_not_the_code(
     cause = classify(base, code)
     assert cause["class"] == "code" and cause["summary"].startswith("some CPU ops slowed, the others did not: aten::mm ×")
     assert "kept their time (together ×" in cause["evidence"][0]
+
+
+def test_a_rank_that_pauses_now_and_then_is_one_rank(tmp_path):
+    """A generated 2-rank run whose rank 1 pauses 3 ms every 4th step, against the same job without the
+    pauses: the median step is as before, so no rank's own time rose; the run says rank 1 pauses (its
+    straggler cause: stalls), the baseline does not: one rank, rank 1, with the pauses as evidence."""
+    from ddprof.analyses.report import build_report
+
+    from ddprof.synth import FaultyDP
+
+    base = build_report(ingest_generated(FaultyDP(fault="none", ranks=2, rank=1, steps=12, seed=1), tmp_path / "b"))
+    run = build_report(ingest_generated(FaultyDP(fault="stalls", ranks=2, rank=1, steps=12, seed=2), tmp_path / "r"))
+    cause = classify(base, run)
+    assert (cause["class"], cause["rank"]) == ("rank", 1), cause
+    assert cause["summary"].startswith("rank 1 pauses now and then: in 3 of 12 steps it makes the others wait up to ")
+    assert classify(run, run) is None
