@@ -29,8 +29,8 @@ The classes, decided in this order:
    less than the tolerance and a quarter of that rank's shift, or less than a tenth of it. Not when all
    ranks slowed together;
    **rank** too when the run says a rank pauses now and then (its straggler cause *stalls*,
-   :mod:`ddprof.analyses.straggler_cause`) and the baseline does not: a few steps far longer, the median
-   as before;
+   :mod:`ddprof.analyses.straggler_cause`) and the baseline does not, and no other rank rose: a few steps
+   far longer, the median as before (a busy machine pauses every rank, and raises their own times);
 3. **environment**, unevenly: two or more ranks rose, by factors apart by at least 0.5 and 3 times
    (×1.1 on one, ×1.5 on another): a change of the code moves every rank of a data-parallel job alike, a
    busy machine does not (not for pipeline runs, whose stages do different work);
@@ -302,8 +302,9 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
             return _cause("rank", f"rank {top} alone slowed: its own time per step rose {fmt_us(t.shift)} "
                                   f"({ratio_text(t.ratio)}), the other ranks' did not", ev, rank=top)
 
-    # 2b. one rank pauses now and then: its median step is as before, a few of its steps are far longer
-    paused = _new_pauses(base, run)
+    # 2b. one rank pauses now and then: its median step is as before, a few of its steps are far longer;
+    # the others' own time as before (a busy machine pauses them all, and they rose)
+    paused = [c for c in _new_pauses(base, run) if not [r for r in rose if r != c.rank]]
     if paused:
         c = paused[0]
         ev = {e.measure: e for e in c.evidence}
