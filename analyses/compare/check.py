@@ -1,9 +1,11 @@
 """The regression check: a run against a baseline, rule by rule (:mod:`.rules`), as one result dict.
 
-``check(run, base, rules)`` returns::
+``check(run, base, rules, more_baselines=[(report, source), ...])`` returns (with more baselines, a rule
+fails only when it fails against each; :func:`_against_all`)::
 
     {status: "ok" | "regression" | "workload_changed", cause: {class, rank, summary, evidence} | null,
-     environment: "fail" | "warn", confidence, run: {...}, baseline: {...}, job_differences: [..],
+     environment: "fail" | "warn", confidence, run: {...}, baseline: {...}, more_baselines: [{...}],
+     job_differences: [..],
      summary: [sentences], outcomes: [{id, rule, subject, kind, outcome, unit, baseline, run, change,
      change_pct, interval, tolerance, samples, message, cause}]}
 
@@ -25,6 +27,7 @@ per-rank step-time rules of a family on one line (:mod:`.group`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -248,22 +251,58 @@ def describe(report: dict[str, Any], source: str) -> dict[str, Any]:
             "backend": r.backend}
 
 
+def _against_all(per_base: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One outcome per rule from its outcomes against each baseline (the first's order): a failure
+    against every baseline stays one, told against the baseline it moved least from; otherwise the first
+    outcome that did not fail, which says so."""
+    n = len(per_base)
+    index = [{o["id"]: o for o in outcomes} for outcomes in per_base]
+    out = []
+    for o in per_base[0]:
+        each = [ix[o["id"]] for ix in index if o["id"] in ix]
+        failed = [x for x in each if x["outcome"] == "fail"]
+        if len(failed) == n:
+            out.append(min(failed, key=lambda x: abs(x["change"]) if x.get("change") is not None else 0.0))
+        elif failed:
+            kept = next(x for x in each if x["outcome"] != "fail")
+            out.append({**kept, "message": f"{kept['message']} (worse than {len(failed)} of the {n} baselines, "
+                                           "not all: within their spread)"})
+        else:
+            out.append(o)
+    return out
+
+
 def check(run: dict[str, Any], base: dict[str, Any], rules: dict[str, Any] | None = None, *,
           allow_different_job: bool = False, run_source: str = "run", base_source: str = "baseline",
-          environment: str | None = None) -> dict[str, Any]:
+          environment: str | None = None,
+          more_baselines: Sequence[tuple[dict[str, Any], str]] = ()) -> dict[str, Any]:
     """The check of report ``run`` against report ``base`` (module doc). ``environment`` (``fail`` or
     ``warn``; default: the rules' ``environment``, itself ``fail``): whether a change whose cause is the
-    environment fails the check."""
+    environment fails the check. ``more_baselines``: (report, source) of further runs of the same job: a
+    rule fails only when it fails against every baseline (:func:`_against_all`). Two runs of one job differ
+    by more than one run's steps do (another night, another machine's load): the baselines show that
+    spread, and a run within it is no regression."""
     rules = rules if rules is not None else DEFAULTS
     policy = environment or rules.get("environment", "fail")
     if policy not in ENVIRONMENT_POLICIES:
         raise BadInputError(f"environment must be one of {', '.join(ENVIRONMENT_POLICIES)}, got {policy!r}")
     diffs = job_differences(base, run)
-    if diffs and not allow_different_job:
-        raise DifferentJobError("the baseline is another job: " + "; ".join(diffs)
-                                + " (compare anyway with --allow-different-job)", path=base_source)
-    outcomes: list[dict[str, Any]] = []
+    for b, source in ((base, base_source), *more_baselines):
+        d = diffs if b is base else job_differences(b, run)
+        if d and not allow_different_job:
+            raise DifferentJobError("the baseline is another job: " + "; ".join(d)
+                                    + " (compare anyway with --allow-different-job)", path=source)
     changes = workload_changes(base, run, rules["workload"]) if rules["workload"]["enabled"] else []
+    outcomes = _outcomes(run, base, rules, changes)
+    if more_baselines:
+        outcomes = _against_all([outcomes, *(_outcomes(run, b, rules, changes) for b, _ in more_baselines)])
+    return _finish(run, base, rules, policy, diffs, changes, outcomes, run_source, base_source, more_baselines)
+
+
+def _outcomes(run: dict[str, Any], base: dict[str, Any], rules: dict[str, Any],
+              changes: list[str]) -> list[dict[str, Any]]:
+    """Every rule's outcome of ``run`` against ``base``: workload, relative, straggler, absolute."""
+    outcomes: list[dict[str, Any]] = []
     if rules["workload"]["enabled"]:
         outcomes.append({"id": "workload[per step]", "rule": "workload", "subject": "per step", "kind": "workload",
                          "outcome": "fail" if changes else "pass", "unit": None, "baseline": None, "run": None,
@@ -282,6 +321,13 @@ def check(run: dict[str, Any], base: dict[str, Any], rules: dict[str, Any] | Non
         outcomes.extend(straggler_outcomes(base, run, tol))
     outcomes.extend(_absolute_rules(run, rules))
     attach_causes(outcomes)
+    return outcomes
+
+
+def _finish(run: dict[str, Any], base: dict[str, Any], rules: dict[str, Any], policy: str, diffs: list[str],
+            changes: list[str], outcomes: list[dict[str, Any]], run_source: str, base_source: str,
+            more_baselines: Sequence[tuple[dict[str, Any], str]]) -> dict[str, Any]:
+    """The result of the outcomes: their cause (against the first baseline), summary and status."""
     failed = [o for o in outcomes if o["outcome"] == "fail" and o["kind"] != "workload"]
     cause = None
     if changes or any(o["kind"] != "absolute" for o in failed):  # a bound broken alone is no change to explain
@@ -305,5 +351,6 @@ def check(run: dict[str, Any], base: dict[str, Any], rules: dict[str, Any] | Non
     if not summary:
         summary = [f"no regression: {sum(o['outcome'] == 'pass' for o in outcomes)} rules pass"]
     return {"status": status, "cause": cause, "environment": policy, "confidence": rules["confidence"],
-            "run": describe(run, run_source), "baseline": describe(base, base_source), "job_differences": diffs,
+            "run": describe(run, run_source), "baseline": describe(base, base_source),
+            "more_baselines": [describe(b, source) for b, source in more_baselines], "job_differences": diffs,
             "summary": summary, "outcomes": outcomes}

@@ -57,8 +57,11 @@ def check_text(result: dict[str, Any]) -> str:
     lines = [headline(result), *cause_lines(result.get("cause")),
              f"run      {r['source']}: {_ranks(r)}, {len(r['steps'] or [])} steps",
              f"baseline {b['source']}: {_ranks(b)}, {len(b['steps'] or [])} steps",
+             *(f"baseline {m['source']}: {_ranks(m)}, {len(m['steps'] or [])} steps"
+               for m in result.get("more_baselines", [])),
              f"rule: a change fails when its {100 * result['confidence']:g} % interval excludes zero and it "
-             "exceeds the tolerance"]
+             "exceeds the tolerance" + (f", against each of the {1 + len(result['more_baselines'])} baselines"
+                                        if result.get("more_baselines") else "")]
     for d in result["job_differences"]:
         lines.append(f"note: another job, compared anyway: {d}")
     if result["status"] != "ok" or result.get("cause"):

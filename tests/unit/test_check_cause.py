@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import xml.etree.ElementTree as ET
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -281,3 +282,33 @@ def test_a_rank_that_pauses_now_and_then_is_one_rank(tmp_path):
     assert (cause["class"], cause["rank"]) == ("rank", 1), cause
     assert cause["summary"].startswith("rank 1 pauses now and then: in 3 of 12 steps it makes the others wait up to ")
     assert classify(run, run) is None
+
+
+def test_several_baselines_show_the_run_to_run_spread(tmp_path, capsys):
+    """Three CPU runs of one job on machines of different load (host work ×1, ×1.3 and ×1.2: nights
+    differ): against the first baseline alone the third is a regression (the machine, ×1.2); against
+    both baselines it is within their spread and passes, each rule saying so. A run slower than every
+    baseline (×1.6) still fails, and its cause is still told."""
+    def run_dir(name: str, factor: float, seed: int) -> Path:
+        sc = NoisyDP(device="cpu", host_us=HOST, host_factor=factor, seed=seed)
+        return ingest_generated(sc, tmp_path / name / "traces", tmp_path / name / "run").path
+
+    fast, slow, mid, slower = (run_dir("fast", 1.0, 51), run_dir("slow", 1.3, 52), run_dir("mid", 1.2, 53),
+                               run_dir("slower", 1.6, 54))
+    reports = {p: load_report(p) for p in (fast, slow, mid, slower)}
+    alone = check(reports[mid], reports[fast])
+    assert alone["status"] == "regression" and alone["cause"]["class"] == "environment"
+    both = check(reports[mid], reports[fast], more_baselines=[(reports[slow], str(slow))])
+    assert both["status"] == "ok" and both["cause"] is None, both["summary"]
+    step = next(o for o in both["outcomes"] if o["id"] == "step_time[all ranks]")
+    assert step["outcome"] == "pass" and "worse than 1 of the 2 baselines, not all" in step["message"]
+    worse = check(reports[slower], reports[fast], more_baselines=[(reports[slow], str(slow))])
+    assert worse["status"] == "regression" and worse["cause"]["class"] == "environment"
+    step = next(o for o in worse["outcomes"] if o["id"] == "step_time[all ranks]")
+    assert step["outcome"] == "fail" and step["baseline"] > next(
+        o for o in alone["outcomes"] if o["id"] == "step_time[all ranks]")["baseline"]  # told against the nearer
+    # the command line takes --baseline more than once
+    assert main(["check", str(mid), "--baseline", str(fast), "--baseline", str(slow)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("ddprof check: OK") and "against each of the 2 baselines" in out
+    assert main(["check", str(mid), "--baseline", str(fast)]) == 1
