@@ -307,8 +307,8 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
     paused = [c for c in _new_pauses(base, run) if not [r for r in rose if r != c.rank]]
     if paused:
         c = paused[0]
-        ev = {e.measure: e for e in c.evidence}
-        n, peak = ev.get("stall_steps"), ev.get("stall_peak")
+        measures = {e.measure: e for e in c.evidence}
+        n, peak = measures.get("stall_steps"), measures.get("stall_peak")
         said = (f"in {n.rank_value:.0f} of {n.peers_value:.0f} steps it makes the others wait up to "
                 f"{fmt_us(peak.rank_value)}" if n is not None and peak is not None else "a few long steps")
         return _cause("rank", f"rank {c.rank} pauses now and then: {said}, its other steps as before",
