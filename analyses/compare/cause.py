@@ -27,7 +27,9 @@ The classes, decided in this order:
    N, only with the ops per step changed too (on a busy machine one op can grow past the others' top N);
 2. **rank** (with ``rank``): one rank rose beyond its own noise, and every other rank's own time moved
    less than the tolerance and a quarter of that rank's shift, or less than a tenth of it. Not when all
-   ranks slowed together;
+   ranks slowed together. On a CPU run where that rank is a new straggler, the others' rise less the
+   extra wait it causes each of them per step (the stragglers section's): a gloo rank waits for a late
+   peer inside the host op that needs the collective's result, so its own time holds that wait;
    **rank** too when the run says a rank pauses now and then (its straggler cause *stalls*,
    :mod:`ddprof.analyses.straggler_cause`) and the baseline does not, and no other rank rose: a few steps
    far longer, the median as before (a busy machine pauses every rank, and raises their own times);
@@ -206,6 +208,15 @@ def _new_pauses(base: dict[str, Any], run: dict[str, Any]) -> list[StragglerCaus
     return [c for c in stalls(run) if c.rank not in before]
 
 
+def _wait_per_step(report: dict[str, Any], rank: int) -> float:
+    """The wait ``rank`` caused each rank that waited for it, per step (µs; 0 when it caused none)."""
+    row = next((r for r in msgspec.convert(report["stragglers"], Stragglers).per_rank if r.rank == rank), None)
+    steps = S.step_us(report).get(rank, np.empty(0)).size
+    if row is None or not row.waiting_ranks or not steps:
+        return 0.0
+    return row.wait_caused_us / row.waiting_ranks / steps
+
+
 def _new_stragglers(base: dict[str, Any], run: dict[str, Any]) -> list[int]:
     before = set(msgspec.convert(base["stragglers"], Stragglers).ranks)
     return [r for r in msgspec.convert(run["stragglers"], Stragglers).ranks if r not in before]
@@ -288,7 +299,11 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
         top = max(rose, key=lambda r: ranks[r].shift)
         t = ranks[top]
         others = {r: m for r, m in ranks.items() if r != top}
-        if t.beyond_noise and all(m.shift < max(min(tol[r], OTHERS_SHARE * t.shift), DOMINANT * t.shift)
+        # on a CPU run the others wait for a new straggler inside host ops (a gloo wait blocks the op that
+        # needs the result), not in communication: their own time holds that wait, which is its doing
+        waited = (max(0.0, _wait_per_step(run, top) - _wait_per_step(base, top))
+                  if word == "CPU op" and top in stragglers else 0.0)
+        if t.beyond_noise and all(m.shift - waited < max(min(tol[r], OTHERS_SHARE * t.shift), DOMINANT * t.shift)
                                   for r, m in others.items()):
             shifts = [m.shift for m in others.values()]
             ev = [f"rank {top}'s own time per step (the step minus its exposed communication) rose "
@@ -296,6 +311,7 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
                   f"the other {len(others)} ranks' own time moved {signed(min(shifts), 'us')} … "
                   f"{signed(max(shifts), 'us')}" + ("" if max(shifts) < tol[top] else
                                                     f", a tenth of rank {top}'s at most")
+                  + (f", {fmt_us(waited)} of it the wait for rank {top} inside their CPU ops" if waited else "")
                   + ": they wait for it in the collectives"]
             if top in stragglers:
                 ev.append(f"rank {top} became a straggler")
