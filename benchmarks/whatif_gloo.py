@@ -36,17 +36,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ddprof.analyses.whatif.projections import whatif  # noqa: E402
-from fault_matrix import run_job  # noqa: E402
+from fault_matrix import DDP_ARGS, FAULT_ARGS, run_job  # noqa: E402
 
 import ddprof  # noqa: E402
-
-DDP_ARGS = ["--hidden", "512", "--batch", "64", "--loader"]
-FAULT_ARGS = {"compute": ["--fault-factor"], "input": ["--fault-ms", "20"]}
 
 
 def job(fault: str, ranks: int, steps: int, active: int, factor: float) -> list[str]:
     sched = ["--steps", str(steps), "--wait", "1", "--warmup", "1", "--active", str(active), "--wait-ingest"]
-    extra = (["--fault-factor", str(factor)] if fault == "compute" else FAULT_ARGS.get(fault, []))
+    extra = ["--fault-factor", str(factor)] if fault == "compute" else FAULT_ARGS.get(fault, [])
     return ["ddp", *sched, *DDP_ARGS, "--fault", fault, "--fault-rank", str(ranks - 1), *extra]
 
 

@@ -86,6 +86,10 @@ EXPLAINED = 0.5
 NEW_SHARE = 0.05
 
 
+#: Per op (name, kind): its time in each step (:func:`.samples.kernel_steps`).
+OpSteps = dict[tuple[str, str], np.ndarray]
+
+
 @dataclass(frozen=True)
 class Moved:
     """One quantity in both reports: medians, the shift (run − baseline) and whether it is beyond the noise."""
@@ -131,9 +135,8 @@ def _ranks_own(base: dict[str, Any], run: dict[str, Any], confidence: float, pct
     return out, tol
 
 
-def _ops(base: dict[str, Any], run: dict[str, Any], confidence: float) -> list[Moved]:
+def _ops(b: OpSteps, r: OpSteps, confidence: float) -> list[Moved]:
     """The non-communication ops in both reports' per-step tables, with at least OP_MIN_SHARE of the time."""
-    b, r = S.kernel_steps(base), S.kernel_steps(run)
     keys = [k for k in b if k in r and k[1] != "comm" and b[k].size and r[k].size]
     meds = {k: float(np.median(b[k])) for k in keys}
     total = sum(meds.values())
@@ -146,13 +149,12 @@ def _ops(base: dict[str, Any], run: dict[str, Any], confidence: float) -> list[M
     return out
 
 
-def _kept(base: dict[str, Any], run: dict[str, Any], same: list[Moved], confidence: float) -> float | None:
+def _kept(b: OpSteps, r: OpSteps, same: list[Moved], confidence: float) -> float | None:
     """The ratio run / baseline of the medians of the ``same`` ops' time per step together, when they kept
     it together: within ``OP_SAME`` of 1, or within ``OP_CHANGE`` and the noise; else None. Each op alone
     may be within its noise on a busy machine (a few steps of a noisy op give a wide interval) while all of
     them rose: their sum has less noise and tells."""
     names = {m.subject for m in same}
-    b, r = S.kernel_steps(base), S.kernel_steps(run)
     keys = [k for k in b if k[0] in names and k[1] != "comm" and k in r]
     if not keys:
         return None
@@ -262,16 +264,16 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
     pooled_rose = any(m is not None and m.beyond_noise and m.shift >= max(tolerance_pct / 100 * m.base, min_change_us)
                       for m in (pooled, step))
     rose = [r for r, m in ranks.items() if m.shift >= tol[r] and (m.beyond_noise or pooled_rose)]
-    ops = _ops(base, run, confidence)
+    steps_b, steps_r = S.kernel_steps(base), S.kernel_steps(run)  # per op (name, kind): its time per step
+    ops = _ops(steps_b, steps_r, confidence)
     slower = [m for m in ops if m.beyond_noise and m.ratio >= 1 + OP_CHANGE]
     op_same = [m for m in ops if not m.beyond_noise or abs(m.ratio - 1) < OP_SAME]
     compared = sum(m.base for m in ops) or 1.0
     same_share = sum(m.base for m in op_same) / compared
     bw = _busbw(base, run, confidence)
     bw_fell = [m for m in bw if m.beyond_noise and m.ratio <= 1 - BW_CHANGE]
-    comm_b, comm_r = S.kernel_steps(base), S.kernel_steps(run)
-    comm_rose = [m for k in comm_b if k[1] == "comm" and k in comm_r
-                 for m in [moved(k[0], comm_b[k], comm_r[k], confidence)]
+    comm_rose = [m for k in steps_b if k[1] == "comm" and k in steps_r
+                 for m in [moved(k[0], steps_b[k], steps_r[k], confidence)]
                  if m is not None and m.beyond_noise and m.ratio >= 1 + OP_CHANGE]
     stragglers = _new_stragglers(base, run)
     n_ranks = max(len(ranks), 1)
@@ -343,7 +345,7 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
     # 4. code: a subset of the ops slowed, accounting for most of the change, the others kept their time
     own_shift = pooled.shift if pooled is not None else 0.0
     explained = sum(m.run - m.base for m in slower) / n_ranks
-    kept = _kept(base, run, op_same, confidence)
+    kept = _kept(steps_b, steps_r, op_same, confidence)
     if slower and own_shift > 0 and explained >= EXPLAINED * own_shift and kept is not None and (
             same_share >= SAME_SHARE or len(op_same) >= max(1, len(ops) / 2)):
         moved_text = ", ".join(f"{m.subject} {ratio_text(m.ratio)}" for m in slower[:4])
