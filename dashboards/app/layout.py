@@ -89,7 +89,9 @@ def page(state: DashboardState) -> html.Div:
                 dcc.Dropdown(id="expand", options=[{"label": f"rank {r}", "value": r} for r in ranks], value=None,
                              placeholder="none", style={"width": "180px"}, clearable=True),
                 html.Button("whole run", id="reset", n_clicks=0),
-                html.Span(id="timeline-info", style={"color": "#666", "fontSize": "13px"})]),
+                html.Span(id="timeline-info", style={"color": "#666", "fontSize": "13px"}),
+                html.Span("click a rank, step or instance in a panel below to focus the timeline on it",
+                          id="click-hint", style={"color": "#666", "fontSize": "13px", "marginLeft": "auto"})]),
             dcc.Graph(id="timeline", config={"displaylogo": False, "scrollZoom": True}),
         ]
     grid = {"display": "grid", "gridTemplateColumns": "repeat(auto-fit, minmax(520px, 1fr))", "gap": "10px"}

@@ -34,7 +34,7 @@ def breakdown_figure(report: dict[str, Any]) -> go.Figure:
                              customdata=[[r] for r in ranks],
                              hovertemplate="rank %{x}<br>" + name + " %{y:.2f} ms<extra></extra>"))
     _rank_axis(fig, ranks)
-    return finish(fig, "Time per rank (click a rank to focus the timeline)", barmode="stack",
+    return finish(fig, "Time per rank", barmode="stack",
                   yaxis_title="ms over the traced span")
 
 

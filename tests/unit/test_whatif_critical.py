@@ -65,6 +65,10 @@ def test_the_gloo_samples_sleeping_rank_is_on_the_path_and_in_the_report(ingeste
     assert cp["top_ops"][0]["rank"] == 2 and cp["top_ops"][0]["kind"] == "idle"
 
 
+def cp_ms(report):
+    return report["whatif"]["critical_path"]["length_us"] / 1e3
+
+
 def test_the_dashboard_panel_draws_the_top_ops_by_kind(ingested):
     from ddprof.dashboards.figures.critical import critical_path_figure
     from ddprof.dashboards.panels import panel_ids
@@ -72,8 +76,9 @@ def test_the_dashboard_panel_draws_the_top_ops_by_kind(ingested):
     report = build_report(ingested("gloo-ddp-4rank-slow-rank"))
     fig = critical_path_figure(report)
     assert "critical_path" in panel_ids()
-    assert fig.layout.title.text.startswith("Critical path (") and "idle" in fig.layout.title.text
-    idle = next(t for t in fig.data if t.name == "idle")
+    assert fig.layout.title.text == f"Critical path: {cp_ms(report):,.2f} ms a step"
+    idle_pct = next(k["pct"] for k in report["whatif"]["critical_path"]["by_kind"] if k["kind"] == "idle")
+    idle = next(t for t in fig.data if t.name == f"idle {idle_pct:.0f} %")
     assert idle.y[0].startswith("rank 2 host: gloo:all_reduce") and idle.customdata[0][0] == 2
     off = {**report, "whatif": {**report["whatif"], "computed": False, "reason": "switched off"}}
     assert "switched off" in str(critical_path_figure(off).layout.annotations[0].text)
