@@ -31,6 +31,7 @@ from ddprof.analyses.frames.memo import Events, Prepared, prepare
 from ddprof.analyses.hang.diagnose import backend_of, diagnose
 from ddprof.analyses.health import ORDER as HEALTH_ORDER
 from ddprof.analyses.health import health
+from ddprof.analyses.job import job_section
 from ddprof.analyses.links import link_classes
 from ddprof.analyses.rank_groups import COLUMNS, analyse_run, cross_rank_sections, per_rank_frames, read_ranks
 from ddprof.analyses.rank_groups import json_rows as _rows  # noqa: F401 - callers format frames as the report does
@@ -124,6 +125,7 @@ def build_report(run: Run | None, *, dumps: DumpSet | None = None, executor: Exe
         report["comm_kernels"] = comm_kernels(analysis.comm_kernel_counts, rules_of(run.manifest))
         report["whatif"] = whatif_section(run, clock)
         report["links"] = link_classes(tables["collectives"], report["run"])
+        report["job"] = job_section(run)
         if dumps is not None:  # a dump that cannot be read is a failed input, like a trace that cannot
             failed = _dump_failures(dumps)
             report["run"]["failed"].extend(failed)

@@ -12,6 +12,9 @@ rank and profiler step it measures on the host (:func:`cause_steps`, a group of 
 * ``precomm_ns``: before each collective entry (``c10d::*``, ``record_param_comms``...), the time since the
   last leaf op of its thread ended: host time spent late in entering a collective (a delayed send, a
   communication hook that waits) rather than computing;
+* ``idle_ns``: on the step's thread (the one that ran its first compute op), after that op, the time
+  outside any op that precedes an op which is no collective entry: the host doing what the profiler does
+  not record (a sleep mid-step, a lock, Python between ops);
 
 and per rank and op name (:func:`cause_ops`) the 25th percentile of its compute ops' durations (their fast
 calls), so that the same ops are compared across ranks. On a GPU rank compute is its compute kernels (its CPU ops are not read:
@@ -29,9 +32,9 @@ each rank's median over steps, and X's excess = X's median − the peers' value:
    pattern: a clean 2-rank gloo run had one rank descheduled for 7.6 ms in 2 of 24 steps; waits that
    merely vary are not apart); where the long steps' time is in its ops instead, **contention**
    in bursts (ops stretched in a few steps: a busy neighbour now and then);
-2. otherwise the largest excess among ``lead_ns`` (**input**), ``precomm_ns`` (**communication**) and
-   ``compute_ns`` names the class, when it is at least :data:`MATERIAL` of the wait X causes a waiting
-   rank per step (else **undecided**: no measure explains the wait);
+2. otherwise the largest excess among ``lead_ns`` (**input**), ``precomm_ns`` (**communication**),
+   ``idle_ns`` (**host idle**) and ``compute_ns`` names the class, when it is at least :data:`MATERIAL` of
+   the wait X causes a waiting rank per step (else **undecided**: no measure explains the wait);
 3. compute time is **compute** when the same ops' fast calls are slower too: the op ratio (:func:`op_ratio`,
    the weighted geometric mean over op names of X's 25th percentile duration / the peers') is at least
    :data:`SLOWER_CALLS`, or explains a share :data:`CONTENTION_SHARE` of the extra time (``op ratio − 1 ≥
@@ -68,6 +71,7 @@ import msgspec
 import polars as pl
 from ddprof.analyses.bubbles import pipeline_stages
 from ddprof.analyses.collectives import arrivals, comm_rows
+from ddprof.analyses.frames.intervals import subtract
 from ddprof.analyses.frames.memo import Prepared, collect, derived
 from ddprof.analyses.frames.sets import kernels, steps
 
@@ -97,10 +101,12 @@ IMBALANCE = 1.5
 #: per step: a cause that explains a tenth of the wait is not the cause.
 MATERIAL = 0.25
 #: The cause classes, in the order they are tried.
-CLASSES = ("stalls", "input", "communication", "contention", "compute", "pipeline imbalance")
+CLASSES = ("stalls", "input", "communication", "host idle", "contention", "compute", "pipeline imbalance")
+#: The per-step host measures compared (``cause_steps``' ``<measure>_ns`` columns).
+MEASURES = ("lead", "compute", "precomm", "idle")
 
 _STEP_SCHEMA = pl.Schema({"rank": pl.Int32, "step": pl.Int32, "step_ns": pl.Int64, "lead_ns": pl.Int64,
-                          "compute_ns": pl.Int64, "precomm_ns": pl.Int64})
+                          "compute_ns": pl.Int64, "precomm_ns": pl.Int64, "idle_ns": pl.Int64})
 _OPS_SCHEMA = pl.Schema({"rank": pl.Int32, "name": pl.String, "n": pl.UInt32, "low_ns": pl.Float64,
                          "total_ns": pl.Int64})
 
@@ -137,39 +143,70 @@ def _host_ops(p: Prepared) -> pl.LazyFrame:
 
 @derived
 def cause_steps(p: Prepared) -> pl.DataFrame:
-    """Per (rank, step): step_ns, lead_ns, compute_ns, precomm_ns (module doc)."""
+    """Per (rank, step): step_ns, lead_ns, compute_ns, precomm_ns, idle_ns (module doc)."""
     ops = _host_ops(p)
     thread = ["rank", "tid"]
     work = (pl.col("kind") == "cpu_op") & ~pl.col("entry") & ~pl.col("in_loader") & ~pl.col("loader_span")
     # the end of the thread's last leaf op before this op: where an entry's host delay starts
     prev_leaf = pl.when(pl.col("leaf")).then(pl.col("end")).otherwise(None).forward_fill().shift(1).over(thread)
     gap = (pl.col("start") - pl.col("prev_leaf")).clip(0)
+    # the step's thread: the one that ran its first compute op; its time outside any op after that, not
+    # before a collective entry (that is precomm)
+    step = ["rank", "step"]
+    first = pl.when(work).then(pl.col("start")).otherwise(None).min().over(step)
+    step_tid = pl.when(work & (pl.col("start") == pl.col("__first"))).then(pl.col("tid")).otherwise(None).max().over(step)
+    marked = ops.with_columns(prev_leaf.alias("prev_leaf"),
+                              (pl.col("start") - pl.col("end").cum_max().shift(1).over(thread)).clip(0).fill_null(0)
+                              .alias("__uncovered"),
+                              first.alias("__first")).with_columns(step_tid.alias("__tid"))
     cpu = collect(
-        ops.with_columns(prev_leaf.alias("prev_leaf"))
-        .group_by("rank", "step")
-        .agg(pl.col("start").filter(work).min().alias("first_compute"),
+        marked.group_by(step)
+        .agg(pl.col("__first").first().alias("first_compute"),
              (pl.col("end") - pl.col("start")).filter(work & pl.col("top")).sum().alias("__top"),
              gap.filter(pl.col("entry")).sum().alias("precomm_ns"),
              gap.filter(pl.col("entry") & ~pl.col("top")).sum().alias("__inside"))
         .with_columns((pl.col("__top") - pl.col("__inside")).clip(0).alias("compute_ns"))
+        .join(_idle(p, marked), on=step, how="left")
+        .with_columns(pl.col("idle_ns").fill_null(0))
     )
     gpu = collect(
         kernels(p).lazy().filter((pl.col("kind") == "compute") & pl.col("step").is_not_null())
         .group_by("rank", "step")
         .agg(pl.col("ts_ns").min().alias("first_compute"), pl.col("dur_ns").sum().alias("compute_ns"),
-             pl.lit(0, dtype=pl.Int64).alias("precomm_ns"))
+             pl.lit(0, dtype=pl.Int64).alias("precomm_ns"), pl.lit(0, dtype=pl.Int64).alias("idle_ns"))
     )
-    cols = ["rank", "step", "first_compute", "compute_ns", "precomm_ns"]
+    cols = ["rank", "step", "first_compute", "compute_ns", "precomm_ns", "idle_ns"]
     per = pl.concat([cpu.select(cols), gpu.select(cols)], how="vertical_relaxed")
     return collect(
         steps(p).lazy().join(per.lazy(), on=["rank", "step"], how="inner")
         .select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int32),
                 (pl.col("end") - pl.col("start")).alias("step_ns"),
                 (pl.col("first_compute") - pl.col("start")).clip(0).alias("lead_ns"),
-                "compute_ns", "precomm_ns")
+                "compute_ns", "precomm_ns", "idle_ns")
         .cast(_STEP_SCHEMA)
         .sort("rank", "step")
     )
+
+
+def _idle(p: Prepared, marked: pl.LazyFrame) -> pl.LazyFrame:
+    """Per (rank, step) of the CPU ranks, ``idle_ns``: the gaps of the step's thread between ops after its
+    first compute (before an op that is no collective entry), less the time a collective of the rank was in
+    flight (a gloo rank waits for a late peer outside any op of its own thread: waiting, not idling).
+
+    Example: ops [0,5) [25,30) [70,80) ms, its all-reduce in flight [50,70) -> gaps [5,25) [30,70) less
+    [50,70): 20 + 20 = 40 ms."""
+    gaps = (marked.filter((pl.col("tid") == pl.col("__tid")) & (pl.col("start") > pl.col("__first"))
+                          & ~pl.col("entry") & (pl.col("__uncovered") > 0))
+            .select("rank", (pl.col("start") - pl.col("__uncovered")).alias("start"), pl.col("start").alias("end")))
+    flight = (p.events.filter(pl.col("stream").is_null() & (pl.col("kind") == "comm"))
+              .select("rank", pl.col("ts_ns").alias("start"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("end")))
+    left = subtract(gaps, flight, ["rank"]).sort("rank", "start")
+    windows = steps(p).lazy().select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int32),
+                                     pl.col("start").alias("__s0")).sort("rank", "__s0")
+    return (left.with_columns(pl.col("rank").cast(pl.Int32))
+            .join_asof(windows, left_on="start", right_on="__s0", by="rank", strategy="backward",
+                       check_sortedness=False)  # both sorted by rank, then time, above
+            .group_by("rank", "step").agg((pl.col("end") - pl.col("start")).sum().alias("idle_ns")))
 
 
 @derived
@@ -255,8 +292,8 @@ def op_ratio(ops: pl.DataFrame, rank: int) -> float | None:
 
 
 def _per_rank_medians(cs: pl.DataFrame) -> dict[int, dict[str, float]]:
-    med = cs.group_by("rank").agg(*(pl.col(c).median() / NS_PER_US for c in ("lead_ns", "compute_ns", "precomm_ns")))
-    return {r: {"lead": lead, "compute": comp, "precomm": pre} for r, lead, comp, pre in med.iter_rows()}
+    med = cs.group_by("rank").agg(*(pl.col(f"{m}_ns").median() / NS_PER_US for m in MEASURES))
+    return {row[0]: dict(zip(MEASURES, row[1:])) for row in med.iter_rows()}
 
 
 def classify(rank: int, cs: pl.DataFrame, ops: pl.DataFrame, waits: pl.DataFrame,
@@ -269,9 +306,9 @@ def classify(rank: int, cs: pl.DataFrame, ops: pl.DataFrame, waits: pl.DataFrame
     w = mine_w["wait_us"].to_list()
     if med.get(rank) is None or len(med) < 2:
         return {"rank": rank, "cause": "undecided", "excess_us": None, "evidence": []}
-    peers = {m: _median([v[m] for r, v in med.items() if r != rank]) for m in ("lead", "compute", "precomm")}
+    peers = {m: _median([v[m] for r, v in med.items() if r != rank]) for m in MEASURES}
     mine = med[rank]
-    ev = {m: _evidence(m, mine[m], peers[m]) for m in ("lead", "compute", "precomm")}
+    ev = {m: _evidence(m, mine[m], peers[m]) for m in MEASURES}
     nsteps = cs.filter(pl.col("rank") == rank).height
     w = sorted(w + [0.0] * max(0, nsteps - len(w)))  # steps where it was never last caused no wait
     if len(w) >= 4:
@@ -295,7 +332,7 @@ def classify(rank: int, cs: pl.DataFrame, ops: pl.DataFrame, waits: pl.DataFrame
             return {"rank": rank, "cause": "contention", "excess_us": extra_compute,
                     "evidence": [_evidence("burst_compute", mine["compute"] + extra_compute, mine["compute"]),
                                  steps_ev, _evidence("stall_peak", peak, typical), *ev.values()]}
-    excess = {m: mine[m] - (peers[m] or 0.0) for m in ("lead", "compute", "precomm")}
+    excess = {m: mine[m] - (peers[m] or 0.0) for m in MEASURES}
     best = max(excess, key=lambda m: excess[m])
     if excess[best] <= 0 or excess[best] < MATERIAL * wait_us:
         return {"rank": rank, "cause": "undecided", "excess_us": None, "evidence": list(ev.values())}
@@ -305,6 +342,8 @@ def classify(rank: int, cs: pl.DataFrame, ops: pl.DataFrame, waits: pl.DataFrame
         return {"rank": rank, "cause": "input", "excess_us": excess[best], "evidence": evidence}
     if best == "precomm":
         return {"rank": rank, "cause": "communication", "excess_us": excess[best], "evidence": evidence}
+    if best == "idle":
+        return {"rank": rank, "cause": "host idle", "excess_us": excess[best], "evidence": evidence}
     same_ops = op_ratio(ops, rank)
     work_ratio = _ratio(mine["compute"], peers["compute"]) or 1.0
     if same_ops is not None:
@@ -364,8 +403,33 @@ def straggler_causes(p: Prepared, section: dict[str, Any], stages: pl.DataFrame)
 
 def with_causes(section: dict[str, Any], p: Prepared) -> dict[str, Any]:
     """The stragglers ``section`` with its ``causes`` (:func:`straggler_causes`; the pipeline stages are
-    :func:`.bubbles.pipeline_stages` of the same summaries)."""
-    return {**section, "causes": straggler_causes(p, section, pipeline_stages(p))}
+    :func:`.bubbles.pipeline_stages` of the same summaries), less the CPU ranks whose lateness nothing of
+    their own explains (:func:`host_scheduled`)."""
+    causes = straggler_causes(p, section, pipeline_stages(p))
+    unexplained = host_scheduled(p, causes)
+    return {**section, "ranks": [r for r in section.get("ranks", []) if r not in unexplained], "causes": causes}
+
+
+def host_scheduled(p: Prepared, causes: list[dict[str, Any]]) -> set[int]:
+    """The CPU ranks (no device work) named by arrival order whose cause is undecided: late beyond chance
+    and at a cost, yet their data loading, compute and collective entry match the others' (:func:`classify`).
+    A CPU rank runs on a core the host shares; the wait it causes that no work of its own explains is when
+    the host ran it, not what it does, so it is not named a straggler (:func:`.stragglers.straggler_verdicts`
+    says so). Real 2-rank gloo runs with no fault on a 2-CPU machine: 2 of 26 had a rank late at most steps
+    by 1.7-2.2 ms with its lead, compute and pre-communication within 0.2 ms of the other's. A device rank
+    whose lateness is undecided stays named: its kernels, not the host's scheduling, set its arrivals."""
+    undecided = {c["rank"] for c in causes if c["cause"] == "undecided"}
+    if not undecided:
+        return set()
+    gpu = set(device_ranks(p).get_column("rank").to_list())
+    return {r for r in undecided if r not in gpu}
+
+
+@derived
+def device_ranks(p: Prepared) -> pl.DataFrame:
+    """The ranks with device work (one column, ``rank``): a summary each group of ranks keeps, so that the
+    cross-rank section, which reads no event, knows them."""
+    return collect(kernels(p).lazy().select("rank").unique().sort("rank"))
 
 
 def cause_clause(report: dict[str, Any], rank: int) -> str:
@@ -395,6 +459,11 @@ def describe(c: StragglerCause) -> str:
         e = ev["precomm"]
         return (f"communication: it enters its collectives {fmt_us(e.rank_value)} a step after its last op, "
                 f"against {fmt_us(e.peers_value or 0.0)} on the others, its compute normal")
+    if c.cause == "host idle":
+        e = ev["idle"]
+        return (f"host idle: its step's thread is outside any op {fmt_us(e.rank_value)} a step after its first "
+                f"compute, against {fmt_us(e.peers_value or 0.0)} on the others (a sleep, a lock, a wait or Python "
+                f"work the profiler does not record)")
     if c.cause == "compute":
         e, o = ev["compute"], ev.get("op_ratio")
         same = f"the same ops take {o.rank_value:.1f}× the others' even in their fast calls, " if o else ""

@@ -81,6 +81,7 @@ from ddprof.analyses.straggler_cause import (
     cause_ops,
     cause_steps,
     cause_verdicts,
+    device_ranks,
     with_causes,
 )
 
@@ -485,6 +486,14 @@ def straggler_verdicts(report: dict[str, Any]) -> list[str]:
              else "(step, process group) units")
     most = max(waited, key=lambda p: (p.wait_share_pct or 0.0, p.rank))
     cost = f"cost the others {_share(most.wait_share_pct or 0.0)} of a step"
+    scheduled = [per[c.rank] for c in st.causes if c.cause == "undecided" and c.rank in per]
+    if scheduled:  # named by arrival order, nothing of its own explains it (straggler_cause.host_scheduled)
+        late = max(scheduled, key=lambda p: (p.wait_share_pct or 0.0, p.rank))
+        return [f"no straggler: rank {late.rank} arrives late consistently (lateness {fmt_us(late.lateness_us)}, "
+                f"last at {late.last_units} of {late.units} {units}; {_p_is(late.p_value)}; it cost the others "
+                f"{_share(late.wait_share_pct or 0.0)} of a step) but nothing of its own explains it: its data "
+                "loading, compute and collective entry match the others' (on a CPU run: likely when the host's "
+                "shared cores ran it, not what it does)"]
     significant = [p for p in per.values() if p.significant]
     if significant:
         late = max(significant, key=lambda p: (p.wait_share_pct or 0.0, p.rank))
@@ -535,5 +544,5 @@ SECTIONS = (
             verdict=lambda r: [*cause_verdicts(r), *straggler_verdicts(r)],
             verdict_at=20, record=Stragglers, order=60,
             cross=lambda cross: with_causes(stragglers(cross.p), cross.p),
-            keeps=(p2p_blocked, cause_steps, cause_ops)),
+            keeps=(p2p_blocked, cause_steps, cause_ops, device_ranks)),
 )

@@ -25,6 +25,7 @@ from ddprof.dashboards.figures.collectives import (
 )
 from ddprof.dashboards.figures.critical import critical_path_figure
 from ddprof.dashboards.figures.hang import hang_figure
+from ddprof.dashboards.figures.job import job_figure
 from ddprof.dashboards.figures.ranks import (
     breakdown_figure,
     overlap_figure,
@@ -46,6 +47,7 @@ PANELS: tuple[Panel, ...] = (
     Panel("stragglers", stragglers_figure, click="rank"),
     Panel("critical_path", critical_path_figure, click="rank"),
     Panel("steps", step_time_figure, click="step"),
+    Panel("job", job_figure),
     Panel("skew", skew_figure, click="instance"),
     Panel("instance", instance_figure, click="rank"),
     Panel("bandwidth", bandwidth_figure),

@@ -188,7 +188,7 @@ def _diagnosed(edit: str, report: dict[str, Any]) -> bool:
     if edit.startswith("straggler_"):
         ranks = {int(r) for r in edit.rsplit("_", 1)[-1:] if r.isdigit()} if edit.startswith("straggler_rank_") \
             else {int(r) for r in edit.removeprefix("straggler_ranks_").split("_") if r.isdigit()}
-        found = set(st.get("ranks") or []) | {c.get("rank") for c in causes}
+        found = set(st.get("ranks") or []) | {c.get("rank") for c in causes if c.get("cause") != "undecided"}
         return bool(ranks) and ranks <= found
     if edit.startswith("rebalanced"):
         return any(c.get("cause") == "pipeline imbalance" for c in causes)

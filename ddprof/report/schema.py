@@ -249,7 +249,8 @@ class CauseEvidence(Row):
 
     measure: Annotated[str, Meta(description="lead (host time before the step's first compute), compute (its "
                                               "leaf compute ops), precomm (host time before entering "
-                                              "collectives), overhead (host time inside ops between leaf "
+                                              "collectives), idle (the step's thread outside any op after its "
+                                              "first compute), overhead (host time inside ops between leaf "
                                               "ops), op_ratio (the same ops' fast calls: their 25th percentile durations, ratio), "
                                               "stall_peak (largest step's wait caused / median step's), stall_steps (the long steps, of all), "
                                               "burst_compute (its compute in its long steps / in its median step), "
@@ -264,11 +265,12 @@ class StragglerCause(Row):
     (analyses/straggler_cause.py)."""
 
     rank: Rank
-    cause: Annotated[Literal["stalls", "input", "communication", "contention", "compute", "pipeline imbalance",
-                             "undecided"],
+    cause: Annotated[Literal["stalls", "input", "communication", "host idle", "contention", "compute",
+                             "pipeline imbalance", "undecided"],
                      Meta(description="stalls (a few steps far longer, the rest normal), input (host time before "
                                       "the first compute: data loading, or a sleep there), communication "
-                                      "(late into its collectives, compute normal), contention (its ops and "
+                                      "(late into its collectives, compute normal), host idle (its step's "
+                                      "thread outside any op mid-step: a sleep, a lock, unrecorded Python), contention (its ops and "
                                       "the time between them slower alike: a busy CPU), compute (its compute "
                                       "ops slower, the rest normal), pipeline imbalance (its stage's compute "
                                       "per micro-batch above the others'), undecided")]
@@ -693,8 +695,50 @@ def schema_of(report: type[Row], table_rows: dict[str, type[Row]], source: str) 
             **top, "$defs": defs}
 
 
+# --- the whole job, from its step measures (analyses/job.py) ---------------------------------------------------
+
+class JobEpisode(Row):
+    """A stretch of steps at which a rank was slow (the live view's rule, replayed over the job)."""
+
+    rank: Annotated[int, Meta(description="the slow rank")]
+    first_step: Annotated[int, Meta(description="its first slow step")]
+    last_step: Annotated[int, Meta(description="its last slow step")]
+    steps: Annotated[int, Meta(description="steps from its first to its last slow step")]
+    named_step: Annotated[int, Meta(description="the step at which the rule named it")]
+    excess_ms: Annotated[float, Meta(description="its own time over the other ranks' median, ms (median)")]
+    traced: Annotated[bool, Meta(description="whether the traced steps overlap it")]
+
+
+class JobPoint(Row):
+    """Consecutive steps of the job, one point of the timeline."""
+
+    first_step: Annotated[int, Meta(description="the bucket's first step")]
+    last_step: Annotated[int, Meta(description="its last step")]
+    median_ms: Annotated[float, Meta(description="the median step time over its steps, ms")]
+    max_ms: Annotated[float, Meta(description="its longest step time, ms")]
+
+
+class Job(Row):
+    """The whole job from its step measures (every step, not only the traced ones)."""
+
+    measured: Annotated[bool, Meta(description="whether the run dir holds step measures of 2 ranks or more")] = False
+    ranks: Annotated[int, Meta(description="ranks with measures")] = 0
+    steps: Annotated[int, Meta(description="steps every rank measured")] = 0
+    first_step: Annotated[int | None, Meta(description="the first of them")] = None
+    last_step: Annotated[int | None, Meta(description="the last of them")] = None
+    step_ms: Annotated[float | None, Meta(description="median step time over the job, ms")] = None
+    step_ms_p90: Annotated[float | None, Meta(description="90th percentile step time, ms")] = None
+    traced_first: Annotated[int | None, Meta(description="the first traced step")] = None
+    traced_last: Annotated[int | None, Meta(description="the last traced step")] = None
+    traced_step_ms: Annotated[float | None, Meta(description="median step time over the traced steps, ms")] = None
+    episodes: Annotated[list[JobEpisode], Meta(description="the longest slow stretches, in step order")] = []
+    episodes_total: Annotated[int, Meta(description="slow stretches found in all")] = 0
+    timeline: Annotated[list[JobPoint], Meta(description="step time in at most 200 buckets of steps")] = []
+
+
 if __name__ == "__main__":  # the schema's generator moved where the report's record is assembled
     import sys
 
     sys.exit("the report's schema is assembled from the sections' declarations: "
              "python -m ddprof.analyses.sections [PATH]")
+

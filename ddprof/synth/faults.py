@@ -19,7 +19,12 @@ with ``L`` = 50 µs, plus ``delay`` on the faulty rank for ``input``. The faults
   ``delay`` (a busy CPU: the typical op as long as the others', a few far longer); with ``bursts``, only
   every ``every``-th step (a busy neighbour now and then: long steps like stalls, but inside ops);
 * ``comm``: ``delay`` more between its last op and its collective entry;
+* ``idle``: ``delay`` outside any op halfway through its ops, every step (a sleep or a lock mid-step);
 * ``none``: a clean run.
+
+``shift`` (any fault): the faulty rank starts each step ``shift`` later, all of its work with it, so it
+arrives late at every all-reduce with nothing in its step to explain it (its process descheduled between
+steps). On a CPU run that is the host's, not the rank's: no straggler (:func:`FaultyDP.truth`).
 
 Every duration gets a seeded jitter of ±``jitter`` (a share), so the ranks are never exactly equal.
 :meth:`FaultyDP.truth` is the straggler and its cause class (None for ``none``).
@@ -39,7 +44,7 @@ from ddprof.synth.schedule import US
 
 #: The cause class each fault is (``ddprof.analyses.straggler_cause``).
 CAUSE = {"compute": "compute", "input": "input", "stalls": "stalls", "contention": "contention",
-         "comm": "communication", "none": None}
+         "comm": "communication", "idle": "host idle", "none": None}
 LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 
 
@@ -60,6 +65,7 @@ class FaultyDP:
     every: int = 4
     jitter: float = 0.05
     bursts: bool = False
+    shift: int = 0
     seed: int = 0
     base: int = 1_700_000_000_000_000 * US
 
@@ -85,13 +91,16 @@ class FaultyDP:
                                     in_bytes=1 << 20, out_bytes=1 << 20, dtype="Float")
         for s in range(self.steps):
             arrive: dict[int, int] = {}
+            starts: dict[int, int] = {}
             for r in range(self.ranks):
                 rng = random.Random(f"{self.seed}-{r}-{s}")
                 bad = r == self.rank
+                start = t0 + (self.shift if bad else 0)
+                starts[r] = start
                 lead = 50 * US + (self.delay if bad and self.fault == "input" else 0)
-                add(r, s, LOADER, t0 + 10 * US, lead - 20 * US, kind="annotation")
-                add(r, s, "aten::randn", t0 + 12 * US, 5 * US)  # the batch made, then the slow fetch
-                t = t0 + lead
+                add(r, s, LOADER, start + 10 * US, lead - 20 * US, kind="annotation")
+                add(r, s, "aten::randn", start + 12 * US, 5 * US)  # the batch made, then the slow fetch
+                t = start + lead
                 for i in range(self.ops):
                     busy = not self.bursts or s % self.every == self.every - 1
                     stretch = self.delay if bad and self.fault == "contention" and busy and i % self.every == s % self.every \
@@ -101,6 +110,8 @@ class FaultyDP:
                     t += a + self._j(rng, self.g)
                     add(r, s, "aten::view", t, self._j(rng, self.V))
                     t += self._j(rng, self.V) + self._j(rng, self.g)
+                    if bad and self.fault == "idle" and i == self.ops // 2 - 1:
+                        t += self.delay
                 if bad and self.fault == "stalls" and s % self.every == self.every - 1:
                     t += self.delay
                 t += self._j(rng, self.g) + (self.delay if bad and self.fault == "comm" else 0)
@@ -112,7 +123,7 @@ class FaultyDP:
                 add(r, s, "aten::add_", e + self.g, self.opt)
             end = e + 2 * self.g + self.opt
             for r in range(self.ranks):
-                add(r, s, f"ProfilerStep#{s}", t0, end - t0, kind="annotation")
+                add(r, s, f"ProfilerStep#{s}", starts[r], end - starts[r], kind="annotation")
             t0 = end
         return conform(pl.DataFrame(out, infer_schema_length=None)).sort("rank", "ts_ns")
 

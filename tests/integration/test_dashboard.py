@@ -224,7 +224,7 @@ def test_html_report_is_self_contained(tmp_path):
     assert "<script src" not in rest and "https://" not in rest and "<link" not in rest
     from ddprof.dashboards.panels import PANELS
 
-    assert page.count('class="plotly-graph-div"') == 1 + len(PANELS) == 12  # the timeline and every panel
+    assert page.count('class="plotly-graph-div"') == 1 + len(PANELS) == 13  # the timeline and every panel
     assert "Pipeline bubble: 4 stages" in page
 
 

@@ -2,7 +2,8 @@
 a script that never imports ddprof): every rank writes them, readable while the job runs and after (through
 ``ddprof.open_run``); a rank that slows down at a known step is named by the launcher's log line, by
 ``ddprof top --once`` and by the detector within the bound (2 steps or 10 s, whichever is longer), and with
-``--auto-trigger`` a window is recorded on every rank; a healthy job raises nothing."""
+``--auto-trigger`` a window is recorded on every rank; the report's ``job`` section keeps that stretch in its
+straggler history; a healthy job raises nothing."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import polars as pl
 from ddprof.analyses.live import detect_slow_ranks
+from ddprof.analyses.report import build_report
 
 from ddprof.store.step_measures import MeasureTail, measure_files, read_step_measures
 from tests.support.launch_util import job_env, launch_cmd, run_launch, torchrun, wait_for, wait_ingested
@@ -80,6 +82,14 @@ def test_slow_rank_named_within_the_bound_and_auto_triggered(tmp_path: Path) -> 
     assert "straggler: rank 1, slow since step 35" in done.stdout, done.stdout
     assert "rank 1 is slow since step 35" in done.stderr
 
+    # after the run, the report's straggler history has the stretch, from the measures of every step
+    report = build_report(wait_ingested(run_dir))
+    job = report["job"]
+    assert job["measured"] and job["ranks"] == 2 and job["first_step"] == 1, job
+    assert [(e["rank"], e["first_step"], e["named_step"]) for e in job["episodes"]] == [(1, 35, 36)], job["episodes"]
+    assert job["episodes"][0]["last_step"] >= 60 and job["episodes"][0]["excess_ms"] > 40
+    assert any(v.startswith("rank 1 was slow for ") and "(35-" in v for v in report["verdicts"]), report["verdicts"]
+
 
 def test_healthy_job_raises_nothing_and_the_measures_are_part_of_the_run(tmp_path: Path) -> None:
     run_dir = tmp_path / "healthy"
@@ -94,6 +104,9 @@ def test_healthy_job_raises_nothing_and_the_measures_are_part_of_the_run(tmp_pat
     measures = run.step_measures()
     assert measures.height == 2 * 39 and measures.get_column("wall_ms").min() > 0
     assert measures.columns[:4] == ["rank", "step", "end", "wall_ms"]
+    report = build_report(run)
+    assert report["job"]["measured"] and report["job"]["episodes"] == [], report["job"]["episodes"]
+    assert not [v for v in report["verdicts"] if " was slow for " in v or "not typical" in v], report["verdicts"]
 
 
 def test_top_without_measures_says_why(tmp_path: Path) -> None:

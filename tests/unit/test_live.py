@@ -9,22 +9,25 @@ import json
 import numpy as np
 import polars as pl
 import pytest
-from ddprof.analyses.live import DetectionRule, detect_slow_ranks, rank_rows, wait_caused
+from ddprof.analyses.job import job_of, job_verdicts
+from ddprof.analyses.live import DetectionRule, detect_slow_ranks, rank_rows, slow_episodes, wait_caused
 
 from ddprof.store.step_measures import MeasureTail, measures_path, read_step_measures
 
 
 def series(ranks: int, steps: int, *, seed: int, noise: float = 0.03, slow_rank: int | None = None,
-           slow_from: int = 10**9, slow_ms: float = 0.0, step_ms: float = 40.0, coll_ms: float = 5.0) -> pl.DataFrame:
+           slow_from: int = 10**9, slow_ms: float = 0.0, step_ms: float = 40.0, coll_ms: float = 5.0,
+           slow_until: int = 10**9) -> pl.DataFrame:
     """A synchronous data-parallel job: each rank's own work ``step_ms`` × a lognormal factor (sd ``noise``)
     per rank and step; every rank waits in the step's collective for the slowest, so each step lasts the
-    slowest rank's own time plus ``coll_ms``; from ``slow_from`` on, ``slow_rank`` works ``slow_ms`` more."""
+    slowest rank's own time plus ``coll_ms``; from ``slow_from`` on (until ``slow_until``, excluded),
+    ``slow_rank`` works ``slow_ms`` more."""
     rng = np.random.default_rng(seed)
     rows = []
     t = 1.7e9
     for s in range(steps):
         own = step_ms * rng.lognormal(0.0, noise, ranks)
-        if slow_rank is not None and s >= slow_from:
+        if slow_rank is not None and slow_from <= s < slow_until:
             own[slow_rank] += slow_ms
         arrive = t + own / 1e3
         wall = own.max() + coll_ms
@@ -59,6 +62,54 @@ def test_step_change_on_one_rank_named_within_two_steps(ranks: int) -> None:
         assert named[0].since_step == 50 and named[0].steps == 2
         assert named[0].excess_ms == pytest.approx(20.0, abs=6.0)
         assert f"rank {slow} is slow since step 50" in named[0].describe()
+
+
+def test_the_history_is_the_live_rule_replayed_at_every_step() -> None:
+    """Rank 1 works 8 ms more at steps 120-159 of 200 (40 ms steps, 3 % noise), rank 3 15 ms more at 170-179:
+    the episodes are the stretches the live rule, run after each step, named, joined across a dip of a few
+    steps, and named at the same steps."""
+    frame = series(4, 200, seed=5, slow_rank=1, slow_from=120, slow_until=160, slow_ms=8.0)
+    frame = frame.with_columns(pl.when((pl.col("rank") == 3) & pl.col("step").is_between(170, 179))
+                               .then(pl.col("coll_ms") - 15).otherwise(pl.col("coll_ms")).alias("coll_ms"))
+    got = [(e.rank, e.first_step, e.last_step, e.named_step) for e in slow_episodes(frame)]
+    assert [(r, a, n) for r, a, _, n in got] == [(1, 120, 121), (3, 170, 171)], got
+    assert 155 <= got[0][2] <= 159 and got[1][2] == 179, got  # the last steps of a small excess may dip
+    named = {(s.rank, upto) for upto in range(200) for s in detect_slow_ranks(frame.filter(pl.col("step") <= upto))}
+    assert {(1, 121), (3, 171)} <= named  # named live at the same steps
+    assert all(any(r == e.rank and e.first_step <= u <= e.last_step for e in slow_episodes(frame))
+               for r, u in named), named
+    # 8 ms on 40 ms steps dips under the rule's threshold now and then: without joining, 3 stretches
+    fragments = slow_episodes(frame, DetectionRule(merge_gap=0))
+    assert len([e for e in fragments if e.rank == 1]) > 1
+    e = slow_episodes(frame)[0]
+    assert e.steps == e.last_step - 119 and e.excess_ms == pytest.approx(8.0, abs=1.5)
+
+
+def test_the_job_section_says_what_the_trace_did_not_see() -> None:
+    """A job of 200 steps, rank 1 15 ms slower at steps 120-159, traced at steps 2-25: the stretch of rank 1 is outside the trace; a
+    trace of steps 130-140 saw it. The report keeps at most 200 timeline points, whatever the steps."""
+    frame = series(2, 200, seed=1, slow_rank=1, slow_from=120, slow_until=160, slow_ms=15.0)
+    job = job_of(frame, list(range(2, 26)))
+    assert job["measured"] and job["steps"] == 200 and job["ranks"] == 2 and job["episodes_total"] == 1
+    assert job["step_ms"] == pytest.approx(47.0, rel=0.1) and len(job["timeline"]) == 200
+    assert job["episodes"][0]["excess_ms"] == pytest.approx(15.0, abs=2.0) and not job["episodes"][0]["traced"]
+    [said] = job_verdicts({"job": job})
+    assert said.startswith("rank 1 was slow for 40 steps (120-159, named at step 121): its own time ") and \
+        said.endswith("outside the traced steps 2-25"), said
+    seen = job_of(frame, list(range(130, 141)))
+    assert seen["episodes"][0]["traced"] and "within the traced steps" in job_verdicts({"job": seen})[0]
+    # the trace saw a slow moment: its median step 1.2x the job's is not said, 1.5x is
+    assert not [v for v in job_verdicts({"job": seen}) if "not typical" in v]
+    long = job_of(series(2, 5000, seed=2), [4000, 4001])
+    assert len(long["timeline"]) == 200 and long["timeline"][-1]["last_step"] == 4999
+
+
+@pytest.mark.parametrize("ranks", [2, 8])
+def test_a_healthy_job_has_no_history_and_says_nothing(ranks: int) -> None:
+    for seed in range(10):
+        job = job_of(series(ranks, 300, seed=seed, noise=0.05), list(range(10, 20)))
+        assert job["episodes"] == [] and job_verdicts({"job": job}) == [], (seed, job["episodes"])
+    assert job_verdicts({"job": job_of(pl.DataFrame(), [1])}) == []
 
 
 def test_a_single_slow_step_is_no_alert() -> None:

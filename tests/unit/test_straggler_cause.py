@@ -32,7 +32,7 @@ def test_each_fault_is_named_with_its_cause(fault, ranks, seed):
     assert (cause["rank"], cause["cause"]) == (truth["straggler"], truth["cause"]), cause
     assert cause["excess_us"] > 0
     Stragglers(**{**st, "per_rank": [], "causes": []})  # the section still converts
-    assert cause["evidence"][0]["measure"] in {"stall_peak", "lead", "precomm", "compute"}
+    assert cause["evidence"][0]["measure"] in {"stall_peak", "lead", "precomm", "idle", "compute"}
 
 
 def test_the_evidence_says_how_much(tmp_path):
@@ -94,6 +94,24 @@ def test_a_clean_run_has_no_straggler_and_no_cause(seed):
     assert st["ranks"] == [] and st["causes"] == []
 
 
+def test_a_cpu_rank_late_with_nothing_of_its_own_to_explain_it_is_not_named(tmp_path):
+    """Rank 1 of 2 starts every step 1 ms late, all of its work with it (descheduled between steps): it is
+    last at every all-reduce and the other waits 1 ms a step (26 % of it), yet its data loading, compute and
+    collective entry are the other's. On a CPU run that is the host's scheduling: no straggler, and the
+    verdict says why; the what-if names no fix. A device rank late with nothing to explain it stays named
+    (the DLRM sample's rank 7, below)."""
+    report = build_report(ingest_generated(FaultyDP(fault="none", ranks=2, rank=1, shift=1000_000, steps=12),
+                                           tmp_path))
+    st = report["stragglers"]
+    assert st["ranks"] == [] and [(c["rank"], c["cause"]) for c in st["causes"]] == [(1, "undecided")]
+    late = next(p for p in st["per_rank"] if p["rank"] == 1)
+    assert late["significant"] and late["material"] and late["lateness_us"] == pytest.approx(500, rel=0.1)
+    line = next(v for v in report["verdicts"] if "straggler" in v)
+    assert line.startswith("no straggler: rank 1 arrives late consistently (lateness ") and \
+        "nothing of its own explains it" in line, report["verdicts"]
+    assert not [v for v in report["verdicts"] if "would cut the step" in v], report["verdicts"]
+
+
 def test_the_real_slow_rank_sample_is_input(tmp_path):
     """sample_traces/gloo-ddp-4rank-slow-rank: rank 2 sleeps 100 ms before each forward, on the host outside
     any op: host time before the step's first compute, so input (as a slow data loader would show)."""
@@ -107,7 +125,8 @@ def test_the_real_slow_rank_sample_is_input(tmp_path):
 
 def test_no_cause_is_claimed_that_explains_little_of_the_wait(tmp_path):
     """The DLRM sample's rank 7 makes the others wait 5 ms a step; neither its lead nor its kernels differ
-    from the others' by a quarter of that: undecided, and the verdict names no cause."""
+    from the others' by a quarter of that: undecided, and the verdict names no cause. A GPU rank, so it
+    stays named (a CPU rank would be the host's scheduling)."""
     report = ddprof.analyze(SAMPLES / "dlrm-8xV100-nccl", cache=tmp_path / "c")
     assert [(c["rank"], c["cause"]) for c in report["stragglers"]["causes"]] == [(7, "undecided")]
     assert report["verdicts"][0].startswith("rank 7 is the straggler: ")
@@ -115,7 +134,7 @@ def test_no_cause_is_claimed_that_explains_little_of_the_wait(tmp_path):
 
 def _stage_steps(compute_us: dict[int, float]) -> pl.DataFrame:
     rows = [{"rank": r, "step": s, "step_ns": 50_000_000, "lead_ns": 50_000, "compute_ns": int(c * 1000),
-             "precomm_ns": 0} for r, c in compute_us.items() for s in range(4)]
+             "precomm_ns": 0, "idle_ns": 0} for r, c in compute_us.items() for s in range(4)]
     return pl.DataFrame(rows).cast({"rank": pl.Int32, "step": pl.Int32})
 
 

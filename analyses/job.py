@@ -1,0 +1,141 @@
+"""The whole job, from its always-on step measures (:mod:`ddprof.store.step_measures`): every step the job
+ran, not only the traced window, and its straggler history.
+
+A trace window is a photograph of a few steps; the measures are a line per rank and step of the whole job.
+From them (:func:`job_section`):
+
+* the job's **step time** per step: the median over the ranks of their step's wall time (in a synchronous
+  job every rank's step lasts as long as the slowest rank's); its median and 90th percentile over the job,
+  and its median over the traced steps (the run's profiler steps, numbered as the job numbers its steps);
+* the **straggler history**: every stretch of steps at which the live view's rule (:mod:`.live`,
+  :func:`.live.slow_episodes`: a rank's own time, its step less its time in collectives, beyond the
+  others' by more than its noise and 10 % of a step, for 2 steps in a row) named a rank slow, each with
+  whether the trace saw it. At most :data:`MAX_EPISODES` are kept, the longest, and their count;
+* a **timeline** of at most :data:`TIMELINE_POINTS` points: consecutive steps in equal buckets, each with
+  its median and largest step time, what the dashboard's job panel draws. The report's size does not grow
+  with the job's steps.
+
+Verdicts, silent on a healthy job: each episode (the longest :data:`SAID_EPISODES`), saying whether the
+traced steps saw it; and a traced window that is not typical of the job: its median step
+:data:`ATYPICAL` times the job's or more, or under its inverse (the trace saw a slow or a fast moment).
+
+Example: 2 ranks, 200 steps of 10 ms, rank 1's own time 8 ms more at steps 120-159, the trace window steps
+2-25 -> step time 10.0 ms median; one episode, rank 1, steps 120-159, named at step 121, excess 8 ms, not
+traced; the verdict: "rank 1 was slow for 40 steps (120-159, named at step 121): its own time 8.0 ms a
+step over the others', outside the traced steps 2-25".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import numpy as np
+import polars as pl
+from ddprof.analyses.live import own_matrix, slow_episodes
+from ddprof.analyses.sections import Section
+
+from ddprof.report.display import Column, Table
+from ddprof.report.schema import Job, JobEpisode, JobPoint
+from ddprof.store.rundir import Run
+
+#: Episodes the section keeps (the longest), and the verdicts say.
+MAX_EPISODES = 20
+SAID_EPISODES = 3
+#: Points of the job's step-time timeline, at most.
+TIMELINE_POINTS = 200
+#: A traced window this many times the job's median step (or under its inverse) is not typical of the job.
+ATYPICAL = 1.5
+
+
+def job_section(run: Run) -> dict[str, Any]:
+    """The ``job`` section of ``run`` (module doc); ``{"measured": false}`` and zeros without measures."""
+    return job_of(run.step_measures(), list(run.steps))
+
+
+def job_of(frame: pl.DataFrame, traced: list[int]) -> dict[str, Any]:
+    """The section from a frame of step measures (:meth:`ddprof.store.rundir.Run.step_measures`) and the
+    traced step numbers."""
+    empty = msgspec.to_builtins(Job())
+    if frame.height == 0:
+        return empty
+    steps, _, wall, _ = own_matrix(frame)
+    if len(steps) == 0 or wall.shape[1] < 2:
+        return empty
+    step_ms = np.median(wall, axis=1)
+    lo, hi = (min(traced), max(traced)) if traced else (None, None)
+    in_trace = np.array([lo is not None and hi is not None and lo <= s <= hi for s in steps])
+    episodes = [JobEpisode(rank=e.rank, first_step=e.first_step, last_step=e.last_step, steps=e.steps,
+                           named_step=e.named_step, excess_ms=e.excess_ms,
+                           traced=lo is not None and hi is not None and e.first_step <= hi and e.last_step >= lo)
+                for e in slow_episodes(frame)]
+    kept = sorted(sorted(episodes, key=lambda e: (-e.steps, e.first_step))[:MAX_EPISODES], key=lambda e: e.first_step)
+    buckets = np.array_split(np.arange(len(steps)), min(TIMELINE_POINTS, len(steps)))
+    timeline = [JobPoint(first_step=int(steps[b[0]]), last_step=int(steps[b[-1]]),
+                         median_ms=float(np.median(step_ms[b])), max_ms=float(np.max(wall[b])))
+                for b in buckets if b.size]
+    job = Job(measured=True, ranks=int(wall.shape[1]), steps=len(steps), first_step=int(steps[0]),
+              last_step=int(steps[-1]), step_ms=float(np.median(step_ms)),
+              step_ms_p90=float(np.percentile(step_ms, 90)), traced_first=lo, traced_last=hi,
+              traced_step_ms=float(np.median(step_ms[in_trace])) if in_trace.any() else None,
+              episodes=kept, episodes_total=len(episodes), timeline=timeline)
+    return msgspec.to_builtins(job)
+
+
+def _job(report: dict[str, Any]) -> Job:
+    return msgspec.convert(report.get("job") or {}, Job)
+
+
+def _traced_words(j: Job) -> str:
+    return f"steps {j.traced_first}-{j.traced_last}" if j.traced_first != j.traced_last else f"step {j.traced_first}"
+
+
+def job_verdicts(report: dict[str, Any]) -> list[str]:
+    """The longest slow stretches, and a traced window not typical of the job (module doc); nothing on a
+    healthy job or without measures.
+
+    Example: "rank 1 was slow for 40 steps (120-159, named at step 121): its own time 8.0 ms a step over the
+    others', outside the traced steps 2-25"."""
+    j = _job(report)
+    if not j.measured:
+        return []
+    out = []
+    for e in sorted(j.episodes, key=lambda e: (-e.steps, e.first_step))[:SAID_EPISODES]:
+        where = ("within the traced steps" if e.traced else
+                 f"outside the traced {_traced_words(j)}" if j.traced_first is not None else "no step was traced")
+        span = f"{e.first_step}-{e.last_step}" if e.steps > 1 else f"{e.first_step}"
+        out.append(f"rank {e.rank} was slow for {e.steps} steps ({span}, named at step {e.named_step}): its own time "
+                   f"{e.excess_ms:.1f} ms a step over the others', {where}")
+    if j.episodes_total > SAID_EPISODES:
+        out.append(f"{j.episodes_total} slow stretches in all over the job's {j.steps} measured steps: the job "
+                   "section lists the longest")
+    if j.traced_step_ms and j.step_ms and j.steps >= 2 * max(1, (j.traced_last or 0) - (j.traced_first or 0) + 1):
+        ratio = j.traced_step_ms / j.step_ms
+        if ratio >= ATYPICAL or ratio <= 1 / ATYPICAL:
+            out.append(f"the traced {_traced_words(j)} ran {ratio:.2g}× the job's median step ({j.traced_step_ms:.1f} ms "
+                       f"against {j.step_ms:.1f} ms over {j.steps} measured steps): the trace is not typical of "
+                       "the job")
+    return out
+
+
+def _title(report: dict[str, Any]) -> str:
+    j = _job(report)
+    return (f"Whole job (step measures): steps {j.first_step}-{j.last_step} of {j.ranks} ranks, step "
+            f"{j.step_ms or 0:.1f} ms median, {j.step_ms_p90 or 0:.1f} ms p90; slow stretches: {j.episodes_total}")
+
+
+def _fmt_ms(x: float) -> str:
+    return f"{x:.1f} ms"
+
+
+JOB_TABLE = Table(
+    _title,
+    (Column("rank", "rank"), Column("first step", "first_step"), Column("last step", "last_step"),
+     Column("steps", "steps"), Column("named at", "named_step"), Column("own time over others", "excess_ms", _fmt_ms),
+     Column("traced", lambda e: "yes" if e.traced else "no")),
+    rows=lambda r: _job(r).episodes, when=lambda r: _job(r).measured, at=45)
+
+SECTIONS = (
+    Section("job", msgspec.to_builtins(Job()), analysed=False, tables=(JOB_TABLE,), verdict=job_verdicts,
+            verdict_at=22, record=Job, order=66),
+)
