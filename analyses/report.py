@@ -13,7 +13,8 @@ Contract sections are filled with their contract keys (plus extra keys); ``break
 ``idle_by_step``, ``pipeline``, ``step_times`` (step time and work counts per rank and step:
 :mod:`.steptimes`), ``kernels`` and ``kernels_by_step`` (the top kernels: :mod:`.kernels`), ``clocks``
 (per-host clock offsets, estimated and applied before the analyses when the evidence holds: :mod:`.clocks`),
-``verdicts`` and ``status`` are additions. ``report_version`` (:data:`ddprof.report.schema.REPORT_VERSION`,
+``verdicts`` and ``status`` are additions. Every float of the report is rounded once, when it is built, to
+:data:`ddprof.report.tables.FLOAT_DIGITS` significant digits (the detail tables keep every bit). ``report_version`` (:data:`ddprof.report.schema.REPORT_VERSION`,
 just before the verdicts) says which contract the report follows: its every section and row is declared in
 :mod:`ddprof.report.schema` (a report without it is version 1).
 """
@@ -41,7 +42,7 @@ from ddprof.analyses.whatif.section import whatif_section
 from ddprof.errors import UsageError
 from ddprof.readers.flightrec.load import DumpSet
 from ddprof.report.schema import REPORT_VERSION, Hang, RunSection
-from ddprof.report.tables import AnalysisReport
+from ddprof.report.tables import AnalysisReport, rounded
 from ddprof.runtime.executors import Executor
 from ddprof.store.rundir import Run
 from ddprof.store.schema import EVENT_SCHEMA
@@ -56,8 +57,8 @@ def read_events(run: Run) -> Prepared:
 def analyse(events: Events, world_size: int | None = None) -> AnalysisReport:
     """Every section computed from an event table (no run dir needed): its per-rank frames and summaries
     (:func:`.rank_groups.per_rank_frames`, computed once each and shared by the sections), then the
-    cross-rank sections on the summaries, exactly as a run analysed a group of ranks at a time; with the
-    detail tables (``.table(name)``)."""
+    cross-rank sections on the summaries, exactly as a run analysed a group of ranks at a time (every bit of
+    their floats: :func:`build_report` rounds a report's); with the detail tables (``.table(name)``)."""
     sections = cross_rank_sections(per_rank_frames(prepare(events)), world_size)
     return AnalysisReport({k: sections[k] for k in registry.SECTION_ORDER}, sections.tables, names=registry.DETAIL)
 
@@ -136,6 +137,7 @@ def build_report(run: Run | None, *, dumps: DumpSet | None = None, executor: Exe
         raise UsageError("nothing to report on: give a run, Flight Recorder dumps, or both")
     if hang is not None:
         report["hang"] = hang
+    report = rounded(report)  # once, here: the report in memory is its JSON, however it was computed
     report["report_version"] = REPORT_VERSION
     report["verdicts"] = verdicts(report)
     report["status"] = status(report)

@@ -77,6 +77,7 @@ from ddprof.analyses.frames.memo import Events, Prepared, collect, derived, prep
 from ddprof.analyses.frames.sets import rank_spans, steps, work
 from ddprof.analyses.sections import Section
 from ddprof.analyses.straggler_cause import (
+    CONTENTION_MIN,
     cause_clause,
     cause_ops,
     cause_steps,
@@ -432,6 +433,10 @@ def stragglers(events: Events, alpha: float = ALPHA, min_share_pct: float = MIN_
     }
 
 
+def _compute_ratio(cause: Any) -> float:
+    return next((e.ratio for e in cause.evidence if e.measure == "compute" and e.ratio is not None), 1.0)
+
+
 def _share(x: float) -> str:
     return f"{x:.1f} %" if x < 10 else f"{x:.0f} %"
 
@@ -486,14 +491,19 @@ def straggler_verdicts(report: dict[str, Any]) -> list[str]:
              else "(step, process group) units")
     most = max(waited, key=lambda p: (p.wait_share_pct or 0.0, p.rank))
     cost = f"cost the others {_share(most.wait_share_pct or 0.0)} of a step"
-    scheduled = [per[c.rank] for c in st.causes if c.cause == "undecided" and c.rank in per]
-    if scheduled:  # named by arrival order, nothing of its own explains it (straggler_cause.host_scheduled)
-        late = max(scheduled, key=lambda p: (p.wait_share_pct or 0.0, p.rank))
+    host = {c.rank: c for c in st.causes if c.rank in per and c.rank not in st.ranks
+            and (c.cause == "undecided" or c.cause == "contention")}
+    if host:  # named by arrival order, the host's doing (straggler_cause.host_scheduled)
+        late = max((per[r] for r in host), key=lambda p: (p.wait_share_pct or 0.0, p.rank))
+        cause = host[late.rank]
+        why = ("nothing of its own explains it: its data loading, compute, collective entry and idle time match "
+               "the others'" if cause.cause == "undecided" else
+               f"its ops take only {_compute_ratio(cause):.2g}× the others' in all, their fast calls as fast: "
+               f"CPU contention under the {CONTENTION_MIN:g}× that names one")
         return [f"no straggler: rank {late.rank} arrives late consistently (lateness {fmt_us(late.lateness_us)}, "
                 f"last at {late.last_units} of {late.units} {units}; {_p_is(late.p_value)}; it cost the others "
-                f"{_share(late.wait_share_pct or 0.0)} of a step) but nothing of its own explains it: its data "
-                "loading, compute and collective entry match the others' (on a CPU run: likely when the host's "
-                "shared cores ran it, not what it does)"]
+                f"{_share(late.wait_share_pct or 0.0)} of a step) but {why}. A CPU rank shares its host's "
+                "cores, which a host shares unevenly: the machine's doing, not the rank's"]
     significant = [p for p in per.values() if p.significant]
     if significant:
         late = max(significant, key=lambda p: (p.wait_share_pct or 0.0, p.rank))

@@ -154,10 +154,10 @@ def whatif_section(run: Run, clock: ClockEstimate | None = None, budget_s: float
     if not w.explained:
         return {**EMPTY, "reason": w.reason}
     us = 1e6  # seconds to µs
-    return {"computed": True, "reason": None, "replay_error_pct": round(w.replay_error_pct, 6),
-            "step_us": round(w.step_s * us, 3),
-            "edits": [{"edit": p.edit, "says": p.says, "step_us": round(p.step_s * us, 3),
-                       "saving_us": round(p.saving_s * us, 3), "saving_pct": round(p.saving_pct, 6)}
+    return {"computed": True, "reason": None, "replay_error_pct": w.replay_error_pct,
+            "step_us": w.step_s * us,
+            "edits": [{"edit": p.edit, "says": p.says, "step_us": p.step_s * us,
+                       "saving_us": p.saving_s * us, "saving_pct": p.saving_pct}
                       for p in w.projections[:KEEP]],
             "verdict": w.verdict, "left_out": list(w.left_out), "critical_path": _critical(w)}
 
@@ -167,13 +167,11 @@ def _critical(w: Any) -> dict[str, Any]:
     if cp is None or cp.steps.is_empty():
         return dict(EMPTY["critical_path"])
     us = 1e6
-    # rounded to the ns and to 1e-6 %: sums over the path's links are taken in an order Polars may vary
-    # (its threads), and a report is the same bytes however it was computed
-    return {"length_us": round(float(cp.steps["length"].mean()) * us, 3),
-            "by_kind": [{"kind": k, "us": round(s * us, 3), "pct": round(100 * sh, 6)}
+    return {"length_us": float(cp.steps["length"].mean()) * us,
+            "by_kind": [{"kind": k, "us": s * us, "pct": 100 * sh}
                         for k, s, sh in cp.by_kind().iter_rows()],
             "top_ops": [{"rank": int(r["rank"]), "lane": r["lane"], "name": r["name"], "kind": r["kind"],
-                         "us": round(r["s"] * us, 3), "pct": round(100 * r["share"], 6)}
+                         "us": r["s"] * us, "pct": 100 * r["share"]}
                         for r in cp.top_ops(TOP_OPS).iter_rows(named=True)]}
 
 
@@ -188,7 +186,9 @@ def _diagnosed(edit: str, report: dict[str, Any]) -> bool:
     if edit.startswith("straggler_"):
         ranks = {int(r) for r in edit.rsplit("_", 1)[-1:] if r.isdigit()} if edit.startswith("straggler_rank_") \
             else {int(r) for r in edit.removeprefix("straggler_ranks_").split("_") if r.isdigit()}
-        found = set(st.get("ranks") or []) | {c.get("rank") for c in causes if c.get("cause") != "undecided"}
+        # a rank not named by arrival order is diagnosed when its verdict says a cause: stalls, a stage
+        found = set(st.get("ranks") or []) | {c.get("rank") for c in causes
+                                              if c.get("cause") in ("stalls", "pipeline imbalance")}
         return bool(ranks) and ranks <= found
     if edit.startswith("rebalanced"):
         return any(c.get("cause") == "pipeline imbalance" for c in causes)

@@ -24,7 +24,7 @@ from ddprof.errors import BadInputError
 from ddprof.inputs.analyze import analyze
 from ddprof.inputs.sources import open_source
 from ddprof.report.schema import REPORT_VERSION, RunSection, version_of
-from ddprof.report.tables import AnalysisReport, tables_dir
+from ddprof.report.tables import AnalysisReport, rounded, tables_dir
 
 #: Sections a comparison reads that reports written before them lack.
 NEEDED = ("step_times", "kernels", "kernels_by_step")
@@ -100,4 +100,4 @@ def load_with_kernels(path: str | Path, *, cache: str | Path | None = None, rank
         return load_report(p), None
     with open_source([p], cache=cache, rank_map=rank_map) as src:
         report = check_report(build_report(src.run, dumps=src.dumps), p)
-        return report, (every_kernel(src.run) if src.run is not None else None)
+        return report, (rounded(every_kernel(src.run)) if src.run is not None else None)  # as the report's

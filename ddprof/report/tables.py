@@ -151,8 +151,9 @@ FLOAT_DIGITS = 9
 
 def rounded(value: Any) -> Any:
     """``value`` (a report, a section, a number) with each finite float at ``FLOAT_DIGITS`` significant
-    digits: what the JSON report holds of it. ``ddprof.analyze(path)`` keeps every bit; its JSON equals
-    ``rounded(report)``."""
+    digits: what the JSON report holds of it. The report builder rounds a report once, so a report in
+    memory (``ddprof.analyze(path)``) is its JSON; the writer rounds again what it is given, which changes
+    nothing of a built report."""
     if isinstance(value, float):
         return float(f"{value:.{FLOAT_DIGITS}g}") if math.isfinite(value) else value
     if isinstance(value, Mapping):

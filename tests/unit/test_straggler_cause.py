@@ -112,6 +112,24 @@ def test_a_cpu_rank_late_with_nothing_of_its_own_to_explain_it_is_not_named(tmp_
     assert not [v for v in report["verdicts"] if "would cut the step" in v], report["verdicts"]
 
 
+def test_mild_cpu_contention_is_the_hosts_and_strong_contention_is_named(tmp_path):
+    """2 ranks; two of rank 1's eight addmm a step stretched 300 µs (its ops 1.2x the other's in all, the
+    fast calls as fast): late beyond chance and at a cost, but a host sharing its cores unevenly does that:
+    not named, and the verdict says why. Stretched 3 ms (2.6x): named, contention."""
+    mild = build_report(ingest_generated(FaultyDP(fault="contention", ranks=2, rank=1, delay=300_000, steps=24),
+                                         tmp_path / "mild"))
+    st = mild["stragglers"]
+    assert st["ranks"] == [] and [(c["rank"], c["cause"]) for c in st["causes"]] == [(1, "contention")]
+    compute = next(e for e in st["causes"][0]["evidence"] if e["measure"] == "compute")
+    assert 1.1 < compute["ratio"] < 1.3
+    line = next(v for v in mild["verdicts"] if "straggler" in v)
+    assert line.startswith("no straggler: rank 1 arrives late consistently") and \
+        "CPU contention under the 1.5× that names one" in line, mild["verdicts"]
+    assert not [v for v in mild["verdicts"] if "would cut the step" in v]
+    strong = analyse(FaultyDP(fault="contention", ranks=2, rank=1, steps=24).events().lazy())["stragglers"]
+    assert strong["ranks"] == [1] and strong["causes"][0]["cause"] == "contention"
+
+
 def test_the_real_slow_rank_sample_is_input(tmp_path):
     """sample_traces/gloo-ddp-4rank-slow-rank: rank 2 sleeps 100 ms before each forward, on the host outside
     any op: host time before the step's first compute, so input (as a slow data loader would show)."""
