@@ -9,7 +9,7 @@ import json
 import numpy as np
 import polars as pl
 import pytest
-from ddprof.analyses.job import job_of, job_verdicts
+from ddprof.analyses.job import job_of, job_verdicts, profiler_steps
 from ddprof.analyses.live import DetectionRule, detect_slow_ranks, rank_rows, slow_episodes, wait_caused
 
 from ddprof.store.step_measures import MeasureTail, measures_path, read_step_measures
@@ -100,8 +100,19 @@ def test_the_job_section_says_what_the_trace_did_not_see() -> None:
     assert seen["episodes"][0]["traced"] and "within the traced steps" in job_verdicts({"job": seen})[0]
     # the trace saw a slow moment: its median step 1.2x the job's is not said, 1.5x is
     assert not [v for v in job_verdicts({"job": seen}) if "not typical" in v]
+    # the steps where the profiler starts, stops and writes its trace measure the capture: not a stretch
+    export = series(2, 60, seed=3).with_columns(
+        pl.when((pl.col("rank") == 1) & pl.col("step").is_in([40, 41, 42])).then(pl.col("wall_ms") + 400)
+        .otherwise(pl.col("wall_ms")).alias("wall_ms"))
+    assert job_of(export, list(range(20, 41)))["episodes"] == []
+    assert [e["first_step"] for e in job_of(export, list(range(10, 21)))["episodes"]] == [40]
     long = job_of(series(2, 5000, seed=2), [4000, 4001])
     assert len(long["timeline"]) == 200 and long["timeline"][-1]["last_step"] == 4999
+
+
+def test_the_profiler_steps_are_each_windows_edges() -> None:
+    assert profiler_steps(list(range(2, 26))) == {1, 2, 25, 26}
+    assert profiler_steps([5, 6, 20]) == {4, 5, 6, 7, 19, 20, 21} and profiler_steps([]) == set()
 
 
 @pytest.mark.parametrize("ranks", [2, 8])
