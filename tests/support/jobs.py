@@ -158,8 +158,8 @@ def run_ddp(args: argparse.Namespace, prof: Any, rank: int) -> dict[str, Any]:
 
 def run_pipeline(args: argparse.Namespace, prof: Any, rank: int, world: int) -> dict[str, Any]:
     """GPipe on ``world`` stages: forward all micro-batches, then backward all, then one optimizer step."""
-    if world + 1 > len(PIPE_WIDTHS):
-        raise SystemExit(f"pipeline example supports at most {len(PIPE_WIDTHS) - 1} stages")
+    if not args.pipe_width and world + 1 > len(PIPE_WIDTHS):  # --pipe-width: every stage alike, any number
+        raise SystemExit(f"pipeline example supports at most {len(PIPE_WIDTHS) - 1} stages without --pipe-width")
     torch.manual_seed(rank)
     d_in, d_out = (args.pipe_width,) * 2 if args.pipe_width else (PIPE_WIDTHS[rank], PIPE_WIDTHS[rank + 1])
     depth = 1 + (int(args.fault_factor) - 1) * faulty(args, rank, "pipeline")  # hidden layers
