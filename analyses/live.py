@@ -126,6 +126,24 @@ def _mad_sigma(x: np.ndarray) -> float:
     return float(1.4826 * np.median(np.abs(x - np.median(x))))
 
 
+def _differences(own: np.ndarray, wall: np.ndarray, rule: DetectionRule) -> tuple[np.ndarray, float]:
+    """The rule's ``d_r(s)`` (steps × ranks: own time less the other ranks' median) and its floor
+    ``max(floor_ms, rel · median step time)`` (module doc)."""
+    diffs = np.stack([own[:, r] - np.median(np.delete(own, r, axis=1), axis=1) for r in range(own.shape[1])],
+                     axis=1)
+    return diffs, max(rule.floor_ms, rule.rel * float(np.median(wall)))
+
+
+def _threshold(diffs: np.ndarray, r: int, start: int, base: float, rule: DetectionRule) -> float | None:
+    """What rank ``r``'s difference must exceed in a run of steps from index ``start`` on: the floor, or
+    ``k`` robust sigmas of the ``window`` steps before it (its own, or every rank's where larger); None
+    with fewer than ``min_history`` steps before it."""
+    before = slice(max(0, start - rule.window), start)
+    if start - before.start < rule.min_history:
+        return None
+    return max(base, rule.k * max(_mad_sigma(diffs[before, r]), _mad_sigma(diffs[before].ravel())))
+
+
 def detect_slow_ranks(frame: pl.DataFrame, rule: DetectionRule = DetectionRule()) -> list[SlowRank]:
     """The ranks slow at the latest ``rule.persist`` complete steps (module doc), the slowest first. A rank
     slow at every step of ``frame`` is named since the frame's first step: give the steps since the change
@@ -134,17 +152,14 @@ def detect_slow_ranks(frame: pl.DataFrame, rule: DetectionRule = DetectionRule()
     n_steps, n_ranks = own.shape
     if n_ranks < 2 or n_steps < rule.persist:
         return []
-    base = max(rule.floor_ms, rule.rel * float(np.median(wall)))
-    diffs = np.stack([own[:, r] - np.median(np.delete(own, r, axis=1), axis=1) for r in range(n_ranks)], axis=1)
+    diffs, base = _differences(own, wall, rule)
     found = []
     for r in range(n_ranks):
         d = diffs[:, r]
         streak = _trailing(d > base)
-        before = slice(max(0, n_steps - streak - rule.window), n_steps - streak)
-        history = d[before]
-        if history.size < rule.min_history:
+        threshold = _threshold(diffs, r, n_steps - streak, base, rule)
+        if threshold is None:
             continue
-        threshold = max(base, rule.k * max(_mad_sigma(history), _mad_sigma(diffs[before].ravel())))
         streak = _trailing(d > threshold)
         if streak >= rule.persist:
             first = n_steps - streak
@@ -188,16 +203,14 @@ def slow_episodes(frame: pl.DataFrame, rule: DetectionRule = DetectionRule()) ->
     if n_ranks < 2 or n_steps < rule.persist:
         return []
     ranks = frame_ranks(frame)
-    base = max(rule.floor_ms, rule.rel * float(np.median(wall)))
-    diffs = np.stack([own[:, r] - np.median(np.delete(own, r, axis=1), axis=1) for r in range(n_ranks)], axis=1)
+    diffs, base = _differences(own, wall, rule)
     found = []
     for r in range(n_ranks):
         d = diffs[:, r]
         for a, b in _runs(d > base):
-            before = slice(max(0, a - rule.window), a)
-            if a - before.start < rule.min_history:
+            threshold = _threshold(diffs, r, a, base, rule)
+            if threshold is None:
                 continue
-            threshold = max(base, rule.k * max(_mad_sigma(d[before]), _mad_sigma(diffs[before].ravel())))
             for x, y in _runs(d[a:b] > threshold):
                 if y - x >= rule.persist:
                     found.append(SlowEpisode(rank=int(ranks[r]), first_step=int(steps[a + x]),
