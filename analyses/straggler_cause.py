@@ -118,7 +118,7 @@ def _host_ops(p: Prepared) -> pl.LazyFrame:
     """The CPU ops and annotations of the CPU ranks within a step, profiler steps left out, each with
     ``leaf`` (it holds no other row of its thread), ``top`` (no CPU op of its thread holds it), ``entry``
     (a collective's), ``loader_span`` and ``in_loader`` (inside the data loader's span)."""
-    gpu = kernels(p).lazy().select("rank").unique()
+    gpu = device_ranks(p).lazy()
     ops = (
         p.events.filter(pl.col("stream").is_null() & pl.col("kind").is_in(["cpu_op", "annotation"])
                         & pl.col("step").is_not_null() & ~pl.col("name").str.starts_with(STEP_PREFIX))
@@ -201,7 +201,7 @@ def _idle(p: Prepared, marked: pl.LazyFrame) -> pl.LazyFrame:
     gaps = (marked.filter((pl.col("tid") == pl.col("__tid")) & (pl.col("start") > pl.col("__first"))
                           & ~pl.col("entry") & (pl.col("__uncovered") > 0))
             .select("rank", (pl.col("start") - pl.col("__uncovered")).alias("start"), pl.col("start").alias("end")))
-    flight = (p.events.filter(pl.col("stream").is_null() & (pl.col("kind") == "comm"))
+    flight = (comm_rows(p).lazy().filter(pl.col("stream").is_null())  # a CPU rank's collectives
               .select("rank", pl.col("ts_ns").alias("start"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("end")))
     left = subtract(gaps, flight, ["rank"]).sort("rank", "start")
     windows = steps(p).lazy().select(pl.col("rank").cast(pl.Int32), pl.col("step").cast(pl.Int32),
