@@ -492,7 +492,7 @@ def straggler_verdicts(report: dict[str, Any]) -> list[str]:
     most = max(waited, key=lambda p: (p.wait_share_pct or 0.0, p.rank))
     cost = f"cost the others {_share(most.wait_share_pct or 0.0)} of a step"
     host = {c.rank: c for c in st.causes if c.rank in per and c.rank not in st.ranks
-            and (c.cause == "undecided" or c.cause == "contention")}
+            and c.cause in ("undecided", "contention")}
     if host:  # named by arrival order, the host's doing (straggler_cause.host_scheduled)
         late = max((per[r] for r in host), key=lambda p: (p.wait_share_pct or 0.0, p.rank))
         cause = host[late.rank]

@@ -20,15 +20,13 @@ def job_figure(report: dict[str, Any]) -> go.Figure:
         return empty("Whole job", "no step measures: captured with ddprof launch or ddprof.profile, every "
                                   "rank writes them")
     x = [(p.first_step + p.last_step) / 2 for p in j.timeline]
+    span = [[p.first_step, p.last_step] for p in j.timeline]
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=x, y=[p.max_ms for p in j.timeline], name="longest", mode="lines",
-                             line={"color": STRAGGLER, "width": 1},
-                             customdata=[[p.first_step, p.last_step] for p in j.timeline],
-                             hovertemplate="steps %{customdata[0]}-%{customdata[1]}<br>longest %{y:.1f} ms<extra></extra>"))
-    fig.add_trace(go.Scatter(x=x, y=[p.median_ms for p in j.timeline], name="median", mode="lines",
-                             line={"color": NORMAL, "width": 2},
-                             customdata=[[p.first_step, p.last_step] for p in j.timeline],
-                             hovertemplate="steps %{customdata[0]}-%{customdata[1]}<br>median %{y:.1f} ms<extra></extra>"))
+    for name, ys, line in (("longest", [p.max_ms for p in j.timeline], {"color": STRAGGLER, "width": 1}),
+                           ("median", [p.median_ms for p in j.timeline], {"color": NORMAL, "width": 2})):
+        fig.add_trace(go.Scatter(x=x, y=ys, name=name, mode="lines", line=line, customdata=span,
+                                 hovertemplate="steps %{customdata[0]}-%{customdata[1]}<br>" + name
+                                 + " %{y:.1f} ms<extra></extra>"))
     if j.traced_first is not None and j.traced_last is not None:
         fig.add_vrect(x0=j.traced_first - 0.5, x1=j.traced_last + 0.5, fillcolor="#4C78A8", opacity=0.12,
                       line_width=0, annotation_text="traced", annotation_position="top left")
