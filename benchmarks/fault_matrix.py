@@ -25,7 +25,8 @@ first verdict named that class, the share that had that fault) and recall (of th
 the share whose first verdict named it, with the right rank). ``ddprof check`` is run on the first
 repetition: a clean run against another clean run of the same job (must pass), and each faulty run
 against a clean baseline of its job (should fail naming the rank; its ``cause`` field where check's
-JSON has one, else its exit code and first line).
+JSON has one, else its exit code and first line). ``--clean-pairs``: also every clean run against every
+other clean run of its job (:func:`clean_pairs`).
 
 Runs are written to a temporary directory (``--keep DIR`` to keep them there), never into the repository;
 ``--rescore DIR`` analyses and scores again the runs a ``--keep DIR`` holds (after a change to the analyses;
@@ -209,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--active", type=int, default=24)
     ap.add_argument("--quick", action="store_true", help="2 reps of compute, input, stalls and clean")
     ap.add_argument("--no-check", action="store_true", help="skip ddprof check")
+    ap.add_argument("--clean-pairs", action="store_true",
+                    help="also check every clean run against every other clean run of its job")
     ap.add_argument("--keep", type=Path, default=None, help="write the runs here (default: a temporary dir)")
     ap.add_argument("--json", type=Path, default=None, help="also write every outcome here")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds a job may take")
@@ -241,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         if wrong:
             print("\nwrong first verdicts (fault, class named):", dict(wrong))
         checks = [] if args.no_check else run_checks(faults, root, args)
+        if args.clean_pairs:
+            checks += clean_pairs(root)
         if args.json:
             args.json.write_text(json.dumps({"outcomes": [o.__dict__ for o in outcomes], "checks": checks}, indent=1))
     finally:
@@ -267,6 +272,8 @@ def rescore(args: argparse.Namespace) -> int:
     if not args.no_check and outcomes:
         args.ranks = outcomes[0].ranks
         run_checks(list(dict.fromkeys(o.fault for o in outcomes)), root, args)
+    if args.clean_pairs:
+        clean_pairs(root)
     return 0
 
 
@@ -299,6 +306,35 @@ def run_checks(faults: list[str], root: Path, args: argparse.Namespace) -> list[
     for r in rows:
         first = r["first"] if isinstance(r["first"], str) else " ".join(r["first"])
         print(f"| {r['run']} | {r['baseline']} | {r['exit']} | {(r['cause'] or '-')[:120]} | {first[:160]} |")
+    return rows
+
+
+def clean_pairs(root: Path) -> list[dict[str, Any]]:
+    """``ddprof check`` of every clean run against every other clean run of its job (``clean-NN`` and the
+    check baselines ``check-clean-JOB-I`` that ``root`` holds), each ordered pair once: the false-regression
+    rate of the gate on a machine with no fault, and the cause it gave where it failed (the environment
+    fails by default, saying so; any other cause on a clean pair is a wrong one)."""
+    by_job: dict[str, list[Path]] = {"ddp": [], "pipeline": []}
+    for d in sorted(root.iterdir()):
+        m = re.fullmatch(r"clean-(\d\d)|check-clean-(ddp|pipeline)-\d", d.name)
+        if m and (d / "manifest.json").exists():
+            by_job[m.group(2) or ("ddp" if int(m.group(1)) % 2 == 0 else "pipeline")].append(d)
+    rows = []
+    for job, runs in by_job.items():
+        for a in runs:
+            for b in runs:
+                if a != b:
+                    rows.append({"job": job, "run": a.name, "baseline": b.name, **check(src(a), src(b))})
+    print("\n| job | clean pairs | ok | failed: environment | failed: another cause |\n|---|---:|---:|---:|---|")
+    for job in by_job:
+        mine = [r for r in rows if r["job"] == job]
+        if not mine:
+            continue
+        env = sum(r["exit"] == 1 and (r["cause"] or "").startswith("environment") for r in mine)
+        other = Counter((r["cause"] or "-").split(":")[0] for r in mine
+                        if r["exit"] != 0 and not (r["cause"] or "").startswith("environment"))
+        print(f"| {job} | {len(mine)} | {sum(r['exit'] == 0 for r in mine)} | {env} | "
+              f"{', '.join(f'{k} {v}' for k, v in sorted(other.items())) or '-'} |")
     return rows
 
 

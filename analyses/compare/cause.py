@@ -17,7 +17,8 @@ It reads from each report (a change is beyond the noise when its 99 % Hodges–L
   communication left out), as the factor run / baseline of the medians. An op *slowed* when it is beyond
   the noise and ×1.1 (``OP_CHANGE``) or more, *kept its time* when it is within the noise or within 5 %
   (``OP_SAME``). Ops under 2 % (``OP_MIN_SHARE``) of the compared time are too short to tell;
-* **bus bandwidth** per collective op and message size, and the communication kernels' time.
+* **bus bandwidth** per collective op and message size (of at least the busbw rule's ``min_bytes``, 1 MiB:
+  below, a collective's time is mostly its fixed cost), and the communication kernels' time.
 
 The classes, decided in this order:
 
@@ -33,6 +34,12 @@ The classes, decided in this order:
    **rank** too when the run says a rank pauses now and then (its straggler cause *stalls*,
    :mod:`ddprof.analyses.straggler_cause`) and the baseline does not, and no other rank rose: a few steps
    far longer, the median as before (a busy machine pauses every rank, and raises their own times);
+   **environment** when that rank is a CPU rank (no device work) the run's own straggler analysis sets
+   aside as its host's doing, or that names no cause of its own and rose under ``CONTENTION_MIN`` (1.5×):
+   a host shares its cores unevenly from run to run (:func:`_host_shared`); and when no rank rose and one
+   CPU rank alone got faster under that factor: the baseline's host served it slower; and when no rank's
+   own time rose beyond its noise (it holds the others' waits) but one CPU rank holds the rise of the
+   ranks' compute per step (:func:`_lone_compute`) and the host explains it so;
 3. **environment**, unevenly: two or more ranks rose, by factors apart by at least 0.5 and 3 times
    (×1.1 on one, ×1.5 on another): a change of the code moves every rank of a data-parallel job alike, a
    busy machine does not (not for pipeline runs, whose stages do different work);
@@ -68,6 +75,7 @@ from ddprof.analyses.compare.job import stage_count, workload_changes
 from ddprof.analyses.compare.samples import op_word
 from ddprof.analyses.compare.stats import hodges_lehmann
 from ddprof.analyses.compare.words import direction, ratio_range, ratio_text, signed
+from ddprof.analyses.straggler_cause import CONTENTION_MIN
 
 from ddprof.report.schema import KernelRow, StragglerCause, Stragglers, rows
 from ddprof.vocabulary.units import fmt_bytes, fmt_us
@@ -84,6 +92,7 @@ UNEVEN = 0.5
 UNEVEN_RATIO = 3.0
 EXPLAINED = 0.5
 NEW_SHARE = 0.05
+LONE_SHARE = 0.75
 
 
 #: Per op (name, kind): its time in each step (:func:`.samples.kernel_steps`).
@@ -191,10 +200,11 @@ def _other_names(base: dict[str, Any], run: dict[str, Any], step_us: float,
     return absent(r, b), absent(b, r)
 
 
-def _busbw(base: dict[str, Any], run: dict[str, Any], confidence: float) -> list[Moved]:
+def _busbw(base: dict[str, Any], run: dict[str, Any], confidence: float, min_bytes: int) -> list[Moved]:
+    """busbw per collective op and message size of at least ``min_bytes`` (smaller ones are latency)."""
     b, r = S.busbw(base), S.busbw(run)
     out = []
-    for key in sorted(set(b) & set(r)):
+    for key in sorted(k for k in set(b) & set(r) if k[1] >= min_bytes):
         m = moved(f"{key[0]} {fmt_bytes(key[1])}", b[key], r[key], confidence)
         if m is not None:
             out.append(m)
@@ -219,6 +229,43 @@ def _wait_per_step(report: dict[str, Any], rank: int) -> float:
     return row.wait_caused_us / row.waiting_ranks / steps
 
 
+def _host_shared(run: dict[str, Any], rank: int, own: Moved) -> str | None:
+    """Why one CPU rank's slowdown is its host's, or None when it is the rank's own: the run's straggler
+    analysis sets the rank aside as the host's doing (late, but its measures match the others' or its ops
+    take under :data:`~ddprof.analyses.straggler_cause.CONTENTION_MIN` times theirs), or names no cause
+    of the rank's own while its own time rose under that factor. A CPU rank shares its host's cores, and
+    a host shares them unevenly, run to run: on real clean 2-rank gloo runs of one job on a 2-CPU machine,
+    one rank's ops ran 1.2-1.5x slower for a whole run in 4 of 36 (a busy thread on a rank's core makes
+    them 1.55-2.4x, a slow compute fault 1.5-1.8x)."""
+    st = msgspec.convert(run["stragglers"], Stragglers)
+    own_cause = next((c for c in st.causes if c.rank == rank), None)
+    if own_cause is not None and rank not in st.ranks and own_cause.cause in ("undecided", "contention"):
+        return ("the run itself sets it aside as its host's doing (late at its collectives, "
+                + ("its measures the others'" if own_cause.cause == "undecided" else
+                   "its ops a little slower than the others' in all") + ")")
+    if own_cause is None and rank not in st.ranks and own.ratio < CONTENTION_MIN:
+        return (f"under the {CONTENTION_MIN:g}× that singles out a CPU rank, and the run names no cause of its own "
+                "(a host shares its cores unevenly from run to run)")
+    return None
+
+
+def _lone_compute(base: dict[str, Any], run: dict[str, Any], confidence: float) -> tuple[int, Moved] | None:
+    """The one rank that holds the rise of the ranks' compute per step: their compute pooled rose beyond the
+    noise (summed per step), that rank's by ``OP_CHANGE`` or more and at least ``LONE_SHARE`` (3/4) of the ranks' rises
+    together (one rank's steps alone are often too few to tell); None otherwise. Example: rank 0 +1.2 ms
+    (×1.29), rank 1 +0.19 ms -> rank 0 (86 % of the rise)."""
+    b, r = S.compute_us(base), S.compute_us(run)
+    keys = sorted(k for k in set(b) & set(r) if b[k].size and r[k].size)
+    ms = {k: m for k in keys for m in [moved(f"rank {k}", b[k], r[k], confidence)] if m is not None and m.base > 0}
+    pooled = moved("all ranks", S.compute_summed(base), S.compute_summed(run), confidence)
+    if len(ms) < 2 or pooled is None or not pooled.beyond_noise or pooled.shift <= 0:
+        return None
+    top = max(ms, key=lambda k: ms[k].shift)
+    rises = sum(max(m.shift, 0.0) for m in ms.values())
+    m = ms[top]
+    return (top, m) if m.ratio >= 1 + OP_CHANGE and m.shift >= LONE_SHARE * rises else None
+
+
 def _new_stragglers(base: dict[str, Any], run: dict[str, Any]) -> list[int]:
     before = set(msgspec.convert(base["stragglers"], Stragglers).ranks)
     return [r for r in msgspec.convert(run["stragglers"], Stragglers).ranks if r not in before]
@@ -230,10 +277,12 @@ def _names(ms: list[Moved], limit: int = 3) -> str:
 
 
 def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0.99, tolerance_pct: float = 5.0,
-             min_change_us: float = 20.0, workload_rule: dict[str, Any] | None = None) -> dict[str, Any] | None:
+             min_change_us: float = 20.0, workload_rule: dict[str, Any] | None = None,
+             bw_min_bytes: int | None = None) -> dict[str, Any] | None:
     """The cause class of the change from ``base`` to ``run`` with its evidence, or None when nothing changed
     beyond the noise and the tolerances (module doc). ``tolerance_pct`` and ``min_change_us``: the step-time
-    rule's; ``workload_rule``: the workload rule's allowances (default: the check's)."""
+    rule's; ``workload_rule``: the workload rule's allowances (default: the check's); ``bw_min_bytes``: the
+    smallest message whose busbw tells (default: the busbw rule's ``min_bytes``)."""
     from ddprof.analyses.compare.rules import DEFAULTS
 
     wl = dict(workload_rule or DEFAULTS["workload"])
@@ -270,7 +319,7 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
     op_same = [m for m in ops if not m.beyond_noise or abs(m.ratio - 1) < OP_SAME]
     compared = sum(m.base for m in ops) or 1.0
     same_share = sum(m.base for m in op_same) / compared
-    bw = _busbw(base, run, confidence)
+    bw = _busbw(base, run, confidence, DEFAULTS["busbw"]["min_bytes"] if bw_min_bytes is None else bw_min_bytes)
     bw_fell = [m for m in bw if m.beyond_noise and m.ratio <= 1 - BW_CHANGE]
     comm_rose = [m for k in steps_b if k[1] == "comm" and k in steps_r
                  for m in [moved(k[0], steps_b[k], steps_r[k], confidence)]
@@ -307,6 +356,12 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
                   if word == "CPU op" and top in stragglers else 0.0)
         if t.beyond_noise and all(m.shift - waited < max(min(tol[r], OTHERS_SHARE * t.shift), DOMINANT * t.shift)
                                   for r, m in others.items()):
+            host = _host_shared(run, top, t) if word == "CPU op" else None
+            if host is not None:
+                return _cause("environment", f"rank {top} alone slowed ({ratio_text(t.ratio)}), as a host slows "
+                                             "one of its CPU ranks: " + host,
+                              [f"rank {top}'s own time per step rose {fmt_us(t.shift)} ({ratio_text(t.ratio)}: "
+                               f"{fmt_us(t.base)} → {fmt_us(t.run)})", host])
             shifts = [m.shift for m in others.values()]
             ev = [f"rank {top}'s own time per step (the step minus its exposed communication) rose "
                   f"{fmt_us(t.shift)} ({ratio_text(t.ratio)}: {fmt_us(t.base)} → {fmt_us(t.run)})",
@@ -332,6 +387,30 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
         return _cause("rank", f"rank {c.rank} pauses now and then: {said}, its other steps as before",
                       [f"rank {c.rank} pauses now and then (the run's straggler cause: stalls): {said}",
                        "the baseline names no such pauses"], rank=c.rank)
+
+    # 2c. one CPU rank alone got faster: the baseline's host had served it slower (what rose, a share of the
+    # step, a bubble, is the others' time beside it)
+    fell = [r for r, m in ranks.items() if m.beyond_noise and -m.shift >= tol[r]]
+    if word == "CPU op" and not rose and len(fell) == 1 and len(ranks) >= 2:
+        f = ranks[fell[0]]
+        if f.ratio > 1 / CONTENTION_MIN and all(abs(m.shift) < max(tol[r], OTHERS_SHARE * -f.shift)
+                                                 for r, m in ranks.items() if r != fell[0]):
+            text = (f"rank {fell[0]}'s own time per step fell {fmt_us(-f.shift)} ({ratio_text(f.ratio)}: "
+                    f"{fmt_us(f.base)} → {fmt_us(f.run)}), the others' held")
+            return _cause("environment", f"rank {fell[0]} alone got faster ({ratio_text(f.ratio)}): the baseline's "
+                                         "host served this CPU rank slower, by less than the "
+                                         f"{CONTENTION_MIN:g}× that singles one out", [text])
+
+    # 2d. one CPU rank's compute alone rose, its own time too noisy to tell (it holds the waits): the host
+    # when the run sets the rank aside or it rose under the factor that singles one out
+    lone = _lone_compute(base, run, confidence) if word == "CPU op" and not rose else None
+    host = _host_shared(run, lone[0], lone[1]) if lone is not None else None
+    if lone is not None and host is not None:
+        lone_rank, lc = lone
+        text = (f"rank {lone_rank}'s compute per step rose {fmt_us(lc.shift)} ({ratio_text(lc.ratio)}: "
+                f"{fmt_us(lc.base)} → {fmt_us(lc.run)}), the other ranks' held")
+        return _cause("environment", f"rank {lone_rank}'s compute alone slowed ({ratio_text(lc.ratio)}), as a host slows one "
+                                     "of its CPU ranks: " + host, [text, host])
 
     # 3. the ranks slowed unevenly: a change of the code moves every rank of a data-parallel job alike
     excess = sorted(ranks[r].ratio - 1 for r in rose)

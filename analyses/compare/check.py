@@ -145,22 +145,25 @@ def _relative_rules(base: dict[str, Any], run: dict[str, Any], rules: dict[str, 
         rb = S.bubble_by_stage(run)
         tol = rules["bubble"]["tolerance_pts"]
         for stage, arr in S.bubble_by_stage(base).items():
-            out.append(relative("bubble", f"stage {stage}", arr, rb.get(stage, np.empty(0)), what="pipeline bubble",
-                                unit="%", worse_if_higher=True, tolerance=tol, tolerance_text=f"{tol:g} pts",
-                                confidence=c))
+            o = relative("bubble", f"stage {stage}", arr, rb.get(stage, np.empty(0)), what="pipeline bubble",
+                         unit="%", worse_if_higher=True, tolerance=tol, tolerance_text=f"{tol:g} pts", confidence=c)
+            out.append(_faster_stage(o, base, run, stage, c) if o["outcome"] == "fail" else o)
     if rules["busbw"]["enabled"]:
         rb2 = S.busbw(run)
-        pct = rules["busbw"]["tolerance_pct"]
+        pct, floor = rules["busbw"]["tolerance_pct"], rules["busbw"]["min_bytes"]
         for (op, nbytes), arr in S.busbw(base).items():
             if (op, nbytes) not in rb2:
                 continue  # a message size gone is a workload change, reported there
+            if nbytes < floor:
+                out.append(_latency_bound(op, nbytes, floor))
+                continue
             tol = pct / 100 * float(np.median(arr))
             out.append(relative("busbw", f"{op} {fmt_bytes(nbytes)}", arr, rb2[(op, nbytes)], what="busbw",
                                 unit="GB/s", worse_if_higher=False, tolerance=tol,
                                 tolerance_text=f"{pct:g} % = {tol:.3g} GB/s", confidence=c))
         rl = S.busbw_links(run)
         for (op, nbytes, src, dst), arr in S.busbw_links(base).items():
-            if (op, nbytes, src, dst) not in rl:
+            if (op, nbytes, src, dst) not in rl or nbytes < floor:
                 continue
             tol = pct / 100 * float(np.median(arr))
             out.append(relative("busbw", f"{op} {fmt_bytes(nbytes)} rank {src}→{dst}", arr,
@@ -182,6 +185,35 @@ def _relative_rules(base: dict[str, Any], run: dict[str, Any], rules: dict[str, 
                                                f"step = {fmt_us(tol)}", confidence=c,
                                 label=f"{what} {name}: time per rank and step (median of the steps)"))
     return out
+
+
+def _faster_stage(o: dict[str, Any], base: dict[str, Any], run: dict[str, Any], stage: int,
+                  confidence: float) -> dict[str, Any]:
+    """A failed bubble outcome passed when the stage's compute fell beyond the noise and its step did not
+    rise: it waits more for the other stages because it got faster, and the pipeline is no slower."""
+    from ddprof.analyses.compare.cause import moved
+
+    comp = moved("compute", S.bubble_by_stage(base, "compute_us").get(stage, np.empty(0)),
+                 S.bubble_by_stage(run, "compute_us").get(stage, np.empty(0)), confidence)
+    window = moved("step", S.bubble_by_stage(base, "window_us").get(stage, np.empty(0)),
+                   S.bubble_by_stage(run, "window_us").get(stage, np.empty(0)), confidence)
+    if comp is None or window is None or not comp.beyond_noise or comp.shift >= 0 or (
+            window.beyond_noise and window.shift > 0):
+        return o
+    return {**o, "outcome": "pass",
+            "message": f"{o['message']}: the stage's compute per step fell {fmt_us(-comp.shift)} "
+                       f"({fmt_us(comp.base)} → {fmt_us(comp.run)}) and its step did not rise: it waits more for "
+                       "the other stages because it got faster, no slower"}
+
+
+def _latency_bound(op: str, nbytes: int, floor: int) -> dict[str, Any]:
+    """The skipped busbw outcome of a message under the busbw rule's ``min_bytes``."""
+    subject = f"{op} {fmt_bytes(nbytes)}"
+    return {"id": f"busbw[{subject}]", "rule": "busbw", "subject": subject, "kind": "relative", "unit": "GB/s",
+            "tolerance": None, "samples": None, "cause": None, "outcome": "skip", "baseline": None, "run": None,
+            "change": None, "change_pct": None, "interval": None,
+            "message": f"busbw ({subject}): not compared, under {fmt_bytes(floor)}: its time is mostly the "
+                       "collective's fixed cost, not bandwidth (it counts in the step time and the op's time per step)"}
 
 
 def _absolute_sample(run: dict[str, Any], rule: dict[str, Any]) -> tuple[np.ndarray | None, float, str, str, str]:
@@ -333,7 +365,8 @@ def _finish(run: dict[str, Any], base: dict[str, Any], rules: dict[str, Any], po
     if changes or any(o["kind"] != "absolute" for o in failed):  # a bound broken alone is no change to explain
         st = rules["step_time"]
         cause = classify(base, run, confidence=rules["confidence"], tolerance_pct=st["tolerance_pct"],
-                         min_change_us=st["min_change_us"], workload_rule=rules["workload"])
+                         min_change_us=st["min_change_us"], workload_rule=rules["workload"],
+                         bw_min_bytes=rules["busbw"]["min_bytes"])
         if cause is None:
             cause = {"class": "unclear", "rank": None, "summary": "rules failed, and no cause stands out beyond "
                      "the noise", "evidence": [o["message"] for o in failed if o["kind"] != "absolute"][:2]}

@@ -21,11 +21,15 @@ Default tolerances (``DEFAULTS``; every key can be overridden in the TOML file):
     tolerance_pts = 10
     [idle]             idle share of each step
     tolerance_pts = 5
-    [bubble]           pipeline bubble per stage (pipeline runs only)
-    tolerance_pts = 5
+    [bubble]           pipeline bubble per stage (pipeline runs only); a stage whose bubble rose because
+    tolerance_pts = 5      its compute fell while its step held passes, saying so (it got faster)
     [busbw]            bus bandwidth per collective op and message size, per instance (lower is worse);
                        point-to-point ops also per link (src → dst rank)
     tolerance_pct = 10
+    min_bytes = 1048576    messages under 1 MiB are not compared: their time is mostly the collective's fixed
+                           cost (launch, handshake, a peer's scheduling), not bandwidth; on real clean gloo
+                           runs a 128 KiB send's busbw moved 1-6 GB/s from run to run. Their time still
+                           counts in the step time and the [kernels] rule's communication ops
     [kernels]          time per rank and step of each top kernel (CPU op on a CPU run)
     tolerance_pct = 10     and at least min_share_pct = 1 % of the median step time
     [straggler]        a rank named a straggler that was not one in the baseline, or one that was whose
@@ -77,7 +81,7 @@ DEFAULTS: dict[str, Any] = {
     "overlap": {"enabled": True, "tolerance_pts": 10.0},
     "idle": {"enabled": True, "tolerance_pts": 5.0},
     "bubble": {"enabled": True, "tolerance_pts": 5.0},
-    "busbw": {"enabled": True, "tolerance_pct": 10.0},
+    "busbw": {"enabled": True, "tolerance_pct": 10.0, "min_bytes": 1 << 20},
     "kernels": {"enabled": True, "tolerance_pct": 10.0, "min_share_pct": 1.0},
     "straggler": {"enabled": True},
     "workload": {"enabled": True, "collectives_per_step": 0.0, "kernels_per_step_pct": 2.0, "message_sizes": True},

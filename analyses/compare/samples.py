@@ -10,7 +10,8 @@ Each value is one (rank, step) unless said otherwise:
   time the rank spent on its own work (compute, host work, idle), not waiting in communication for the
   others. Example: a 10 ms step with 1.2 ms exposed -> 8.8 ms. One slow rank raises its own; the others
   wait longer in the collectives, so theirs stays;
-* ``overlap_pct`` (``overlap_by_step``), ``idle_pct`` (``breakdown_by_step``);
+* ``overlap_pct`` (``overlap_by_step``), ``idle_pct``, per rank ``compute_us`` and per step ``compute_summed``
+  over the ranks (``breakdown_by_step``);
 * ``bubble_pct`` per pipeline stage (``bubbles`` with the stage of each rank);
 * ``busbw``: one value per collective instance, per (op, message size) (``collectives``);
 * ``busbw_links``: the same for point-to-point transfers per (op, message size, src, dst): the only busbw
@@ -91,6 +92,23 @@ def own_us(report: dict[str, Any]) -> dict[int, np.ndarray]:
     return {k: _arr(v) for k, v in sorted(per.items())}
 
 
+def compute_us(report: dict[str, Any]) -> dict[int, np.ndarray]:
+    """Per rank: its compute time in each step (``breakdown_by_step``)."""
+    per: dict[int, list[float]] = defaultdict(list)
+    for b in _detail(report, "breakdown_by_step", BreakdownStepRow):
+        per[b.rank].append(b.compute_us)
+    return {k: _arr(v) for k, v in sorted(per.items())}
+
+
+def compute_summed(report: dict[str, Any]) -> np.ndarray:
+    """Per step: the ranks' compute time summed (``breakdown_by_step``; steps every rank ran)."""
+    per: dict[int, list[float]] = defaultdict(list)
+    for b in _detail(report, "breakdown_by_step", BreakdownStepRow):
+        per[b.step].append(b.compute_us)
+    n = max((len(v) for v in per.values()), default=0)
+    return _arr([sum(v) for _, v in sorted(per.items()) if len(v) == n])
+
+
 def overlap_pct(report: dict[str, Any]) -> np.ndarray:
     """Per rank and step: the share of communication that overlaps compute (``overlap_by_step``)."""
     return _arr([o.overlap_pct for o in _detail(report, "overlap_by_step", OverlapStepRow)])
@@ -106,11 +124,13 @@ def bubble_pct(report: dict[str, Any]) -> np.ndarray:
     return _arr([b.bubble_pct for b in _detail(report, "bubbles", BubbleRow)])
 
 
-def bubble_by_stage(report: dict[str, Any]) -> dict[int, np.ndarray]:
+def bubble_by_stage(report: dict[str, Any], column: str = "bubble_pct") -> dict[int, np.ndarray]:
+    """Per pipeline stage: ``column`` of each (rank, step) of its ranks (``bubbles``): the bubble %, or
+    ``compute_us`` or ``window_us`` (the step's length)."""
     per: dict[int, list[float]] = defaultdict(list)
     for b in _detail(report, "bubbles", BubbleRow):
         if b.stage is not None and b.bubble_pct is not None:
-            per[b.stage].append(b.bubble_pct)
+            per[b.stage].append(getattr(b, column))
     return {k: _arr(v) for k, v in sorted(per.items())}
 
 

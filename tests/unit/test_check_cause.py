@@ -25,6 +25,7 @@ from ddprof.errors import BadInputError
 from ddprof.inputs.reports import load_report
 from ddprof.render.compare import check_text, diff_text, junit_xml
 from ddprof.synth import NoisyDP, ingest_generated
+from ddprof.synth.faults import FaultyDP
 from tests.support.paths import SAMPLES
 
 HOST = 2000  # µs of host work per step before the forward
@@ -312,3 +313,36 @@ def test_several_baselines_show_the_run_to_run_spread(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("ddprof check: OK") and "against each of the 2 baselines" in out
     assert main(["check", str(mid), "--baseline", str(fast)]) == 1
+
+
+def test_one_cpu_rank_its_host_slowed_is_the_environment_and_a_named_one_is_one_rank(tmp_path):
+    """A CPU rank shares its host's cores, which a host shares unevenly from run to run. Against a clean run
+    of the same 2-rank job: rank 1's ops 1.2x the other's in all (two addmm a step stretched 300 µs: the
+    run itself sets it aside as its host's doing) -> environment, rank 1 named in the evidence; stretched
+    3 ms (2.6x, named a straggler for contention) -> one rank. With ``--environment warn`` the first passes.
+    Read the other way the mild run is the baseline: the run is faster, and no rule fails."""
+    def run(name: str, **kw: Any) -> dict[str, Any]:
+        sc = FaultyDP(ranks=2, rank=1, steps=24, **kw)
+        return load_report(ingest_generated(sc, tmp_path / name / "traces", tmp_path / name / "run").path)
+
+    clean, mild, strong = (run("clean", fault="none", seed=1), run("mild", fault="contention", delay=300_000, seed=2),
+                           run("strong", fault="contention", seed=3))
+    host = check(mild, clean)
+    assert host["status"] == "regression" and host["cause"]["class"] == "environment", host["summary"]
+    assert host["cause"]["summary"].startswith("rank 1 alone slowed (×1.") and "host" in host["cause"]["summary"]
+    assert check(mild, clean, environment="warn")["status"] == "ok"
+    named = check(strong, clean)
+    assert (named["cause"]["class"], named["cause"]["rank"]) == ("rank", 1), named["cause"]
+    assert check(clean, mild)["status"] == "ok"
+
+
+def test_busbw_is_compared_from_its_min_bytes(runs):
+    """A message under the busbw rule's ``min_bytes`` (1 MiB by default) is latency, not bandwidth: its busbw
+    rule is skipped, saying why; at or above, compared."""
+    _, _, reports = runs
+    rules = merge_rules({"busbw": {"min_bytes": 128 << 20}})
+    out = check(reports["comm"], reports["base"], rules)
+    bw = [o for o in out["outcomes"] if o["rule"] == "busbw"]
+    assert bw and all(o["outcome"] == "skip" and "not compared, under 128 MiB" in o["message"] for o in bw)
+    compared = [o for o in check(reports["comm"], reports["base"])["outcomes"] if o["rule"] == "busbw"]
+    assert compared and all(o["outcome"] == "fail" for o in compared)

@@ -30,11 +30,15 @@ def dp(tmp_path_factory):
     return {k: load_report(ingest_generated(sc, root / k / "traces", root / k / "run").path) for k, sc in runs.items()}
 
 
+SLOT = {"tf": NoisyPipeline.tf, "tb": NoisyPipeline.tb}
+
+
 @pytest.fixture(scope="module")
 def pipe(tmp_path_factory):
     root = tmp_path_factory.mktemp("pipe")
     runs = {"base": NoisyPipeline(seed=1), "noise": NoisyPipeline(seed=2),
-            "thin": NoisyPipeline(seed=3, thin_stage=2)}
+            "thin": NoisyPipeline(seed=3, thin_stage=2),
+            "slow": NoisyPipeline(seed=4, tf=SLOT["tf"] * 3 // 2, tb=SLOT["tb"] * 3 // 2, fill=0.6)}
     return {k: load_report(ingest_generated(sc, root / k / "traces", root / k / "run").path) for k, sc in runs.items()}
 
 
@@ -95,13 +99,18 @@ def test_busbw_per_point_to_point_link_and_bubble_per_stage(pipe):
     assert ids["bubble[stage 2]"]["baseline"] == pytest.approx(40, abs=1)  # 1 − 6·0.9/9
     links = {o["subject"] for o in same["outcomes"] if o["rule"] == "busbw" and "→" in o["subject"]}
     assert links == {f"sendrecv 4 MiB rank {a}→{b}" for a, b in ((0, 1), (1, 2), (2, 3), (1, 0), (2, 1), (3, 2))}
-    thin = check(pipe["thin"], pipe["base"])
-    assert thin["status"] == "regression"
-    (bubble,) = [o for o in thin["outcomes"] if o["rule"] == "bubble" and o["outcome"] == "fail"]
-    assert bubble["subject"] == "stage 2"
+    thin = check(pipe["thin"], pipe["base"])  # stage 2's kernels fill 0.6 of their slots, not 0.9
+    bubble = by_id(thin)["bubble[stage 2]"]
     assert bubble["run"] == pytest.approx(60, abs=1) and bubble["change"] == pytest.approx(20, abs=1.5)  # 1 − 6·0.6/9
     assert bubble["message"].startswith("pipeline bubble (stage 2) rose 19.") or bubble["message"].startswith(
         "pipeline bubble (stage 2) rose 20.")  # the amount after the direction word, without a second sign
+    # its compute fell and its step held: it waits more because it got faster, and the pipeline is no slower
+    assert bubble["outcome"] == "pass" and "it waits more for the other stages because it got faster" in \
+        bubble["message"] and thin["status"] == "ok", thin["summary"]
+    slow = check(pipe["slow"], pipe["base"])  # slots 1.5x longer, the same compute in them: a slower schedule
+    failed = {o["subject"] for o in slow["outcomes"] if o["rule"] == "bubble" and o["outcome"] == "fail"}
+    assert slow["status"] == "regression" and failed == {f"stage {p}" for p in range(4)}
+    assert by_id(slow)["bubble[stage 2]"]["run"] == pytest.approx(60, abs=1.5)
 
 
 def test_the_real_pipeline_run_per_stage(pipe, tmp_path):
