@@ -43,6 +43,8 @@ The classes, decided in this order:
 3. **environment**, unevenly: two or more ranks rose, by factors apart by at least 0.5 and 3 times
    (×1.1 on one, ×1.5 on another): a change of the code moves every rank of a data-parallel job alike, a
    busy machine does not (not for pipeline runs, whose stages do different work);
+   On a CPU data-parallel run, also when the ranks' compute per step moved so (:func:`_uneven_compute`,
+   from ``UNEVEN_COMPUTE`` = 0.2 apart): ranks on a busy core slow, the others less or not;
 4. **code**: the ops that slowed account for at least half the rise of the own time per step
    (``EXPLAINED``) while the others kept their time: they hold at least 25 % (``SAME_SHARE``) of the
    compared time, or half of the ops, and their time per step together is within 5 % (``OP_SAME``) of the
@@ -90,6 +92,7 @@ OTHERS_SHARE = 0.25
 DOMINANT = 0.1
 UNEVEN = 0.5
 UNEVEN_RATIO = 3.0
+UNEVEN_COMPUTE = 0.2
 EXPLAINED = 0.5
 NEW_SHARE = 0.05
 LONE_SHARE = 0.75
@@ -266,6 +269,24 @@ def _lone_compute(base: dict[str, Any], run: dict[str, Any], confidence: float) 
     return (top, m) if m.ratio >= 1 + OP_CHANGE and m.shift >= LONE_SHARE * rises else None
 
 
+def _uneven_compute(base: dict[str, Any], run: dict[str, Any], confidence: float) -> str | None:
+    """The ranks' compute-per-step factors (run / baseline medians) as text when they are uneven: the
+    highest is ×(1 + ``OP_CHANGE``) or more, and its excess over 1 is at least ``UNEVEN_COMPUTE`` (0.2)
+    above the lowest's and ``UNEVEN_RATIO`` (3) times it; None otherwise. Example: ×1.07, ×1.18, ×1.29,
+    ×1.40 on 4 ranks (4 ranks on 2 CPUs, a clean run against another) -> uneven; a change of the code,
+    ×1.25-×1.35 -> not."""
+    b, r = S.compute_us(base), S.compute_us(run)
+    ms = [m for k in sorted(set(b) & set(r)) for m in [moved(f"rank {k}", b[k], r[k], confidence)]
+          if m is not None and m.base > 0]
+    if len(ms) < 2:
+        return None
+    excess = sorted(m.ratio - 1 for m in ms)
+    if excess[-1] >= OP_CHANGE and excess[-1] - excess[0] >= UNEVEN_COMPUTE and \
+            excess[-1] >= UNEVEN_RATIO * max(excess[0], 0.0):
+        return f"{ratio_range([m.ratio for m in ms])} on {len(ms)} ranks"
+    return None
+
+
 def _new_stragglers(base: dict[str, Any], run: dict[str, Any]) -> list[int]:
     before = set(msgspec.convert(base["stragglers"], Stragglers).ranks)
     return [r for r in msgspec.convert(run["stragglers"], Stragglers).ranks if r not in before]
@@ -420,6 +441,14 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
             ev.append(bw_text())
         return _cause("environment", f"every rank slowed, unevenly ({ratio_range([ranks[r].ratio for r in rose])}): "
                                      "the machine, not the code", ev)
+
+    # 3b. on a CPU data-parallel run, the ranks' compute moved unevenly: ranks on a busy core slow, the
+    # others less or not; a change of the code moves every data-parallel rank alike
+    uneven = _uneven_compute(base, run, confidence) if word == "CPU op" and not pipeline else None
+    if uneven is not None:
+        return _cause("environment", f"the ranks' compute per step moved unevenly ({uneven}): the host, "
+                                     "not the code, which moves every data-parallel rank alike",
+                      [f"compute per step {uneven}", ops_text()])
 
     # 4. code: a subset of the ops slowed, accounting for most of the change, the others kept their time
     own_shift = pooled.shift if pooled is not None else 0.0

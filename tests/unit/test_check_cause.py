@@ -346,3 +346,26 @@ def test_busbw_is_compared_from_its_min_bytes(runs):
     assert bw and all(o["outcome"] == "skip" and "not compared, under 128 MiB" in o["message"] for o in bw)
     compared = [o for o in check(reports["comm"], reports["base"])["outcomes"] if o["rule"] == "busbw"]
     assert compared and all(o["outcome"] == "fail" for o in compared)
+
+
+@pytest.mark.parametrize(("base", "run", "uneven"), [
+    ((1.0, 1.0, 1.0, 1.0), (1.07, 1.18, 1.29, 1.40), "×1.07–×1.40 on 4 ranks"),  # 4 clean ranks on 2 CPUs
+    ((1.0, 1.0), (1.38, 1.07), "×1.07–×1.38 on 2 ranks"),                         # one rank's core busier
+    ((1.0, 1.0, 1.0, 1.0), (1.25, 1.35, 1.30, 1.28), None),                       # a change of the code
+    ((1.0, 1.0, 1.0, 1.0), (1.00, 1.05, 1.02, 1.08), None),                       # nothing moved 10 %
+    ((1.0, 1.0, 1.0, 1.0), (1.20, 1.40, 1.30, 1.25), None),                       # uneven, but all moved
+])
+def test_the_ranks_compute_moved_unevenly_is_the_host(monkeypatch, base, run, uneven):
+    """The decision of :func:`cause._uneven_compute` on known per-rank factors of compute per step (each rank
+    20 steps of 5 ms × factor, 0.2 % noise): the highest excess over 1 at least 0.2 above the lowest and 3
+    times it is a host's uneven share of its cores; a data-parallel change of the code moves all alike."""
+    from ddprof.analyses.compare import cause as C
+
+    rng = np.random.default_rng(7)
+
+    def steps(factors: tuple[float, ...]) -> dict[int, np.ndarray]:
+        return {r: 5000 * f * rng.normal(1, 0.002, 20) for r, f in enumerate(factors)}
+
+    arrays = {"base": steps(base), "run": steps(run)}
+    monkeypatch.setattr(C.S, "compute_us", lambda report: arrays[report["side"]])
+    assert C._uneven_compute({"side": "base"}, {"side": "run"}, 0.99) == uneven
