@@ -26,12 +26,15 @@ each rank's median over steps, and X's excess = X's median − the peers' value:
 1. **stalls**: the wait X caused per step (:func:`step_waits`) is concentrated in a few steps apart from
    the rest: :data:`STALL_MIN` (3) or more steps, and at most half of them, hold more than half of the
    largest step's wait,
-   and the shortest of them is at least :data:`STALL_GAP` times the longest other step, and in them the
+   and the shortest of them is at least :data:`STALL_GAP` times the longest other step and any other
+   rank's as many longest steps' waits (many ranks on few cores are each last and long now and then), and in them the
    rank's compute exceeds its median step's by less than :data:`STALL_WORK` of their extra wait (every
    k-th step pauses outside any op, the rest run as the others do; one or two long steps are noise, not a
    pattern: a clean 2-rank gloo run had one rank descheduled for 7.6 ms in 2 of 24 steps; waits that
    merely vary are not apart); where the long steps' time is in its ops instead, **contention**
-   in bursts (ops stretched in a few steps: a busy neighbour now and then);
+   in bursts (ops stretched in a few steps: a busy neighbour now and then); where the waits are too noisy
+   to tell (many ranks on few cores), **stalls** too when its own host idle per step is so concentrated,
+   and no other rank's is (:func:`_idle_pauses`);
 2. otherwise the largest excess among ``lead_ns`` (**input**), ``precomm_ns`` (**communication**),
    ``idle_ns`` (**host idle**) and ``compute_ns`` names the class, when it is at least :data:`MATERIAL` of
    the wait X causes a waiting rank per step (else **undecided**: no measure explains the wait);
@@ -319,7 +322,11 @@ def classify(rank: int, cs: pl.DataFrame, ops: pl.DataFrame, waits: pl.DataFrame
         extra_compute = ((_median((own.filter(pl.col("step").is_in(long_steps))["compute_ns"] / NS_PER_US).to_list())
                           or 0.0) - mine["compute"])
         paused = extra_compute < STALL_WORK * ((_median(highs) or 0.0) - typical)
-        if peak > 0 and STALL_MIN <= high <= len(w) // 2 and highs[0] >= STALL_GAP * rest:
+        # and apart from the other ranks' as many longest steps: a machine whose ranks share few cores
+        # makes each of them last, and long, now and then
+        others = max((sorted(part["wait_us"].to_list() + [0.0] * max(0, nsteps - part.height))[-high]
+                      for (r,), part in waits.group_by(["rank"]) if r != rank), default=0.0)
+        if peak > 0 and STALL_MIN <= high <= len(w) // 2 and highs[0] >= STALL_GAP * max(rest, others):
             steps_ev = {"measure": "stall_steps", "rank_value": float(high), "peers_value": float(len(w)),
                         "ratio": high / len(w)}
             if paused:
@@ -329,6 +336,13 @@ def classify(rank: int, cs: pl.DataFrame, ops: pl.DataFrame, waits: pl.DataFrame
             return {"rank": rank, "cause": "contention", "excess_us": extra_compute,
                     "evidence": [_evidence("burst_compute", mine["compute"] + extra_compute, mine["compute"]),
                                  steps_ev, _evidence("stall_peak", peak, typical), *ev.values()]}
+    pauses = _idle_pauses(rank, cs, wait_us)
+    if pauses is not None:
+        high, n, idle_high, idle_typical = pauses
+        return {"rank": rank, "cause": "stalls", "excess_us": idle_high - idle_typical,
+                "evidence": [_evidence("stall_peak", w[-1], _median(w) or 0.0),
+                             {"measure": "stall_steps", "rank_value": float(high), "peers_value": float(n),
+                              "ratio": high / n}, _evidence("stall_idle", idle_high, idle_typical), *ev.values()]}
     excess = {m: mine[m] - (peers[m] or 0.0) for m in MEASURES}
     best = max(excess, key=lambda m: excess[m])
     if excess[best] <= 0 or excess[best] < MATERIAL * wait_us:
@@ -350,6 +364,36 @@ def classify(rank: int, cs: pl.DataFrame, ops: pl.DataFrame, waits: pl.DataFrame
     compute = same_ops is None or same_ops >= SLOWER_CALLS or same_ops - 1 >= CONTENTION_SHARE * (work_ratio - 1)
     return {"rank": rank, "cause": "compute" if compute else "contention", "excess_us": excess[best],
             "evidence": evidence}
+
+
+def _idle_pauses(rank: int, cs: pl.DataFrame, wait_us: float) -> tuple[int, int, float, float] | None:
+    """Pauses told by the rank's own step thread where the waits it causes are too noisy to tell them (many
+    ranks sharing few cores make every step's waits long): its host idle per step (``idle_ns``) is
+    concentrated in :data:`STALL_MIN` or more steps and at most half, each above half its largest, the
+    shortest of them :data:`STALL_GAP` times both its longest other step's idle and any other rank's idle
+    in as many of its own longest steps (a busy machine pauses every rank), and their median excess over
+    its median step's idle at least :data:`MATERIAL` of the wait it causes a waiting rank per step.
+    Returns (long steps, steps, their median idle, the median step's idle) in µs, or None.
+
+    Example (a real 8-rank gloo run on 2 CPUs, rank 7 sleeping 40 ms every 4th step): idle 40.7-47.2 ms
+    in 6 of 24 steps, at most 12.6 ms in the others, at most 5.6 ms in any other rank's 6th longest -> pauses;
+    its waits caused were 30-50 ms in those steps and 9-17 ms in five others (not 2x apart)."""
+    per = {r: sorted(v / NS_PER_US for v in part["idle_ns"].to_list())
+           for (r,), part in cs.group_by(["rank"], maintain_order=True)}
+    idle = per.get(rank) or []
+    if len(idle) < 4 or idle[-1] <= 0:
+        return None
+    highs = [x for x in idle if x > idle[-1] / 2]
+    high = len(highs)
+    if not STALL_MIN <= high <= len(idle) // 2:
+        return None
+    rest = idle[-high - 1]
+    others = max((v[-high] for r, v in per.items() if r != rank and len(v) >= high), default=0.0)
+    typical = _median(idle) or 0.0
+    long_ = _median(highs) or 0.0
+    if highs[0] >= STALL_GAP * max(rest, others) and long_ - typical >= MATERIAL * wait_us:
+        return high, len(idle), long_, typical
+    return None
 
 
 def pipeline_imbalance(cs: pl.DataFrame, stages: pl.DataFrame) -> list[dict[str, Any]]:

@@ -32,8 +32,9 @@ The classes, decided in this order:
    extra wait it causes each of them per step (the stragglers section's): a gloo rank waits for a late
    peer inside the host op that needs the collective's result, so its own time holds that wait;
    **rank** too when the run says a rank pauses now and then (its straggler cause *stalls*,
-   :mod:`ddprof.analyses.straggler_cause`) and the baseline does not, and no other rank rose: a few steps
-   far longer, the median as before (a busy machine pauses every rank, and raises their own times);
+   :mod:`ddprof.analyses.straggler_cause`) and the baseline does not, and no other rank rose, or the run
+   names it a straggler (its pauses apart from every other rank's): a few steps far longer, the median as
+   before (a busy machine pauses every rank, and raises their own times);
    **environment** when that rank is a CPU rank (no device work) the run's own straggler analysis sets
    aside as its host's doing, or that names no cause of its own and rose under ``CONTENTION_MIN`` (1.5×):
    a host shares its cores unevenly from run to run (:func:`_host_shared`); and when no rank rose and one
@@ -398,7 +399,8 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
 
     # 2b. one rank pauses now and then: its median step is as before, a few of its steps are far longer;
     # the others' own time as before (a busy machine pauses them all, and they rose)
-    paused = [c for c in _new_pauses(base, run) if not [r for r in rose if r != c.rank]]
+    named = set(msgspec.convert(run["stragglers"], Stragglers).ranks)
+    paused = [c for c in _new_pauses(base, run) if c.rank in named or not [r for r in rose if r != c.rank]]
     if paused:
         c = paused[0]
         measures = {e.measure: e for e in c.evidence}

@@ -253,6 +253,7 @@ class CauseEvidence(Row):
                                               "first compute), overhead (host time inside ops between leaf "
                                               "ops), op_ratio (the same ops' fast calls: their 25th percentile durations, ratio), "
                                               "stall_peak (largest step's wait caused / median step's), stall_steps (the long steps, of all), "
+                                              "stall_idle (its host idle in its long steps / in its median step), "
                                               "burst_compute (its compute in its long steps / in its median step), "
                                               "compute_per_microbatch (pipeline stage)")]
     rank_value: Annotated[float, Meta(description="the straggler's value (µs, or a ratio)")]

@@ -187,3 +187,43 @@ def test_the_classes_are_the_declared_ones():
         msgspec.convert({"rank": 0, "cause": cause, "excess_us": None}, StragglerCause)
     with pytest.raises(msgspec.ValidationError):
         msgspec.convert({"rank": 0, "cause": "gremlins", "excess_us": None}, StragglerCause)
+
+
+def _noisy_pauses(spikes_on: list[int]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """8 ranks × 24 steps of 60 ms as many ranks on few cores make them: each rank's host idle 1-5 ms a
+    step, rank 7's waits caused long in 11 steps (30-50 ms in its pauses, 9-17 ms in five others: not twice
+    apart). The ranks in ``spikes_on`` idle 40 ms every 4th step (steps 3, 7, ..., 23)."""
+    rows, waits = [], []
+    for r in range(8):
+        for s in range(24):
+            idle = 40_000 if r in spikes_on and s % 4 == 3 else 1000 + 4000 * ((r * 7 + s * 3) % 5) / 4
+            rows.append({"rank": r, "step": s, "step_ns": 60_000_000, "lead_ns": 300_000, "compute_ns": 15_000_000,
+                         "precomm_ns": 150_000, "idle_ns": int(idle * 1000)})
+    for i, s in enumerate([3, 7, 11, 15, 19, 23]):
+        waits.append({"rank": 7, "step": s, "wait_us": 30_000.0 + 4000 * i})
+    for i, s in enumerate([0, 5, 9, 13, 17]):
+        waits.append({"rank": 7, "step": s, "wait_us": 9000.0 + 2000 * i})
+    return (pl.DataFrame(rows).cast({"rank": pl.Int32, "step": pl.Int32}),
+            pl.DataFrame(waits).cast({"rank": pl.Int32, "step": pl.Int32}))
+
+
+def test_pauses_are_told_by_the_ranks_own_idle_when_its_waits_are_too_noisy():
+    """Rank 7 sleeps 40 ms every 4th step (the fault matrix's stalls at 8 ranks on 2 CPUs): its waits caused
+    are not twice apart from its other long ones, but its own host idle is, and no other rank's: stalls,
+    with the steps, the largest wait and the idle in its long steps. When every rank idles so (the machine
+    pauses them all), or rank 7 only twice, it is not."""
+    from ddprof.analyses.straggler_cause import classify
+
+    cs, waits = _noisy_pauses([7])
+    ops = pl.DataFrame(schema={"rank": pl.Int32, "name": pl.Utf8, "n": pl.UInt32, "low_ns": pl.Int64,
+                               "total_ns": pl.Int64})
+    found = classify(7, cs, ops, waits, wait_us=12_000)
+    assert found["cause"] == "stalls", found
+    ev = {e["measure"]: e for e in found["evidence"]}
+    assert (ev["stall_steps"]["rank_value"], ev["stall_steps"]["peers_value"]) == (6, 24)
+    assert ev["stall_peak"]["rank_value"] == 50_000 and ev["stall_idle"]["rank_value"] == 40_000
+    everyone, _ = _noisy_pauses(list(range(8)))
+    assert classify(7, everyone, ops, waits, wait_us=12_000)["cause"] != "stalls"
+    twice = cs.with_columns(pl.when((pl.col("rank") == 7) & pl.col("step").is_in([3, 7, 11, 15]))
+                            .then(1_000_000).otherwise(pl.col("idle_ns")).alias("idle_ns"))
+    assert classify(7, twice, ops, waits, wait_us=12_000)["cause"] != "stalls"
