@@ -4,8 +4,8 @@ message size beside the class's reference peak (docs/DESIGN.md §3).
 **Span**: ``intra-node`` when every rank of the instance ran on one host, ``inter-node`` when they ran on
 several (the manifest's per-rank host, from the collectors' meta files), ``unknown`` when a rank's host is
 not known. **Link**: for an intra-node instance, the device link the GPU model implies (the traces'
-``deviceProperties`` name, :data:`DEVICE_LINKS`: NVLink, xGMI, PCIe); ``network`` between nodes; ``cpu``
-on a CPU run (gloo over loopback or sockets); ``unknown`` otherwise.
+``deviceProperties`` name, :data:`DEVICE_LINKS`: NVLink, xGMI, PCIe); ``network`` between nodes (a CPU run's too: gloo over sockets); ``cpu``
+within a node on a CPU run (gloo over loopback); ``unknown`` otherwise.
 
 **Reference peak** (:data:`PEAK_BUSBW_GBPS`): roughly what nccl-tests / rccl-tests report as all-reduce bus
 bandwidth at large messages on a full 8-GPU node of that part, rounded; a yardstick for "far below what
@@ -102,10 +102,10 @@ def link_classes(instances: pl.DataFrame, run: dict[str, Any]) -> list[dict[str,
             span = "unknown" if None in hosts or not hosts else "intra-node" if len(hosts) == 1 else "inter-node"
             found = {device_link(d) for r in ranks for d in devices.get(r, [])} - {None}
             part = next(iter(found)) if len(found) == 1 else None
-            if cpu:
-                link: str = "cpu"
-            elif span == "inter-node":
-                link = "network"
+            if span == "inter-node":
+                link: str = "network"
+            elif cpu:
+                link = "cpu"
             elif span == "intra-node" and part is not None:
                 link = part[0]
             else:

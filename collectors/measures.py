@@ -42,13 +42,14 @@ import functools
 import json
 import logging
 import os
-import socket
 import sys
 import threading
 import time
 import weakref
 from pathlib import Path
 from typing import Any
+
+from ddprof.collectors.meta import host_name
 
 from ddprof.store.step_measures import VERSION, measures_path
 
@@ -317,7 +318,7 @@ class StepMeasures:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "ab")  # noqa: SIM115 (kept open by the writer thread, closed in close())
         header = {"kind": "header", "version": VERSION, "rank": rank, "world_size": world_size,
-                  "host": socket.gethostname(), "pid": os.getpid(), "start": time.time(), "first_step": first_step}
+                  "host": host_name(), "pid": os.getpid(), "start": time.time(), "first_step": first_step}
         self._file.write(json.dumps(header).encode() + b"\n")
         self._file.flush()
         self._thread = threading.Thread(target=self._run, name="ddprof-step-measures", daemon=True)

@@ -70,6 +70,14 @@ def process_groups() -> list[dict[str, Any]]:
         return []
 
 
+def host_name() -> str:
+    """The host a rank runs on, as the analyses group ranks by it (link classes: one node or several;
+    ranks of one host share its clock): ``DDPROF_HOST`` where set, else the machine's hostname. Set it
+    where the hostname is not the machine's: in Kubernetes each pod has its own hostname, and two pods
+    of one node share its NVLink (``DDPROF_HOST`` from the downward API's ``spec.nodeName``)."""
+    return os.environ.get("DDPROF_HOST") or socket.gethostname()
+
+
 def base_meta(info: RankInfo, enabled: dict[str, Any]) -> dict[str, Any]:
     from ddprof.version import __version__
 
@@ -84,7 +92,7 @@ def base_meta(info: RankInfo, enabled: dict[str, Any]) -> dict[str, Any]:
         "rank_source": info.source,
         "backend": info.backend,
         "process_groups": [],
-        "host": socket.gethostname(),
+        "host": host_name(),
         "pid": os.getpid(),
         "argv": list(sys.argv),
         "job": {k: os.environ[k] for k in JOB_ENV if k in os.environ},
