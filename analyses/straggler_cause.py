@@ -92,6 +92,10 @@ STALL_MIN = 3
 #: Stalls: in the long steps the rank computed less than this share of their extra wait beyond its median
 #: step's compute (a pause outside ops; ops stretched in a few steps by a busy CPU are contention).
 STALL_WORK = 0.5
+#: Stalls told from a rank's idle alone (:func:`_idle_pauses`): each pause at least this share of its median
+#: step. Clean 2-rank gloo runs had a rank idle 3 ms beyond its usual in 3-6 of 24 steps of about 10 ms
+#: (the host's scheduling); the fault matrix's 40 ms pause is two thirds of an 8-rank step.
+IDLE_PAUSE = 0.5
 #: Compute rather than contention: the same ops' fast calls slower by this factor, or explaining at least
 #: ``CONTENTION_SHARE`` of the rank's extra op time (``op ratio − 1 ≥ share × (time ratio − 1)``).
 SLOWER_CALLS = 1.5
@@ -372,7 +376,8 @@ def _idle_pauses(rank: int, cs: pl.DataFrame, wait_us: float) -> tuple[int, int,
     concentrated in :data:`STALL_MIN` or more steps and at most half, each above half its largest, the
     shortest of them :data:`STALL_GAP` times both its longest other step's idle and any other rank's idle
     in as many of its own longest steps (a busy machine pauses every rank), and their median excess over
-    its median step's idle at least :data:`MATERIAL` of the wait it causes a waiting rank per step.
+    its median step's idle at least :data:`MATERIAL` of the wait it causes a waiting rank per step and
+    :data:`IDLE_PAUSE` of its median step.
     Returns (long steps, steps, their median idle, the median step's idle) in µs, or None.
 
     Example (a real 8-rank gloo run on 2 CPUs, rank 7 sleeping 40 ms every 4th step): idle 40.7-47.2 ms
@@ -391,7 +396,8 @@ def _idle_pauses(rank: int, cs: pl.DataFrame, wait_us: float) -> tuple[int, int,
     others = max((v[-high] for r, v in per.items() if r != rank and len(v) >= high), default=0.0)
     typical = _median(idle) or 0.0
     long_ = _median(highs) or 0.0
-    if highs[0] >= STALL_GAP * max(rest, others) and long_ - typical >= MATERIAL * wait_us:
+    step = _median((cs.filter(pl.col("rank") == rank)["step_ns"] / NS_PER_US).to_list()) or 0.0
+    if highs[0] >= STALL_GAP * max(rest, others) and long_ - typical >= max(MATERIAL * wait_us, IDLE_PAUSE * step):
         return high, len(idle), long_, typical
     return None
 

@@ -7,6 +7,10 @@ against the GPU (kernels, communication), same input, one run.
 HTA's kinds are its ``bound_by`` (cpu_bound, gpu_compute_bound, gpu_comm_bound); ours map onto them as
 host launch + data loading + a host thread's idle time (CPU), compute (GPU compute) and communication
 (GPU communication); a device's idle time is a wait HTA counts on the side that made it (here: CPU).
+The lengths differ on the V100 trace (about +42 % for ddprof): HTA weighs a thread's time between its
+top-level ops zero (a dependency edge) and links threads only through launches and synchronisations, so its
+path is the longest chain of op time; ddprof's replay keeps such gaps as measured delays, so its path spans
+the step, the main thread waiting outside any op while the autograd thread runs the backward counted idle.
 The installed HTA calls ``DataFrame.drop(axis=1, columns=...)``, which pandas 3 refuses: the call is
 passed on without ``axis`` (same meaning) for the comparison.
 """

@@ -14,6 +14,9 @@ them recorded), with ``--fault KIND --fault-rank R`` (R = the last rank; :data:`
   CPUs, the ranks pinned to R's CPU are slowed as much, and naming any of them is right;
 * ``comm``: rank R's DDP communication hook waits 20 ms before each bucket's all-reduce;
 * ``pipeline``: a GPipe pipeline of ``--ranks`` stages, stage R with 4x the layers;
+* ``moe``: a mixture-of-experts layer (an expert per rank, ``all_to_all_single`` with uneven splits) whose
+  router sends 60 % of every rank's tokens to rank R's expert: load imbalance, not a straggler, and the
+  first verdict must say so (``rank R receives …× the mean …: expert load imbalance``);
 * ``clean``: the DDP job and the pipeline job with no fault (alternately).
 
 A run is analysed with ``ddprof analyze --format json``; its first verdict is *right* when it names the
@@ -59,17 +62,19 @@ from tests.support.jobs import FAULTS, spawn_local  # noqa: E402
 
 #: What the first verdict must name for each fault (the cause class).
 EXPECTED = {"compute": "compute", "input": "input", "stalls": "stalls", "contention": "contention",
-            "comm": "communication", "pipeline": "pipeline imbalance", "clean": None}
+            "comm": "communication", "pipeline": "pipeline imbalance", "moe": "expert load imbalance", "clean": None}
 #: The fault's own arguments beside ``--fault KIND``.
 FAULT_ARGS = {"compute": ["--fault-factor", "4"], "input": ["--fault-ms", "20"],
               "stalls": ["--fault-ms", "40", "--fault-every", "4"], "contention": ["--pin"],
               "comm": ["--fault-ms", "20"], "pipeline": ["--fault-factor", "4"]}
 DDP_ARGS = ["--hidden", "512", "--batch", "64", "--loader"]
 PIPE_ARGS = ["--pipe-width", "512", "--batch", "64", "--microbatches", "4"]
+MOE_ARGS = ["--tokens", "600", "--hot-share", "0.6", "--moe-width", "256"]
 _NAMED = re.compile(r"^rank (\d+) (?:is the straggler|pauses now and then|\(pipeline stage \d+ of \d+\) holds the "
                     r"pipeline back)"
                     r"(?: \(([a-zA-Z ]+?)(?::|\)))?")
 _CLASS = {"CPU contention": "contention"}
+_LOAD = re.compile(r"^rank (\d+) receives [\d.]+× the mean .*: (expert load imbalance)")
 
 
 @dataclass
@@ -91,7 +96,8 @@ def named(verdict: str) -> tuple[int | None, str | None]:
     """(rank, cause class) a straggler or pipeline-stage verdict names; (None, None) for any other."""
     m = _NAMED.match(verdict)
     if not m:
-        return None, None
+        load = _LOAD.match(verdict)
+        return (int(load.group(1)), load.group(2)) if load else (None, None)
     cls = m.group(2)
     return int(m.group(1)), _CLASS.get(cls, cls) if cls else None
 
@@ -99,8 +105,10 @@ def named(verdict: str) -> tuple[int | None, str | None]:
 def job_args(fault: str, rep: int, ranks: int, steps: int, active: int) -> tuple[str, list[str]]:
     """The job and its arguments for one run of ``fault`` (clean alternates DDP and pipeline)."""
     kind = fault if fault != "clean" else "none"
-    job = FAULTS[kind] if fault != "clean" else ("ddp" if rep % 2 == 0 else "pipeline")
     sched = ["--steps", str(steps), "--wait", "1", "--warmup", "1", "--active", str(active), "--wait-ingest"]
+    if fault == "moe":  # a router sending 60 % of every rank's tokens to the last rank's expert
+        return "moe", ["moe", *sched, *MOE_ARGS, "--hot-rank", str(ranks - 1)]
+    job = FAULTS[kind] if fault != "clean" else ("ddp" if rep % 2 == 0 else "pipeline")
     extra = DDP_ARGS if job == "ddp" else PIPE_ARGS
     fault_args = ["--fault", kind, "--fault-rank", str(ranks - 1), *FAULT_ARGS.get(fault, [])] if fault != "clean" \
         else (["--fault", "none"] if job == "ddp" else [])
@@ -298,8 +306,8 @@ def run_checks(faults: list[str], root: Path, args: argparse.Namespace) -> list[
     for job, (a, b) in base.items():
         rows.append({"run": f"clean {job}", "baseline": f"clean {job}", **check(src(a), src(b))})
     for f in faults:
-        if f == "clean" or not (root / f"{f}-00").exists():
-            continue
+        if f not in FAULTS or not (root / f"{f}-00").exists():
+            continue  # clean, and moe: no clean run of its job to be the baseline
         job = FAULTS[f]
         rows.append({"run": f, "baseline": f"clean {job}", **check(src(root / f"{f}-00"), src(base[job][0]))})
     print("\n| run | baseline | check exit | cause | first line |\n|---|---|---:|---|---|")

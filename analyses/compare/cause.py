@@ -32,9 +32,8 @@ The classes, decided in this order:
    extra wait it causes each of them per step (the stragglers section's): a gloo rank waits for a late
    peer inside the host op that needs the collective's result, so its own time holds that wait;
    **rank** too when the run says a rank pauses now and then (its straggler cause *stalls*,
-   :mod:`ddprof.analyses.straggler_cause`) and the baseline does not, and no other rank rose, or the run
-   names it a straggler (its pauses apart from every other rank's): a few steps far longer, the median as
-   before (a busy machine pauses every rank, and raises their own times);
+   :mod:`ddprof.analyses.straggler_cause`) and the baseline does not: a few steps far longer, apart from
+   every other rank's longest (a busy machine pauses every rank alike, and names none);
    **environment** when that rank is a CPU rank (no device work) the run's own straggler analysis sets
    aside as its host's doing, or that names no cause of its own and rose under ``CONTENTION_MIN`` (1.5×):
    a host shares its cores unevenly from run to run (:func:`_host_shared`); and when no rank rose and one
@@ -397,17 +396,16 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
             return _cause("rank", f"rank {top} alone slowed: its own time per step rose {fmt_us(t.shift)} "
                                   f"({ratio_text(t.ratio)}), the other ranks' did not", ev, rank=top)
 
-    # 2b. one rank pauses now and then: its median step is as before, a few of its steps are far longer;
-    # the others' own time as before (a busy machine pauses them all, and they rose)
-    named = set(msgspec.convert(run["stragglers"], Stragglers).ranks)
-    paused = [c for c in _new_pauses(base, run) if c.rank in named or not [r for r in rose if r != c.rank]]
+    # 2b. one rank pauses now and then: a few of its steps far longer than its others and than any other
+    # rank's (straggler_cause tells it so; a busy machine pauses them all, and names none)
+    paused = _new_pauses(base, run)  # pauses apart from every other rank's long steps (a busy machine's are not)
     if paused:
         c = paused[0]
         measures = {e.measure: e for e in c.evidence}
         n, peak = measures.get("stall_steps"), measures.get("stall_peak")
         said = (f"in {n.rank_value:.0f} of {n.peers_value:.0f} steps it makes the others wait up to "
                 f"{fmt_us(peak.rank_value)}" if n is not None and peak is not None else "a few long steps")
-        return _cause("rank", f"rank {c.rank} pauses now and then: {said}, its other steps as before",
+        return _cause("rank", f"rank {c.rank} pauses now and then: {said}, its other steps like the other ranks'",
                       [f"rank {c.rank} pauses now and then (the run's straggler cause: stalls): {said}",
                        "the baseline names no such pauses"], rank=c.rank)
 
