@@ -19,9 +19,9 @@ Example: 4 ranks route 60 % of their 600 tokens (32 B each) to rank 1 and 80 tok
 rank 1 receives 4 · 360 · 32 = 46,080 B, the others 4 · 80 · 32 = 10,240 B; mean 19,200 B; receive
 imbalance 46,080 / 19,200 = 2.4; every rank sends 19,200 B: send imbalance 1.
 
-**Load, not a slow rank**: an instance is *explained by bytes* when its receive or send imbalance is at
-least :data:`HEAVY` and the rank that arrived last, or that took longest, is one of its heavy ranks (at
-least :data:`HEAVY` × the mean, received or sent), at this instance or at the group's previous all-to-all
+**Load, not a slow rank**: an instance is *explained by bytes* when the rank that arrived last, or that
+took longest, is one of its heavy ranks (moving at least :data:`HEAVY` × the mean of the other ranks'
+bytes, received or sent), at this instance or at the group's previous all-to-all
 (a MoE layer's dispatch is followed by the experts' compute, then the combine: an overloaded expert's rank
 arrives last at the combine). :func:`explained_by_bytes` lists them; the straggler rule leaves them out,
 and this section's verdict names the imbalance instead.
@@ -42,7 +42,8 @@ from ddprof.report.display import Column, Table
 from ddprof.report.schema import Rank, Row
 from ddprof.vocabulary.units import NS_PER_US, fmt_bytes, fmt_num, fmt_plain, fmt_us
 
-#: A rank moving at least this many times the mean bytes is heavy; an instance this imbalanced is one.
+#: A rank moving at least this many times the other ranks' mean bytes is heavy (against the others, not the
+#: mean of all: 2 ranks routing 60 % of their tokens to rank 1 give it 1.5× rank 0's bytes, 1.2× the mean).
 HEAVY = 1.25
 #: The run's matrix is kept in the summary for at most this many ranks (ranks² numbers); the all-to-alls of a
 #: larger group are left out (their pairs would be ranks² rows per instance).
@@ -162,14 +163,21 @@ def _imbalance(per_rank: pl.LazyFrame, by: list[str]) -> pl.LazyFrame:
         _ratio("received").alias("recv_imbalance"),
         pl.col("rank").sort_by("sent", "rank", descending=[True, False]).first().alias("max_send_rank"),
         _ratio("sent").alias("send_imbalance"),
-        pl.col("rank").filter((pl.col("received") >= HEAVY * pl.col("received").mean())
-                              | (pl.col("sent") >= HEAVY * pl.col("sent").mean())).alias("heavy"))
+        pl.col("rank").filter((pl.len() > 1) & ((pl.col("received") >= HEAVY * _others_mean("received"))
+                                                | (pl.col("sent") >= HEAVY * _others_mean("sent")))).alias("heavy"),
+        ((pl.len() > 1) & (pl.col("received").max() >= HEAVY * (pl.col("received").sum() - pl.col("received").max())
+                           / (pl.len() - 1))).alias("recv_heavy"))
+
+
+def _others_mean(col: str) -> pl.Expr:
+    """Per rank of a group: the mean of ``col`` over the group's other ranks."""
+    return (pl.col(col).sum() - pl.col(col)) / (pl.len() - 1)
 
 
 @derived
 def alltoall_instances(events: Prepared) -> pl.DataFrame:
     """The detail table: one row per all-to-all instance (:class:`AllToAllRow`, plus ``heavy``, the ranks
-    moving at least :data:`HEAVY` × the mean), in group and index order. Example in the module doc."""
+    moving at least :data:`HEAVY` × the other ranks' mean), in group and index order. Example in the module doc."""
     pairs = pair_bytes(events).lazy()
     inst = _imbalance(_per_rank(pairs, _INST), _INST)
     totals = pairs.group_by(_INST).agg(pl.col("step").first(), pl.col("bytes").sum(), pl.col("with_splits").any(),
@@ -180,7 +188,7 @@ def alltoall_instances(events: Prepared) -> pl.DataFrame:
         pl.col("rank").filter(pl.col("wait_ns") == 0).alias("__last"),
         pl.col("rank").sort_by("dur_ns", "rank", descending=[True, False]).first().alias("longest_rank"),
         (pl.col("dur_ns").min() / NS_PER_US).alias("duration_us"))
-    heavy_ok = (pl.col("recv_imbalance") >= HEAVY) | (pl.col("send_imbalance") >= HEAVY)
+    heavy_ok = pl.col("heavy").list.len() > 0
     out = (totals.join(inst, on=_INST).join(timing, on=_INST, how="left")
            .sort(*_INST)
            .with_columns(
@@ -192,7 +200,7 @@ def alltoall_instances(events: Prepared) -> pl.DataFrame:
                             | pl.col("heavy").list.contains(pl.col("longest_rank"))))
                | (pl.col("__prev_ok") & pl.col("__prev_heavy").list.contains(pl.col("last_rank")))).fill_null(False))
            .rename({"group": "pg"})
-           .select([*AllToAllRow.__struct_fields__, "heavy"]))
+           .select([*AllToAllRow.__struct_fields__, "heavy", "recv_heavy"]))
     return collect(out)
 
 
@@ -228,11 +236,11 @@ def alltoall_summary(events: Events, instances: pl.DataFrame) -> dict[str, Any]:
                     .join(pairs.drop_nulls("step").group_by("step").agg(
                         pl.struct(*_INST).n_unique().alias("instances")), on="step")
                     .sort(pl.col("recv_imbalance").fill_null(0), "step", descending=[True, False]).head(10))
-    hot = (instances.filter(pl.col("recv_imbalance") >= HEAVY).group_by("max_recv_rank")
+    hot = (instances.filter(pl.col("recv_heavy")).group_by("max_recv_rank")
            .agg(pl.len().alias("n"), pl.col("recv_imbalance").median().alias("imb"))
            .sort("n", "max_recv_rank", descending=[True, False]).head(1).to_dicts())
     worst = instances.sort(pl.col("recv_imbalance").fill_null(0), "pg", "index",
-                           descending=[True, False, False]).head(5).drop("heavy")
+                           descending=[True, False, False]).head(5).drop("heavy", "recv_heavy")
     return {
         "instances": instances.height,
         "with_splits": int(instances["with_splits"].sum()),
@@ -288,7 +296,7 @@ ALLTOALL_WORST_TABLE = Table(
 
 SECTIONS = (
     Section("alltoall", EMPTY, tables=(ALLTOALL_TABLE, ALLTOALL_WORST_TABLE), verdict=alltoall_verdicts,
-            verdict_at=21, record=AllToAll, detail=AllToAllRow, order=75,
-            cross_table=lambda cross: alltoall_instances(cross.p).drop("heavy"),
+            verdict_at=19, record=AllToAll, detail=AllToAllRow, order=75,
+            cross_table=lambda cross: alltoall_instances(cross.p).drop("heavy", "recv_heavy"),
             cross=lambda cross: alltoall_summary(cross.p, alltoall_instances(cross.p))),
 )

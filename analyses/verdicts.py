@@ -30,7 +30,8 @@ HOST_AS_DEVICE = frozenset({"overlap", "idle", "bubbles"})
 
 def verdicts(report: dict[str, Any]) -> list[str]:
     """The verdicts in their final order: a hang first, then what the trace cannot tell that changes a
-    headline number (:mod:`.health`), stragglers, communication, idle time, steps
+    headline number (:mod:`.health`), all-to-all load imbalance (it says which waits are load, not a
+    straggler), stragglers, communication, idle time, steps
     (pipeline bubbles where there is a pipeline), bandwidth (the declared rules, by ``verdict_at``), the
     warnings count, and "no hang found" last where Flight Recorder dumps showed none. Example: ["rank 7 is
     the straggler: each of the 7 other ranks spent 5.08 ms per step on average waiting for it at
