@@ -48,6 +48,8 @@ HEAVY = 1.25
 #: The run's matrix is kept in the summary for at most this many ranks (ranks² numbers); the all-to-alls of a
 #: larger group are left out (their pairs would be ranks² rows per instance).
 MAX_MATRIX_RANKS = 256
+#: The per-step matrices kept in the summary hold at most this many numbers (8 ranks: 1,562 steps; 64: 24).
+MAX_STEP_CELLS = 100_000
 _INST = ["group", "index"]
 
 
@@ -91,6 +93,14 @@ class AllToAllStep(Row):
     send_imbalance: Annotated[float | None, Meta(description="max ÷ mean of the bytes a rank sends")]
 
 
+class AllToAllStepMatrix(Row):
+    """The bytes by rank pair of one traced step, summed over its all-to-all instances."""
+
+    step: Annotated[int, Meta(description="the step")]
+    instances: Annotated[int, Meta(description="all-to-all instances in the step")]
+    matrix: Annotated[list[list[int]], Meta(description="bytes sent, row rank to column rank, in the step")]
+
+
 class AllToAll(Row):
     """Every all-to-all instance is a row of the ``alltoall`` detail table; here, the bytes by rank pair summed
     over the traced instances, per rank, the worst steps and instances, and how many the bytes explain."""
@@ -105,17 +115,21 @@ class AllToAll(Row):
                                                              "over the instances")]
     send_imbalance: Annotated[float | None, Meta(description="max ÷ mean of the bytes a rank sends, summed")]
     hot_rank: Annotated[int | None, Meta(description="the rank that most often receives the most, at instances "
-                                                     f"at least {HEAVY}× imbalanced")]
+                                                     f"where it receives at least {HEAVY}× the other ranks' mean")]
     hot_instances: Annotated[int, Meta(description="instances where it receives the most, so imbalanced")]
     hot_recv_imbalance: Annotated[float | None, Meta(description="its median receive imbalance there")]
     per_rank: list[AllToAllRank]
     by_step: Annotated[list[AllToAllStep], Meta(description="the 10 steps of largest receive imbalance")]
     worst: Annotated[list[AllToAllRow], Meta(description="the 5 instances of largest receive imbalance")]
+    step_matrices: Annotated[list[AllToAllStepMatrix], Meta(description=(
+        f"per traced step in order, its matrix (the heat map's per-step view); at most {MAX_STEP_CELLS:,} "
+        "numbers in all, the later steps left out beyond (step_matrices_left_out)"))] = []
+    step_matrices_left_out: Annotated[int, Meta(description="traced steps whose matrix is not kept")] = 0
 
 
 EMPTY = {"instances": 0, "with_splits": 0, "explained": 0, "ranks": [], "matrix": [], "recv_imbalance": None,
          "send_imbalance": None, "hot_rank": None, "hot_instances": 0, "hot_recv_imbalance": None, "per_rank": [],
-         "by_step": [], "worst": []}
+         "by_step": [], "worst": [], "step_matrices": [], "step_matrices_left_out": 0}
 
 
 @derived
@@ -232,6 +246,7 @@ def alltoall_summary(events: Events, instances: pl.DataFrame) -> dict[str, Any]:
         matrix = [[0] * len(order) for _ in order]
         for s, d, b in summed.iter_rows():
             matrix[at[s]][at[d]] = int(b)
+    step_matrices, left_out = _step_matrices(pairs, order) if matrix else ([], 0)
     steps = collect(_imbalance(_per_rank(pairs.drop_nulls("step"), ["step"]), ["step"])
                     .join(pairs.drop_nulls("step").group_by("step").agg(
                         pl.struct(*_INST).n_unique().alias("instances")), on="step")
@@ -255,7 +270,26 @@ def alltoall_summary(events: Events, instances: pl.DataFrame) -> dict[str, Any]:
         "per_rank": per_rank,
         "by_step": [{k: r[k] for k in AllToAllStep.__struct_fields__} for r in steps.iter_rows(named=True)],
         "worst": worst.to_dicts(),
+        "step_matrices": step_matrices,
+        "step_matrices_left_out": left_out,
     }
+
+
+def _step_matrices(pairs: pl.LazyFrame, order: list[int]) -> tuple[list[dict[str, Any]], int]:
+    """Per traced step in order, its instances and bytes by rank pair (``order``'s ranks), as many steps as
+    :data:`MAX_STEP_CELLS` holds; and how many steps were left out."""
+    stepped = pairs.drop_nulls("step")
+    counts = collect(stepped.group_by("step").agg(pl.struct(*_INST).n_unique().alias("instances")).sort("step"))
+    n = len(order)
+    keep = counts.head(max(1, MAX_STEP_CELLS // (n * n)))
+    at = {r: i for i, r in enumerate(order)}
+    by = {st: [[0] * n for _ in order] for st in keep["step"].to_list()}
+    summed = collect(stepped.filter(pl.col("step").is_in(list(by))).group_by("step", "src", "dst")
+                     .agg(pl.col("bytes").sum()))
+    for st, src, dst, b in summed.select("step", "src", "dst", "bytes").iter_rows():
+        by[st][at[src]][at[dst]] = int(b)
+    return ([{"step": st, "instances": k, "matrix": by[st]} for st, k in keep.iter_rows()],
+            counts.height - keep.height)
 
 
 def alltoall_verdicts(report: dict[str, Any]) -> list[str]:

@@ -205,6 +205,19 @@ def test_alltoall_heat_map(driver: Any, tmp_path: Path) -> None:
         assert ticks == [str(r) for r in range(8)]
         driver.execute_script("document.getElementById('alltoall').scrollIntoView();")
         screenshot(driver, "alltoall-heat-map")
+        # the menu picks one step: its own heat map and title (2 instances a step: a dispatch and a combine)
+        driver.find_element("css selector", "#alltoall .updatemenu-header").click()
+        steps = wait_for(lambda: driver.find_elements("css selector", "#alltoall g.updatemenu-dropdown-button"),
+                         what="menu")
+        assert len(steps) == 3  # every traced instance, step 0, step 1
+        driver.execute_script("arguments[0].dispatchEvent(new MouseEvent('click', {bubbles: true}));", steps[2])
+        def step_title() -> str | None:
+            text = driver.find_element("css selector", "#alltoall .gtitle").text
+            return text if "step 1" in text else None
+
+        title = wait_for(step_title, what="the step's title")
+        assert title.endswith("step 1: 2 instances")
+        screenshot(driver, "alltoall-heat-map-step")
         assert severe_console(driver) == []
 
 

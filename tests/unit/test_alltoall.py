@@ -85,6 +85,18 @@ def test_heat_map_panel(moe):
     heat = fig.data[0]
     assert heat.type == "heatmap" and [list(r) for r in heat.z] == sc.truth()["matrix"]
     assert "receive imbalance" in fig.layout.title.text
+    # one instance of each kind a step, every step alike: each step's matrix is a third of the run's, and the
+    # figure's menu shows the run or one step
+    steps = report["alltoall"]["step_matrices"]
+    assert [m["step"] for m in steps] == [0, 1, 2] and all(m["instances"] == 2 for m in steps)
+    assert all([[3 * b for b in row] for row in m["matrix"]] == sc.truth()["matrix"] for m in steps)
+    assert report["alltoall"]["step_matrices_left_out"] == 0
+    assert len(fig.data) == 4 and [d.visible for d in fig.data] == [True, False, False, False]
+    buttons = fig.layout.updatemenus[0].buttons
+    assert [b.label for b in buttons] == ["every traced instance", *(f"step {i} (2 instances)" for i in range(3))]
+    assert buttons[2].args[0]["visible"] == [False, False, True, False]
+    assert buttons[2].args[1]["title.text"].endswith("step 1: 2 instances</sup>")
+    assert [list(r) for r in fig.data[2].z] == steps[1]["matrix"]
     empty = alltoall_figure({"alltoall": None})
     assert not empty.data and "no all-to-all" in empty.layout.annotations[0].text
 
