@@ -54,7 +54,8 @@ The classes, decided in this order:
    similar factor (on a CPU run everything is host work, the gloo transfers too, so this is what a busier
    machine does), or the device kernels kept their times (the GPUs wait for the host);
 6. **communication**: no rank rose, and busbw fell by at least 10 % (``BW_CHANGE``) beyond the noise, or
-   the communication kernels slowed;
+   the communication kernels slowed; **environment** instead on a CPU run whose ranks all ran on one host
+   (gloo there moves the bytes with the host's CPUs and memory: no interconnect to blame);
 7. **environment**: a new straggler while no rank rose: it arrives late without doing more work;
 8. **unclear**: the step time changed beyond its tolerance and none of the above fits.
 
@@ -79,7 +80,7 @@ from ddprof.analyses.compare.stats import hodges_lehmann
 from ddprof.analyses.compare.words import direction, ratio_range, ratio_text, signed
 from ddprof.analyses.straggler_cause import CONTENTION_MIN
 
-from ddprof.report.schema import KernelRow, StragglerCause, Stragglers, rows
+from ddprof.report.schema import KernelRow, RunSection, StragglerCause, Stragglers, rows
 from ddprof.vocabulary.units import fmt_bytes, fmt_us
 
 CLASSES = ("environment", "code", "communication", "rank", "workload", "unclear")
@@ -287,6 +288,12 @@ def _uneven_compute(base: dict[str, Any], run: dict[str, Any], confidence: float
     return None
 
 
+def _one_host(report: dict[str, Any]) -> str | None:
+    """The one host every rank of the run ran on, when the run names each rank's host and they agree."""
+    hosts = {r.host for r in msgspec.convert(report["run"], RunSection).per_rank}
+    return next(iter(hosts)) if len(hosts) == 1 and None not in hosts else None
+
+
 def _new_stragglers(base: dict[str, Any], run: dict[str, Any]) -> list[int]:
     before = set(msgspec.convert(base["stragglers"], Stragglers).ranks)
     return [r for r in msgspec.convert(run["stragglers"], Stragglers).ranks if r not in before]
@@ -488,6 +495,11 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
         what = bw_text() if bw_fell else "; ".join(f"{m.subject[:60]} {ratio_text(m.ratio)}" for m in comm_rose[:2])
         ev = [what, f"no rank's own time changed ({ratio_range([m.ratio for m in ranks.values()])})"
               if ranks else "no per-rank step times to compare"]
+        host = _one_host(run) if word == "CPU op" else None
+        if host is not None:  # gloo between ranks of one host: no interconnect, the host's CPUs move the bytes
+            return _cause("environment", f"the collectives slowed, compute did not: {what}; every rank runs on "
+                                         f"{host}, where gloo moves the bytes with the host's CPUs and memory, "
+                                         "no interconnect between them", ev)
         return _cause("communication", f"the collectives slowed, compute did not: {what}", ev)
 
     # 7. a straggler that does no more work than before: it arrives late, the machine made it so

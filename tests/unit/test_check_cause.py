@@ -369,3 +369,26 @@ def test_the_ranks_compute_moved_unevenly_is_the_host(monkeypatch, base, run, un
     arrays = {"base": steps(base), "run": steps(run)}
     monkeypatch.setattr(C.S, "compute_us", lambda report: arrays[report["side"]])
     assert C._uneven_compute({"side": "base"}, {"side": "run"}, 0.99) == uneven
+
+
+def test_slower_gloo_on_one_host_is_the_environment(runs):
+    """The collectives slower, compute not (NoisyDP bw 0.6): communication, as a network would be. On a CPU
+    run whose ranks all ran on one host, gloo moves the bytes with that host's CPUs and memory, so the same
+    change is the environment, and says why; ranks on two hosts keep communication, and so do GPU ranks on
+    one host (their bytes cross NVLink or PCIe, not the host's CPUs)."""
+    import copy
+
+    device, _, reports = runs
+
+    def on(report: dict[str, Any], hosts: list[str]) -> dict[str, Any]:
+        out = copy.deepcopy(report)
+        for row, host in zip(out["run"]["per_rank"], hosts * len(out["run"]["per_rank"])):
+            row["host"] = host
+        return out
+
+    one = classify(on(reports["base"], ["vm"]), on(reports["comm"], ["vm"]))
+    assert one is not None and one["class"] == ("environment" if device == "cpu" else "communication"), one
+    assert ("every rank runs on vm, where gloo moves the bytes with the host's CPUs" in one["summary"]) == (
+        device == "cpu")
+    two = classify(on(reports["base"], ["a", "b"]), on(reports["comm"], ["a", "b"]))
+    assert two is not None and two["class"] == "communication", two
