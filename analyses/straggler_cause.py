@@ -315,31 +315,26 @@ def classify(rank: int, cs: pl.DataFrame, ops: pl.DataFrame, waits: pl.DataFrame
     ev = {m: _evidence(m, mine[m], peers[m]) for m in MEASURES}
     nsteps = cs.filter(pl.col("rank") == rank).height
     w = sorted(w + [0.0] * max(0, nsteps - len(w)))  # steps where it was never last caused no wait
-    if len(w) >= 4:
+    # apart from the other ranks' as many longest steps too: a machine whose ranks share few cores makes
+    # each of them last, and long, now and then
+    high = _apart(w, [sorted(part["wait_us"].to_list() + [0.0] * max(0, nsteps - part.height))
+                      for (r,), part in waits.group_by(["rank"]) if r != rank])
+    if high is not None:
         peak, typical = w[-1], _median(w) or 0.0
-        highs = [x for x in w if x > peak / 2]
-        high = len(highs)
-        rest = w[-high - 1] if high < len(w) else 0.0  # the longest step that is not one of them
         # the long steps' extra wait, and how much more the rank computed in them: a pause, not work
         long_steps = mine_w.filter(pl.col("wait_us") > peak / 2)["step"].to_list()
         own = cs.filter(pl.col("rank") == rank)
         extra_compute = ((_median((own.filter(pl.col("step").is_in(long_steps))["compute_ns"] / NS_PER_US).to_list())
                           or 0.0) - mine["compute"])
-        paused = extra_compute < STALL_WORK * ((_median(highs) or 0.0) - typical)
-        # and apart from the other ranks' as many longest steps: a machine whose ranks share few cores
-        # makes each of them last, and long, now and then
-        others = max((sorted(part["wait_us"].to_list() + [0.0] * max(0, nsteps - part.height))[-high]
-                      for (r,), part in waits.group_by(["rank"]) if r != rank), default=0.0)
-        if peak > 0 and STALL_MIN <= high <= len(w) // 2 and highs[0] >= STALL_GAP * max(rest, others):
-            steps_ev = {"measure": "stall_steps", "rank_value": float(high), "peers_value": float(len(w)),
-                        "ratio": high / len(w)}
-            if paused:
-                return {"rank": rank, "cause": "stalls", "excess_us": peak - typical,
-                        "evidence": [_evidence("stall_peak", peak, typical), steps_ev, *ev.values()]}
-            # the long steps' time is in its ops: a busy CPU now and then
-            return {"rank": rank, "cause": "contention", "excess_us": extra_compute,
-                    "evidence": [_evidence("burst_compute", mine["compute"] + extra_compute, mine["compute"]),
-                                 steps_ev, _evidence("stall_peak", peak, typical), *ev.values()]}
+        steps_ev = {"measure": "stall_steps", "rank_value": float(high), "peers_value": float(len(w)),
+                    "ratio": high / len(w)}
+        if extra_compute < STALL_WORK * ((_median(w[-high:]) or 0.0) - typical):
+            return {"rank": rank, "cause": "stalls", "excess_us": peak - typical,
+                    "evidence": [_evidence("stall_peak", peak, typical), steps_ev, *ev.values()]}
+        # the long steps' time is in its ops: a busy CPU now and then
+        return {"rank": rank, "cause": "contention", "excess_us": extra_compute,
+                "evidence": [_evidence("burst_compute", mine["compute"] + extra_compute, mine["compute"]),
+                             steps_ev, _evidence("stall_peak", peak, typical), *ev.values()]}
     pauses = _idle_pauses(rank, cs, wait_us)
     if pauses is not None:
         high, n, idle_high, idle_typical = pauses
@@ -386,20 +381,30 @@ def _idle_pauses(rank: int, cs: pl.DataFrame, wait_us: float) -> tuple[int, int,
     per = {r: sorted(v / NS_PER_US for v in part["idle_ns"].to_list())
            for (r,), part in cs.group_by(["rank"], maintain_order=True)}
     idle = per.get(rank) or []
-    if len(idle) < 4 or idle[-1] <= 0:
+    high = _apart(idle, [v for r, v in per.items() if r != rank])
+    if high is None:
         return None
-    highs = [x for x in idle if x > idle[-1] / 2]
-    high = len(highs)
-    if not STALL_MIN <= high <= len(idle) // 2:
-        return None
-    rest = idle[-high - 1]
-    others = max((v[-high] for r, v in per.items() if r != rank and len(v) >= high), default=0.0)
     typical = _median(idle) or 0.0
-    long_ = _median(highs) or 0.0
+    long_ = _median(idle[-high:]) or 0.0
     step = _median((cs.filter(pl.col("rank") == rank)["step_ns"] / NS_PER_US).to_list()) or 0.0
-    if highs[0] >= STALL_GAP * max(rest, others) and long_ - typical >= max(MATERIAL * wait_us, IDLE_PAUSE * step):
+    if long_ - typical >= max(MATERIAL * wait_us, IDLE_PAUSE * step):
         return high, len(idle), long_, typical
     return None
+
+
+def _apart(values: list[float], others: list[list[float]]) -> int | None:
+    """How many of the largest of ``values`` (sorted, one per step) stand apart as pauses: those above half
+    the largest, :data:`STALL_MIN` or more and at most half the steps, the smallest of them
+    :data:`STALL_GAP` times both the largest other value and any of ``others``' (each sorted) as many
+    largest; None when they do not. Example: waits 0, 0, 1, 2, 30, 40, 50 against another rank's 0, 1, 2,
+    3, 3, 4, 5 -> 3."""
+    if len(values) < 4 or values[-1] <= 0:
+        return None
+    high = sum(x > values[-1] / 2 for x in values)
+    if not STALL_MIN <= high <= len(values) // 2:
+        return None
+    peers = max((v[-high] for v in others if len(v) >= high), default=0.0)
+    return high if values[-high] >= STALL_GAP * max(values[-high - 1], peers) else None
 
 
 def pipeline_imbalance(cs: pl.DataFrame, stages: pl.DataFrame) -> list[dict[str, Any]]:
@@ -477,6 +482,12 @@ def host_scheduled(p: Prepared, causes: list[dict[str, Any]]) -> set[int]:
         return set()
     gpu = set(device_ranks(p).get_column("rank").to_list())
     return {r for r in host if r not in gpu}
+
+
+def set_aside(st: Stragglers) -> dict[int, StragglerCause]:
+    """The ranks of a stragglers section that :func:`host_scheduled` left out, by rank, with their causes:
+    late by arrival order, undecided or in contention, and not named."""
+    return {c.rank: c for c in st.causes if c.rank not in st.ranks and c.cause in ("undecided", "contention")}
 
 
 def mild_contention(cause: dict[str, Any]) -> bool:

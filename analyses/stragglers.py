@@ -83,6 +83,7 @@ from ddprof.analyses.straggler_cause import (
     cause_steps,
     cause_verdicts,
     device_ranks,
+    set_aside,
     with_causes,
 )
 
@@ -491,8 +492,7 @@ def straggler_verdicts(report: dict[str, Any]) -> list[str]:
              else "(step, process group) units")
     most = max(waited, key=lambda p: (p.wait_share_pct or 0.0, p.rank))
     cost = f"cost the others {_share(most.wait_share_pct or 0.0)} of a step"
-    host = {c.rank: c for c in st.causes if c.rank in per and c.rank not in st.ranks
-            and c.cause in ("undecided", "contention")}
+    host = {r: c for r, c in set_aside(st).items() if r in per}
     if host:  # named by arrival order, the host's doing (straggler_cause.host_scheduled)
         late = max((per[r] for r in host), key=lambda p: (p.wait_share_pct or 0.0, p.rank))
         cause = host[late.rank]

@@ -67,6 +67,7 @@ aten::addmm, aten::copy_, aten::add_ kept their time (together ×1.00, 54 % of t
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -78,7 +79,7 @@ from ddprof.analyses.compare.job import stage_count, workload_changes
 from ddprof.analyses.compare.samples import op_word
 from ddprof.analyses.compare.stats import hodges_lehmann
 from ddprof.analyses.compare.words import direction, ratio_range, ratio_text, signed
-from ddprof.analyses.straggler_cause import CONTENTION_MIN
+from ddprof.analyses.straggler_cause import CONTENTION_MIN, set_aside
 
 from ddprof.report.schema import KernelRow, RunSection, StragglerCause, Stragglers, rows
 from ddprof.vocabulary.units import fmt_bytes, fmt_us
@@ -242,26 +243,29 @@ def _host_shared(run: dict[str, Any], rank: int, own: Moved) -> str | None:
     one rank's ops ran 1.2-1.5x slower for a whole run in 4 of 36 (a busy thread on a rank's core makes
     them 1.55-2.4x, a slow compute fault 1.5-1.8x)."""
     st = msgspec.convert(run["stragglers"], Stragglers)
-    own_cause = next((c for c in st.causes if c.rank == rank), None)
-    if own_cause is not None and rank not in st.ranks and own_cause.cause in ("undecided", "contention"):
+    aside = set_aside(st).get(rank)
+    if aside is not None:
         return ("the run itself sets it aside as its host's doing (late at its collectives, "
-                + ("its measures the others'" if own_cause.cause == "undecided" else
+                + ("its measures the others'" if aside.cause == "undecided" else
                    "its ops a little slower than the others' in all") + ")")
-    if own_cause is None and rank not in st.ranks and own.ratio < CONTENTION_MIN:
+    if all(c.rank != rank for c in st.causes) and rank not in st.ranks and own.ratio < CONTENTION_MIN:
         return (f"under the {CONTENTION_MIN:g}× that singles out a CPU rank, and the run names no cause of its own "
                 "(a host shares its cores unevenly from run to run)")
     return None
 
 
-def _lone_compute(base: dict[str, Any], run: dict[str, Any], confidence: float) -> tuple[int, Moved] | None:
-    """The one rank that holds the rise of the ranks' compute per step: their compute pooled rose beyond the
-    noise (summed per step), that rank's by ``OP_CHANGE`` or more and at least ``LONE_SHARE`` (3/4) of the ranks' rises
-    together (one rank's steps alone are often too few to tell); None otherwise. Example: rank 0 +1.2 ms
-    (×1.29), rank 1 +0.19 ms -> rank 0 (86 % of the rise)."""
+def _rank_compute(base: dict[str, Any], run: dict[str, Any], confidence: float) -> dict[int, Moved]:
+    """Per rank in both reports: its compute per step moved (``breakdown_by_step``), where it computed."""
     b, r = S.compute_us(base), S.compute_us(run)
-    keys = sorted(k for k in set(b) & set(r) if b[k].size and r[k].size)
-    ms = {k: m for k in keys for m in [moved(f"rank {k}", b[k], r[k], confidence)] if m is not None and m.base > 0}
-    pooled = moved("all ranks", S.compute_summed(base), S.compute_summed(run), confidence)
+    return {k: m for k in sorted(set(b) & set(r)) for m in [moved(f"rank {k}", b[k], r[k], confidence)]
+            if m is not None and m.base > 0}
+
+
+def _lone_compute(ms: dict[int, Moved], pooled: Moved | None) -> tuple[int, Moved] | None:
+    """The one rank that holds the rise of the ranks' compute per step (``ms``, :func:`_rank_compute`): their
+    compute summed per step (``pooled``) rose beyond the noise, that rank's by ``OP_CHANGE`` or more and at
+    least ``LONE_SHARE`` (3/4) of the ranks' rises together (one rank's steps alone are often too few to
+    tell); None otherwise. Example: rank 0 +1.2 ms (×1.29), rank 1 +0.19 ms -> rank 0 (86 % of the rise)."""
     if len(ms) < 2 or pooled is None or not pooled.beyond_noise or pooled.shift <= 0:
         return None
     top = max(ms, key=lambda k: ms[k].shift)
@@ -270,21 +274,18 @@ def _lone_compute(base: dict[str, Any], run: dict[str, Any], confidence: float) 
     return (top, m) if m.ratio >= 1 + OP_CHANGE and m.shift >= LONE_SHARE * rises else None
 
 
-def _uneven_compute(base: dict[str, Any], run: dict[str, Any], confidence: float) -> str | None:
-    """The ranks' compute-per-step factors (run / baseline medians) as text when they are uneven: the
-    highest is ×(1 + ``OP_CHANGE``) or more, and its excess over 1 is at least ``UNEVEN_COMPUTE`` (0.2)
-    above the lowest's and ``UNEVEN_RATIO`` (3) times it; None otherwise. Example: ×1.07, ×1.18, ×1.29,
-    ×1.40 on 4 ranks (4 ranks on 2 CPUs, a clean run against another) -> uneven; a change of the code,
-    ×1.25-×1.35 -> not."""
-    b, r = S.compute_us(base), S.compute_us(run)
-    ms = [m for k in sorted(set(b) & set(r)) for m in [moved(f"rank {k}", b[k], r[k], confidence)]
-          if m is not None and m.base > 0]
+def _uneven_compute(ms: dict[int, Moved]) -> str | None:
+    """The ranks' compute-per-step factors (``ms``, :func:`_rank_compute`: run / baseline medians) as text
+    when they are uneven: the highest is ×(1 + ``OP_CHANGE``) or more, and its excess over 1 is at least
+    ``UNEVEN_COMPUTE`` (0.2) above the lowest's and ``UNEVEN_RATIO`` (3) times it; None otherwise. Example:
+    ×1.07, ×1.18, ×1.29, ×1.40 on 4 ranks (4 ranks on 2 CPUs, a clean run against another) -> uneven; a
+    change of the code, ×1.25-×1.35 -> not."""
     if len(ms) < 2:
         return None
-    excess = sorted(m.ratio - 1 for m in ms)
+    excess = sorted(m.ratio - 1 for m in ms.values())
     if excess[-1] >= OP_CHANGE and excess[-1] - excess[0] >= UNEVEN_COMPUTE and \
             excess[-1] >= UNEVEN_RATIO * max(excess[0], 0.0):
-        return f"{ratio_range([m.ratio for m in ms])} on {len(ms)} ranks"
+        return f"{ratio_range([m.ratio for m in ms.values()])} on {len(ms)} ranks"
     return None
 
 
@@ -431,7 +432,9 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
 
     # 2d. one CPU rank's compute alone rose, its own time too noisy to tell (it holds the waits): the host
     # when the run sets the rank aside or it rose under the factor that singles one out
-    lone = _lone_compute(base, run, confidence) if word == "CPU op" and not rose else None
+    compute = functools.cache(lambda: _rank_compute(base, run, confidence))  # 2d and 3b, CPU runs only
+    lone = (_lone_compute(compute(), moved("all ranks", S.compute_summed(base), S.compute_summed(run), confidence))
+            if word == "CPU op" and not rose else None)
     host = _host_shared(run, lone[0], lone[1]) if lone is not None else None
     if lone is not None and host is not None:
         lone_rank, lc = lone
@@ -451,7 +454,7 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
 
     # 3b. on a CPU data-parallel run, the ranks' compute moved unevenly: ranks on a busy core slow, the
     # others less or not; a change of the code moves every data-parallel rank alike
-    uneven = _uneven_compute(base, run, confidence) if word == "CPU op" and not pipeline else None
+    uneven = _uneven_compute(compute()) if word == "CPU op" and not pipeline else None
     if uneven is not None:
         return _cause("environment", f"the ranks' compute per step moved unevenly ({uneven}): the host, "
                                      "not the code, which moves every data-parallel rank alike",

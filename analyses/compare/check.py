@@ -27,13 +27,14 @@ per-rank step-time rules of a family on one line (:mod:`.group`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
 import numpy as np
 from ddprof.analyses.compare import samples as S
-from ddprof.analyses.compare.cause import classify
+from ddprof.analyses.compare.cause import classify, moved
 from ddprof.analyses.compare.explain import attach_causes, straggler_outcomes
 from ddprof.analyses.compare.group import grouped_summary
 from ddprof.analyses.compare.job import job_differences, workload_changes
@@ -144,10 +145,11 @@ def _relative_rules(base: dict[str, Any], run: dict[str, Any], rules: dict[str, 
     if rules["bubble"]["enabled"]:
         rb = S.bubble_by_stage(run)
         tol = rules["bubble"]["tolerance_pts"]
+        sides = functools.cache(lambda col: (S.bubble_by_stage(base, col), S.bubble_by_stage(run, col)))
         for stage, arr in S.bubble_by_stage(base).items():
             o = relative("bubble", f"stage {stage}", arr, rb.get(stage, np.empty(0)), what="pipeline bubble",
                          unit="%", worse_if_higher=True, tolerance=tol, tolerance_text=f"{tol:g} pts", confidence=c)
-            out.append(_faster_stage(o, base, run, stage, c) if o["outcome"] == "fail" else o)
+            out.append(_faster_stage(o, sides, stage, c) if o["outcome"] == "fail" else o)
     if rules["busbw"]["enabled"]:
         rb2 = S.busbw(run)
         pct, floor = rules["busbw"]["tolerance_pct"], rules["busbw"]["min_bytes"]
@@ -187,16 +189,15 @@ def _relative_rules(base: dict[str, Any], run: dict[str, Any], rules: dict[str, 
     return out
 
 
-def _faster_stage(o: dict[str, Any], base: dict[str, Any], run: dict[str, Any], stage: int,
-                  confidence: float) -> dict[str, Any]:
+def _faster_stage(o: dict[str, Any], sides: Callable[[str], tuple[dict[int, np.ndarray], dict[int, np.ndarray]]],
+                  stage: int, confidence: float) -> dict[str, Any]:
     """A failed bubble outcome passed when the stage's compute fell beyond the noise and its step did not
-    rise: it waits more for the other stages because it got faster, and the pipeline is no slower."""
-    from ddprof.analyses.compare.cause import moved
-
-    comp = moved("compute", S.bubble_by_stage(base, "compute_us").get(stage, np.empty(0)),
-                 S.bubble_by_stage(run, "compute_us").get(stage, np.empty(0)), confidence)
-    window = moved("step", S.bubble_by_stage(base, "window_us").get(stage, np.empty(0)),
-                   S.bubble_by_stage(run, "window_us").get(stage, np.empty(0)), confidence)
+    rise: it waits more for the other stages because it got faster, and the pipeline is no slower.
+    ``sides(column)``: the baseline's and the run's ``bubbles`` column per stage."""
+    none = np.empty(0)
+    (cb, cr), (wb, wr) = sides("compute_us"), sides("window_us")
+    comp = moved("compute", cb.get(stage, none), cr.get(stage, none), confidence)
+    window = moved("step", wb.get(stage, none), wr.get(stage, none), confidence)
     if comp is None or window is None or not comp.beyond_noise or comp.shift >= 0 or (
             window.beyond_noise and window.shift > 0):
         return o

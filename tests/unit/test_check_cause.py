@@ -368,7 +368,7 @@ def test_the_ranks_compute_moved_unevenly_is_the_host(monkeypatch, base, run, un
 
     arrays = {"base": steps(base), "run": steps(run)}
     monkeypatch.setattr(C.S, "compute_us", lambda report: arrays[report["side"]])
-    assert C._uneven_compute({"side": "base"}, {"side": "run"}, 0.99) == uneven
+    assert C._uneven_compute(C._rank_compute({"side": "base"}, {"side": "run"}, 0.99)) == uneven
 
 
 def test_slower_gloo_on_one_host_is_the_environment(runs):
