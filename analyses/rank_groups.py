@@ -225,17 +225,19 @@ def merge(results: list[dict[str, pl.DataFrame]]) -> dict[str, pl.DataFrame]:
 
 
 
-def cross_rank_sections(frames: dict[str, pl.DataFrame], world_size: int | None) -> AnalysisReport:
+def cross_rank_sections(frames: dict[str, pl.DataFrame], world_size: int | None,
+                        placement: dict[int, tuple[str | None, str | None]] | None = None) -> AnalysisReport:
     """Every section, from a run's per-rank frames and summaries: the per-rank sections as they are, the
     cross-rank ones computed on the summaries alone (no event is read here). The sections with a row per
     step or per collective instance are detail tables (:data:`.sections.DETAIL`, NaN as null)
-    and, in the sections, their summaries (:mod:`.summaries`)."""
+    and, in the sections, their summaries (:mod:`.summaries`). ``placement``: rank -> (host, CPUs), from the
+    run's manifest (:func:`placement`)."""
     p = Prepared(pl.LazyFrame(schema={c: EVENT_SCHEMA[c] for c in COLUMNS}))
     for name, frame in summaries().items():
         p.provide(frame, frames[name])
     p.provide(kernel_totals, frames["kernel_totals"])
     p.provide(kernel_step_totals, frames["kernel_step_totals"])
-    cross = sections.CrossRank(p, world_size, frames, {})
+    cross = sections.CrossRank(p, world_size, frames, {}, placement or {})
     tables = {k: frames[k] for k in sections.PER_RANK if k in sections.STEP_SECTIONS}
     tables.update({s.name: s.cross_table(cross) for s in sections.SECTIONS if s.cross_table is not None})
     cross.tables.update({k: null_nonfinite(v) for k, v in tables.items()})
@@ -250,6 +252,12 @@ def _comm_summary(run_dir: str | Path, ranks: list[int]) -> dict[str, pl.DataFra
     """The collective rows and trace spans of ``ranks``, as traced: what the clock estimate compares."""
     p = read_ranks(_open(run_dir), ranks)
     return {"comm_rows": comm_rows(p), "rank_spans": rank_spans(p)}
+
+
+def placement(run: Run) -> dict[int, tuple[str | None, str | None]]:
+    """Where each rank ran, as the collector recorded it: rank -> (host, the CPUs it was bound to)."""
+    hosts, cpus = run.manifest.get("hosts") or {}, run.manifest.get("cpus") or {}
+    return {r: (hosts.get(str(r)), cpus.get(str(r))) for r in run.ranks}
 
 
 def estimate_clock(run: Run, groups: list[list[int]], executor: Executor | None = None) -> ClockEstimate:
@@ -291,5 +299,5 @@ def analyse_run(run: Run, *, executor: Executor | None = None, budget: int | Non
     results = run_each(executor, group_frames, [(str(run.path), g, clock, per_group) for g in groups])
     windows = {r: n for res in results for r, n in res.windows.items()}
     frames = merge([res.frames for res in results])
-    return RunAnalysis(clock, cross_rank_sections(frames, run.world_size), windows, [res.extra for res in results],
+    return RunAnalysis(clock, cross_rank_sections(frames, run.world_size, placement(run)), windows, [res.extra for res in results],
                        frames["comm_kernel_counts"])

@@ -61,7 +61,7 @@ import pkgutil
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -82,13 +82,15 @@ ABSENT: Any = object()
 class CrossRank:
     """What a section computed across ranks is computed from: ``p``, whose derived frames are the run's per-rank
     summaries (its events are empty: no event is read across ranks), the run's world size, the per-rank
-    frames of every group in rank order (``frames``, by section or summary name), and the detail tables
-    (``tables``: filled before any ``cross`` builder runs, NaN as null)."""
+    frames of every group in rank order (``frames``, by section or summary name), the detail tables
+    (``tables``: filled before any ``cross`` builder runs, NaN as null), and where each rank ran
+    (``placement``: rank -> (host, CPUs it was bound to), either None where the run does not say)."""
 
     p: Prepared
     world_size: int | None
     frames: dict[str, pl.DataFrame]
     tables: dict[str, pl.DataFrame]
+    placement: dict[int, tuple[str | None, str | None]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

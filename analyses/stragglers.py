@@ -64,31 +64,32 @@ p_value = min(1, 2 · 0.39) = 0.78, not named, whatever the wait.
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 from typing import Any, cast
 
 import msgspec
-import numpy as np
 import polars as pl
 from ddprof.analyses.alltoall import explained_by_bytes
+from ddprof.analyses.chance import last_tail, t_sf
 from ddprof.analyses.collectives import arrivals, comm_rows
 from ddprof.analyses.frames.intervals import merge, subtract, union_lengths
 from ddprof.analyses.frames.memo import Events, Prepared, collect, derived, prepare
 from ddprof.analyses.frames.sets import rank_spans, steps, work
 from ddprof.analyses.sections import Section
+from ddprof.analyses.slow_groups import Placement, slow_groups
 from ddprof.analyses.straggler_cause import (
     CONTENTION_MIN,
     cause_clause,
     cause_ops,
     cause_steps,
     cause_verdicts,
+    describe,
     device_ranks,
     set_aside,
     with_causes,
 )
 
 from ddprof.report.display import Column, Table
-from ddprof.report.schema import Stragglers
+from ddprof.report.schema import SlowGroup, Stragglers
 from ddprof.vocabulary.units import NS_PER_US, fmt_pct, fmt_us
 
 _INST = ["group", "src", "dst", "index"]
@@ -252,65 +253,28 @@ def per_rank(p: Prepared) -> pl.DataFrame:
 
 # --- the tests (module doc) ---------------------------------------------------------------------------------
 
-
-def _betacf(a: float, b: float, x: float) -> float:
-    """The continued fraction of the regularized incomplete beta function (modified Lentz)."""
-    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 300):
-        m2 = 2 * m
-        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
-            d = 1.0 + aa * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + aa / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-            last = d * c
-        if abs(last - 1.0) < 1e-13:
-            break
-    return h
-
-
-def _betainc(a: float, b: float, x: float) -> float:
-    """The regularized incomplete beta function I_x(a, b)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
-def t_sf(t: float, dof: float) -> float:
-    """P(T ≥ t) for Student's t with ``dof`` degrees of freedom. Example: t_sf(2.0, 4) = 0.058."""
-    if math.isinf(t):
-        return 0.0 if t > 0 else 1.0
-    tail = 0.5 * _betainc(dof / 2.0, 0.5, dof / (dof + t * t))
-    return tail if t >= 0 else 1.0 - tail
-
-
-@lru_cache(maxsize=256)
-def _binomial_pmf(n: int, ranks: int) -> np.ndarray:
-    """P(K = k), k = 0..n, for K ~ Binomial(n, 1/ranks)."""
-    k = np.arange(n + 1)
-    q = 1.0 / ranks
-    logc = np.array([math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) for i in range(n + 1)])
-    with np.errstate(divide="ignore"):
-        return np.exp(logc + k * math.log(q) + (n - k) * (math.log1p(-q) if q < 1 else -np.inf))
-
-
-@lru_cache(maxsize=256)
-def _last_tail(counts: tuple[tuple[int, int], ...]) -> np.ndarray:
-    """P(K ≥ k), k = 0..n, K the number of units a rank is last at by chance: ``counts`` = ((ranks at the
-    unit, units), ...), K a sum of Binomial(units, 1/ranks)."""
-    pmf = np.ones(1)
-    for ranks, n in counts:
-        pmf = np.convolve(pmf, _binomial_pmf(n, ranks))
-    return np.minimum(1.0, np.cumsum(pmf[::-1])[::-1])
+@derived
+def unit_lateness(p: Prepared) -> pl.DataFrame:
+    """Per (unit, rank): ``late``, the rank's mean lateness over the unit's instances (ns), ``n_ranks`` at the
+    unit and ``is_last`` (its lateness alone the largest); ``__unit`` is a struct (group, step, instance):
+    the step's instances of a process group, or an instance alone where the ranks have one step or none
+    (module doc). Units of one rank are left out."""
+    adj = adjusted_arrivals(p)
+    by_step = collect(adj.lazy().group_by("rank").agg(pl.col("unit").drop_nulls().n_unique())).get_column("unit").max()
+    unit = pl.col("unit") if int(cast(int, by_step or 0)) > 1 else pl.lit(None, dtype=pl.Int64)
+    keyed = adj.lazy().with_columns(
+        pl.when(unit.is_not_null()).then(pl.struct(pl.col("group"), unit.alias("u"), pl.lit(None, dtype=pl.Int64).alias("i")))
+        .otherwise(pl.struct(pl.col("group"), pl.lit(None, dtype=pl.Int64).alias("u"), pl.col("index").alias("i")))
+        .alias("__unit"))
+    return collect(
+        keyed.group_by("__unit", "rank").agg(pl.col("lateness_ns").mean().alias("late"))
+        .with_columns(pl.len().over("__unit").alias("n_ranks"),
+                      (pl.col("late") == pl.col("late").max().over("__unit")).alias("__max"))
+        .with_columns((pl.col("__max") & (pl.col("__max").sum().over("__unit") == 1)
+                       & (pl.col("n_ranks") > 1)).alias("is_last"))
+        .filter(pl.col("n_ranks") > 1)
+        .drop("__max")
+    )
 
 
 def significance(p: Prepared) -> pl.DataFrame:
@@ -321,20 +285,7 @@ def significance(p: Prepared) -> pl.DataFrame:
               "lateness_us": pl.Float64(), "p_t": pl.Float64(), "p_last": pl.Float64(), "p_last_min": pl.Float64()}
     if adj.height == 0:
         return pl.DataFrame(schema=schema)
-    by_step = collect(adj.lazy().group_by("rank").agg(pl.col("unit").drop_nulls().n_unique())).get_column("unit").max()
-    unit = pl.col("unit") if int(cast(int, by_step or 0)) > 1 else pl.lit(None, dtype=pl.Int64)
-    keyed = adj.lazy().with_columns(
-        pl.when(unit.is_not_null()).then(pl.struct(pl.col("group"), unit.alias("u"), pl.lit(None, dtype=pl.Int64).alias("i")))
-        .otherwise(pl.struct(pl.col("group"), pl.lit(None, dtype=pl.Int64).alias("u"), pl.col("index").alias("i")))
-        .alias("__unit"))
-    units = collect(
-        keyed.group_by("__unit", "rank").agg(pl.col("lateness_ns").mean().alias("late"))
-        .with_columns(pl.len().over("__unit").alias("n_ranks"),
-                      (pl.col("late") == pl.col("late").max().over("__unit")).alias("__max"))
-        .with_columns((pl.col("__max") & (pl.col("__max").sum().over("__unit") == 1)
-                       & (pl.col("n_ranks") > 1)).alias("is_last"))
-        .filter(pl.col("n_ranks") > 1)
-    )
+    units = unit_lateness(p)
     per = collect(
         units.lazy().with_columns((pl.col("late") - pl.col("late").mean().over("rank")).alias("__res"))
         .group_by("rank").agg(
@@ -358,7 +309,7 @@ def significance(p: Prepared) -> pl.DataFrame:
         else:
             p_t.append(t_sf(mean / (s / math.sqrt(n)), dof))
         counts = tuple(sorted((int(v["n_ranks"]), int(v["count"])) for v in row["__sizes"]))
-        tail = _last_tail(counts)
+        tail = last_tail(counts)
         p_last.append(float(tail[row["last_units"]]))
         floor.append(float(tail[-1]))
     return per.drop("__ss", "__sizes").with_columns(pl.Series("p_t", p_t, pl.Float64()),
@@ -434,6 +385,26 @@ def stragglers(events: Events, alpha: float = ALPHA, min_share_pct: float = MIN_
     }
 
 
+def with_groups(section: dict[str, Any], p: Prepared, placement: Placement) -> dict[str, Any]:
+    """The stragglers ``section`` with its ``groups``: ranks placed alike that are slower together
+    (:func:`.slow_groups.slow_groups`)."""
+    if not section.get("per_rank") or adjusted_arrivals(p).height == 0:
+        return {**section, "groups": []}
+    counts = cause_steps(p).group_by("rank").len().get_column("len")
+    nsteps = int(_number(counts.max(), "the most steps of a rank")) if counts.len() else 0
+    return {**section, "groups": slow_groups(p, section, unit_lateness(p), placement, nsteps)}
+
+
+def _group_verdict(g: SlowGroup, when: str, nsteps: int) -> str:
+    """The verdict of one group slower together. Example: "ranks 1, 3, 5, 7 (CPUs 1) are slower together (rank 1
+    of them: CPU contention: ...): one of them arrives last at 22 of 24 steps, 12 by chance ..."."""
+    latest = (f" (rank {g.cause.rank} of them: {describe(g.cause)})"
+              if g.cause is not None and g.cause.cause != "undecided" else "")
+    return (f"{_named(g.ranks)} ({g.placement}) are slower together{latest}: one of them arrives last at "
+            f"{g.last_units} of {g.units} {'steps' if nsteps and g.units <= nsteps else 'units'}, {g.chance_last:.0f} by chance ({_p_is(g.p_value)}); each other rank "
+            f"waited {fmt_us(g.wait_us)} {when} for them at collectives (wall-clock)")
+
+
 def _compute_ratio(cause: Any) -> float:
     return next((e.ratio for e in cause.evidence if e.measure == "compute" and e.ratio is not None), 1.0)
 
@@ -470,8 +441,9 @@ def straggler_verdicts(report: dict[str, Any]) -> list[str]:
     if not any(p.instances for p in per.values()):
         return []
     when = "per step" if nsteps else "in total"
-    out = []
-    for r in st.ranks:
+    out = [_group_verdict(g, when, nsteps) for g in st.groups]
+    grouped = {r for g in st.groups for r in g.ranks}
+    for r in (r for r in st.ranks if r not in grouped):
         p = per[r]
         waiters = p.waiting_ranks or 1
         wait = p.wait_caused_us / waiters / max(nsteps, 1)
@@ -553,6 +525,6 @@ SECTIONS = (
             # (analyses/straggler_cause.py): its verdict first, then the stragglers', naming their causes
             verdict=lambda r: [*cause_verdicts(r), *straggler_verdicts(r)],
             verdict_at=20, record=Stragglers, order=60,
-            cross=lambda cross: with_causes(stragglers(cross.p), cross.p),
+            cross=lambda cross: with_groups(with_causes(stragglers(cross.p), cross.p), cross.p, cross.placement),
             keeps=(p2p_blocked, cause_steps, cause_ops, device_ranks)),
 )

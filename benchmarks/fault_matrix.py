@@ -11,13 +11,16 @@ them recorded), with ``--fault KIND --fault-rank R`` (R = the last rank; :data:`
 * ``stalls``: rank R pauses 40 ms every 4th step, between forward and backward;
 * ``contention``: a thread of rank R's process hashes memory throughout, on rank R's core (every rank is
   pinned to CPU ``rank mod cpus`` in this run; the other faults are not pinned): with more ranks than
-  CPUs, the ranks pinned to R's CPU are slowed as much, and naming any of them is right;
+  CPUs, the ranks pinned to R's CPU are slowed as much, and naming any of them, or a group of them slower
+  together (:mod:`ddprof.analyses.slow_groups`), is right;
 * ``comm``: rank R's DDP communication hook waits 20 ms before each bucket's all-reduce;
 * ``pipeline``: a GPipe pipeline of ``--ranks`` stages, stage R with 4x the layers;
 * ``moe``: a mixture-of-experts layer (an expert per rank, ``all_to_all_single`` with uneven splits) whose
   router sends 60 % of every rank's tokens to rank R's expert: load imbalance, not a straggler, and the
   first verdict must say so (``rank R receives …× the mean …: expert load imbalance``);
-* ``clean``: the DDP job and the pipeline job with no fault (alternately).
+* ``clean``: the DDP job and the pipeline job with no fault (alternately);
+* ``pinned``: the DDP job with no fault, every rank pinned as for ``contention`` (ranks bound alike form
+  the groups :mod:`ddprof.analyses.slow_groups` tests: none may be named).
 
 A run is analysed with ``ddprof analyze --format json``; its first verdict is *right* when it names the
 fault's rank and cause class (``compute``, ``input``, ``stalls``, ``contention``, ``communication``,
@@ -62,7 +65,10 @@ from tests.support.jobs import FAULTS, spawn_local  # noqa: E402
 
 #: What the first verdict must name for each fault (the cause class).
 EXPECTED = {"compute": "compute", "input": "input", "stalls": "stalls", "contention": "contention",
-            "comm": "communication", "pipeline": "pipeline imbalance", "moe": "expert load imbalance", "clean": None}
+            "comm": "communication", "pipeline": "pipeline imbalance", "moe": "expert load imbalance", "clean": None,
+            "pinned": None}
+#: The runs with no fault: a false alarm is any verdict naming a rank or a group.
+HEALTHY = ("clean", "pinned")
 #: The fault's own arguments beside ``--fault KIND``.
 FAULT_ARGS = {"compute": ["--fault-factor", "4"], "input": ["--fault-ms", "20"],
               "stalls": ["--fault-ms", "40", "--fault-every", "4"], "contention": ["--pin"],
@@ -73,6 +79,8 @@ MOE_ARGS = ["--tokens", "600", "--hot-share", "0.6", "--moe-width", "256"]
 _NAMED = re.compile(r"^rank (\d+) (?:is the straggler|pauses now and then|\(pipeline stage \d+ of \d+\) holds the "
                     r"pipeline back)"
                     r"(?: \(([a-zA-Z ]+?)(?::|\)))?")
+_GROUP = re.compile(r"^ranks ([\d, ]+) \([^)]*\) are slower together"
+                    r"(?: \(rank \d+ of them: ([a-zA-Z ]+?)(?::|\)))?")
 _CLASS = {"CPU contention": "contention"}
 _LOAD = re.compile(r"^rank (\d+) receives [\d.]+× the mean .*: (expert load imbalance)")
 
@@ -84,7 +92,7 @@ class Outcome:
     ranks: int
     rank: int | None
     first: str
-    named_rank: int | None
+    named_ranks: list[int] | None  # one rank, or a group slower together
     named_class: str | None
     seconds: float
     right: bool = False
@@ -92,23 +100,26 @@ class Outcome:
     causes: list[dict[str, Any]] = field(default_factory=list)
 
 
-def named(verdict: str) -> tuple[int | None, str | None]:
-    """(rank, cause class) a straggler or pipeline-stage verdict names; (None, None) for any other."""
-    m = _NAMED.match(verdict)
+def named(verdict: str) -> tuple[list[int] | None, str | None]:
+    """(ranks, cause class) a straggler, group, pipeline-stage or load verdict names; (None, None) for any
+    other."""
+    m = _NAMED.match(verdict) or _GROUP.match(verdict)
     if not m:
         load = _LOAD.match(verdict)
-        return (int(load.group(1)), load.group(2)) if load else (None, None)
+        return ([int(load.group(1))], load.group(2)) if load else (None, None)
     cls = m.group(2)
-    return int(m.group(1)), _CLASS.get(cls, cls) if cls else None
+    return [int(r) for r in m.group(1).split(", ")], _CLASS.get(cls, cls) if cls else None
 
 
 def job_args(fault: str, rep: int, ranks: int, steps: int, active: int) -> tuple[str, list[str]]:
     """The job and its arguments for one run of ``fault`` (clean alternates DDP and pipeline)."""
-    kind = fault if fault != "clean" else "none"
+    kind = fault if fault not in HEALTHY else "none"
     sched = ["--steps", str(steps), "--wait", "1", "--warmup", "1", "--active", str(active), "--wait-ingest"]
     if fault == "moe":  # a router sending 60 % of every rank's tokens to the last rank's expert
         return "moe", ["moe", *sched, *MOE_ARGS, "--hot-rank", str(ranks - 1)]
     job = FAULTS[kind] if fault != "clean" else ("ddp" if rep % 2 == 0 else "pipeline")
+    if fault == "pinned":  # the DDP job with every rank bound to CPU rank mod cpus, no busy thread
+        return "ddp", ["ddp", *sched, *DDP_ARGS, "--fault", "none", "--pin"]
     extra = DDP_ARGS if job == "ddp" else PIPE_ARGS
     fault_args = ["--fault", kind, "--fault-rank", str(ranks - 1), *FAULT_ARGS.get(fault, [])] if fault != "clean" \
         else (["--fault", "none"] if job == "ddp" else [])
@@ -161,14 +172,14 @@ def one(fault: str, rep: int, ranks: int, root: Path, steps: int, active: int, t
     report = analyse(run_dir if run else run_dir / "raw")  # kept runs: their traces, ingested again
     seconds = time.monotonic() - t0
     verdicts = report.get("verdicts") or [""]
-    rank, cls = named(verdicts[0])
-    o = Outcome(fault, rep, ranks, None if fault == "clean" else ranks - 1, verdicts[0], rank, cls, seconds,
+    who, cls = named(verdicts[0])
+    o = Outcome(fault, rep, ranks, None if fault in HEALTHY else ranks - 1, verdicts[0], who, cls, seconds,
                 causes=report["stragglers"].get("causes", []))
-    if fault == "clean":
+    if fault in HEALTHY:
         o.alarm = any(named(v)[0] is not None for v in verdicts)
         o.right = not o.alarm
     else:
-        o.right = rank in faulty_ranks(fault, ranks) and cls == EXPECTED[fault]
+        o.right = bool(who) and set(who) <= faulty_ranks(fault, ranks) and cls == EXPECTED[fault]
     return o
 
 
@@ -189,21 +200,21 @@ def table(outcomes: list[Outcome]) -> str:
     for f in faults:
         mine = [o for o in outcomes if o.fault == f]
         right = sum(o.right for o in mine)
-        if f == "clean":
+        if f in HEALTHY:
             alarms = sum(o.alarm for o in mine)
-            lines.append(f"| clean | {mine[0].ranks} | {len(mine)} | {100 * right / len(mine):.0f} % "
+            lines.append(f"| {f} | {mine[0].ranks} | {len(mine)} | {100 * right / len(mine):.0f} % "
                          f"(false alarms {alarms}/{len(mine)} = {100 * alarms / len(mine):.0f} %) | | | "
                          f"{sum(o.seconds for o in mine) / len(mine):.1f} |")
             continue
         cls = EXPECTED[f]
         claimed = [o for o in outcomes if o.named_class == cls]
-        hits = sum(o.fault == f and o.named_rank in faulty_ranks(f, o.ranks) for o in claimed)
+        hits = sum(o.fault == f and set(o.named_ranks or ()) <= faulty_ranks(f, o.ranks) for o in claimed)
         precision = hits / len(claimed) if claimed else None
         recall = right / len(mine)
         lines.append(f"| {f} ({cls}) | {mine[0].ranks} | {len(mine)} | {100 * right / len(mine):.0f} % | "
                      f"{'-' if precision is None else f'{100 * precision:.0f} %'} | {100 * recall:.0f} % | "
                      f"{sum(o.seconds for o in mine) / len(mine):.1f} |")
-    total = [o for o in outcomes if o.fault != "clean"]
+    total = [o for o in outcomes if o.fault not in HEALTHY]
     if total:
         lines.append(f"| all faults | | {len(total)} | {100 * sum(o.right for o in total) / len(total):.0f} % | | | |")
     return "\n".join(lines)

@@ -78,6 +78,33 @@ def host_name() -> str:
     return os.environ.get("DDPROF_HOST") or socket.gethostname()
 
 
+def cpu_set() -> str | None:
+    """The CPUs the rank may run on (its affinity), as ranges: "0-3,8"; None where the OS does not say.
+    Ranks bound to different CPUs of one host are placed apart: a busy CPU slows only the ranks bound to
+    it (:mod:`ddprof.analyses.slow_groups`)."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except OSError:
+        return None
+    return cpu_ranges(cpus)
+
+
+def cpu_ranges(cpus: list[int]) -> str:
+    """Sorted CPU numbers as ranges. Example: [0, 1, 2, 3, 8] -> "0-3,8"."""
+    parts: list[str] = []
+    start = prev = None
+    for c in [*cpus, None]:
+        if c is not None and prev is not None and c == prev + 1:
+            prev = c
+            continue
+        if start is not None:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = c
+    return ",".join(parts)
+
+
 def base_meta(info: RankInfo, enabled: dict[str, Any]) -> dict[str, Any]:
     from ddprof.version import __version__
 
@@ -93,6 +120,7 @@ def base_meta(info: RankInfo, enabled: dict[str, Any]) -> dict[str, Any]:
         "backend": info.backend,
         "process_groups": [],
         "host": host_name(),
+        "cpus": cpu_set(),
         "pid": os.getpid(),
         "argv": list(sys.argv),
         "job": {k: os.environ[k] for k in JOB_ENV if k in os.environ},

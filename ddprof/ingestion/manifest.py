@@ -182,6 +182,7 @@ def build_manifest(results: dict[str, FileResult], rank_map: dict[str, int] | No
         "device": "gpu" if any(r.gpu for r in ok) else "cpu",
         "ranks": ranks,
         "hosts": {},
+        "cpus": {},
         "process_groups": list(pgs.values()),
         "versions": {"nccl": next((r.nccl_version for r in ok if r.nccl_version), None)},
         "rank_map": rank_map or None,

@@ -197,6 +197,7 @@ def _assemble(results: dict[str, FileResult], srcs: list[Path], rank_map: dict[s
     manifest["ingest_fingerprint"] = store_fingerprint()
     side, side_warnings = read_sidecars(srcs)
     manifest["hosts"] = {r: h for r, h in side["hosts"].items() if int(r) in manifest["ranks"]}
+    manifest["cpus"] = {r: c for r, c in side["cpus"].items() if int(r) in manifest["ranks"]}
     manifest["clocks"] = side["clocks"]
     manifest["versions"] = {**side["versions"], **{k: v for k, v in manifest["versions"].items() if v}}
     manifest["warnings"].extend(side_warnings)

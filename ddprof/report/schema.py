@@ -77,6 +77,8 @@ class RankSummary(Row):
     device_names: Annotated[list[str], Meta(description="GPU names the trace reports")]
     host: Annotated[str | None, Meta(description="host the rank ran on, when known")]
     warnings: Annotated[list[str], Meta(description="what ingest noticed about this rank's traces")]
+    cpus: Annotated[str | None, Meta(description="the CPUs the rank was bound to (its affinity, as ranges: "
+                                                 "\"0-3,8\"), when the collector recorded them")] = None
     windows: Annotated[int, Meta(description="profiling windows (ddprof/store/windows.py)")] = 0
 
 
@@ -280,6 +282,29 @@ class StragglerCause(Row):
     evidence: Annotated[list[CauseEvidence], Meta(description="the measures compared, deciding one first")] = []
 
 
+class SlowGroup(Row):
+    """Ranks placed alike (one host, or one set of CPUs) that arrive late together (analyses/slow_groups.py)."""
+
+    ranks: Annotated[list[int], Meta(description="the group's ranks")]
+    placement: Annotated[str, Meta(description="what they share: \"host NAME\", or \"CPUs 1\" (of a host)")]
+    units: Annotated[int, Meta(description="units (steps of a process group) with members and other ranks")]
+    last_units: Annotated[int, Meta(description="units at which a member alone arrived last")]
+    chance_last: Annotated[float, Meta(description="units a member would be last at by chance (members / ranks "
+                                                   "at each unit, added up)")]
+    lateness_us: Annotated[float, Meta(description="mean over units of the members' mean lateness less the other "
+                                                   "ranks' mean lateness, µs")]
+    lateness_pct: Annotated[float | None, Meta(description="lateness_us as a share of the median step, % (null "
+                                                           "without steps)")]
+    p_value: Annotated[float, Meta(description="family-wise p-value of the group's lateness and last arrivals "
+                                               "(Bonferroni over the candidate groups)")]
+    wait_share_pct: Annotated[float, Meta(description="the members' wait_share_pct added up, % of a step")]
+    wait_us: Annotated[float, Meta(description="wall-clock time a waiting rank spent waiting for the members, "
+                                               "added up over them, per step (µs)")]
+    cause: Annotated[StragglerCause | None, Meta(description="the cause class most of its members share, told "
+                                                             "against the ranks outside the group, as its latest "
+                                                             "member of that class shows it")] = None
+
+
 class Stragglers(Row):
     """The stragglers (ranks both significantly and materially late) and every rank's figures."""
 
@@ -292,6 +317,9 @@ class Stragglers(Row):
     per_rank: list[StragglerRank] = []
     causes: Annotated[list[StragglerCause], Meta(description="per straggler, and for a pipeline's slowest "
                                                               "stage, the cause class and its evidence")] = []
+    groups: Annotated[list[SlowGroup], Meta(description="ranks placed alike that are slower together: "
+                                                         "significant, material, and more than half of them "
+                                                         "later than every other rank")] = []
 
 
 class CollectiveRow(Row):

@@ -139,8 +139,8 @@ class Run:
         """What was ingested, from the manifest (no event scan): the report's ``run`` section before the
         analyses add their warnings. World size, ranks, backend, device, steps; per rank its event,
         kernel and communication counts, steps (as ranges: ``[[first, last], ...]``), span (the traced time:
-        its profiling windows added up), devices, host
-        and warnings; the inputs that failed
+        its profiling windows added up), devices, host,
+        the CPUs it was bound to and warnings; the inputs that failed
         (``{path, rank, error}``, the error naming the file) and the run's warnings."""
         per_rank = []
         for r in self.ranks:
@@ -156,6 +156,7 @@ class Run:
                 "span_us": _traced_us(info.get("windows"), first, last),
                 "device_names": sorted(set(info.get("device_names", []))),
                 "host": self.manifest.get("hosts", {}).get(str(r)),
+                "cpus": self.manifest.get("cpus", {}).get(str(r)),
                 "warnings": info.get("warnings", []),
             })
         return {

@@ -1,6 +1,6 @@
 """Per-rank sidecar files written by the collector (``rank-NNNNN.meta.json``) beside the traces.
 
-They carry what a Kineto trace does not: the host, clock readings for cross-host alignment, versions.
+They carry what a Kineto trace does not: the host and the CPUs the rank was bound to, clock readings for cross-host alignment, versions.
 Read when present, so that ``ddprof ingest run_dir/raw -o run_dir`` rebuilds the same manifest the
 collector would have. A malformed sidecar is a warning, never a failure.
 """
@@ -23,8 +23,10 @@ def find_sidecars(sources: list[Path]) -> list[Path]:
 
 
 def read_sidecars(sources: list[Path]) -> tuple[dict[str, Any], list[str]]:
-    """``({"hosts": {rank: host}, "clocks": {rank: {start, end}}, "versions": {...}}, warnings)``."""
+    """``({"hosts": {rank: host}, "cpus": {rank: "0-3"}, "clocks": {rank: {start, end}}, "versions": {...}},
+    warnings)``."""
     hosts: dict[str, str] = {}
+    cpus: dict[str, str] = {}
     clocks: dict[str, dict[str, Any]] = {}
     versions: dict[str, Any] = {}
     warnings: list[str] = []
@@ -42,8 +44,10 @@ def read_sidecars(sources: list[Path]) -> tuple[dict[str, Any], list[str]]:
             continue
         if isinstance(meta.get("host"), str):
             hosts[str(rank)] = meta["host"]
+        if isinstance(meta.get("cpus"), str):
+            cpus[str(rank)] = meta["cpus"]
         clocks[str(rank)] = {"start": meta.get("start"), "end": meta.get("end")}
         if isinstance(meta.get("versions"), dict):
             for k, v in meta["versions"].items():
                 versions.setdefault(k, v)
-    return {"hosts": hosts, "clocks": clocks, "versions": versions}, warnings
+    return {"hosts": hosts, "cpus": cpus, "clocks": clocks, "versions": versions}, warnings

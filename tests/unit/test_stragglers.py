@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ddprof.analyses.chance import last_tail, t_sf
 from ddprof.analyses.report import build_report
-from ddprof.analyses.stragglers import ALPHA, MIN_SHARE_PCT, _last_tail, stragglers, t_sf
+from ddprof.analyses.stragglers import ALPHA, MIN_SHARE_PCT, stragglers
 
 from ddprof.inputs.analyze import analyze
 from ddprof.synth import US, DataParallel, NoisyDP, NoisyPipeline, Spec, generate, ingest_generated
@@ -33,9 +34,9 @@ def test_tails():
     assert t_sf(1.0, 1) == pytest.approx(0.25)  # Cauchy
     assert t_sf(2.0, 1e6) == pytest.approx(0.02275, abs=1e-4)  # the normal tail
     assert t_sf(float("inf"), 3) == 0.0
-    tail = _last_tail(((4, 3),))  # 3 units of 4 ranks
+    tail = last_tail(((4, 3),))  # 3 units of 4 ranks
     assert tail[0] == pytest.approx(1.0) and tail[3] == pytest.approx(1 / 64)
-    assert _last_tail(((2, 1), (4, 1)))[2] == pytest.approx(1 / 8)  # last at a unit of 2 and one of 4
+    assert last_tail(((2, 1), (4, 1)))[2] == pytest.approx(1 / 8)  # last at a unit of 2 and one of 4
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -133,6 +134,7 @@ def test_readme_pipeline_names_exactly_its_slow_rank(readme_pipeline):
     truth, report = readme_pipeline
     st = report["stragglers"]
     assert st["ranks"] == truth["stragglers"]["slow_ranks"] == [13]
+    assert st["groups"] == []  # eight hosts: rank 13's host is not slower for it
     per = _per(st)
     first = report["verdicts"][0]
     assert first.startswith("rank 13 is the straggler (compute: ") and "): each of the 7 other ranks spent " in first
@@ -215,3 +217,4 @@ def test_generated_runs_name_their_slow_ranks_only(tmp_path, shape, seed):
         truth = generate(Spec(noise=0.3, seed=seed, slow=slow, **kw), out)
         report = analyze(out / "traces", cache=out / "run")
         assert report["stragglers"]["ranks"] == truth["stragglers"]["slow_ranks"] == sorted(slow), report["verdicts"]
+        assert report["stragglers"]["groups"] == []  # two hosts: one slow rank does not make its host slow
