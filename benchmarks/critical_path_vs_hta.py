@@ -10,7 +10,9 @@ host launch + data loading + a host thread's idle time (CPU), compute (GPU compu
 The lengths differ on the V100 trace (about +42 % for ddprof): HTA weighs a thread's time between its
 top-level ops zero (a dependency edge) and links threads only through launches and synchronisations, so its
 path is the longest chain of op time; ddprof's replay keeps such gaps as measured delays, so its path spans
-the step, the main thread waiting outside any op while the autograd thread runs the backward counted idle.
+the step. The main thread's wait while the autograd thread runs the backward is a hand-off in the model
+(analyses/whatif/store.py, ``_handoffs``): the path runs through the backward's launches (host launch
+95 %, idle 4.5 %), as HTA's does.
 The installed HTA calls ``DataFrame.drop(axis=1, columns=...)``, which pandas 3 refuses: the call is
 passed on without ``axis`` (same meaning) for the comparison.
 """

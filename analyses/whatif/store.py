@@ -16,6 +16,11 @@ Which rows, per rank and step (rows without a step are left out):
   is any device row (a kernel after the collective whose output it reads); on a host lane, a
   communication row (the main thread after an asynchronous gloo all-reduce). The nearest such row is
   taken; a coincidence closer than the slack is taken for a wait too.
+* **Hand-offs between host threads**: a thread that stops for a millisecond or more while another thread of
+  its rank runs, the other beginning right after the stop and ending right before the resumption (within
+  2 % of the stop), handed it work and waited (the main thread and the autograd thread's backward): the
+  other thread's first row waits for the stopped thread's last, and the resumed row for the other's last
+  (:func:`_handoffs`).
 * **Host gaps**: per host row, ``gap`` is the part of its wait on its lane (from the previous row's end
   to its start) that no CPU op or runtime call of its thread covers: idle time (Python, the data loader,
   a sleep), as opposed to CPU work outside the modelled rows. The "host gaps removed" edit takes it off.
@@ -72,6 +77,10 @@ MAX_CONTRADICTED = 0.05
 CLOCK_SLACK_S = 2e-6
 #: A host row this soon after a communication row of its rank ended waited for it (seconds).
 WAIT_SLACK_S = 200e-6
+#: A host thread that stops this long while another thread of its rank runs may have handed it work
+#: (:func:`_handoffs`), seconds; the other thread must begin and end within this share of the stop.
+HANDOFF_MIN_S = 1e-3
+HANDOFF_SLACK = 0.02
 
 _DEVICE_KINDS = ("compute", "comm", "memcpy", "memset")
 _KEY = ["rank", "tid", "stream", "ts_ns", "dur_ns", "name"]
@@ -145,7 +154,7 @@ def op_rows(events: Events) -> tuple[pl.DataFrame, pl.DataFrame]:
     targets = rows.filter(pl.col("stream").is_not_null()).select("rank", "correlation", pl.col("__op").alias("dst_op"))
     deps = (launch.drop_nulls("correlation").join(targets.drop_nulls("correlation"), on=["rank", "correlation"])
             .select(pl.col("src_op").cast(pl.Int64), pl.col("dst_op").cast(pl.Int64), pl.lit("start").alias("on")))
-    deps = pl.concat([deps, _waits(rows)])
+    deps = pl.concat([deps, _waits(rows), _handoffs(rows)])
     step = rows["step"].to_numpy()
     deps = deps.filter(pl.Series(step[deps["src_op"].to_numpy()] == step[deps["dst_op"].to_numpy()]))
     rows = rows.with_columns(pl.Series("gap", _idle_gaps(rows, collect(ev.filter(
@@ -169,6 +178,52 @@ def _waits(rows: pl.DataFrame) -> pl.DataFrame:
                               & (pl.col("__prev_end").is_null() | (pl.col("__src_end") >= pl.col("__prev_end"))))
                    .select(pl.col("src_op").cast(pl.Int64), pl.col("dst_op").cast(pl.Int64), pl.lit("end").alias("on")))
     return pl.concat(out) if out else pl.DataFrame(schema={"src_op": pl.Int64, "dst_op": pl.Int64, "on": pl.String})
+
+
+def _handoffs(rows: pl.DataFrame) -> pl.DataFrame:
+    """``end`` edges of a host thread that hands work to another thread of its rank and waits for it (module
+    doc): where a host lane stops for :data:`HANDOFF_MIN_S` or more (gap g from its previous row's end to its
+    next row's start) and another host lane of the rank runs meanwhile, beginning within ``max(WAIT_SLACK_S,
+    HANDOFF_SLACK · g)`` after the stop and ending as soon before the resumption, its rows spanning at least
+    half the gap, the other lane's first row in the gap waits for the stopped lane's last row (the fork) and
+    the resumed row for the other lane's last row in the gap (the join).
+
+    Example (a real V100 step): the main thread launches its last kernel of the forward at 426 ms, then
+    launches nothing for 268 ms; the autograd thread launches the backward's kernels from 426.5 ms to
+    693.3 ms; the main thread resumes at 694.5 ms (1.2 ms after, 0.5 % of the gap): two edges, and the
+    step's critical path runs through the backward's launches instead of 268 ms of the main thread's idle."""
+    none = pl.DataFrame(schema={"src_op": pl.Int64, "dst_op": pl.Int64, "on": pl.String})
+    host = rows.filter(pl.col("lane") < 0).with_columns(
+        pl.col("__op").shift(1).over("step", "worker", "lane").alias("__prev_op"))
+    stops = host.filter((pl.col("start") - pl.col("__prev_end")) >= HANDOFF_MIN_S).select(
+        "worker", "step", "lane", "__prev_end", "__prev_op", "start", pl.col("__op").alias("dst_op"),
+        pl.max_horizontal(pl.lit(WAIT_SLACK_S), HANDOFF_SLACK * (pl.col("start") - pl.col("__prev_end"))).alias("__slack"))
+    if stops.is_empty():
+        return none
+    out = []
+    for lane in stops["lane"].unique().to_list():
+        mine = stops.filter(pl.col("lane") == lane)
+        other = host.filter(pl.col("lane") != lane).select("worker", "step", pl.col("lane").alias("__other"),
+                                                           "start", "end", "__op")
+        # the other lane's first row at or after the stop, and its last row ending by the resumption
+        first = mine.sort("__prev_end").join_asof(
+            other.select("worker", "step", "__other", pl.col("start").alias("__f_start"), pl.col("__op").alias("__f_op"))
+            .sort("__f_start"), left_on="__prev_end", right_on="__f_start", by=["worker", "step"], strategy="forward",
+            check_sortedness=False)
+        both = first.sort("start").join_asof(
+            other.select("worker", "step", pl.col("__other").alias("__other_l"), pl.col("end").alias("__l_end"),
+                         pl.col("__op").alias("__l_op")).sort("__l_end"),
+            left_on="start", right_on="__l_end", by=["worker", "step"], strategy="backward", check_sortedness=False)
+        hit = both.filter(
+            pl.col("__f_op").is_not_null() & pl.col("__l_op").is_not_null() & (pl.col("__other") == pl.col("__other_l"))
+            & (pl.col("__f_start") - pl.col("__prev_end") <= pl.col("__slack"))
+            & (pl.col("start") - pl.col("__l_end") <= pl.col("__slack"))
+            & (pl.col("__l_end") - pl.col("__f_start") >= 0.5 * (pl.col("start") - pl.col("__prev_end"))))
+        out.append(hit.select(pl.col("__prev_op").cast(pl.Int64).alias("src_op"),
+                              pl.col("__f_op").cast(pl.Int64).alias("dst_op"), pl.lit("end").alias("on")))
+        out.append(hit.select(pl.col("__l_op").cast(pl.Int64).alias("src_op"), pl.col("dst_op").cast(pl.Int64),
+                              pl.lit("end").alias("on")))
+    return pl.concat(out) if out else none
 
 
 def _idle_gaps(rows: pl.DataFrame, busy_rows: pl.DataFrame, t0: int) -> np.ndarray:
