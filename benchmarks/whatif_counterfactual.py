@@ -1,8 +1,9 @@
 """What-if projections against the truth: generated runs with slow ranks (one straggler, or a whole
-pipeline stage) whose step without them is known (``ddprof synth``'s truth.json, ``without_fault``: the
-same run simulated again with no rank slow), over data-parallel, tensor × data-parallel and pipeline ×
-data-parallel (1F1B) shapes of 8 to 256 ranks; the projection of the straggler removed (the slow ranks
-named) beside the truth, and the mean and worst error.
+pipeline stage) or a host's slow link (its own link between its GPUs 3x slower) whose step without them is
+known (``ddprof synth``'s truth.json, ``without_fault``: the same run simulated again with no rank or link
+slow), over data-parallel, tensor × data-parallel and pipeline × data-parallel (1F1B) shapes of 8 to 256
+ranks; the projection of the straggler removed (the slow ranks named), or of every transfer at its typical
+(a slow link restored), beside the truth, and the mean and worst error.
 
     python benchmarks/whatif_counterfactual.py [--max-ranks 256]
 
@@ -32,6 +33,10 @@ def shapes(max_ranks: int) -> list[tuple[str, Spec]]:
                 (f"pp2 x dp{n // 2} 1f1b, rank {n - 2} slow", Spec(ranks=n, steps=3, pp=2, slow={n - 2: 1.3})),
                 (f"pp4 x dp{n // 4} 1f1b, stage 1 heavy",
                  Spec(ranks=n, steps=3, pp=4, slow={r: 1.3 for r in range(n // 4, n // 2)}))]
+        if n >= 32:  # 4 hosts of 8 or more: host 1 is one host in four or fewer
+            out.append((f"tp2 x dp{n // 2}, host 1 link 3x", Spec(ranks=n, steps=3, tp=2, slow_link={1: 3.0})))
+        if n == 32:  # a stage a host
+            out.append(("pp4 x dp8 1f1b, host 1 link 3x", Spec(ranks=n, steps=3, pp=4, slow_link={1: 3.0})))
     return out
 
 
@@ -46,8 +51,8 @@ def main() -> None:
             truth = generate(spec, out)["without_fault"]
             run = ddprof.ingest([out / "traces"], out / "run")
             t0 = time.process_time()
-            w = whatif(run.events(), stragglers=sorted(spec.slow), comm_k=[], host_gaps=False, rebalance=False,
-                       attribute=False, critical=False)
+            w = whatif(run.events(), stragglers=sorted(spec.slow) or None, comm_k=[], host_gaps=False,
+                       rebalance=False, attribute=False, critical=False, typical_links=bool(spec.slow_link))
             dt = time.process_time() - t0
             if not w.explained:
                 print(f"{name:36} NOT EXPLAINED: {w.reason}")

@@ -16,6 +16,8 @@ The edits:
   that wait (a rank that began later still, a sleep of its own, keeps its lateness).
 * :func:`comm_faster`: every communication transfer (and the duration of communication that waits for
   nobody) divided by k; k = ∞ is communication fully overlapped (it costs nothing, its dependencies stay).
+* :func:`typical_transfers` ("a slow link restored"): every transfer no longer than the median transfer of
+  the same collective across the ranks (the k-th of its name on each).
 * :func:`ops_faster`: the chosen ops (a kernel class, an op type) k times faster.
 * :func:`rebalanced` ("a pipeline stage rebalanced"): the compute of each group (a pipeline stage)
   scaled so that every group computes the groups' mean per step: a stage with 1.3x the mean compute runs
@@ -118,13 +120,21 @@ def typical_for(model: Model, mask: np.ndarray, key: str | tuple[str, ...], name
     late_mask = np.full(len(model.steps), -np.inf)
     np.maximum.at(late_mask, model.step_of_op[host_first & mask], model.delay[host_first & mask])
     starts = host_first & ~mask & (model.delay <= late_mask[model.step_of_op] + START_SLACK_S)
-    if starts.any():
-        peers = np.zeros(len(mask), np.int64) if peers is None else peers
-        frame = pl.DataFrame({"k": model.ops[keys[-1]], "g": peers, "v": model.delay, "in": starts})
-        med = frame.filter(pl.col("in")).group_by("k", "g").agg(pl.col("v").median().alias("m"))
-        typ = frame.join(med, on=["k", "g"], how="left", maintain_order="left")["m"].fill_null(np.inf).to_numpy()
-        delay = np.where(starts, np.minimum(delay, typ), delay)
-    return Edit(name, says, delay, dur, xfer)
+    return Edit(name, says, _no_later_than_peers(model, starts, delay, keys[-1], peers), dur, xfer)
+
+
+def _no_later_than_peers(model: Model, starts: np.ndarray, delay: np.ndarray, key: str,
+                         peers: np.ndarray | None, among: np.ndarray | None = None) -> np.ndarray:
+    """``delay`` with each op in ``starts`` (a rank's first host op of a step) no later than the median of
+    its ``key`` over ``among`` (default: ``starts`` itself) in its ``peers`` group (a pipeline stage)."""
+    if not starts.any():
+        return delay
+    among = starts if among is None else among
+    peers = np.zeros(len(starts), np.int64) if peers is None else peers
+    frame = pl.DataFrame({"k": model.ops[key], "g": peers, "v": model.delay, "in": among})
+    med = frame.filter(pl.col("in")).group_by("k", "g").agg(pl.col("v").median().alias("m"))
+    typ = frame.join(med, on=["k", "g"], how="left", maintain_order="left")["m"].fill_null(np.inf).to_numpy()
+    return np.where(starts, np.minimum(delay, typ), delay)
 
 
 def comm_faster(model: Model, k: float, comm: np.ndarray | None = None) -> Edit:
@@ -136,6 +146,24 @@ def comm_faster(model: Model, k: float, comm: np.ndarray | None = None) -> Edit:
     what = "fully overlapped" if not np.isfinite(k) else f"{k:g}x faster"
     return Edit("comm_overlapped" if not np.isfinite(k) else f"comm_x{k:g}", f"communication {what}",
                 model.delay, dur, xfer)
+
+
+def typical_transfers(model: Model, key: str = "key", peers: np.ndarray | None = None) -> Edit:
+    """Every transfer no longer than the typical of its kind: the median transfer of the communication ops
+    with the same ``key`` (the k-th collective of a name on every rank), where that is shorter ("a slow
+    link restored": a host whose own link is slow transfers its groups' collectives longer than every
+    other host's same collective). Durations of communication that waits for nobody are kept. A rank
+    whose transfers this shortens begins each step no later than the other ranks of its ``peers`` group
+    typically do (it waited for its slow transfers at the end of the step before, :func:`typical_for`)."""
+    comm = model.ops["is_comm"].to_numpy()
+    typ = typical_values(model, key, among=comm, v=model.xfer)
+    xfer = np.where(comm & ~np.isnan(typ), np.minimum(model.xfer, np.nan_to_num(typ, nan=np.inf)), model.xfer)
+    worker = model.ops["worker"].to_numpy()
+    slowed = np.isin(worker, np.unique(worker[xfer < model.xfer - START_SLACK_S]))
+    host_first = model.first & (model.ops["lane"] < 0).to_numpy()
+    delay = _no_later_than_peers(model, host_first & slowed, model.delay, key, peers, among=host_first & ~slowed)
+    return Edit("comm_typical", "every transfer at most its kind's typical (a slow link restored)", delay,
+                model.dur, xfer)
 
 
 def ops_faster(model: Model, mask: np.ndarray, k: float, what: str) -> Edit:

@@ -32,6 +32,8 @@ def _pairs(values: tuple[str, ...], what: str) -> dict[int, float]:
 @click.option("--schedule", type=click.Choice(["1f1b", "gpipe"]), default="1f1b", show_default=True)
 @click.option("--gpus-per-host", type=click.IntRange(min=1), default=8, show_default=True)
 @click.option("--slow", multiple=True, metavar="RANK=FACTOR", help="A rank whose kernels take FACTOR times longer.")
+@click.option("--slow-link", multiple=True, metavar="HOST=FACTOR",
+              help="A host whose own link between its GPUs transfers FACTOR times slower (its groups' collectives).")
 @click.option("--clock-offset", multiple=True, metavar="HOST=US", help="A host whose clock reads US µs ahead.")
 @click.option("--noise", type=float, default=0.1, show_default=True, help="Kernel duration jitter (fraction).")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -45,7 +47,8 @@ def _pairs(values: tuple[str, ...], what: str) -> dict[int, float]:
 @click.option("--hot-share", type=click.FloatRange(0, 1), default=0.4, show_default=True,
               help="--moe: the share of every rank's tokens routed to --hot-rank.")
 def synth(out_dir: str, ranks: int, steps: int, kernels: int, tp: int, pp: int, micro_batches: int, schedule: str,
-          gpus_per_host: int, slow: tuple[str, ...], clock_offset: tuple[str, ...], noise: float, seed: int,
+          gpus_per_host: int, slow: tuple[str, ...], slow_link: tuple[str, ...], clock_offset: tuple[str, ...],
+          noise: float, seed: int,
           fmt: str, moe: bool, tokens: int, hot_rank: int, hot_share: float) -> int:
     """Write a generated run: OUT_DIR/traces (Kineto JSON per rank, or one Nsight Systems SQLite export with
     --format nsys) and OUT_DIR/truth.json (its true metrics)."""
@@ -56,6 +59,7 @@ def synth(out_dir: str, ranks: int, steps: int, kernels: int, tp: int, pp: int, 
 
     spec = Spec(ranks=ranks, steps=steps, kernels=kernels, tp=tp, pp=pp, micro_batches=micro_batches,
                 schedule=schedule, gpus_per_host=gpus_per_host, slow=_pairs(slow, "RANK=FACTOR"),
+                slow_link=_pairs(slow_link, "HOST=FACTOR"),
                 clock_offset_us=_pairs(clock_offset, "HOST=MICROSECONDS"), noise=noise, seed=seed)
     truth = generate(spec, out_dir, fmt=fmt)
     out = Path(out_dir)  # "out/" names out/traces, not out//traces

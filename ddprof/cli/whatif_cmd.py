@@ -62,6 +62,9 @@ def _osdi_job(sources: tuple[str, ...]) -> tuple[Path, str] | None:
 @click.option("--comm-faster", "comm_k", multiple=True, default=("2",), show_default=True, metavar="K",
               help="Communication K times faster (inf: fully overlapped). Repeatable.")
 @click.option("--comm-overlap", is_flag=True, help="Also project communication fully overlapped (costing nothing).")
+@click.option("--typical-links", is_flag=True,
+              help="Also project every transfer at most its collective's typical across the ranks (a slow link "
+                   "restored).")
 @click.option("--kernel", "kernels", multiple=True, metavar="REGEX=K",
               help="Kernels (and ops) whose name matches REGEX K times faster. Repeatable.")
 @click.option("--host-gaps/--no-host-gaps", default=True, show_default=True,
@@ -74,7 +77,7 @@ def _osdi_job(sources: tuple[str, ...]) -> tuple[Path, str] | None:
 @rank_option
 @comm_kernel_option
 def whatif(sources: tuple[str, ...], straggler: str, comm_k: tuple[str, ...], comm_overlap: bool,
-           kernels: tuple[str, ...], host_gaps: bool, fmt: str, output: str | None, cache: str | None,
+           typical_links: bool, kernels: tuple[str, ...], host_gaps: bool, fmt: str, output: str | None, cache: str | None,
            ranks: tuple[str, ...], comm_kernels: tuple[str, ...] = ()) -> int:
     """Project a run's step time under edits (straggler removed, faster communication...) by replaying its
     cross-rank dependency model."""
@@ -101,7 +104,7 @@ def whatif(sources: tuple[str, ...], straggler: str, comm_k: tuple[str, ...], co
         if src.run is None:
             raise UsageError("nothing to replay: Flight Recorder dumps hold no timeline; name traces or a run dir")
         result = as_dict(project(src.run.events(), stragglers=_stragglers(straggler), comm_k=ks,
-                                 host_gaps=host_gaps, kernels=pairs))
+                                 host_gaps=host_gaps, kernels=pairs, typical_links=typical_links))
     emit(json.dumps(result, indent=2) if fmt == "json" else _text(result), output)
     return 0
 

@@ -262,8 +262,16 @@ def _blocking(c: Comm) -> bool:
     return c.op == "recv" or (c.op == "allreduce" and c.stream == TP_STREAM)
 
 
+def link_factor(spec: Spec, ranks: Any) -> float:
+    """How many times longer a transfer between ``ranks`` takes: the host's slow-link factor where they all
+    sit on one host that has one (:class:`~ddprof.synth.spec.Spec`), else 1."""
+    hosts = {spec.host_of(r) for r in ranks}
+    return spec.slow_link.get(next(iter(hosts)), 1.0) if len(hosts) == 1 else 1.0
+
+
 def _complete(spec: Spec, members: dict[int, Comm], states: list[_State], blocking_of: Any) -> None:
-    end = max(c.arrival for c in members.values()) + transfer_ns(spec, next(iter(members.values())).nbytes)
+    xfer = transfer_ns(spec, next(iter(members.values())).nbytes)
+    end = max(c.arrival for c in members.values()) + int(round(xfer * link_factor(spec, members)))
     for r, c in members.items():
         c.end = end
         st = states[r]

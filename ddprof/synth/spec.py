@@ -16,7 +16,10 @@ Per step and rank (times in µs, kernel durations ``kernel_us · (1 ± noise)``,
   gradients to the previous one by send/recv (a receive blocks the compute stream; a send does not),
   then the data-parallel all-reduces of the backward pass (``dp > 1``).
 
-A slow rank's kernels take ``slow[rank]`` times longer. A host's clock reads ``clock_offset_us[host]``
+A slow rank's kernels take ``slow[rank]`` times longer. A slow link (``slow_link[host]``): the host's own
+link between its GPUs (NVLink, PCIe) that many times slower: every collective and send/recv whose ranks all
+sit on that host transfers that many times longer (a tensor-parallel group's all-reduce, a pipeline's
+transfer between stages of one host). A host's clock reads ``clock_offset_us[host]``
 more than the true time (every event of its ranks is shifted; the truth is on the true clock).
 """
 
@@ -51,6 +54,7 @@ class Spec:
     p2p_bytes: int = 8 << 20
     bus_gbps: float = 100.0
     slow: dict[int, float] = field(default_factory=dict)
+    slow_link: dict[int, float] = field(default_factory=dict)
     clock_offset_us: dict[int, float] = field(default_factory=dict)
     noise: float = 0.1
     seed: int = 0
@@ -77,6 +81,8 @@ class Spec:
                             "kernel_us · (1 − noise) + kernel_gap_us ≥ cpu_us")
         if any(not 0 <= r < self.ranks for r in self.slow) or any(f < 1 for f in self.slow.values()):
             problems.append("slow ranks must exist and have a factor ≥ 1")
+        if any(not 0 <= h < self.hosts for h in self.slow_link) or any(f < 1 for f in self.slow_link.values()):
+            problems.append("slow links must be of hosts that exist and have a factor ≥ 1")
         if problems:
             raise UsageError("synth: " + "; ".join(problems))
 

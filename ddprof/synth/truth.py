@@ -16,7 +16,7 @@ busy, neither compute nor communication). Per collective instance: arrival skew 
 bubble ``100 · (P−1)/(M+P−1)``.
 
 **Without the fault** (``without_fault``, a run with slow ranks: one straggler, or every rank of a
-pipeline stage): the same run simulated again with no rank slow (the same kernels, the same noise: each
+pipeline stage; or with a host's slow link): the same run simulated again with no rank or link slow (the same kernels, the same noise: each
 block's noise is drawn from its own seed), and both runs' **step**: per step, from the earliest start of
 its rows on any rank (the launch calls) to the latest end (kernels, transfers, launch calls), averaged
 over the steps: the step a what-if projection gives (:mod:`ddprof.analyses.whatif.projections`).
@@ -199,15 +199,18 @@ def row_steps_us(spec: Spec, lines: list[Timeline]) -> list[float]:
 
 
 def without_fault(spec: Spec, lines: list[Timeline]) -> dict[str, Any] | None:
-    """The run's step and the same run's without its slow ranks (module doc); None for a run without."""
-    if not spec.slow:
+    """The run's step and the same run's without its slow ranks and slow links (module doc); None for a run
+    without either."""
+    if not spec.slow and not spec.slow_link:
         return None
     from dataclasses import replace
 
-    clean = replace(spec, slow={})
+    clean = replace(spec, slow={}, slow_link={})
     faulty, fixed = row_steps_us(spec, lines), row_steps_us(clean, simulate(clean))
-    ranks = sorted(spec.slow)
-    return {"fault": "slow ranks " + ",".join(map(str, ranks)), "slow_ranks": ranks,
+    ranks, hosts = sorted(spec.slow), sorted(spec.slow_link)
+    fault = "; ".join([*(["slow ranks " + ",".join(map(str, ranks))] if ranks else []),
+                       *(["slow links of hosts " + ",".join(map(str, hosts))] if hosts else [])])
+    return {"fault": fault, "slow_ranks": ranks, "slow_link_hosts": hosts,
             "step_us": sum(faulty) / len(faulty), "without_fault_step_us": sum(fixed) / len(fixed)}
 
 

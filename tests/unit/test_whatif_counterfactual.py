@@ -1,8 +1,10 @@
 """Counterfactual checks: ``ddprof synth`` writes, beside a run with slow ranks, the step of the same run
 simulated without them (truth.json's ``without_fault``); the what-if projection of the straggler removed
 lands within 2 % of it, on data-parallel, tensor × data-parallel and pipeline × data-parallel (1F1B) runs,
-and with a whole pipeline stage slow (a heavy stage). ``benchmarks/whatif_counterfactual.py`` runs the
-same on 8 to 256 ranks."""
+and with a whole pipeline stage slow (a heavy stage); and beside a run with a host's slow link (its own link
+between its GPUs: its tensor-parallel groups', or its pipeline stage's data-parallel, collectives transfer
+longer), the run without it, which the projection of every transfer at its typical lands within 2 % of.
+``benchmarks/whatif_counterfactual.py`` runs the same on 8 to 256 ranks."""
 
 from __future__ import annotations
 
@@ -40,3 +42,29 @@ def test_the_straggler_removed_is_projected_within_2_percent_of_the_run_without_
 
 def test_a_run_without_a_fault_has_no_counterfactual(tmp_path):
     assert generate(Spec(ranks=4, steps=2), tmp_path)["without_fault"] is None
+
+
+LINKS = {
+    "tp2 x dp16, host 1's link 3x slower": Spec(ranks=32, steps=3, tp=2, slow_link={1: 3.0}),
+    "pp4 x dp8 1f1b (a stage a host), host 1's link 3x slower": Spec(ranks=32, steps=3, pp=4, slow_link={1: 3.0}),
+}
+
+
+@pytest.mark.parametrize("name", list(LINKS))
+def test_a_slow_link_restored_is_projected_within_2_percent_of_the_run_without_it(tmp_path, name):
+    spec = LINKS[name]
+    truth = generate(spec, tmp_path / "gen")["without_fault"]
+    assert truth["slow_link_hosts"] == [1] and truth["without_fault_step_us"] < 0.95 * truth["step_us"]
+    run = ddprof.ingest([tmp_path / "gen" / "traces"], tmp_path / "run")
+    w = whatif(run.events(), stragglers=None, comm_k=[], host_gaps=False, rebalance=False, attribute=False,
+               critical=False, typical_links=True)
+    assert w.explained, w.reason
+    assert [p.edit for p in w.projections] == ["comm_typical"]
+    assert w.projections[0].step_s * 1e6 == pytest.approx(truth["without_fault_step_us"], rel=0.02)
+
+
+def test_a_slow_link_between_hosts_is_no_link_of_one_host(tmp_path):
+    """Data-parallel groups spanning every host: no collective runs on one host's own link, so the run is
+    its own counterfactual."""
+    truth = generate(Spec(ranks=8, steps=2, gpus_per_host=2, slow_link={1: 3.0}), tmp_path)["without_fault"]
+    assert truth["step_us"] == truth["without_fault_step_us"]
