@@ -124,7 +124,7 @@ def build_report(run: Run | None, *, dumps: DumpSet | None = None, executor: Exe
         report["run"]["warnings"].extend(sections.pop("collective_warnings"))
         report.update(sections)
         report["comm_kernels"] = comm_kernels(analysis.comm_kernel_counts, rules_of(run.manifest))
-        report["whatif"] = whatif_section(run, clock)
+        report["whatif"] = whatif_section(run, clock, groups=[g["ranks"] for g in report["stragglers"]["groups"]])
         report["links"] = link_classes(tables["collectives"], report["run"])
         report["job"] = job_section(run)
         if dumps is not None:  # a dump that cannot be read is a failed input, like a trace that cannot

@@ -123,14 +123,16 @@ def whatif(events: Events, *, stragglers: str | list[int] | None = "auto", comm_
            host_gaps: bool = True, kernels: list[tuple[str, float]] | None = None,
            attribute: bool = True, max_candidates: int = MAX_STRAGGLER_CANDIDATES, rebalance: bool = True,
            budget_s: float | None = None, keep: int | None = None, min_saving: float = 0.0,
-           critical: bool = True, typical_links: bool = False) -> WhatIf:
+           critical: bool = True, typical_links: bool = False, groups: list[list[int]] | None = None) -> WhatIf:
     """Project the edits asked for on a run (module doc); ``max_candidates``: the ranks tried for the
     automatic straggler edit, at most. ``budget_s``: the CPU seconds this may take (none: no limit): past
     it after the model is built and replayed as recorded, nothing is projected (``reason`` says so);
     edits that would run past it are left out (``left_out``). ``keep``: only the ``keep`` best edits
     matter (edits whose bound cannot beat them are not replayed); ``min_saving``: nor are edits whose
     bound is below this share of the step. ``critical``: also find each step's critical path.
-    ``typical_links``: also every transfer at most its collective's typical (a slow link restored)."""
+    ``typical_links``: also every transfer at most its collective's typical (a slow link restored).
+    ``groups``: groups of ranks each made as fast as the others as one edit (ranks slower together,
+    :mod:`analyses.slow_groups`)."""
     t0 = time.process_time()
     deadline = None if budget_s is None else t0 + budget_s
     p = prepare(events)
@@ -183,6 +185,13 @@ def whatif(events: Events, *, stragglers: str | list[int] | None = "auto", comm_
         candidates.append(E.typical_for(model, mask, KEYS, "straggler_ranks_" + "_".join(map(str, stragglers)),
                                         f"making rank{'s' if len(stragglers) > 1 else ''} {names} as fast as the others",
                                         peers))
+    for group in groups or []:
+        present = [r for r in group if r in set(worker.tolist())]
+        if present:
+            candidates.append(E.typical_for(model, np.isin(worker, present), KEYS,
+                                            "straggler_ranks_" + "_".join(map(str, present)),
+                                            f"making ranks {', '.join(map(str, present))} as fast as the others",
+                                            peers))
     for k in comm_k or []:
         candidates.append(E.comm_faster(model, k))
     if typical_links:

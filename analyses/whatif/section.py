@@ -14,7 +14,8 @@ and ``reason`` says why (``ddprof whatif`` projects any edit on any run it expla
 ``DDPROF_WHATIF=off`` switches the section off (``benchmarks/whatif_cost.py`` compares the two).
 
 The edits tried: the straggler removed (the :data:`REPORT_CANDIDATES` ranks that run longest above their
-ops' typical values, one at a time), communication twice as fast and fully overlapped, host gaps
+ops' typical values, one at a time), each group of ranks the stragglers section names slower together
+made as fast as the others (one edit a group), communication twice as fast and fully overlapped, host gaps
 removed; an edit whose bound (:func:`.projections.bound`) shows it cannot enter the best :data:`KEEP`,
 or save 1 % of the step, is not replayed.
 
@@ -131,10 +132,12 @@ EMPTY: dict[str, Any] = {"computed": False, "reason": None, "replay_error_pct": 
                                                                             "top_ops": []}}
 
 
-def whatif_section(run: Run, clock: ClockEstimate | None = None, budget_s: float | None = None) -> dict[str, Any]:
+def whatif_section(run: Run, clock: ClockEstimate | None = None, budget_s: float | None = None,
+                   groups: list[list[int]] | None = None) -> dict[str, Any]:
     """The section of ``run`` (module doc), its events on one clock where ``clock`` (the report's estimate
     of the hosts' offsets) applies some; ``budget_s``: the CPU seconds it may take (default: no limit,
-    so that the report is the same on every machine)."""
+    so that the report is the same on every machine); ``groups``: the groups of ranks the stragglers
+    section names slower together, each tried as one edit."""
     if os.environ.get("DDPROF_WHATIF", "").strip().lower() in ("0", "off", "no", "false"):
         return {**EMPTY, "reason": "switched off (DDPROF_WHATIF=off)"}
     count = sum(int(run.rank_info(r).get("events") or 0) for r in run.ranks)
@@ -150,7 +153,7 @@ def whatif_section(run: Run, clock: ClockEstimate | None = None, budget_s: float
             f"on a larger machine")}
     events = align(run.events(), clock) if clock is not None else run.events()
     w = whatif(events, stragglers="auto", comm_k=[2.0, math.inf], host_gaps=True, attribute=False,
-               max_candidates=REPORT_CANDIDATES, budget_s=budget_s, keep=KEEP, min_saving=0.01)
+               max_candidates=REPORT_CANDIDATES, budget_s=budget_s, keep=KEEP, min_saving=0.01, groups=groups)
     if not w.explained:
         return {**EMPTY, "reason": w.reason}
     us = 1e6  # seconds to µs
@@ -188,7 +191,8 @@ def _diagnosed(edit: str, report: dict[str, Any]) -> bool:
             else {int(r) for r in edit.removeprefix("straggler_ranks_").split("_") if r.isdigit()}
         # a rank not named by arrival order is diagnosed when its verdict says a cause: stalls, a stage
         found = set(st.get("ranks") or []) | {c.get("rank") for c in causes
-                                              if c.get("cause") in ("stalls", "pipeline imbalance")}
+                                              if c.get("cause") in ("stalls", "pipeline imbalance")} | {
+            r for g in st.get("groups") or [] for r in g.get("ranks") or []}  # ranks slower together
         return bool(ranks) and ranks <= found
     if edit.startswith("rebalanced"):
         return any(c.get("cause") == "pipeline imbalance" for c in causes)

@@ -54,8 +54,8 @@ def test_slow_host_is_one_group(tmp_path, factor):
     """16 ranks on 4 hosts, every rank of host node001 (ranks 4-7) slower by ``factor``: the last arrival
     rotates among its ranks; the group is named first, with its placement and cause, and its ranks are
     not repeated one by one."""
-    _, report = _report(tmp_path, ranks=16, gpus_per_host=4, steps=8, noise=0.1,
-                        slow={r: factor for r in range(4, 8)})
+    truth, report = _report(tmp_path, ranks=16, gpus_per_host=4, steps=8, noise=0.1,
+                            slow={r: factor for r in range(4, 8)})
     groups = report["stragglers"]["groups"]
     assert [(g["ranks"], g["placement"]) for g in groups] == [([4, 5, 6, 7], "host node001")]
     g = groups[0]
@@ -66,6 +66,13 @@ def test_slow_host_is_one_group(tmp_path, factor):
     assert " of them: compute: " in first and " of 8 steps, " in first
     assert not any(v.startswith(("rank 4 is", "rank 5 is", "rank 6 is", "rank 7 is")) for v in report["verdicts"])
     assert "ranks 4, 5, 6, 7 (host node001) are slower together" in render_text(report)
+    # the what-if section tries the group as one edit, and its answer is the run without the slow host's
+    edits = {e["edit"]: e for e in report["whatif"]["edits"]}
+    assert "straggler_ranks_4_5_6_7" in edits
+    without = truth["without_fault"]["without_fault_step_us"]
+    assert edits["straggler_ranks_4_5_6_7"]["step_us"] == pytest.approx(without, rel=0.02)
+    assert any(v.startswith("making ranks 4, 5, 6, 7 as fast as the others would cut the step from ")
+               for v in report["verdicts"])
 
 
 def test_one_slow_rank_is_not_its_host(tmp_path):
