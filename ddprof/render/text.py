@@ -66,15 +66,19 @@ def render_run(summary: dict[str, Any], run_warnings: bool = True) -> str:
             + (f", steps {fmt_ranges(run.steps)}" if run.steps else ", no ProfilerStep"))
     hosts = any(p.host for p in run.per_rank)
     host_head = f" {'host':<16}" if hosts else ""
+    # the CPUs each rank was bound to, where the ranks were bound apart (ranks sharing a CPU are slowed together)
+    cpus = len({p.cpus for p in run.per_rank}) > 1 and all(p.cpus for p in run.per_rank)
+    cpus_head = f" {'cpus':<9}" if cpus else ""
     windows = any((p.windows or 1) > 1 for p in run.per_rank)  # profiling windows, where several
     win_head = f" {'windows':>7}" if windows else ""
     # a CPU-only run (gloo) has no kernels: its column would be zeros; "comm" counts its gloo ops
     kernels = run.device != "cpu" or any(p.kernels for p in run.per_rank)
     kern_head = f" {'kernels':>8}" if kernels else ""
-    lines = [head, "", f"{'rank':>5}{host_head} {'events':>9}{kern_head} {'comm':>6} {'span ms':>10}{win_head}  steps"]
+    lines = [head, "", f"{'rank':>5}{host_head}{cpus_head} {'events':>9}{kern_head} {'comm':>6} {'span ms':>10}{win_head}  steps"]
     for p in run.per_rank:
         span = f"{p.span_us / 1e3:10.3f}" if p.span_us is not None else f"{'-':>10}"
         host = f" {(p.host or '-')[:16]:<16}" if hosts else ""
+        host += f" {(p.cpus or '-')[:9]:<9}" if cpus else ""
         win = f" {p.windows or '-':>7}" if windows else ""
         kern = f" {p.kernels:>8}" if kernels else ""
         lines.append(f"{p.rank:>5}{host} {p.events:>9}{kern} {p.comm_events:>6} {span}{win}  "

@@ -16,6 +16,8 @@ import pytest
 
 pytest.importorskip("torch", reason="real gloo runs need torch (pip install 'ddprof[torch]')")
 
+import ddprof  # noqa: E402
+from ddprof.render.text import render_text  # noqa: E402
 from tests.support.paths import REPO  # noqa: E402
 
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -41,6 +43,10 @@ def test_the_collector_records_each_ranks_cpus(runs):
     for rep in range(2):
         manifest = json.loads((root / f"contention-{rep:02d}" / "manifest.json").read_text())
         assert manifest["cpus"] == {str(r): str(cpus[r % len(cpus)]) for r in range(4)}
+    # the rank table says where each rank was bound, where they were bound apart
+    text = render_text(ddprof.analyze(root / "contention-00"))
+    head = next(ln for ln in text.splitlines() if ln.lstrip().startswith("rank "))
+    assert (" cpus " in head) == (len(cpus) > 1), head  # one CPU: every rank bound alike, nothing to show
 
 
 def test_the_busy_cpus_ranks_are_named_with_contention(runs):
