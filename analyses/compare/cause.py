@@ -42,7 +42,10 @@ The classes, decided in this order:
    ranks' compute per step (:func:`_lone_compute`) and the host explains it so;
 3. **environment**, unevenly: two or more ranks rose, by factors apart by at least 0.5 and 3 times
    (×1.1 on one, ×1.5 on another): a change of the code moves every rank of a data-parallel job alike, a
-   busy machine does not (not for pipeline runs, whose stages do different work);
+   busy machine does not (not for pipeline runs, whose stages do different work); so too when two or more
+   ranks rose and another's own time moved less than a quarter of theirs (:func:`_held`: a clean 4-rank
+   gloo run against another had ranks 0-2 ×1.13–×1.28 and rank 3 ×1.02, its backward matmuls ×2.1 where
+   they shared a core with the gloo threads);
    On a CPU data-parallel run, also when the ranks' compute per step moved so (:func:`_uneven_compute`,
    from ``UNEVEN_COMPUTE`` = 0.2 apart): ranks on a busy core slow, the others less or not;
 4. **code**: the ops that slowed account for at least half the rise of the own time per step
@@ -95,6 +98,7 @@ DOMINANT = 0.1
 UNEVEN = 0.5
 UNEVEN_RATIO = 3.0
 UNEVEN_COMPUTE = 0.2
+HELD_SHARE = 0.25
 EXPLAINED = 0.5
 NEW_SHARE = 0.05
 LONE_SHARE = 0.75
@@ -274,6 +278,23 @@ def _lone_compute(ms: dict[int, Moved], pooled: Moved | None) -> tuple[int, Move
     return (top, m) if m.ratio >= 1 + OP_CHANGE and m.shift >= LONE_SHARE * rises else None
 
 
+def _held(ranks: dict[int, Moved], rose: list[int]) -> str | None:
+    """Two ranks or more rose while another's own time moved less than ``HELD_SHARE`` (a quarter) of the
+    median riser's shift: as text, or None. Example (a clean 4-rank gloo run against another on 2 CPUs):
+    ranks 0-2 +2.05 to +2.33 ms a step (×1.13–×1.28), rank 3 +0.29 ms (×1.02) -> "ranks 0, 1, 2 ×1.13–×1.28,
+    rank 3 ×1.02"; a change of the code, every rank +2 ms -> None."""
+    if len(rose) < 2:
+        return None
+    typical = float(np.median([ranks[r].shift for r in rose]))
+    still = [r for r, m in ranks.items() if r not in rose and m.shift < HELD_SHARE * typical]
+    if typical <= 0 or not still:
+        return None
+    risen = ", ".join(map(str, sorted(rose)))
+    kept = ", ".join(map(str, sorted(still)))
+    return (f"ranks {risen} {ratio_range([ranks[r].ratio for r in rose])}, "
+            f"rank{'s' if len(still) > 1 else ''} {kept} {ratio_range([ranks[r].ratio for r in still])}")
+
+
 def _uneven_compute(ms: dict[int, Moved]) -> str | None:
     """The ranks' compute-per-step factors (``ms``, :func:`_rank_compute`: run / baseline medians) as text
     when they are uneven: the highest is ×(1 + ``OP_CHANGE``) or more, and its excess over 1 is at least
@@ -451,6 +472,15 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
             ev.append(bw_text())
         return _cause("environment", f"every rank slowed, unevenly ({ratio_range([ranks[r].ratio for r in rose])}): "
                                      "the machine, not the code", ev)
+
+    # 3a. some ranks rose and another held: a change of the code moves every data-parallel rank alike
+    held = _held(ranks, rose) if not pipeline else None
+    if held is not None:
+        ev = [held, ops_text()]
+        if bw_fell:
+            ev.append(bw_text())
+        return _cause("environment", f"some ranks slowed and others did not ({held}): the machine, not the code, "
+                                     "which moves every data-parallel rank alike", ev)
 
     # 3b. on a CPU data-parallel run, the ranks' compute moved unevenly: ranks on a busy core slow, the
     # others less or not; a change of the code moves every data-parallel rank alike

@@ -392,3 +392,20 @@ def test_slower_gloo_on_one_host_is_the_environment(runs):
         device == "cpu")
     two = classify(on(reports["base"], ["a", "b"]), on(reports["comm"], ["a", "b"]))
     assert two is not None and two["class"] == "communication", two
+
+
+@pytest.mark.parametrize(("shifts", "held"), [
+    ((2051, 2332, 2058, 294), "ranks 0, 1, 2 ×1.21–×1.23, rank 3 ×1.03"),  # a clean 4-rank gloo pair on 2 CPUs
+    ((2000, 2100, 1900, 2050), None),                                      # a change of the code: all alike
+    ((2000, 2100, 600, 50), "ranks 0, 1, 2 ×1.06–×1.21, rank 3 ×1.00"),    # one held, one barely rose
+    ((2000, 0, 0, 0), None),                                               # one rank alone (the rank rule's)
+])
+def test_some_ranks_rose_and_another_held_is_the_host(shifts, held):
+    """The decision of :func:`cause._held` on known per-rank shifts of own time per step (10 ms a step): two
+    ranks or more rose (beyond the 5 % tolerance) and another moved less than a quarter of the median riser's
+    shift -> the environment's text; a data-parallel change of the code moves every rank alike -> None."""
+    from ddprof.analyses.compare import cause as C
+
+    ranks = {r: C.Moved(f"rank {r}", 10_000.0, 10_000.0 + s, float(s), True) for r, s in enumerate(shifts)}
+    rose = [r for r, m in ranks.items() if m.shift >= 500]
+    assert C._held(ranks, rose) == held
