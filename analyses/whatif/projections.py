@@ -179,7 +179,7 @@ def whatif(events: Events, *, stragglers: str | list[int] | None = "auto", comm_
                 best_e, best_t = min(found, key=lambda et: et[1])
                 out.projections.append(Projection(best_e.name, best_e.says, best_t, base - best_t,
                                                   100 * (base - best_t) / base if base else 0.0))
-    elif stragglers:
+    elif stragglers and stragglers != "auto":  # "auto" on a single rank: no one to compare it with
         mask = np.isin(worker, np.asarray(list(stragglers)))
         names = ", ".join(str(r) for r in stragglers)
         candidates.append(E.typical_for(model, mask, KEYS, "straggler_ranks_" + "_".join(map(str, stragglers)),

@@ -74,3 +74,10 @@ def test_a_run_without_steps_gets_no_projection(tmp_path):
         pl.lit(None, pl.Int32).alias("step"))
     w = whatif(events)
     assert not w.explained and "no steps" in w.reason and w.projections == []
+
+
+def test_a_single_rank_has_no_straggler_to_remove(ingested):
+    """The automatic straggler edit compares ranks: a one-rank trace gets none (it once became an edit of
+    the ranks "a, u, t, o", the letters of "auto")."""
+    w = whatif(ingested("hta/v100-2rank-rank1-large").events(), comm_k=[2.0], attribute=False, critical=False)
+    assert w.explained and not any(p.edit.startswith("straggler_") for p in w.projections), w.projections
