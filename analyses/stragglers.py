@@ -519,8 +519,21 @@ STRAGGLERS_TABLE = Table(
      Column("% of step", "wait_share_pct", fmt_pct)),
     rows=lambda r: [p for p in _stragglers(r).per_rank if p.instances], at=40)
 
+def _members(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks))
+
+
+GROUPS_TABLE = Table(
+    "Ranks slower together (placed alike, late as a group)",
+    (Column("ranks", "ranks", _members), Column("sharing", "placement"), Column("last at", "last_units"),
+     Column("by chance", "chance_last", lambda x: f"{x:.1f}"), Column("lateness", "lateness_us", fmt_us),
+     Column("% of step", "lateness_pct", fmt_pct), Column("p", "p_value", fmt_p),
+     Column("wait a step", "wait_us", fmt_us)),
+    rows=lambda r: _stragglers(r).groups, left=2, at=41)
+
 SECTIONS = (
-    Section("stragglers", {"ranks": [], "per_rank": [], "causes": []}, tables=(STRAGGLERS_TABLE,),
+    Section("stragglers", {"ranks": [], "per_rank": [], "causes": [], "groups": []},
+            tables=(STRAGGLERS_TABLE, GROUPS_TABLE),
             # why each straggler is late, the pipeline stage that holds a pipeline back, a rank that pauses
             # (analyses/straggler_cause.py): its verdict first, then the stragglers', naming their causes
             verdict=lambda r: [*cause_verdicts(r), *straggler_verdicts(r)],

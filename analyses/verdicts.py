@@ -64,13 +64,15 @@ class Badge:
 
 def badge(report: dict[str, Any]) -> Badge:
     """The status (``problem``: a hang; ``partial``: inputs failed), or, for a report whose status is ``ok``,
-    ``attention`` where its verdicts name a problem the exit code does not follow: a straggler, or a trace
+    ``attention`` where its verdicts name a problem the exit code does not follow: a straggler or a group of
+    ranks slower together, or a trace
     finding that changes a headline number (GPU side not captured, events lost, ranks missing); ``ok``
     only where they name none. Example: the DLRM sample, status ok with "rank 7 is the straggler: ..." ->
     Badge("attention", "ATTENTION", ("rank 7 is the straggler: ...",))."""
     status = str(report.get("status") or "ok")
     why: list[str] = []
-    if msgspec.convert(report.get("stragglers") or {}, Stragglers).ranks:
+    st = msgspec.convert(report.get("stragglers") or {}, Stragglers)
+    if st.ranks or st.groups:  # a straggler, or ranks slower together (analyses/slow_groups.py)
         why += [v for v in straggler_verdicts(report) if not v.startswith("no straggler")]
     why += health_verdicts(report)
     if status != "ok":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 from ddprof.analyses.chance import at_least
 from ddprof.analyses.slow_groups import placement_groups
+from ddprof.analyses.verdicts import badge
 from ddprof.collectors.meta import cpu_ranges
 
 from ddprof.inputs.analyze import analyze
@@ -66,6 +67,9 @@ def test_slow_host_is_one_group(tmp_path, factor):
     assert " of them: compute: " in first and " of 8 steps, " in first
     assert not any(v.startswith(("rank 4 is", "rank 5 is", "rank 6 is", "rank 7 is")) for v in report["verdicts"])
     assert "ranks 4, 5, 6, 7 (host node001) are slower together" in render_text(report)
+    shown = badge(report)  # not a green OK beside it
+    assert shown.label == "ATTENTION" and shown.why[0].startswith("ranks 4, 5, 6, 7 (host node001)")
+    assert "Ranks slower together" in render_text(report)  # its table
     # the what-if section tries the group as one edit, and its answer is the run without the slow host's
     edits = {e["edit"]: e for e in report["whatif"]["edits"]}
     assert "straggler_ranks_4_5_6_7" in edits
