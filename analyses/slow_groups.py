@@ -61,10 +61,9 @@ def placement_groups(placement: Placement, ranks: list[int]) -> list[tuple[str, 
     if many_hosts:
         for h in sorted(set(hosts.values()), key=str):
             out.setdefault(tuple(r for r in ranks if hosts[r] == h), f"host {h}")
-    bound = {r: (h, c) for r, (h, c) in where.items()}
-    if all(c is not None for _, c in bound.values()) and len(set(bound.values())) > max(1, len(set(hosts.values()))):
-        for key in sorted(set(bound.values()), key=str):
-            members = tuple(r for r in ranks if bound[r] == key)
+    if all(c is not None for _, c in where.values()) and len(set(where.values())) > max(1, len(set(hosts.values()))):
+        for key in sorted(set(where.values()), key=str):
+            members = tuple(r for r in ranks if where[r] == key)
             out.setdefault(members, f"CPUs {key[1]}" + (f" of host {key[0]}" if many_hosts else ""))
     return sorted(((label, list(m)) for m, label in out.items() if 2 <= len(m) <= len(ranks) // 2),
                   key=lambda g: (-len(g[1]), g[1]))

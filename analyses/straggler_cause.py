@@ -233,6 +233,7 @@ def cause_ops(p: Prepared) -> pl.DataFrame:
     return collect(pl.concat([cpu.cast(_OPS_SCHEMA), gpu.cast(_OPS_SCHEMA)]).sort("rank", "name"))
 
 
+@derived
 def step_waits(p: Prepared) -> pl.DataFrame:
     """Per (rank X, step): how long the others waited for X in that step, µs: at the collective instances
     (seen on two or more ranks, point-to-point left out) X alone arrived last at, each other rank's longest

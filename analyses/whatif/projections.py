@@ -185,8 +185,9 @@ def whatif(events: Events, *, stragglers: str | list[int] | None = "auto", comm_
         candidates.append(E.typical_for(model, mask, KEYS, "straggler_ranks_" + "_".join(map(str, stragglers)),
                                         f"making rank{'s' if len(stragglers) > 1 else ''} {names} as fast as the others",
                                         peers))
+    traced = set(np.unique(worker).tolist())
     for group in groups or []:
-        present = [r for r in group if r in set(worker.tolist())]
+        present = [r for r in group if r in traced]
         if present:
             candidates.append(E.typical_for(model, np.isin(worker, present), KEYS,
                                             "straggler_ranks_" + "_".join(map(str, present)),

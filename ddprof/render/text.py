@@ -78,10 +78,10 @@ def render_run(summary: dict[str, Any], run_warnings: bool = True) -> str:
     for p in run.per_rank:
         span = f"{p.span_us / 1e3:10.3f}" if p.span_us is not None else f"{'-':>10}"
         host = f" {(p.host or '-')[:16]:<16}" if hosts else ""
-        host += f" {(p.cpus or '-')[:9]:<9}" if cpus else ""
+        bound = f" {(p.cpus or '-')[:9]:<9}" if cpus else ""
         win = f" {p.windows or '-':>7}" if windows else ""
         kern = f" {p.kernels:>8}" if kernels else ""
-        lines.append(f"{p.rank:>5}{host} {p.events:>9}{kern} {p.comm_events:>6} {span}{win}  "
+        lines.append(f"{p.rank:>5}{host}{bound} {p.events:>9}{kern} {p.comm_events:>6} {span}{win}  "
                      f"{fmt_spans(p.step_ranges) or '-'}")
     if windows:
         lines.append("span: the traced time, each rank's windows added up (the time between two windows was "
