@@ -27,6 +27,13 @@ just before it (imports excluded). Each case runs ``--repeat`` times, in rounds 
 so that a machine whose speed drifts during the run slows every case alike); the median is printed, and
 the lowest and highest ratio of one round's times, which show how far a single measurement can be trusted.
 
+Then, for each set, the whole process both ways, timed from outside (interpreter start, imports, exit
+included): ``python -c "TraceAnalysis(trace_dir=SRC)"`` against the ``ddprof ingest SRC -o RUN_DIR`` console
+script, in turns (``--repeat`` pairs), with the floor under any reader of the set beside them, each part
+measured alone in a fresh process: the interpreter's start (``python -c pass``, whole process), the
+decompression (each file inflated block by block, nothing kept) and the decoding (the reader's own cuts of
+the inflated text, each decoded by its typed decoder: the fields it reads, results dropped).
+
 First, the program's start-up: ``ddprof --version`` and ``ddprof --help`` as a user runs them, the whole
 process (interpreter, imports, exit) from outside, ``STARTUP_RUNS`` runs after one not counted: the
 median wall seconds and the median peak RSS of the process (not a difference, unlike the rows below).
@@ -158,6 +165,95 @@ def startup(arg: str, runs: int = STARTUP_RUNS) -> tuple[float, float]:
     return statistics.median(times), statistics.median(peaks)
 
 
+#: ``python WHOLE[case] SRC OUT``: the whole-process cases, as a user runs each tool.
+WHOLE = {
+    "hta": """
+import logging, sys
+logging.disable(logging.CRITICAL)
+from hta.trace_analysis import TraceAnalysis
+TraceAnalysis(trace_dir=sys.argv[1])
+""",
+}
+
+#: Parts of the floor, each in a fresh process on the set's files (``FILES``): its measured seconds in ``t``.
+FLOOR = {
+    "decompression": """
+import time, zlib
+try:
+    from isal import isal_zlib as zlib
+except ImportError:
+    pass
+t0 = time.perf_counter()
+for f in FILES:
+    with open(f, 'rb') as fh:
+        inflate = zlib.decompressobj(47) if f.endswith('.gz') else None
+        while block := fh.read(1 << 20):
+            if inflate is not None:
+                inflate.decompress(block)
+t = time.perf_counter() - t0
+""",
+    "decoding": """
+import gzip, time, msgspec
+from ddprof.readers.kineto.stream import split
+from ddprof.readers.kineto.structs import LENIENT_RUN, STRICT_RUN
+strict, lenient = msgspec.json.Decoder(STRICT_RUN), msgspec.json.Decoder(LENIENT_RUN)
+def decode(text):
+    try:
+        strict.decode(text)
+    except msgspec.ValidationError:
+        lenient.decode(text)
+texts = [gzip.decompress(open(f, 'rb').read()) if f.endswith('.gz') else open(f, 'rb').read() for f in FILES]
+t0 = time.perf_counter()
+for text in texts:
+    split(iter([text[i:i + (1 << 20)] for i in range(0, len(text), 1 << 20)]), decode)
+t = time.perf_counter() - t0
+""",
+}
+
+
+def whole_process(cmd: list[str]) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MB) of ``cmd`` as one process, started from the small starter."""
+    out = subprocess.run([sys.executable, "-S", "-c", _STARTER, *cmd], capture_output=True, text=True,
+                         stdin=subprocess.DEVNULL, cwd=REPO, check=True).stdout.split()
+    if int(out[2]):
+        raise SystemExit(f"{' '.join(cmd)} exited with {out[2]}")
+    return float(out[0]), int(out[1]) / 1024
+
+
+def whole_cases(src: Path, rounds: int) -> dict[str, list[float]]:
+    """Both tools' whole process on ``src`` in turns, and the parts of the floor: seconds per round."""
+    script = Path(sys.executable).with_name("ddprof")
+    ddprof = [str(script)] if script.exists() else [sys.executable, "-m", "ddprof"]
+    files = sorted(str(f) for f in src.rglob("*.json*"))
+    times: dict[str, list[float]] = {"hta": [], "ddprof ingest": [], "interpreter start": [],
+                                     **{part: [] for part in FLOOR}}
+    for _ in range(rounds):
+        out = Path(tempfile.mkdtemp(prefix="ddprof-bench-"))
+        try:
+            times["hta"].append(whole_process([sys.executable, "-c", WHOLE["hta"], str(src)])[0])
+            times["ddprof ingest"].append(whole_process([*ddprof, "ingest", "-q", str(src), "-o", str(out / "run")])[0])
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+        times["interpreter start"].append(whole_process([sys.executable, "-c", "pass"])[0])
+        for part, code in FLOOR.items():
+            proc = subprocess.run([sys.executable, "-c", f"FILES = {files!r}\n" + code + "print(t)"],
+                                  capture_output=True, text=True, check=True, cwd=REPO)
+            times[part].append(float(proc.stdout.split()[-1]))
+    return times
+
+
+def print_whole(label: str, times: dict[str, list[float]]) -> None:
+    med = {k: statistics.median(v) for k, v in times.items()}
+    rounds = sorted(h / d for h, d in zip(times["hta"], times["ddprof ingest"]))
+    floor = med["interpreter start"] + sum(med[p] for p in FLOOR)
+    print(f"{label:28} {'whole':6} {med['hta']:8.3f} {'':8}   hta, whole process")
+    print(f"{label:28} {'whole':6} {med['ddprof ingest']:8.3f} {'':8}   ddprof ingest, whole process: "
+          f"{med['hta'] / med['ddprof ingest']:.1f}x faster ({rounds[0]:.1f}-{rounds[-1]:.1f} by round)")
+    parts = " + ".join(f"{k} {med[k]:.3f}" for k in ("interpreter start", *FLOOR))
+    print(f"{label:28} {'floor':6} {floor:8.3f} {'':8}   {parts}; ddprof ingest = "
+          f"{med['ddprof ingest'] / floor:.1f}x the floor, {med['ddprof ingest'] - floor:.3f} s above it")
+
+
 def scaled_trace(src: Path, n: int, out: Path) -> Path:
     """A one-rank trace dir: ``src``'s events repeated ``n`` times end to end (gzip level 1)."""
     doc = msgspec.json.decode(gzip.decompress(src.read_bytes()))
@@ -233,6 +329,7 @@ def _run(sets: list[tuple[str, Path]], args: argparse.Namespace) -> None:
             if case == "reuse":
                 ratio = f"the cache's check: {1000 * t:.1f} ms, {100 * t / results['cold'][0]:.1f}% of cold's time"
             print(f"{label:28} {case:6} {t:8.3f} {m:8.1f}   {ratio}")
+        print_whole(label, whole_cases(src, args.repeat))
         js = largest_json_mb(src)
         print(f"{'':28} largest rank's JSON: {js:.1f} MB; ingest peak = {results['cold'][1] / js:.2f}x of it "
               f"(cold), {results['cold+'][1] / js:.2f}x (cold+)")

@@ -88,6 +88,7 @@ class Columns:
         self.meta: list[pl.DataFrame] = []
         self._marker_names: dict[str, bool] = {}
         self._cats: dict[str | None, str | None] = {}
+        self._instant_cats: dict[str | None, bool] = {}  # whether an instant of this category is kept
         self._pairs = _Pairs()
 
     def add_run(self, run: list[Any], complete: type) -> None:
@@ -101,10 +102,16 @@ class Columns:
     def timed(self, events: list[Any]) -> None:
         """Keep the instants that fit a kind and the B/E events until the file ends (``events``:
         phases B, E, i, I only, typed structs or :data:`~.structs.Event`)."""
+        kinded = self._instant_cats  # instants can be a third of a trace: each category is looked at once
         for e in events:
             ph = PHASE_OF.get(type(e)) or e.ph
-            if ph in "BE" or canonical(e.cat) in CAT_KIND:
-                self._pairs.add(ph, e)
+            if ph not in "BE":
+                cat = e.cat
+                if cat not in kinded:
+                    kinded[cat] = canonical(cat) in CAT_KIND
+                if not kinded[cat]:
+                    continue
+            self._pairs.add(ph, e)
 
     def add(self, keep: list[AnyComplete], malformed: int = 0) -> None:
         """Add the complete events of a run (``keep``: already only phase 'X')."""
@@ -157,11 +164,12 @@ class Columns:
     def _markers(self, names: list[str]) -> np.ndarray:
         """Which names are collective markers' (a job has few distinct names: each is tested once)."""
         seen = self._marker_names
-        flags = [seen.get(n) for n in names]
-        if None in flags:
+        try:
+            flags = list(map(seen.__getitem__, names))
+        except KeyError:
             for n in set(names).difference(seen):
                 seen[n] = MARKER_RE.match(n) is not None
-            flags = [seen[n] for n in names]
+            flags = list(map(seen.__getitem__, names))
         return np.array(flags, dtype=bool)
 
     def _plausible(self, ts_us: np.ndarray, dur_us: np.ndarray, names: list[str | None]) -> np.ndarray | None:
