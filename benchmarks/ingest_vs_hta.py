@@ -231,7 +231,7 @@ def whole_cases(src: Path, rounds: int) -> dict[str, list[float]]:
         out = Path(tempfile.mkdtemp(prefix="ddprof-bench-"))
         try:
             times["hta"].append(whole_process([sys.executable, "-c", WHOLE["hta"], str(src)])[0])
-            times["ddprof ingest"].append(whole_process([*ddprof, "ingest", "-q", str(src), "-o", str(out / "run")])[0])
+            times["ddprof ingest"].append(whole_process([*ddprof, "ingest", str(src), "-o", str(out / "run")])[0])
         finally:
             shutil.rmtree(out, ignore_errors=True)
         times["interpreter start"].append(whole_process([sys.executable, "-c", "pass"])[0])
