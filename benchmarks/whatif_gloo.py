@@ -41,10 +41,11 @@ from fault_matrix import DDP_ARGS, FAULT_ARGS, run_job  # noqa: E402
 import ddprof  # noqa: E402
 
 
-def job(fault: str, ranks: int, steps: int, active: int, factor: float) -> list[str]:
+def job(fault: str, ranks: int, steps: int, active: int, factor: float, pin: bool = False) -> list[str]:
     sched = ["--steps", str(steps), "--wait", "1", "--warmup", "1", "--active", str(active), "--wait-ingest"]
     extra = ["--fault-factor", str(factor)] if fault == "compute" else FAULT_ARGS.get(fault, [])
-    return ["ddp", *sched, *DDP_ARGS, "--fault", fault, "--fault-rank", str(ranks - 1), *extra]
+    return ["ddp", *sched, *DDP_ARGS, "--fault", fault, "--fault-rank", str(ranks - 1), *extra,
+            *(["--pin"] if pin else [])]
 
 
 def measure(run_dir: Path, slow: int | None) -> tuple[float, float | None, str | None]:
@@ -63,8 +64,8 @@ def measure(run_dir: Path, slow: int | None) -> tuple[float, float | None, str |
 
 def pair(fault: str, ranks: int, rep: int, work: Path, a: argparse.Namespace) -> dict[str, float] | None:
     faulty, clean = work / f"{fault}-{ranks}-{rep}", work / f"without-{fault}-{ranks}-{rep}"
-    run_job(job(fault, ranks, a.steps, a.active, a.factor), ranks, faulty, a.timeout)
-    run_job(job("none", ranks, a.steps, a.active, a.factor), ranks, clean, a.timeout)
+    run_job(job(fault, ranks, a.steps, a.active, a.factor, a.pin), ranks, faulty, a.timeout)
+    run_job(job("none", ranks, a.steps, a.active, a.factor, a.pin), ranks, clean, a.timeout)
     step_f, projected, why = measure(faulty, ranks - 1)
     step_c, _, why_c = measure(clean, None)
     if projected is None or why_c:
@@ -86,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--active", type=int, default=8)
     ap.add_argument("--timeout", type=float, default=600.0)
+    ap.add_argument("--pin", action="store_true", help="each rank on CPU rank mod cpus (a core of its own where "
+                    "there are as many cores as ranks)")
     ap.add_argument("--json", type=Path, default=None, help="also write every pair here")
     ap.add_argument("--keep", type=Path, default=None, help="write the runs here (default: a temporary directory)")
     a = ap.parse_args(argv)

@@ -94,10 +94,11 @@ class Columns:
     def add_run(self, run: list[Any], complete: type) -> None:
         """Add a decoded run of events of any phase: those of type ``complete`` (phase 'X') now, the
         instants whose category has a kind and the B/E pairs once the file ends (:meth:`frame`)."""
-        keep = [e for e in run if type(e) is complete]
-        if len(keep) < len(run):
-            self.timed([e for e in run if type(e) in PHASE_OF])
-        self.add(keep)
+        if set(map(type, run)) <= {complete}:  # most runs: complete events only, kept as they are
+            self.add(run)
+            return
+        self.timed([e for e in run if type(e) in PHASE_OF])
+        self.add([e for e in run if type(e) is complete])
 
     def timed(self, events: list[Any]) -> None:
         """Keep the instants that fit a kind and the B/E events until the file ends (``events``:
@@ -129,7 +130,9 @@ class Columns:
         args = [e.args or _EMPTY for e in ok]
         flags = self._markers(name_list)
         rare = set(np.flatnonzero(flags).tolist())
-        rare.update([i for i, a in enumerate(args) if a.coll_name is not None])
+        named = [a.coll_name for a in args]
+        if named.count(None) < len(named):  # new-format metadata: on few rows
+            rare.update(i for i, c in enumerate(named) if c is not None)
         if rare:
             self.meta.append(_meta(sorted(rare), args, self.rows))
         columns = {
