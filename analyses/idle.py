@@ -33,7 +33,16 @@ from ddprof.analyses.sections import Section
 
 from ddprof.frames.keyjoin import find, first_by_key, pair_keys, sorted_rows
 from ddprof.report.display import Column, Table
-from ddprof.report.schema import BreakdownRow, IdleRow, IdleStepRow, IdleStepSummary, OverlapRow, rows
+from ddprof.report.schema import (
+    BreakdownRow,
+    HealthFinding,
+    IdleRow,
+    IdleStepRow,
+    IdleStepSummary,
+    OverlapRow,
+    RunSection,
+    rows,
+)
 from ddprof.vocabulary.units import NS_PER_US, fmt_us
 
 CATEGORIES = ("host_wait", "kernel_wait", "other")
@@ -169,8 +178,21 @@ def idle_verdicts(report: dict[str, Any]) -> list[str]:
     if sum(totals.values()) > 0:
         top = max(totals, key=lambda c: totals[c])
         share = 100 * totals[top] / sum(totals.values())
-        text += f"; {share:.0f} % of the gaps are {top.replace('_', ' ')}: {CAUSES[top]}"
+        captured, run = _captured(report)
+        if top == "host_wait" and captured and captured >= run:
+            text += (f"; {share:.0f} % of the gaps are host wait, but the trace is mostly a graph capture "
+                     f"({captured} launches captured into a CUDA/HIP graph, {run} kernels run): captured work "
+                     "runs later, through graph launches, so this idle time says nothing about launch speed")
+        else:
+            text += f"; {share:.0f} % of the gaps are {top.replace('_', ' ')}: {CAUSES[top]}"
     return [text]
+
+
+def _captured(report: dict[str, Any]) -> tuple[int, int]:
+    """Launches captured into graphs (the health section's ``graph_capture``) and kernels run, over the run."""
+    captured = sum(f.count for f in rows(report.get("health") or [], HealthFinding) if f.finding == "graph_capture")
+    run = msgspec.convert(report["run"], RunSection) if report.get("run") else None
+    return captured, sum(p.kernels or 0 for p in run.per_rank) if run else 0
 
 
 # --- the report's sections this module computes (ddprof.analyses.sections) ------------------------------------------

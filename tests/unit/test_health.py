@@ -123,6 +123,28 @@ def test_graph_capture_and_graph_kernels(tmp_path):
     assert not any(row["headline"] for row in rep["health"])
 
 
+@pytest.mark.parametrize("captured", [True, False])
+def test_a_trace_that_is_mostly_a_graph_capture_is_not_called_slow_to_launch(tmp_path, captured):
+    # 40 launches and 2 kernels run 4.5 ms apart: the GPU idles ~100 %. Captured into a graph, those launches
+    # ran nothing while traced; launched for real they would have (their kernels would be in the trace)
+    launches = [event("cudaLaunchKernel", 10 + 5 * i, 1, correlation=1000 + i) for i in range(40)]
+    region = [event("cudaStreamBeginCapture", 0, 2), *launches, event("cudaStreamEndCapture", 400, 2)]
+    run = [event("cudaLaunchKernel", 500, 2, correlation=1),
+           event("k0", 505, 5, cat="kernel", tid=7, stream=7, device=0, correlation=1),
+           event("cudaLaunchKernel", 5000, 2, correlation=2),
+           event("k1", 5005, 5, cat="kernel", tid=7, stream=7, device=0, correlation=2)]
+    trace = {"distributedInfo": {"rank": 0, "world_size": 1},
+             "traceEvents": (region if captured else launches) + run}
+    rep = report(tmp_path, {0: trace})
+    idle = next(v for v in rep["verdicts"] if v.startswith("the GPUs are idle"))
+    if captured:
+        assert found(rep, "graph_capture")[0]["count"] == 40
+        assert "the trace is mostly a graph capture (40 launches captured into a CUDA/HIP graph, 2 kernels run)" in idle
+        assert "does not launch work fast enough" not in idle
+    else:
+        assert "graph capture" not in idle and idle.endswith("the CPU does not launch work fast enough")
+
+
 def test_kernels_overlapping_on_one_stream(tmp_path):
     traces = clean()
     kernels = sorted((e for e in traces[1]["traceEvents"] if e["cat"] == "kernel" and e["args"]["stream"] == 7),
