@@ -76,6 +76,7 @@ class FileResult:
     notices: list[str] = field(default_factory=list)  # the profiler's warnings and errors in the trace
     warnings: list[str] = field(default_factory=list)
     rank_map: dict[str, int] | None = None  # the mapping this result was made with (cache key)
+    lone: bool = False  # made as the only trace given (cache key: a trace with no rank is then rank 0)
     member: str | None = None  # the rank's part of a file that holds several (ddprof.readers.base.Opened.members)
     member_index: int | None = None
     internal: bool = False  # failed by a bug in ddprof, not by its input
@@ -99,20 +100,21 @@ class FileResult:
 
 
 def ingest_file(path_str: str, out_dir: str, rank_map: dict[str, int] | None,
-                comm_kernels: tuple[str, ...] = ()) -> FileResult:
+                comm_kernels: tuple[str, ...] = (), lone: bool = False) -> FileResult:
     """Never raises for bad input: the failure is recorded in the result, with file and rank. Raises
     :class:`~ddprof.errors.OutputError` when the run dir cannot be written (no rank could be).
     ``comm_kernels``: the user's ``REGEX[=op]`` rules for communication kernels (already checked). The result
     of the file's first rank: a file of several ranks (an Nsight Systems export) gives one each, through
-    :func:`ingest_files`."""
-    return ingest_files([path_str], out_dir, rank_map, comm_kernels)[0]
+    :func:`ingest_files`. ``lone``: the trace is the only one given (:func:`ddprof.readers.ranks.trace_rank`)."""
+    return ingest_files([path_str], out_dir, rank_map, comm_kernels, lone)[0]
 
 
 def ingest_files(paths: Sequence[str], out_dir: str, rank_map: dict[str, int] | None,
-                 comm_kernels: tuple[str, ...] = ()) -> list[FileResult]:
+                 comm_kernels: tuple[str, ...] = (), lone: bool = False) -> list[FileResult]:
     """:func:`ingest_file` of each trace, their events built as one frame: for many small traces (a
     frame operation costs ~0.1 ms whatever its size, and building one trace takes a few dozen). Each
-    trace's part, summary and result are those it gets alone; a trace's bad input fails that trace only."""
+    trace's part, summary and result are those it gets alone; a trace's bad input fails that trace only.
+    ``lone``: ``paths`` is the one trace given."""
     out, rules = Path(out_dir), kernel_rules(comm_kernels)
     results: list[FileResult] = []
     ready: dict[EventReader, tuple[list[FileResult], list[Opened]]] = {}  # by reader, in the files' order
@@ -120,7 +122,7 @@ def ingest_files(paths: Sequence[str], out_dir: str, rank_map: dict[str, int] | 
         path = Path(path_str)
         st = path.stat()
         res = FileResult(path=path_str, size=st.st_size, mtime_ns=st.st_mtime_ns, rank_map=rank_map or None,
-                         dev=st.st_dev, ino=st.st_ino, ctime_ns=st.st_ctime_ns)
+                         dev=st.st_dev, ino=st.st_ino, ctime_ns=st.st_ctime_ns, lone=lone)
         results.append(res)
         got = _guarded(res, _open, path, rank_map, res)
         if got is not None:
@@ -198,7 +200,7 @@ def _open(path: Path, rank_map: dict[str, int] | None,
     res.sha1 = opened.sha1
     if not opened.members:
         ident = opened.identity
-        rank, warns = trace_rank(path, ident.rank, rank_map, ident.claims_in)
+        rank, warns = trace_rank(path, ident.rank, rank_map, ident.claims_in, res.lone)
         _identify(path, res, opened, rank, warns)
         return reader, [(res, opened)]
     ranks, warns = member_ranks(path, [m.identity.rank for m in opened.members], rank_map,
@@ -206,7 +208,8 @@ def _open(path: Path, rank_map: dict[str, int] | None,
     pairs = []
     for i, (member, rank) in enumerate(zip(opened.members, ranks)):
         mine = res if i == 0 else FileResult(path=res.path, size=res.size, mtime_ns=res.mtime_ns, rank_map=res.rank_map,
-                                             dev=res.dev, ino=res.ino, ctime_ns=res.ctime_ns, quick=res.quick)
+                                             dev=res.dev, ino=res.ino, ctime_ns=res.ctime_ns, quick=res.quick,
+                                             lone=res.lone)
         mine.sha1, mine.member, mine.member_index = member.sha1, member.member, i
         _identify(path, mine, member, rank, warns if i == 0 else [])
         pairs.append((mine, member))

@@ -112,11 +112,12 @@ def ingest(sources: str | Path | Iterable[str | Path], out_dir: str | Path, *,
     remove_stale_tmp(out)
     previous_manifest = _read_manifest(out)
     cached = {} if force else _previous_sources(previous_manifest, rules)
-    results, todo = _split_cached(files, out, cached, rank_map)
+    lone = len(files) == 1  # a single-process job's trace: with no rank anywhere, rank 0 (readers.ranks.trace_rank)
+    results, todo = _split_cached(files, out, cached, rank_map, lone)
     reporter = _NoProgress() if progress is None or isinstance(progress, bool) else progress
     kept = {str(part) for info in previous_manifest.get("per_rank", {}).values() if isinstance(info, dict)
             for part in info.get("parts", [])}
-    fresh = _run_jobs(todo, out, rank_map, jobs, reporter, kept, rules, executor)
+    fresh = _run_jobs(todo, out, rank_map, jobs, reporter, kept, rules, executor, lone)
     for res in fresh:
         results[res.key()] = res
     manifest = _assemble(results, srcs, rank_map)
@@ -152,9 +153,10 @@ def _check_writable(out: Path) -> None:
 
 
 def _split_cached(files: list[Path], out: Path, cached: dict[str, dict[str, Any]],
-                  rank_map: dict[str, int] | None) -> tuple[dict[str, FileResult], list[Path]]:
+                  rank_map: dict[str, int] | None, lone: bool = False) -> tuple[dict[str, FileResult], list[Path]]:
     """Results reused from the previous manifest (same content as :func:`_unchanged` checks it, same
-    rank map, parts present; every rank of a file that holds several), and the files that must be parsed."""
+    rank map, given alone or not alike, parts present; every rank of a file that holds several), and the
+    files that must be parsed."""
     by_file: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     for key, hit in cached.items():
         index = hit.get("member_index")
@@ -165,7 +167,8 @@ def _split_cached(files: list[Path], out: Path, cached: dict[str, dict[str, Any]
     for f in files:
         hits = by_file.get(str(f.resolve()), [])
         if hits and all(hit.get("status") == "ok" and hit.get("part") and (out / hit["part"]).is_file()
-                        and hit.get("rank_map") == (rank_map or None) and _unchanged(f, hit) for _, hit in hits):
+                        and hit.get("rank_map") == (rank_map or None) and bool(hit.get("lone")) == lone
+                        and _unchanged(f, hit) for _, hit in hits):
             for key, hit in hits:
                 results[key] = FileResult(**{k: v for k, v in hit.items() if k in FileResult.__dataclass_fields__})
         else:
@@ -260,9 +263,9 @@ def _batches(todo: list[Path], sizes: dict[Path, int], workers: int) -> list[lis
 
 def _run_jobs(todo: list[Path], out: Path, rank_map: dict[str, int] | None, jobs: int | None,
               progress: IngestProgress, kept: set[str], rules: tuple[str, ...] = (),
-              executor: Executor | None = None) -> list[FileResult]:
-    """Parse the traces. On an :class:`OutputError` (a full disk) the parts this run wrote that the
-    previous manifest does not hold (``kept``) are removed before it is raised."""
+              executor: Executor | None = None, lone: bool = False) -> list[FileResult]:
+    """Parse the traces (``lone``: the one trace given). On an :class:`OutputError` (a full disk) the parts
+    this run wrote that the previous manifest does not hold (``kept``) are removed before it is raised."""
     if not todo:
         return []
     sizes = {f: f.stat().st_size for f in todo}
@@ -284,17 +287,17 @@ def _run_jobs(todo: list[Path], out: Path, rank_map: dict[str, int] | None, jobs
 
     try:
         if not local:
-            calls = [([str(f.resolve()) for f in unit], str(out.resolve()), rank_map, rules) for unit in units]
+            calls = [([str(f.resolve()) for f in unit], str(out.resolve()), rank_map, rules, lone) for unit in units]
             for i, batch in executor.each(ingest_files, calls):  # type: ignore[union-attr]
                 done(units[i], batch)
         elif workers == 1:
             for unit in units:
-                done(unit, ingest_files([str(f) for f in unit], str(out), rank_map, rules))
+                done(unit, ingest_files([str(f) for f in unit], str(out), rank_map, rules, lone))
         else:
             with for_child_processes(), _polars_threads(max(1, (os.cpu_count() or 1) // workers)), \
                     ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
                                         initializer=bind_to_parent, initargs=(os.getpid(),)) as pool:
-                futs = {pool.submit(ingest_files, [str(f) for f in unit], str(out), rank_map, rules): unit
+                futs = {pool.submit(ingest_files, [str(f) for f in unit], str(out), rank_map, rules, lone): unit
                         for unit in units}
                 failure: OutputError | None = None
                 for fut in as_completed(futs):

@@ -59,9 +59,12 @@ def lookup_map(path: Path, rank_map: dict[str, int] | None) -> int | None:
 
 
 def trace_rank(path: Path, claimed: Any, rank_map: dict[str, int] | None,
-               claims_in: str = "distributedInfo") -> tuple[int, list[str]]:
+               claims_in: str = "distributedInfo", lone: bool = False) -> tuple[int, list[str]]:
     """(rank, warnings) for one trace, or :class:`RankError` saying how to fix it. ``claimed``: the rank
-    the trace says (unchecked; not a non-negative integer is no claim), kept in its ``claims_in``."""
+    the trace says (unchecked; not a non-negative integer is no claim), kept in its ``claims_in``.
+    ``lone``: the trace is the only one given (a single-process job's): with no rank anywhere it is rank
+    0, said in a warning; among several, a trace without a rank is refused (which rank it is cannot be
+    guessed, and two guessed alike would merge)."""
     warnings: list[str] = []
     field = f"{claims_in}.rank"
     mapped = lookup_map(path, rank_map)
@@ -80,6 +83,10 @@ def trace_rank(path: Path, claimed: Any, rank_map: dict[str, int] | None,
     if named is not None:
         warnings.append(f"no {field} in the trace; rank {named} taken from the file name")
         return named, warnings
+    if lone:
+        warnings.append(f"no {field} in the trace and no rank number in its name: rank 0, the only trace given "
+                        f"(--rank {path.name}=N gives another)")
+        return 0, warnings
     raise RankError(
         f"cannot tell which rank this trace belongs to: it has no {field} and its name has no "
         f"rank number. Give it one with --rank {path.name}=N (or rename it rank-N.json)",

@@ -108,10 +108,17 @@ def test_partial_run_exits_3_and_names_the_failure(tmp_path, traces, capsys):
 
 
 def test_bad_input_exits_2_with_fix(tmp_path, traces, capsys):
-    rc, _, err = run_cli(["analyze", str(traces / "hta/edge-no-rank"), "--cache", str(tmp_path / "c")], capsys)
-    assert rc == 2 and "rank_not_found.json.gz" in err and "--rank rank_not_found.json.gz=N" in err
-    rc, _, err = run_cli(["analyze", str(traces / "hta/edge-no-rank"), "--cache", str(tmp_path / "c"),
-                          "--rank", "rank_not_found.json.gz=0"], capsys)
+    one = traces / "hta/edge-no-rank/rank_not_found.json.gz"
+    rc, out, _ = run_cli(["analyze", str(one.parent), "--cache", str(tmp_path / "c")], capsys)
+    assert rc == 0 and "rank 0, the only" in out and "(--rank rank_not_found.json.gz=N gives another)" in out
+    two = tmp_path / "two"  # two traces, neither with a rank: refused, each named with its fix
+    two.mkdir()
+    for name in ("a.json.gz", "b.json.gz"):
+        (two / name).write_bytes(one.read_bytes())
+    rc, _, err = run_cli(["analyze", str(two), "--cache", str(tmp_path / "d")], capsys)
+    assert rc == 2 and "--rank a.json.gz=N" in err and "--rank b.json.gz=N" in err
+    rc, _, err = run_cli(["analyze", str(two), "--cache", str(tmp_path / "d"), "--rank", "a.json.gz=0",
+                          "--rank", "b.json.gz=1"], capsys)
     assert rc == 0
     rc, _, err = run_cli(["ingest", str(tmp_path), "-o", str(tmp_path / "x"), "--rank", "nonsense"], capsys)
     assert rc == 2 and "FILE=N" in err
@@ -119,12 +126,16 @@ def test_bad_input_exits_2_with_fix(tmp_path, traces, capsys):
 
 @pytest.mark.parametrize("command", ["check", "diff"])
 def test_check_and_diff_take_the_rank_they_ask_for(tmp_path, traces, capsys, command):
-    """A trace without a rank is refused naming --rank; check and diff take it, for both sides."""
-    src = str(traces / "hta/edge-no-rank")
-    args = [command, src, "--baseline", src] if command == "check" else [command, src, src]
+    """Traces without a rank are refused naming --rank; check and diff take it, for both sides."""
+    src = tmp_path / "two"
+    src.mkdir()
+    for name in ("a.json.gz", "b.json.gz"):
+        (src / name).write_bytes((traces / "hta/edge-no-rank/rank_not_found.json.gz").read_bytes())
+    args = [command, str(src), "--baseline", str(src)] if command == "check" else [command, str(src), str(src)]
     rc, _, err = run_cli([*args, "--cache", str(tmp_path / "c")], capsys)
-    assert rc == 2 and "Give it one with --rank rank_not_found.json.gz=N" in err
-    rc, out, err = run_cli([*args, "--cache", str(tmp_path / "c"), "--rank", "rank_not_found.json.gz=0"], capsys)
+    assert rc == 2 and "Give it one with --rank a.json.gz=N" in err
+    rc, out, err = run_cli([*args, "--cache", str(tmp_path / "c"), "--rank", "a.json.gz=0", "--rank", "b.json.gz=1"],
+                           capsys)
     assert rc == 0, err
     assert ("OK: no regression" in out) if command == "check" else ("cause: none" in out)
 
@@ -134,8 +145,11 @@ def test_edge_traces_without_gpu_events_ingest_as_cpu(traces, tmp_path, capsys):
                           "--cache", str(tmp_path / "c")], capsys)
     assert rc == 0 and json.loads(out)["run"]["device"] == "cpu"
     rc, out, err = run_cli(["analyze", str(traces / "hta/edge-no-distributed-info"), "--format", "json",
-                            "--cache", str(tmp_path / "d")], capsys)
-    assert rc == 2 and "--rank distributed_info_not_found.json.gz=N" in err
+                            "--cache", str(tmp_path / "d")], capsys)  # the only trace, with no rank: rank 0, said
+    report = json.loads(out)
+    assert rc == 0 and report["run"]["ranks"] == [0]
+    assert any("--rank distributed_info_not_found.json.gz=N gives another" in w
+               for w in report["run"]["per_rank"][0]["warnings"])
 
 
 def test_flight_recorder_directory_is_diagnosed(traces, capsys):

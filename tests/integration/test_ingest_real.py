@@ -122,12 +122,20 @@ def test_rocm_mi250_without_distributed_info_takes_no_silent_rank(traces, tmp_pa
     import ddprof
     from ddprof.errors import BadInputError
 
-    with pytest.raises(BadInputError, match="--rank mi250_minitoy_train_ROCm6_2_kineto.json.gz=N"):
-        ddprof.ingest([traces / "hta/amd-mi250"], tmp_path / "a")
-    run = ddprof.ingest([traces / "hta/amd-mi250"], tmp_path / "b",
-                        rank_map={"mi250_minitoy_train_ROCm6_2_kineto.json.gz": 0})
-    assert run.ranks == [0] and run.device == "gpu"
-    raw = raw_events(traces / "hta/amd-mi250/mi250_minitoy_train_ROCm6_2_kineto.json.gz")
+    name = "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+    alone = ddprof.ingest([traces / "hta/amd-mi250"], tmp_path / "a")  # the only trace: rank 0, said
+    assert alone.ranks == [0]
+    assert any("no distributedInfo.rank in the trace" in w and f"--rank {name}=N" in w
+               for w in alone.manifest["per_rank"]["0"]["warnings"])
+    pair = tmp_path / "pair"  # two traces with no rank: which is which cannot be guessed
+    pair.mkdir()
+    for i in (1, 2):
+        (pair / f"copy{'ab'[i - 1]}_{name}").write_bytes((traces / "hta/amd-mi250" / name).read_bytes())
+    with pytest.raises(BadInputError, match=f"--rank copya_{name}=N"):
+        ddprof.ingest([pair], tmp_path / "p")
+    run = ddprof.ingest([traces / "hta/amd-mi250"], tmp_path / "b", rank_map={name: 3})
+    assert run.ranks == [3] and run.device == "gpu"
+    raw = raw_events(traces / "hta/amd-mi250" / name)
     ev = run.events().collect()
     assert ev.height == sum(1 for e in raw if e.get("ph") == "X")
     assert ev.filter(pl.col("kind") == "compute").height == 14 and ev.filter(pl.col("kind") == "comm").height == 0
