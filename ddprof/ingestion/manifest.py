@@ -24,6 +24,7 @@ from ddprof.ingestion.world import checked_world_size, format_ranges, missing_ra
 from ddprof.store.rundir import RUN_FORMAT
 from ddprof.store.schema import SCHEMA_VERSION
 from ddprof.version import __version__
+from ddprof.vocabulary.units import NS_PER_US, fmt_us
 
 
 def _fail(res: FileResult, why: str) -> None:
@@ -94,17 +95,34 @@ def _mismatch(group: list[FileResult]) -> str:
     return "; ".join(out)
 
 
+#: Event times from this many ns up read as wall-clock time since the epoch (2001 on): older profilers
+#: wrote them so, with no ``baseTimeNanoseconds``.
+EPOCH_NS = 10**18
+
+
+def _wall_ns(r: FileResult, ns: int | None) -> int | None:
+    """``ns`` of ``r``'s events as wall-clock ns since the epoch: with its base, or as written when it
+    reads as such (:data:`EPOCH_NS`); None when it cannot tell."""
+    if ns is None:
+        return None
+    if r.base_time_ns is not None:
+        return r.base_time_ns + ns
+    return ns if ns >= EPOCH_NS else None
+
+
 def _days_apart(group: list[FileResult]) -> str:
-    """Traces of one rank (in time order) whose wall-clock starts (``baseTimeNanoseconds`` + first event,
-    where both record a base) lie more than :data:`WINDOWS_APART_NS` apart, in words; else empty."""
+    """Traces of one rank (in time order) whose wall-clock times (``baseTimeNanoseconds`` + event time, or
+    event times that are wall-clock already) lie more than :data:`WINDOWS_APART_NS` apart, in words; else
+    empty."""
     for a, b in zip(group, group[1:]):
-        if a.base_time_ns is None or b.base_time_ns is None or a.last_ns is None or b.first_ns is None:
+        end, start = _wall_ns(a, a.last_ns), _wall_ns(b, b.first_ns)
+        if end is None or start is None:
             continue
-        gap = (b.base_time_ns + b.first_ns) - (a.base_time_ns + a.last_ns)
+        gap = start - end
         if gap > WINDOWS_APART_NS:
-            when = lambda r: datetime.fromtimestamp((r.base_time_ns + r.first_ns) / 1e9, timezone.utc)  # noqa: E731
+            when = lambda r: datetime.fromtimestamp(_wall_ns(r, r.first_ns) / 1e9, timezone.utc)  # type: ignore[operator]  # noqa: E731
             return (f"{Path(a.path).name} ({when(a):%Y-%m-%d %H:%M} UTC) and {Path(b.path).name} "
-                    f"({when(b):%Y-%m-%d %H:%M} UTC) are {gap / 3.6e12:.0f} h apart")
+                    f"({when(b):%Y-%m-%d %H:%M} UTC) are {fmt_us(gap / NS_PER_US)} apart")
     return ""
 
 

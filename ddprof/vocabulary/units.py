@@ -14,7 +14,7 @@ from collections.abc import Sequence
 #: Nanoseconds per microsecond: the store keeps integer ns, the report speaks µs.
 NS_PER_US = 1_000
 
-_TIME = (("s", 1e6), ("ms", 1e3), ("µs", 1.0))
+_TIME = (("d", 86_400e6), ("h", 3_600e6), ("s", 1e6), ("ms", 1e3), ("µs", 1.0))  # an hour up: h, a day up: d
 _SIZE = (("GiB", float(1 << 30)), ("MiB", float(1 << 20)), ("KiB", float(1 << 10)))
 
 
@@ -28,7 +28,7 @@ def _in_units(value: float, units: tuple[tuple[str, float], ...]) -> str:
 
 def fmt_us(us: float | None) -> str:
     """A duration given in µs: 1234.5 -> '1.23 ms'; 999.96 -> '1 ms'; 0.5 -> '0.5 µs'; 2.5e6 -> '2.5 s';
-    None -> '-'."""
+    1.2e9 -> '1200 s'; 7.2e9 -> '2 h'; 1.28e13 -> '148 d' (traces of one rank taken months apart); None -> '-'."""
     return "-" if us is None else _in_units(float(us), _TIME)
 
 

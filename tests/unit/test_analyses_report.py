@@ -331,7 +331,8 @@ def test_slow_rank_sample_wait_is_wall_clock_and_within_a_step(tmp_path):
 
 
 @pytest.mark.parametrize("us,text", [(1234.5, "1.23 ms"), (999.96, "1 ms"), (999.4, "999 µs"), (0.5, "0.5 µs"),
-                                     (2.5e6, "2.5 s"), (99_500, "99.5 ms"), (999_999, "1 s"), (None, "-")])
+                                     (2.5e6, "2.5 s"), (99_500, "99.5 ms"), (999_999, "1 s"), (1.2e9, "1200 s"),
+                                     (7.2e9, "2 h"), (1.28e13, "148 d"), (None, "-")])
 def test_durations_read_the_same_everywhere(us, text):
     """One formatter (ddprof.vocabulary.units) for the verdicts and the tables; rounding never gives '1e+03 µs'."""
     assert fmt_us(us) == text

@@ -352,7 +352,23 @@ def test_traces_of_one_rank_days_apart_are_windows_with_a_warning(tmp_path):
     run = ddprof.ingest([src], tmp_path / "run")
     assert run.manifest["per_rank"]["0"]["windows"] and len(run.manifest["per_rank"]["0"]["sources"]) == 2
     assert ("rank 0: its traces monday.json (2024-04-01 09:44 UTC) and tuesday.json (2024-04-04 09:44 UTC) are "
-            "72 h apart; read as profiling windows of one rank") in run.manifest["warnings"]
+            "3 d apart; read as profiling windows of one rank") in run.manifest["warnings"]
+
+
+def test_traces_with_wall_clock_times_and_no_base_months_apart_are_windows_with_a_warning(tmp_path):
+    # PyTorch 1.8-1.9 wrote event times as µs since the epoch and no baseTimeNanoseconds (kineto's own
+    # tb_plugin samples: worker0 traced in January and twice in June 2021, in one folder)
+    src = _windows_of_rank_0(tmp_path, {})
+    for name, shift_us in (("monday.json", 0), ("tuesday.json", 148 * 86_400 * 10**6)):
+        doc = json.loads((src / name).read_text())
+        doc.pop("baseTimeNanoseconds")
+        for e in doc["traceEvents"]:
+            e["ts"] += shift_us
+        write(src / name, doc)
+    run = ddprof.ingest([src], tmp_path / "run")
+    assert len(run.manifest["per_rank"]["0"]["sources"]) == 2
+    assert any(w.startswith("rank 0: its traces monday.json (") and "are 148 d apart" in w
+               for w in run.manifest["warnings"])
 
 
 def test_windows_of_one_rank_on_one_machine_stay_silent(tmp_path):
