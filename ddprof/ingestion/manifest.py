@@ -174,7 +174,7 @@ def build_manifest(results: dict[str, FileResult], rank_map: dict[str, int] | No
             info["accelerator_events"][cat] = info["accelerator_events"].get(cat, 0) + n
         info["last_ns"] = max(info["last_ns"] or 0, r.last_ns or 0)
         info["gpu"] = info["gpu"] or r.gpu
-        info["warnings"].extend(r.warnings)
+        info["warnings"].extend(w for w in r.warnings if w not in info["warnings"])  # once per rank, not per trace
     for r in results.values():
         if r.status == "failed":
             warnings.append(r.error or f"{r.path}: failed")
