@@ -85,7 +85,13 @@ def _comm_kernels(df: pl.DataFrame, meta: pl.DataFrame, own: pl.DataFrame, marke
     op_of_name = pl.col("name").replace_strict(
         names, [m[1] if m is not None else op_from_kernel(n) or "unknown" for n, m in zip(names, matched)],
         return_dtype=pl.String)
-    linked = (kernels.lazy()
+    # only the kernels some metadata or rule can reach go through the joins (a few of thousands); the
+    # keys are matched whatever the trace here, exactly below
+    reachable = (pl.col("_row").is_in(meta.filter(_HAS_OWN).get_column("_row"))
+                 | pl.col("external_id").is_in(described.get_column("external_id").drop_nulls())
+                 | pl.col("correlation").is_in(launched.get_column("correlation").drop_nulls())
+                 | pl.col("name").is_in(named))
+    linked = (kernels.lazy().filter(reachable)
               .join(own.lazy().join(meta.lazy().filter(_HAS_OWN).select("_row"), on="_row", how="semi")
                     .with_columns(_own=pl.lit(True)), on="_row", how="left", maintain_order="left")
               .join(by_ext, on=_EXT, how="left", maintain_order="left")
