@@ -312,12 +312,20 @@ def _write_parquet(df: pl.DataFrame, target: Path | io.BytesIO) -> int:
     return target.tell() if isinstance(target, io.BytesIO) else target.stat().st_size
 
 
+#: From this many rows up, duplicates are looked for among rows that start and last alike first.
+MANY_ROWS = 32_768
+
+
 def _drop_duplicates(df: pl.DataFrame, traces: int) -> tuple[pl.DataFrame, list[int]]:
     """The events with exact duplicates (every column equal, the trace included) dropped, first kept;
-    and how many went, per trace. Rows are compared whole only where their trace, start and duration
-    repeat (integers: a fraction of the cost of hashing every column, and few rows)."""
-    same_time = df.select("_trace", "ts_ns", "dur_ns").is_duplicated()
-    if not same_time.any() or not df.filter(same_time).is_duplicated().any():
+    and how many went, per trace. On a large frame rows are compared whole only where their trace, start
+    and duration repeat (integers: a fraction of the cost of hashing every column, and few rows)."""
+    if df.height < MANY_ROWS:
+        duplicated = df.is_duplicated().any()
+    else:
+        same_time = df.select("_trace", "ts_ns", "dur_ns").is_duplicated()
+        duplicated = same_time.any() and df.filter(same_time).is_duplicated().any()
+    if not duplicated:
         return df, [0] * traces
     kept = df.unique(maintain_order=True, keep="first")
     before = np.bincount(df.get_column("_trace").to_numpy(), minlength=traces)

@@ -387,6 +387,24 @@ def test_json_error_offsets_are_in_the_file_and_truncation_is_said_only_when_tru
     assert "truncated" in cut["error"]
 
 
+@pytest.mark.parametrize("large", [False, True])
+def test_exact_duplicates_are_rows_equal_in_every_field(tmp_path, monkeypatch, large):
+    """Rows that start and last alike but differ elsewhere are kept; copies equal in every field are dropped,
+    on a small frame (every column hashed) and on a large one (compared whole where start and duration repeat)."""
+    from ddprof.ingestion import job
+
+    if large:
+        monkeypatch.setattr(job, "MANY_ROWS", 8)  # the large-frame path, on a trace ingested in this process
+    evs = events(40)
+    evs += [dict(evs[i]) for i in (3, 3, 17)]  # exact copies: 3
+    evs += [{**evs[5], "name": "aten::other"}, {**evs[9], "tid": 2}]  # same start and duration, not copies
+    run = ddprof.ingest([trace(tmp_path / "r0.json", 0, 1, evs)], tmp_path / "run")
+    info = run.manifest["per_rank"]["0"]
+    assert info["events"] == 42
+    (w,) = [w for w in info["warnings"] if "duplicate" in w]
+    assert w.startswith("dropped 3 exact duplicate event(s)")
+
+
 def test_absurd_durations_are_dropped_by_name_with_nothing_on_stderr(tmp_path, capfd):
     evs = events(3) + [{**events(1)[0], "name": "huge", "dur": 1e308}, {**events(1)[0], "name": "inf", "ts": 1e308}]
     with warnings.catch_warnings():

@@ -85,13 +85,7 @@ def _comm_kernels(df: pl.DataFrame, meta: pl.DataFrame, own: pl.DataFrame, marke
     op_of_name = pl.col("name").replace_strict(
         names, [m[1] if m is not None else op_from_kernel(n) or "unknown" for n, m in zip(names, matched)],
         return_dtype=pl.String)
-    # only the kernels some metadata or rule can reach go through the joins (a few of thousands); the
-    # keys are matched whatever the trace here, exactly below
-    reachable = (pl.col("_row").is_in(meta.filter(_HAS_OWN).get_column("_row"))
-                 | pl.col("external_id").is_in(described.get_column("external_id").drop_nulls())
-                 | pl.col("correlation").is_in(launched.get_column("correlation").drop_nulls())
-                 | pl.col("name").is_in(named))
-    linked = (kernels.lazy().filter(reachable)
+    linked = (_reachable(kernels, meta, described, launched, named).lazy()
               .join(own.lazy().join(meta.lazy().filter(_HAS_OWN).select("_row"), on="_row", how="semi")
                     .with_columns(_own=pl.lit(True)), on="_row", how="left", maintain_order="left")
               .join(by_ext, on=_EXT, how="left", maintain_order="left")
@@ -102,6 +96,23 @@ def _comm_kernels(df: pl.DataFrame, meta: pl.DataFrame, own: pl.DataFrame, marke
     return (linked.filter(pl.col("_named") | _NOT_NAMED_COMM)
             .with_columns(coll_op=pl.when(_UNKNOWN).then(op_of_name).otherwise("coll_op"))
             .select(_META_COLS).collect(engine="in-memory"))
+
+
+#: From this many kernels up, only those some metadata or rule can reach are joined (:func:`_reachable`).
+MANY_KERNELS = 4096
+
+
+def _reachable(kernels: pl.DataFrame, meta: pl.DataFrame, described: pl.DataFrame, launched: pl.DataFrame,
+               named: list[str]) -> pl.DataFrame:
+    """The kernels some metadata or kernel rule can reach (their keys matched whatever the trace here,
+    exactly by the joins after): a few of thousands on a large trace (a 50k-event trace joined 16.7k
+    kernels to link 40). Below :data:`MANY_KERNELS` all of them: the filter's own cost is then the larger."""
+    if kernels.height < MANY_KERNELS:
+        return kernels
+    return kernels.filter(pl.col("_row").is_in(meta.filter(_HAS_OWN).get_column("_row"))
+                          | pl.col("external_id").is_in(described.get_column("external_id").drop_nulls())
+                          | pl.col("correlation").is_in(launched.get_column("correlation").drop_nulls())
+                          | pl.col("name").is_in(named))
 
 
 def _fill_only_group(comm: pl.DataFrame, infos: Sequence[dict[str, Any] | None]) -> pl.DataFrame:
