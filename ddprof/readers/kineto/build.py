@@ -50,6 +50,7 @@ _IS_COMM = ((pl.col("coll_op").is_not_null() & (pl.col("cat") == "kernel"))
 _COMM_KIND = pl.when(_IS_COMM).then(pl.lit("comm", dtype=Kind)).otherwise("kind")
 #: One row of nulls, the metadata of a row that has none (``DataFrame.clear(1)`` costs ~1 ms).
 _NO_META = pl.DataFrame([pl.Series(f, [None], dtype=t) for f, t in STORED.items()])
+_NULL_META = [pl.lit(None, dtype=t).alias(f) for f, t in STORED.items()]
 _COLUMNS = {
     "bytes": message_size(pl.col("coll_op"), pl.col("in_bytes"), pl.col("out_bytes"), pl.col("group_size")),
     "stream": pl.when("is_gpu").then(pl.coalesce("a_stream", "tid")),
@@ -94,6 +95,8 @@ def _apply_meta(df: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
     metadata, nulls where it has none; only the metadata columns are copied); GPU rows among them become
     ``comm``, gloo:* annotations too. The message size (``bytes``) is computed from these columns with the
     rest of the table (:func:`build_events`)."""
+    if comm.height == 0:  # no communication (a single-GPU trace): null columns, nothing to gather
+        return df.with_columns(_NULL_META).with_columns(kind=_COMM_KIND)
     at = np.full(df.height, comm.height, dtype=np.int64)  # comm.height: the row of nulls below
     at[comm.get_column("_row").to_numpy()] = np.arange(comm.height)
     spread = pl.concat([pl.DataFrame([comm.get_column(f) for f in STORED]), _NO_META])[at]
