@@ -41,6 +41,7 @@ from ddprof.report.schema import (
     IdleStepSummary,
     OverlapRow,
     RunSection,
+    field_of,
     rows,
 )
 from ddprof.vocabulary.units import NS_PER_US, fmt_us
@@ -178,8 +179,8 @@ def idle_verdicts(report: dict[str, Any]) -> list[str]:
     if sum(totals.values()) > 0:
         top = max(totals, key=lambda c: totals[c])
         share = 100 * totals[top] / sum(totals.values())
-        captured, run = _captured(report)
-        if top == "host_wait" and captured and captured >= run:
+        captured, run = _captured(report) if top == "host_wait" else (0, 0)
+        if captured and captured >= run:
             text += (f"; {share:.0f} % of the gaps are host wait, but the trace is mostly a graph capture "
                      f"({captured} launches captured into a CUDA/HIP graph, {run} kernels run): captured work "
                      "runs later, through graph launches, so this idle time says nothing about launch speed")
@@ -191,8 +192,7 @@ def idle_verdicts(report: dict[str, Any]) -> list[str]:
 def _captured(report: dict[str, Any]) -> tuple[int, int]:
     """Launches captured into graphs (the health section's ``graph_capture``) and kernels run, over the run."""
     captured = sum(f.count for f in rows(report.get("health") or [], HealthFinding) if f.finding == "graph_capture")
-    run = msgspec.convert(report["run"], RunSection) if report.get("run") else None
-    return captured, sum(p.kernels or 0 for p in run.per_rank) if run else 0
+    return captured, sum(p.kernels for p in field_of(report.get("run") or {}, RunSection, "per_rank"))
 
 
 # --- the report's sections this module computes (ddprof.analyses.sections) ------------------------------------------

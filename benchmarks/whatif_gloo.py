@@ -54,7 +54,7 @@ def measure(run_dir: Path, slow: int | None) -> tuple[float, float | None, str |
     steps, of the recording replayed (its replay error, printed by ``ddprof whatif``, is within 2 % of
     the measured steps or nothing is projected)."""
     run = ddprof.open_run(run_dir)
-    w = whatif(run.events(), stragglers=[slow] if slow is not None else "none", comm_k=[], host_gaps=False,
+    w = whatif(run.events(), stragglers=[slow] if slow is not None else None, comm_k=[], host_gaps=False,
                rebalance=False, attribute=False, critical=False)
     if not w.explained:
         return w.step_s, None, w.reason

@@ -179,20 +179,13 @@ def whatif(events: Events, *, stragglers: str | list[int] | None = "auto", comm_
                 best_e, best_t = min(found, key=lambda et: et[1])
                 out.projections.append(Projection(best_e.name, best_e.says, best_t, base - best_t,
                                                   100 * (base - best_t) / base if base else 0.0))
-    elif stragglers and stragglers != "auto":  # "auto" on a single rank: no one to compare it with
-        mask = np.isin(worker, np.asarray(list(stragglers)))
-        names = ", ".join(str(r) for r in stragglers)
-        candidates.append(E.typical_for(model, mask, KEYS, "straggler_ranks_" + "_".join(map(str, stragglers)),
-                                        f"making rank{'s' if len(stragglers) > 1 else ''} {names} as fast as the others",
-                                        peers))
+    elif stragglers and not isinstance(stragglers, str):  # "auto" on a single rank: no one to compare it with
+        candidates.append(_as_fast_as_others(model, worker, list(stragglers), peers))
     traced = set(np.unique(worker).tolist())
     for group in groups or []:
         present = [r for r in group if r in traced]
         if present:
-            candidates.append(E.typical_for(model, np.isin(worker, present), KEYS,
-                                            "straggler_ranks_" + "_".join(map(str, present)),
-                                            f"making ranks {', '.join(map(str, present))} as fast as the others",
-                                            peers))
+            candidates.append(_as_fast_as_others(model, worker, present, peers))
     for k in comm_k or []:
         candidates.append(E.comm_faster(model, k))
     if typical_links:
@@ -219,6 +212,13 @@ def whatif(events: Events, *, stragglers: str | list[int] | None = "auto", comm_
     out.verdict = (_sentence(best, base) if best else
                    f"none of the edits tried would cut the step ({_ms(base)}) by 1 % or more")
     return out
+
+
+def _as_fast_as_others(model: Model, worker: np.ndarray, ranks: list[int], peers: np.ndarray | None) -> E.Edit:
+    """The edit that makes ``ranks`` as fast as the others, together (:func:`.edits.typical_for`)."""
+    names = ", ".join(map(str, ranks))
+    return E.typical_for(model, np.isin(worker, np.asarray(ranks)), KEYS, "straggler_ranks_" + "_".join(map(str, ranks)),
+                         f"making rank{'s' if len(ranks) > 1 else ''} {names} as fast as the others", peers)
 
 
 def _replay_cost(model: Model, order: Plan) -> float:
