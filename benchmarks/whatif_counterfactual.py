@@ -1,9 +1,11 @@
 """What-if projections against the truth: generated runs with slow ranks (one straggler, or a whole
-pipeline stage) or a host's slow link (its own link between its GPUs 3x slower) whose step without them is
-known (``ddprof synth``'s truth.json, ``without_fault``: the same run simulated again with no rank or link
-slow), over data-parallel, tensor × data-parallel and pipeline × data-parallel (1F1B) shapes of 8 to 256
-ranks; the projection of the straggler removed (the slow ranks named), or of every transfer at its typical
-(a slow link restored), beside the truth, and the mean and worst error.
+pipeline stage), a host's slow link (its own link between its GPUs 3x slower) or poor overlap (the
+backward's all-reduces issued after it) whose step without the fault is known (``ddprof synth``'s
+truth.json, ``without_fault``: the same run simulated again with no rank or link slow and its all-reduces
+overlapped), over data-parallel, tensor × data-parallel and pipeline × data-parallel (1F1B) shapes of 8 to
+256 ranks; the projection of the straggler removed (the slow ranks named), of every transfer at its
+typical (a slow link restored), or of the all-reduces overlapped with the backward, beside the truth, and
+the mean and worst error.
 
     python benchmarks/whatif_counterfactual.py [--max-ranks 256]
 
@@ -35,6 +37,11 @@ def shapes(max_ranks: int) -> list[tuple[str, Spec]]:
                  Spec(ranks=n, steps=3, pp=4, slow={r: 1.3 for r in range(n // 4, n // 2)}))]
         if n >= 32:  # 4 hosts of 8 or more: host 1 is one host in four or fewer
             out.append((f"tp2 x dp{n // 2}, host 1 link 3x", Spec(ranks=n, steps=3, tp=2, slow_link={1: 3.0})))
+        out += [(f"dp{n}, poor overlap", Spec(ranks=n, steps=3, poor_overlap=True)),
+                # buckets of 64 MB take longer than a chunk of the backward: they queue, and the step
+                # depends on where each one's gradients are ready
+                (f"tp2 x dp{n // 2}, poor overlap, 64 MB", Spec(ranks=n, steps=3, tp=2, poor_overlap=True,
+                                                                bucket_bytes=64 << 20))]
         if n == 32:  # a stage a host
             out.append(("pp4 x dp8 1f1b, host 1 link 3x", Spec(ranks=n, steps=3, pp=4, slow_link={1: 3.0})))
     return out
@@ -52,7 +59,8 @@ def main() -> None:
             run = ddprof.ingest([out / "traces"], out / "run")
             t0 = time.process_time()
             w = whatif(run.events(), stragglers=sorted(spec.slow) or None, comm_k=[], host_gaps=False,
-                       rebalance=False, attribute=False, critical=False, typical_links=bool(spec.slow_link))
+                       rebalance=False, attribute=False, critical=False, typical_links=bool(spec.slow_link),
+                       grad_overlap=spec.poor_overlap)
             dt = time.process_time() - t0
             if not w.explained:
                 print(f"{name:36} NOT EXPLAINED: {w.reason}")

@@ -55,13 +55,17 @@ START_SLACK_S = 1e-6
 
 @dataclass
 class Edit:
-    """New values for a model's ops: ``delay``, ``dur``, ``xfer`` (arrays over the model's ops)."""
+    """New values for a model's ops: ``delay``, ``dur``, ``xfer`` (arrays over the model's ops); an edit
+    that changes what ops wait for brings its own ``model`` (the same ops, other edges) and its ``order``
+    (:mod:`analyses.whatif.overlap`)."""
 
     name: str
     says: str
     delay: np.ndarray
     dur: np.ndarray
     xfer: np.ndarray
+    model: Model | None = None
+    order: Plan | None = None
 
 
 def recorded(model: Model) -> Edit:
@@ -195,7 +199,9 @@ def no_delays(model: Model, mask: np.ndarray, what: str = "host gaps", amount: n
 
 
 def project(model: Model, order: Plan, edit: Edit) -> np.ndarray:
-    """Per step, the replayed step time under ``edit``."""
+    """Per step, the replayed step time under ``edit`` (on its own model where it brings one)."""
+    if edit.model is not None:
+        model, order = edit.model, edit.order or order
     return replay(model, delay=edit.delay, dur=edit.dur, xfer=edit.xfer, order=order).step_time
 
 

@@ -8,6 +8,7 @@ share. Where the replay check fails, no projection is made and ``explained`` is 
 
 Edits (each optional): the straggler removed (``stragglers``: ranks, or ``"auto"``: each rank in turn,
 the one whose removal saves most kept), communication ``comm_k`` times faster (∞: fully overlapped),
+the gradient all-reduces issued after the backward overlapped with it (:mod:`analyses.whatif.overlap`),
 host gaps removed (the idle part of the host threads' delays, :mod:`analyses.whatif.store`), the
 pipeline stages rebalanced (where send/recv chains reveal stages: :func:`analyses.bubbles.pipeline_stages`;
 each stage's compute scaled to the stages' mean), kernels matching a pattern ``k``
@@ -33,6 +34,7 @@ from ddprof.analyses.frames.memo import Events, prepare
 from ddprof.analyses.whatif import edits as E
 from ddprof.analyses.whatif.critical import CriticalPath, critical_path
 from ddprof.analyses.whatif.model import Model
+from ddprof.analyses.whatif.overlap import grad_overlap as grad_overlap_edit
 from ddprof.analyses.whatif.replay import Plan, plan, replay
 from ddprof.analyses.whatif.store import replay_check, step_times
 
@@ -82,6 +84,8 @@ def _sentence(p: Projection, base: float) -> str:
 
 
 def _mean_step(model: Model, order: Plan, edit: E.Edit) -> float:
+    if edit.model is not None:  # an edit of what ops wait for: replayed on its own graph
+        model, order = edit.model, edit.order or plan(edit.model)
     r = replay(model, delay=edit.delay, dur=edit.dur, xfer=edit.xfer, order=order)
     return float(step_times(model, r.start, r.end).mean())
 
@@ -91,7 +95,10 @@ def bound(model: Model, edit: E.Edit) -> float:
     crosses each op's delay, duration and transfer at most once, and a max-plus value falls by no more
     than its path's weights fall, so a step saves at most the sum of its ops' decreases; a first op's
     longer delay may move the step's start later (it counts too). Example: a rank whose ops together run
-    3 ms shorter per step under the edit saves at most 3 ms a step."""
+    3 ms shorter per step under the edit saves at most 3 ms a step. An edit with a graph of its own
+    (:mod:`analyses.whatif.overlap`) has no such bound: infinite."""
+    if edit.model is not None:
+        return math.inf
     fall = (np.maximum(model.delay - edit.delay, 0) + np.maximum(model.dur - edit.dur, 0)
             + np.maximum(model.xfer - edit.xfer, 0) + np.where(model.first, np.maximum(edit.delay - model.delay, 0), 0))
     per = np.bincount(model.step_of_op, weights=fall, minlength=len(model.steps))
@@ -123,7 +130,8 @@ def whatif(events: Events, *, stragglers: str | list[int] | None = "auto", comm_
            host_gaps: bool = True, kernels: list[tuple[str, float]] | None = None,
            attribute: bool = True, max_candidates: int = MAX_STRAGGLER_CANDIDATES, rebalance: bool = True,
            budget_s: float | None = None, keep: int | None = None, min_saving: float = 0.0,
-           critical: bool = True, typical_links: bool = False, groups: list[list[int]] | None = None) -> WhatIf:
+           critical: bool = True, typical_links: bool = False, groups: list[list[int]] | None = None,
+           grad_overlap: bool = True) -> WhatIf:
     """Project the edits asked for on a run (module doc); ``max_candidates``: the ranks tried for the
     automatic straggler edit, at most. ``budget_s``: the CPU seconds this may take (none: no limit): past
     it after the model is built and replayed as recorded, nothing is projected (``reason`` says so);
@@ -132,7 +140,8 @@ def whatif(events: Events, *, stragglers: str | list[int] | None = "auto", comm_
     bound is below this share of the step. ``critical``: also find each step's critical path.
     ``typical_links``: also every transfer at most its collective's typical (a slow link restored).
     ``groups``: groups of ranks each made as fast as the others as one edit (ranks slower together,
-    :mod:`analyses.slow_groups`)."""
+    :mod:`analyses.slow_groups`). ``grad_overlap``: also the gradient all-reduces that wait for the whole
+    backward overlapped with it (:mod:`analyses.whatif.overlap`), where a rank has such a tail."""
     t0 = time.process_time()
     deadline = None if budget_s is None else t0 + budget_s
     p = prepare(events)
@@ -190,6 +199,8 @@ def whatif(events: Events, *, stragglers: str | list[int] | None = "auto", comm_
         candidates.append(E.comm_faster(model, k))
     if typical_links:
         candidates.append(E.typical_transfers(model, peers=peers))
+    if grad_overlap and check.deps is not None and (overlapped := grad_overlap_edit(model, check.deps)) is not None:
+        candidates.append(overlapped)
     if host_gaps:
         candidates.append(E.no_delays(model, (model.ops["lane"] < 0).to_numpy(), "host gaps",
                                       amount=model.ops["gap"].to_numpy()))

@@ -114,7 +114,7 @@ def op_rows(events: Events) -> tuple[pl.DataFrame, pl.DataFrame]:
                 .filter((pl.col("__c0") >= pl.col("ts_ns")) & (pl.col("__c1") <= pl.col("__end")))
                 .select(_KEY).unique())
     cpu_work = top.drop("__end").join(contains, on=_KEY, how="anti", nulls_equal=True)
-    cols = ["rank", "step", "tid", "stream", "ts_ns", "dur_ns", "kind", "name", "correlation", "coll_op"]
+    cols = ["rank", "step", "tid", "stream", "ts_ns", "dur_ns", "kind", "name", "correlation", "coll_op", "bytes"]
     rows = collect(pl.concat([f.select(cols) for f in (device, host_gpu, cpu_comm, cpu_work)]))
     if rows.is_empty():
         return rows, pl.DataFrame()
@@ -272,6 +272,8 @@ class ReplayCheck:
     order: Plan | None = None
     #: The recorded replay (with each node's binding edge: the critical path's links).
     replayed: Replay | None = None
+    #: The extra edges the model was built with (launches, waits, hand-offs: :func:`op_rows`).
+    deps: pl.DataFrame | None = None
 
     @property
     def explained(self) -> bool:
@@ -354,4 +356,4 @@ def replay_check(events: Events, deadline: float | None = None) -> ReplayCheck:
     if error > MAX_REPLAY_ERROR:
         reason = (f"replaying the recorded durations misses a measured step span by {100 * error:.1f} % of the "
                   f"mean step time (above {100 * MAX_REPLAY_ERROR:.0f} %): the model does not explain this run")
-    return ReplayCheck(model, spans, measured, error, reason, order, r)
+    return ReplayCheck(model, spans, measured, error, reason, order, r, deps)

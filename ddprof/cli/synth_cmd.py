@@ -34,6 +34,9 @@ def _pairs(values: tuple[str, ...], what: str) -> dict[int, float]:
 @click.option("--slow", multiple=True, metavar="RANK=FACTOR", help="A rank whose kernels take FACTOR times longer.")
 @click.option("--slow-link", multiple=True, metavar="HOST=FACTOR",
               help="A host whose own link between its GPUs transfers FACTOR times slower (its groups' collectives).")
+@click.option("--poor-overlap", is_flag=True,
+              help="The backward's all-reduces issued after the whole backward instead of each after its chunk "
+                   "(data-parallel runs without a pipeline); truth.json gives the step with them overlapped.")
 @click.option("--clock-offset", multiple=True, metavar="HOST=US", help="A host whose clock reads US µs ahead.")
 @click.option("--noise", type=float, default=0.1, show_default=True, help="Kernel duration jitter (fraction).")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -47,7 +50,7 @@ def _pairs(values: tuple[str, ...], what: str) -> dict[int, float]:
 @click.option("--hot-share", type=click.FloatRange(0, 1), default=0.4, show_default=True,
               help="--moe: the share of every rank's tokens routed to --hot-rank.")
 def synth(out_dir: str, ranks: int, steps: int, kernels: int, tp: int, pp: int, micro_batches: int, schedule: str,
-          gpus_per_host: int, slow: tuple[str, ...], slow_link: tuple[str, ...], clock_offset: tuple[str, ...],
+          gpus_per_host: int, slow: tuple[str, ...], slow_link: tuple[str, ...], poor_overlap: bool, clock_offset: tuple[str, ...],
           noise: float, seed: int,
           fmt: str, moe: bool, tokens: int, hot_rank: int, hot_share: float) -> int:
     """Write a generated run: OUT_DIR/traces (Kineto JSON per rank, or one Nsight Systems SQLite export with
@@ -59,7 +62,7 @@ def synth(out_dir: str, ranks: int, steps: int, kernels: int, tp: int, pp: int, 
 
     spec = Spec(ranks=ranks, steps=steps, kernels=kernels, tp=tp, pp=pp, micro_batches=micro_batches,
                 schedule=schedule, gpus_per_host=gpus_per_host, slow=_pairs(slow, "RANK=FACTOR"),
-                slow_link=_pairs(slow_link, "HOST=FACTOR"),
+                slow_link=_pairs(slow_link, "HOST=FACTOR"), poor_overlap=poor_overlap,
                 clock_offset_us=_pairs(clock_offset, "HOST=MICROSECONDS"), noise=noise, seed=seed)
     truth = generate(spec, out_dir, fmt=fmt)
     out = Path(out_dir)  # "out/" names out/traces, not out//traces

@@ -69,6 +69,9 @@ def _osdi_job(sources: tuple[str, ...]) -> tuple[Path, str] | None:
               help="Kernels (and ops) whose name matches REGEX K times faster. Repeatable.")
 @click.option("--host-gaps/--no-host-gaps", default=True, show_default=True,
               help="Project the host threads' idle gaps removed.")
+@click.option("--grad-overlap/--no-grad-overlap", default=True, show_default=True,
+              help="Project the gradient all-reduces that wait for the whole backward overlapped with it (where "
+                   "a rank has several after its backward; not on pipelines).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the result here (atomically).")
 @click.option("--cache", type=click.Path(file_okay=False),
@@ -77,7 +80,7 @@ def _osdi_job(sources: tuple[str, ...]) -> tuple[Path, str] | None:
 @rank_option
 @comm_kernel_option
 def whatif(sources: tuple[str, ...], straggler: str, comm_k: tuple[str, ...], comm_overlap: bool,
-           typical_links: bool, kernels: tuple[str, ...], host_gaps: bool, fmt: str, output: str | None, cache: str | None,
+           typical_links: bool, kernels: tuple[str, ...], host_gaps: bool, grad_overlap: bool, fmt: str, output: str | None, cache: str | None,
            ranks: tuple[str, ...], comm_kernels: tuple[str, ...] = ()) -> int:
     """Project a run's step time under edits (straggler removed, faster communication...) by replaying its
     cross-rank dependency model."""
@@ -104,7 +107,8 @@ def whatif(sources: tuple[str, ...], straggler: str, comm_k: tuple[str, ...], co
         if src.run is None:
             raise UsageError("nothing to replay: Flight Recorder dumps hold no timeline; name traces or a run dir")
         result = as_dict(project(src.run.events(), stragglers=_stragglers(straggler), comm_k=ks,
-                                 host_gaps=host_gaps, kernels=pairs, typical_links=typical_links))
+                                 host_gaps=host_gaps, kernels=pairs, typical_links=typical_links,
+                                 grad_overlap=grad_overlap))
     emit(json.dumps(result, indent=2) if fmt == "json" else _text(result), output)
     return 0
 
@@ -130,11 +134,12 @@ def _text(r: dict[str, Any]) -> str:
                  f"{_ms(r['step_s'])}")
     lines.append(f"verdict: {r['verdict']}")
     lines.append("")
-    lines.append(f"{'edit':44} {'step':>10} {'saving':>12}")
+    width = max([44, *(len(p["says"]) for p in r["projections"])])  # an edit's words are never cut
+    lines.append(f"{'edit':{width}} {'step':>10} {'saving':>12}")
     for p in r["projections"]:
         pct = p["saving_pct"]
         share = f"(−{pct:.0f} %)" if pct >= 0 else f"(+{-pct:.0f} %)"
-        lines.append(f"{p['says'][:44]:44} {_ms(p['step_s']):>10} {_ms(p['saving_s']):>9} {share}")
+        lines.append(f"{p['says']:{width}} {_ms(p['step_s']):>10} {_ms(p['saving_s']):>9} {share}")
     if r["by_rank"]:
         lines.append("")
         lines.append("slowdown kept when only this group runs as recorded (1.000 = explains nothing):")

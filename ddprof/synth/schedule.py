@@ -130,8 +130,10 @@ def program(spec: Spec, rank: int, step: int, by_desc: dict[tuple[str, int], Gro
                 ops.append(allreduce(tp_group, spec.tp_bytes, TP_STREAM, True))
         for n in _split(spec.kernels - fwd, spec.buckets):
             ops.append(("compute", n, "bwd"))
-            if dp_group is not None:
+            if dp_group is not None and not spec.poor_overlap:
                 ops.append(allreduce(dp_group, spec.bucket_bytes, DP_STREAM, False))
+        if dp_group is not None and spec.poor_overlap:  # every bucket after the whole backward
+            ops += [allreduce(dp_group, spec.bucket_bytes, DP_STREAM, False) for _ in range(spec.buckets)]
     else:
         assert pp_group is not None
         M, P = spec.micro_batches, spec.pp

@@ -9,7 +9,8 @@ Per step and rank (times in µs, kernel durations ``kernel_us · (1 ± noise)``,
 * without pipeline (``pp == 1``): a forward pass of ``kernels // 3`` compute kernels in ``layers``
   chunks, each chunk followed by a tensor-parallel all-reduce (``tp > 1``; the compute stream waits for
   it); a backward pass of the other kernels in ``buckets`` chunks, each followed by a data-parallel
-  all-reduce on its own stream that overlaps the next chunk (``dp > 1``); the step ends when the GPU has
+  all-reduce on its own stream that overlaps the next chunk (``dp > 1``; with ``poor_overlap``, every
+  bucket's all-reduce after the last chunk); the step ends when the GPU has
   finished everything (the host synchronises);
 * with a pipeline (``pp > 1``): ``micro_batches`` forward and backward passes of ``kernels //
   (2 · micro_batches)`` kernels each, in GPipe or 1F1B order; activations go to the next stage and
@@ -19,7 +20,10 @@ Per step and rank (times in µs, kernel durations ``kernel_us · (1 ± noise)``,
 A slow rank's kernels take ``slow[rank]`` times longer. A slow link (``slow_link[host]``): the host's own
 link between its GPUs (NVLink, PCIe) that many times slower: every collective and send/recv whose ranks all
 sit on that host transfers that many times longer (a tensor-parallel group's all-reduce, a pipeline's
-transfer between stages of one host). A host's clock reads ``clock_offset_us[host]``
+transfer between stages of one host). Poor overlap (``poor_overlap``, data-parallel runs without a
+pipeline): the backward pass's all-reduces are issued after the whole backward, one after another (a
+gradient all-reduce after ``loss.backward()``, or DDP with a single bucket), instead of each after its
+chunk, overlapping the next. A host's clock reads ``clock_offset_us[host]``
 more than the true time (every event of its ranks is shifted; the truth is on the true clock).
 """
 
@@ -56,6 +60,7 @@ class Spec:
     slow: dict[int, float] = field(default_factory=dict)
     slow_link: dict[int, float] = field(default_factory=dict)
     clock_offset_us: dict[int, float] = field(default_factory=dict)
+    poor_overlap: bool = False
     noise: float = 0.1
     seed: int = 0
     base_us: float = 1_000_000.0
@@ -83,6 +88,8 @@ class Spec:
             problems.append("slow ranks must exist and have a factor ≥ 1")
         if any(not 0 <= h < self.hosts for h in self.slow_link) or any(f < 1 for f in self.slow_link.values()):
             problems.append("slow links must be of hosts that exist and have a factor ≥ 1")
+        if self.poor_overlap and (self.pp > 1 or self.dp < 2):
+            problems.append("poor overlap is of a data-parallel run without a pipeline (pp 1, dp at least 2)")
         if problems:
             raise UsageError("synth: " + "; ".join(problems))
 

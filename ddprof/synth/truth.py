@@ -16,11 +16,12 @@ busy, neither compute nor communication). Per collective instance: arrival skew 
 bubble ``100 · (P−1)/(M+P−1)``.
 
 **Without the fault** (``without_fault``, a run with slow ranks: one straggler, or every rank of a
-pipeline stage; or with a host's slow link): the same run simulated again with no rank or link slow (the same kernels, the same noise: each
+pipeline stage; or with a host's slow link; or with poor overlap): the same run simulated again with no rank
+or link slow and its all-reduces overlapped (the same kernels, the same noise: each
 block's noise is drawn from its own seed), and both runs' **step**: per step, from the earliest start of
 its rows on any rank (the launch calls) to the latest end (kernels, transfers, launch calls), averaged
 over the steps: the step a what-if projection gives (:mod:`ddprof.analyses.whatif.projections`).
-Example: rank 3 of 8 at 1.3x: ``{"fault": "slow ranks 3", "slow_ranks": [3], "step_us": 3120.4,
+Example: rank 3 of 8 at 1.3x: ``{"fault": "slow ranks 3", "slow_ranks": [3], "poor_overlap": false, "step_us": 3120.4,
 "without_fault_step_us": 2610.9}``.
 """
 
@@ -201,16 +202,17 @@ def row_steps_us(spec: Spec, lines: list[Timeline]) -> list[float]:
 def without_fault(spec: Spec, lines: list[Timeline]) -> dict[str, Any] | None:
     """The run's step and the same run's without its slow ranks and slow links (module doc); None for a run
     without either."""
-    if not spec.slow and not spec.slow_link:
+    if not spec.slow and not spec.slow_link and not spec.poor_overlap:
         return None
     from dataclasses import replace
 
-    clean = replace(spec, slow={}, slow_link={})
+    clean = replace(spec, slow={}, slow_link={}, poor_overlap=False)
     faulty, fixed = row_steps_us(spec, lines), row_steps_us(clean, simulate(clean))
     ranks, hosts = sorted(spec.slow), sorted(spec.slow_link)
     fault = "; ".join([*(["slow ranks " + ",".join(map(str, ranks))] if ranks else []),
-                       *(["slow links of hosts " + ",".join(map(str, hosts))] if hosts else [])])
-    return {"fault": fault, "slow_ranks": ranks, "slow_link_hosts": hosts,
+                       *(["slow links of hosts " + ",".join(map(str, hosts))] if hosts else []),
+                       *(["all-reduces after the backward"] if spec.poor_overlap else [])])
+    return {"fault": fault, "slow_ranks": ranks, "slow_link_hosts": hosts, "poor_overlap": spec.poor_overlap,
             "step_us": sum(faulty) / len(faulty), "without_fault_step_us": sum(fixed) / len(fixed)}
 
 

@@ -68,3 +68,45 @@ def test_a_slow_link_between_hosts_is_no_link_of_one_host(tmp_path):
     its own counterfactual."""
     truth = generate(Spec(ranks=8, steps=2, gpus_per_host=2, slow_link={1: 3.0}), tmp_path)["without_fault"]
     assert truth["step_us"] == truth["without_fault_step_us"]
+
+
+OVERLAP = {
+    "dp8, all-reduces after the backward": Spec(ranks=8, steps=3, poor_overlap=True),
+    # 64 MB buckets outlast a chunk of the backward: they queue, so where each is ready sets the step
+    "tp2 x dp8, 64 MB all-reduces after the backward": Spec(ranks=16, steps=3, tp=2, poor_overlap=True,
+                                                            bucket_bytes=64 << 20),
+}
+
+
+@pytest.mark.parametrize("name", list(OVERLAP))
+def test_poor_overlap_fixed_is_projected_within_2_percent_of_the_run_that_overlaps(tmp_path, name):
+    spec = OVERLAP[name]
+    truth = generate(spec, tmp_path / "gen")["without_fault"]
+    assert truth["poor_overlap"] and truth["without_fault_step_us"] < 0.9 * truth["step_us"]
+    run = ddprof.ingest([tmp_path / "gen" / "traces"], tmp_path / "run")
+    w = whatif(run.events(), stragglers=None, comm_k=[], host_gaps=False, rebalance=False, attribute=False,
+               critical=False)
+    assert w.explained, w.reason
+    assert [p.edit for p in w.projections] == ["grad_overlap"]
+    assert w.projections[0].step_s * 1e6 == pytest.approx(truth["without_fault_step_us"], rel=0.02)
+
+
+@pytest.mark.parametrize("spec", [Spec(ranks=8, steps=2), Spec(ranks=16, steps=2, tp=2, pp=2, poor_overlap=False)],
+                         ids=["dp8 overlapping", "pp2 x tp2 x dp4"])
+def test_a_run_that_overlaps_or_a_pipeline_gets_no_overlap_projection(tmp_path, spec):
+    """A data-parallel run whose buckets already overlap has one all-reduce after its backward (the last),
+    which nothing can move; a pipeline's gradients are final only after its last micro-batch."""
+    generate(spec, tmp_path / "gen")
+    run = ddprof.ingest([tmp_path / "gen" / "traces"], tmp_path / "run")
+    w = whatif(run.events(), stragglers=None, comm_k=[], host_gaps=False, rebalance=False, attribute=False,
+               critical=False)
+    assert w.explained and w.projections == []
+
+
+def test_poor_overlap_is_of_data_parallel_runs_without_a_pipeline():
+    from ddprof.errors import UsageError
+
+    with pytest.raises(UsageError, match="poor overlap"):
+        Spec(ranks=8, pp=2, poor_overlap=True)
+    with pytest.raises(UsageError, match="poor overlap"):
+        Spec(ranks=2, tp=2, poor_overlap=True)

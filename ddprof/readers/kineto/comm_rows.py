@@ -109,9 +109,9 @@ def _reachable(kernels: pl.DataFrame, meta: pl.DataFrame, described: pl.DataFram
     kernels to link 40). Below :data:`MANY_KERNELS` all of them: the filter's own cost is then the larger."""
     if kernels.height < MANY_KERNELS:
         return kernels
-    return kernels.filter(pl.col("_row").is_in(meta.filter(_HAS_OWN).get_column("_row"))
-                          | pl.col("external_id").is_in(described.get_column("external_id").drop_nulls())
-                          | pl.col("correlation").is_in(launched.get_column("correlation").drop_nulls())
+    return kernels.filter(pl.col("_row").is_in(meta.filter(_HAS_OWN).get_column("_row").implode())
+                          | pl.col("external_id").is_in(described.get_column("external_id").drop_nulls().implode())
+                          | pl.col("correlation").is_in(launched.get_column("correlation").drop_nulls().implode())
                           | pl.col("name").is_in(named))
 
 
