@@ -93,10 +93,17 @@ def typical_values(model: Model, key: str, among: np.ndarray | None = None, v: n
     """Per op, the median value (:func:`_values`, or ``v``) of the ops with the same ``key`` within
     ``among`` (all ops by default); NaN where ``among`` has no op of that key."""
     v = _values(model) if v is None else v
-    among = np.ones(len(v), bool) if among is None else among
-    frame = pl.DataFrame({"k": model.ops[key], "v": v, "in": among})
-    med = frame.filter(pl.col("in")).group_by("k").agg(pl.col("v").median().alias("m"))
-    return frame.join(med, on="k", how="left", maintain_order="left")["m"].to_numpy().astype(np.float64)
+    return _group_median(model.codes(key), v, among)
+
+
+def _group_median(codes: np.ndarray, v: np.ndarray, among: np.ndarray | None) -> np.ndarray:
+    """Per op, the median of ``v`` over the ops of ``among`` (all by default) with its code (``codes``:
+    dense, -1 for none); NaN where there is none."""
+    inside = codes >= 0 if among is None else among & (codes >= 0)
+    med = (pl.DataFrame({"k": codes[inside], "v": v[inside]}).group_by("k").agg(pl.col("v").median()))
+    per = np.full(int(codes.max()) + 1 if len(codes) else 0, np.nan)
+    per[med["k"].to_numpy()] = med["v"].to_numpy()
+    return np.where(codes >= 0, per[np.maximum(codes, 0)], np.nan) if len(per) else np.full(len(codes), np.nan)
 
 
 def _typical(model: Model, keys: tuple[str, ...], among: np.ndarray | None, v: np.ndarray) -> np.ndarray:
@@ -134,10 +141,11 @@ def _no_later_than_peers(model: Model, starts: np.ndarray, delay: np.ndarray, ke
     if not starts.any():
         return delay
     among = starts if among is None else among
-    peers = np.zeros(len(starts), np.int64) if peers is None else peers
-    frame = pl.DataFrame({"k": model.ops[key], "g": peers, "v": model.delay, "in": among})
-    med = frame.filter(pl.col("in")).group_by("k", "g").agg(pl.col("v").median().alias("m"))
-    typ = frame.join(med, on=["k", "g"], how="left", maintain_order="left")["m"].fill_null(np.inf).to_numpy()
+    codes = model.codes(key)
+    if peers is not None:  # a code per (key, group): groups are labels from -1 up
+        g = np.asarray(peers, np.int64) + 1
+        codes = np.where(codes >= 0, codes * (int(g.max()) + 1) + g, -1)
+    typ = np.nan_to_num(_group_median(codes, model.delay, among), nan=np.inf)
     return np.where(starts, np.minimum(delay, typ), delay)
 
 

@@ -83,6 +83,17 @@ class Model:
     origin: np.ndarray
     inconsistent: int = 0
     _levels: list[tuple[np.ndarray, np.ndarray]] | None = field(default=None, repr=False)
+    _codes: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+
+    def codes(self, label: str) -> np.ndarray:
+        """The label column ``label`` of the ops as dense integer codes (-1 where null), computed once: what
+        edits group by (a string column hashed again for every edit cost more than the replay)."""
+        if label not in self._codes:
+            col = self.ops[label]
+            values = col.unique().drop_nulls()  # hashed, not sorted; a Categorical's codes are process-wide
+            codes = col.replace_strict(values, pl.int_range(len(values), eager=True, dtype=pl.Int64), default=-1)
+            self._codes[label] = codes.fill_null(-1).to_numpy()
+        return self._codes[label]
 
     @property
     def delay(self) -> np.ndarray:

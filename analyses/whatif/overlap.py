@@ -55,7 +55,8 @@ NAME, SAYS = "grad_overlap", "all-reduces overlapped with the backward"
 def _tails(ops: pl.DataFrame) -> pl.DataFrame:
     """Per (worker, step) with a tail of two ops or more: each tail op (``op``) and the backward kernel it
     would wait for (``src``), as a frame of ``src_op``, ``dst_op``."""
-    device = ops.filter(pl.col("lane") >= 0)
+    cols = ["worker", "step", "start", "end", "op", "optype", "is_comm", *(["bytes"] if "bytes" in ops.columns else [])]
+    device = ops.lazy().filter(pl.col("lane") >= 0).select(cols).collect()
     red = device.filter(pl.col("is_comm") & pl.col("optype").is_in(REDUCTIONS))
     comp = device.filter(pl.col("optype") == "compute")
     if red.is_empty() or comp.is_empty():

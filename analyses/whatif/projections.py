@@ -178,7 +178,8 @@ def whatif(events: Events, *, stragglers: str | list[int] | None = "auto", comm_
         typ = E.typical_values(model, "key")
         excess = np.nan_to_num(E._values(model) - typ) + np.nan_to_num(
             model.delay - E.typical_values(model, "key", v=model.delay))
-        per = {int(w): float(excess[worker == w].sum()) for w in np.unique(worker)}
+        ids, at = np.unique(worker, return_inverse=True)
+        per = dict(zip(ids.tolist(), np.bincount(at, weights=excess).tolist()))
         ranks = sorted(per, key=lambda w: -per[w])[:max_candidates]
         if len(ranks) > 1:
             tried = [E.typical_for(model, worker == r, KEYS, f"straggler_rank_{r}",

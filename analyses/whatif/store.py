@@ -231,15 +231,18 @@ def _idle_gaps(rows: pl.DataFrame, busy_rows: pl.DataFrame, t0: int) -> np.ndarr
     of that interval no CPU op, runtime call or communication row of the thread covers (0 on device
     lanes)."""
     gap = np.zeros(rows.height)
-    host = rows.with_row_index("__i").filter((pl.col("lane") < 0) & pl.col("__prev_end").is_not_null())
+    host = (rows.with_row_index("__i").filter((pl.col("lane") < 0) & pl.col("__prev_end").is_not_null())
+            .select("__i", "rank", "tid", "__prev_end", "start"))
     if host.is_empty() or busy_rows.is_empty():
         return gap
     busy = (busy_rows.select("rank", "tid", ((pl.col("ts_ns") - t0) / 1e9).alias("s"),
                              ((pl.col("ts_ns") + pl.col("dur_ns") - t0) / 1e9).alias("e"))
             .sort("rank", "tid", "s"))
+    # One pass to split the host rows by thread (a filter per thread would read them all per thread).
+    by_thread = host.partition_by(["rank", "tid"], as_dict=True, maintain_order=False)
     for (rank, tid), b in busy.group_by(["rank", "tid"], maintain_order=True):
-        h = host.filter((pl.col("rank") == rank) & (pl.col("tid") == tid))
-        if h.is_empty():
+        h = by_thread.get((rank, tid))
+        if h is None:
             continue
         s, e = b["s"].to_numpy(), b["e"].to_numpy()
         # Merge into disjoint busy intervals, then the busy time before t is a cumulative sum.
