@@ -15,8 +15,8 @@ and ``reason`` says why (``ddprof whatif`` projects any edit on any run it expla
 
 The edits tried: the straggler removed (the :data:`REPORT_CANDIDATES` ranks that run longest above their
 ops' typical values, one at a time), each group of ranks the stragglers section names slower together
-made as fast as the others (one edit a group), communication twice as fast and fully overlapped, host gaps
-removed; an edit whose bound (:func:`.projections.bound`) shows it cannot enter the best :data:`KEEP`,
+made as fast as the others (one edit a group), communication twice as fast and fully overlapped, the
+all-reduces that wait for the whole backward overlapped with it (:mod:`.overlap`), host gaps removed; an edit whose bound (:func:`.projections.bound`) shows it cannot enter the best :data:`KEEP`,
 or save 1 % of the step, is not replayed.
 
 Example: ``{computed: true, replay_error_pct: 0.0, step_us: 128622.2, edits: [{edit: "straggler_rank_2",
@@ -67,7 +67,7 @@ def available_memory() -> int | None:
 #: A saving, in % of the step, that the report's verdicts lead with.
 MATERIAL_PCT = 5.0
 #: The edits (name prefixes) that remove a fault, which the verdict may name.
-FAULT_EDITS = ("straggler_", "no_host_gaps", "rebalanced")
+FAULT_EDITS = ("straggler_", "no_host_gaps", "rebalanced", "grad_overlap")
 #: Ranks tried one at a time for the straggler edit in the report.
 REPORT_CANDIDATES = 8
 #: Edits the section keeps, the best first.
@@ -198,12 +198,14 @@ def _diagnosed(edit: str, report: dict[str, Any]) -> bool:
         return any(c.get("cause") == "pipeline imbalance" for c in causes)
     if edit.startswith("no_host_gaps"):
         return (report.get("run") or {}).get("device") == "gpu"
-    return False
+    # Several all-reduces that began only after the whole backward (:mod:`.overlap`): the edit exists only
+    # where the trace shows that.
+    return edit == "grad_overlap"
 
 
 def whatif_verdicts(report: dict[str, Any]) -> list[str]:
     """The sentence of the best edit that removes a fault (:data:`FAULT_EDITS`: a straggler, idle host
-    gaps, unbalanced pipeline stages), where the replay explains the run (``computed``) and the edit saves
+    gaps, unbalanced pipeline stages, all-reduces held back until the backward ended), where the replay explains the run (``computed``) and the edit saves
     at least :data:`MATERIAL_PCT` of the step; nothing otherwise (a healthy run). Faster or free
     communication is an ideal, not a fault: the overlap verdict speaks for exposed communication.
     Example: "making rank 7 as fast as the others would cut the step from 19.9 ms to 13.1 ms (−34 %)"."""

@@ -86,3 +86,22 @@ def test_a_projection_alone_names_no_rank_on_a_healthy_pipeline(ingested):
     assert edits["straggler_rank_2"]["saving_pct"] > section.MATERIAL_PCT
     assert section.whatif_verdicts(report) == []
     assert not any("as fast as the others" in v for v in report["verdicts"])
+
+
+def test_all_reduces_held_back_until_the_backward_ended_lead_the_verdicts(tmp_path):
+    """A generated data-parallel run whose all-reduces all wait for the end of the backward: the report says
+    what overlapping them would buy (the run that overlaps them is truth.json's); the same run overlapping
+    gets no such sentence."""
+    import ddprof
+    from ddprof.synth import Spec, generate
+
+    for name, poor in (("poor", True), ("good", False)):
+        truth = generate(Spec(ranks=8, steps=3, poor_overlap=poor), tmp_path / name)["without_fault"]
+        report = build_report(ddprof.ingest([tmp_path / name / "traces"], tmp_path / f"{name}-run"))
+        said = [v for v in section.whatif_verdicts(report) if v.startswith("all-reduces overlapped")]
+        if poor:
+            assert said == [f"all-reduces overlapped with the backward would cut the step from "
+                            f"{truth['step_us'] / 1e3:.1f} ms to {truth['without_fault_step_us'] / 1e3:.1f} ms "
+                            f"(−{100 * (1 - truth['without_fault_step_us'] / truth['step_us']):.0f} %)"]
+        else:
+            assert truth is None and said == []
