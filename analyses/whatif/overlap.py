@@ -15,10 +15,13 @@ last micro-batch: a run with point-to-point transfers is left as it is):
 * the **backward**: the compute kernels that began before the tail, the last :data:`BACKWARD_SHARE` of
   their time (a backward pass costs about twice its forward: each matmul's gradient takes two of the
   forward's);
-* the tail's i-th op (by start) holds the gradients of its share of the tail's bytes (bytes as
-  recorded; equal shares where not): with ``s_i`` the tail's bytes up to and including op i over its
-  total, the op waits for the end of the backward kernel by which ``s_i`` of the backward's compute
-  time has run, instead of the end of the backward. The last op keeps waiting for the end.
+* the step's **gradient reductions**: those of the tail's process groups that start from the backward's
+  start on, the tail and any that already overlap the backward (DDP's earlier buckets), in order of
+  start; op i holds its share of their bytes (bytes as recorded; equal shares where one has none): with
+  ``s_i`` their bytes up to and including op i over their total, a tail op waits for the end of the
+  backward kernel by which ``s_i`` of the backward's compute time has run, instead of the end of the
+  backward. The last keeps waiting for the end; a run that overlaps all but its last two buckets moves
+  those two little (their shares are near 1).
 
 Each tail op keeps its recorded delay after what it waits for, its transfer, its launch (it still
 starts no earlier than its launch call) and its order on its stream; the other ranks' ops are edited
@@ -53,34 +56,26 @@ NAME, SAYS = "grad_overlap", "all-reduces overlapped with the backward"
 
 
 def _tails(ops: pl.DataFrame) -> pl.DataFrame:
-    """Per (worker, step) with a tail of two ops or more: each tail op (``op``) and the backward kernel it
-    would wait for (``src``), as a frame of ``src_op``, ``dst_op``."""
+    """Per (worker, step) with a tail of two ops or more: each tail op (``dst_op``) and the backward kernel
+    it would wait for (``src_op``)."""
+    none = pl.DataFrame(schema={"src_op": pl.Int64, "dst_op": pl.Int64})
     cols = ["worker", "step", "start", "end", "op", "optype", "is_comm", *(["bytes"] if "bytes" in ops.columns else [])]
-    device = ops.lazy().filter(pl.col("lane") >= 0).select(cols).collect()
-    red = device.filter(pl.col("is_comm") & pl.col("optype").is_in(REDUCTIONS))
+    device = ops.lazy().filter(pl.col("lane") >= 0).select(*cols, pl.col("instance")).collect()
+    red = device.filter(pl.col("is_comm") & pl.col("optype").is_in(REDUCTIONS)).with_columns(
+        pl.col("instance").str.split("/").list.first().alias("__g"),  # the process group (store.op_rows)
+        (pl.col("bytes").cast(pl.Float64) if "bytes" in cols else pl.lit(None, pl.Float64)).fill_null(0.0).alias("__b"))
     comp = device.filter(pl.col("optype") == "compute")
     if red.is_empty() or comp.is_empty():
-        return pl.DataFrame(schema={"src_op": pl.Int64, "dst_op": pl.Int64})
+        return none
     last = red.group_by("worker", "step").agg(pl.col("start").max().alias("__last"))
     # T: the latest end of the compute that began before the last reduction.
     t_end = (comp.join(last, on=["worker", "step"]).filter(pl.col("start") < pl.col("__last"))
              .group_by("worker", "step").agg(pl.col("end").max().alias("__T")))
     tail = (red.join(t_end, on=["worker", "step"]).filter(pl.col("start") >= pl.col("__T") - SLACK_S)
-            .sort("worker", "step", "start", "op"))
-    has_bytes = "bytes" in tail.columns
-    tail = tail.with_columns(
-        (pl.col("bytes").cast(pl.Float64).fill_null(0.0) if has_bytes else pl.lit(0.0)).alias("__b"),
-        pl.len().over("worker", "step").alias("__n"),
-        pl.int_range(1, pl.len() + 1).over("worker", "step").alias("__i"),
-    ).filter(pl.col("__n") >= 2)
+            .filter(pl.len().over("worker", "step") >= 2))
     if tail.is_empty():
-        return pl.DataFrame(schema={"src_op": pl.Int64, "dst_op": pl.Int64})
-    # The share of the tail's gradients each op holds: by bytes where every op of the tail has some.
-    tail = tail.with_columns(
-        pl.when((pl.col("__b") > 0).all().over("worker", "step"))
-        .then(pl.col("__b").cum_sum().over("worker", "step") / pl.col("__b").sum().over("worker", "step"))
-        .otherwise(pl.col("__i") / pl.col("__n")).alias("__s"))
-    first = tail.group_by("worker", "step").agg(pl.col("start").min().alias("__t0"))
+        return none
+    first = tail.group_by("worker", "step").agg(pl.col("start").min().alias("__t0"), pl.col("__g").unique().alias("__gs"))
     bwd = (comp.join(first, on=["worker", "step"]).filter(pl.col("start") < pl.col("__t0"))
            .sort("worker", "step", "start", "op")
            .with_columns((pl.col("end") - pl.col("start")).alias("__d"))
@@ -89,13 +84,24 @@ def _tails(ops: pl.DataFrame) -> pl.DataFrame:
            # the last BACKWARD_SHARE of the compute: cumulative time past (1 - share) of the total
            .filter(pl.col("__c") > (1 - BACKWARD_SHARE) * pl.col("__D"))
            .with_columns((pl.col("__c") - (1 - BACKWARD_SHARE) * pl.col("__D")).alias("__done"),
-                         (BACKWARD_SHARE * pl.col("__D")).alias("__B"))
-           .select("worker", "step", pl.col("op").alias("src_op"), (pl.col("__done") / pl.col("__B")).alias("__s")))
+                         (BACKWARD_SHARE * pl.col("__D")).alias("__B")))
     if bwd.is_empty():
-        return pl.DataFrame(schema={"src_op": pl.Int64, "dst_op": pl.Int64})
+        return none
+    # The step's gradients: its group's reductions from the backward's start on (the tail and those that
+    # already overlap it); each op holds its share of their bytes (of their count where one has none).
+    b0 = bwd.group_by("worker", "step").agg(pl.col("start").min().alias("__b0"))
+    grads = (red.join(first, on=["worker", "step"]).join(b0, on=["worker", "step"])
+             .filter(pl.col("__gs").list.contains(pl.col("__g")) & (pl.col("start") >= pl.col("__b0")))
+             .sort("worker", "step", "start", "op")
+             .with_columns(pl.when((pl.col("__b") > 0).all().over("worker", "step"))
+                           .then(pl.col("__b").cum_sum().over("worker", "step") / pl.col("__b").sum().over("worker", "step"))
+                           .otherwise(pl.int_range(1, pl.len() + 1).over("worker", "step") / pl.len().over("worker", "step"))
+                           .alias("__s")))
+    shares = tail.select("worker", "step", "op").join(grads.select("op", "__s"), on="op")
     # The first backward kernel by whose end the op's share of the backward has run.
-    hit = tail.select("worker", "step", pl.col("op").alias("dst_op"), pl.col("__s") - 1e-9).sort("__s").join_asof(
-        bwd.sort("__s"), on="__s", by=["worker", "step"], strategy="forward", check_sortedness=False)
+    done = bwd.select("worker", "step", pl.col("op").alias("src_op"), (pl.col("__done") / pl.col("__B")).alias("__s"))
+    hit = shares.select("worker", "step", pl.col("op").alias("dst_op"), pl.col("__s") - 1e-9).sort("__s").join_asof(
+        done.sort("__s"), on="__s", by=["worker", "step"], strategy="forward", check_sortedness=False)
     return hit.drop_nulls("src_op").select(pl.col("src_op").cast(pl.Int64), pl.col("dst_op").cast(pl.Int64))
 
 

@@ -110,3 +110,15 @@ def test_poor_overlap_is_of_data_parallel_runs_without_a_pipeline():
         Spec(ranks=8, pp=2, poor_overlap=True)
     with pytest.raises(UsageError, match="poor overlap"):
         Spec(ranks=2, tp=2, poor_overlap=True)
+
+
+def test_buckets_that_queue_behind_each_other_are_not_moved(tmp_path):
+    """A run that overlaps, with 64 MB buckets longer than a chunk of the backward: the last ones start
+    after the backward because the stream is busy, not because they wait for it; counting the buckets that
+    already overlapped, their gradients are ready late, and the projection is the run itself."""
+    generate(Spec(ranks=8, steps=3, bucket_bytes=64 << 20), tmp_path / "gen")
+    run = ddprof.ingest([tmp_path / "gen" / "traces"], tmp_path / "run")
+    w = whatif(run.events(), stragglers=None, comm_k=[], host_gaps=False, rebalance=False, attribute=False,
+               critical=False)
+    assert w.explained and [p.edit for p in w.projections] == ["grad_overlap"]
+    assert w.projections[0].step_s == pytest.approx(w.step_s, rel=1e-3)

@@ -65,3 +65,35 @@ def test_no_edit_where_it_cannot_apply():
     one = _example()[0].filter(pl.col("instance") != "b")  # a single all-reduce after the backward
     m = build(one)
     assert grad_overlap(m, pl.DataFrame(schema={"src_op": pl.Int64, "dst_op": pl.Int64, "on": pl.String})) is None
+
+
+def test_shares_count_the_buckets_that_already_overlap():
+    """Two all-reduces of group g overlap the backward (6–7.5 and 9–10.5 ms), two more of equal size
+    start after it (12–13.5, 13.5–15): of the step's gradients the third holds 3/4, so it waits for the
+    backward's 6th kernel (10 ms), and for the second on its stream (10.5): 10.5–12; the fourth for the end
+    of the backward (12): 12–13.5. Shares of the tail alone would have moved the third to 8 ms."""
+    rows = []
+    for w in (0, 1):
+        rows.append((w, COMPUTE, 0.0, 4.0, None))
+        rows += [(w, COMPUTE, 4.0 + k, 5.0 + k, None) for k in range(8)]
+        rows += [(w, COMM, a, a + 1.5, f"g/{i}") for i, a in enumerate((6.0, 9.0, 12.0, 13.5))]
+    ops = pl.DataFrame(rows, schema=["worker", "lane", "start", "end", "instance"], orient="row").with_columns(
+        pl.lit(0).alias("step"), pl.lit(1 << 20).alias("bytes"),
+        pl.when(pl.col("instance").is_null()).then(pl.lit("compute")).otherwise(pl.lit("all_reduce")).alias("optype"))
+    m = build(ops)
+    o = m.ops
+    deps = []
+    for end, inst in ((6.0, "g/0"), (9.0, "g/1"), (12.0, "g/2")):  # each waited for the kernel ending then
+        src = o.filter((pl.col("optype") == "compute") & (pl.col("end") == end))["op"].to_list()
+        dst = o.filter(pl.col("instance") == inst)["op"].to_list()
+        deps += [(s, d, "end") for s, d in zip(src, dst)]
+    deps_df = pl.DataFrame(deps, schema=["src_op", "dst_op", "on"], orient="row")
+    m = build(ops, deps_df)
+    assert project(m, plan(m), recorded(m)).tolist() == [pytest.approx(15.0)]
+    e = grad_overlap(m, deps_df)
+    assert e is not None
+    r = replay(e.model, delay=e.delay, dur=e.dur, xfer=e.xfer, order=e.order)
+    starts = dict(zip(e.model.ops["instance"].to_list(), r.start.tolist()))
+    assert starts["g/2"] == pytest.approx(10.5) and starts["g/3"] == pytest.approx(12.0)
+    assert starts["g/0"] == pytest.approx(6.0) and starts["g/1"] == pytest.approx(9.0)
+    assert project(m, plan(m), e).tolist() == [pytest.approx(13.5)]
