@@ -144,7 +144,8 @@ def whatif_section(run: Run, clock: ClockEstimate | None = None, budget_s: float
     if count > REPORT_MAX_EVENTS:
         return {**EMPTY, "reason": (
             f"the run has {count:,} events; the report models runs of up to {REPORT_MAX_EVENTS:,} (about "
-            f"{REPORT_MAX_EVENTS * MODEL_BYTES_PER_EVENT / 2**30:.1f} GiB of model): run ddprof whatif RUN for this one")}
+            f"{REPORT_MAX_EVENTS * MODEL_BYTES_PER_EVENT / 2**30:.1f} GiB of model): run ddprof whatif RUN for this one "
+            f"(--steps N models one step of it)")}
     free = available_memory()
     if free is not None and count * MODEL_BYTES_PER_EVENT > MEMORY_SHARE * free:
         return {**EMPTY, "reason": (

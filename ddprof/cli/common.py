@@ -86,3 +86,17 @@ def emit(text: str, output: str | None) -> None:
         write_text_atomic(output, text if text.endswith("\n") else text + "\n")
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+def parse_selection(text: str, what: str) -> list[int]:
+    """``"0,2,4-7"`` -> ``[0, 2, 4, 5, 6, 7]``; anything else is a usage error naming ``what``."""
+    out: set[int] = set()
+    for part in (p.strip() for p in text.split(",")):
+        lo, sep, hi = part.partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise UsageError(f"--{what} expects numbers and ranges such as 0,2,4-7; got {text!r}")
+        a, b = int(lo), int(hi) if sep else int(lo)
+        if b < a:
+            raise UsageError(f"--{what}: the range {part!r} runs backwards")
+        out.update(range(a, b + 1))
+    return sorted(out)

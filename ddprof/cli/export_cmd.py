@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from ddprof.cli.common import comm_kernel_option, parse_rank_map, rank_option, rules_in_force
+from ddprof.cli.common import comm_kernel_option, parse_rank_map, parse_selection, rank_option, rules_in_force
 from ddprof.cli.progress import ingest_progress
 
 
@@ -29,7 +29,7 @@ def export(sources: tuple[str, ...], out: str, rank_sel: str | None, step_sel: s
     from ddprof.analyses.rank_groups import estimate_clock, rank_groups
     from ddprof.errors import UsageError
     from ddprof.inputs.sources import open_source
-    from ddprof.render.perfetto import export_perfetto, parse_selection
+    from ddprof.render.perfetto import export_perfetto
 
     chosen = parse_selection(rank_sel, "ranks") if rank_sel else None
     steps = parse_selection(step_sel, "steps") if step_sel else None

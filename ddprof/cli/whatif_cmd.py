@@ -19,7 +19,14 @@ from typing import Any
 
 import click
 
-from ddprof.cli.common import comm_kernel_option, emit, parse_rank_map, rank_option, rules_in_force
+from ddprof.cli.common import (
+    comm_kernel_option,
+    emit,
+    parse_rank_map,
+    parse_selection,
+    rank_option,
+    rules_in_force,
+)
 from ddprof.cli.progress import ingest_progress
 
 
@@ -72,6 +79,11 @@ def _osdi_job(sources: tuple[str, ...]) -> tuple[Path, str] | None:
 @click.option("--grad-overlap/--no-grad-overlap", default=True, show_default=True,
               help="Project the gradient all-reduces that wait for the whole backward overlapped with it (where "
                    "a rank has several after its backward; not on pipelines).")
+@click.option("--steps", "step_sel", metavar="LIST",
+              help="Model only these steps, e.g. 5 or 3-5 (default: all): each step is replayed on its own, and a "
+                   "typical op is the median over the steps modelled. For runs too large to model whole.")
+@click.option("--attribution/--no-attribution", default=True, show_default=True,
+              help="Attribute the slowdown by rank and op type (one replay per rank and per op type).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the result here (atomically).")
 @click.option("--cache", type=click.Path(file_okay=False),
@@ -80,7 +92,8 @@ def _osdi_job(sources: tuple[str, ...]) -> tuple[Path, str] | None:
 @rank_option
 @comm_kernel_option
 def whatif(sources: tuple[str, ...], straggler: str, comm_k: tuple[str, ...], comm_overlap: bool,
-           typical_links: bool, kernels: tuple[str, ...], host_gaps: bool, grad_overlap: bool, fmt: str, output: str | None, cache: str | None,
+           typical_links: bool, kernels: tuple[str, ...], host_gaps: bool, grad_overlap: bool, step_sel: str | None,
+           attribution: bool, fmt: str, output: str | None, cache: str | None,
            ranks: tuple[str, ...], comm_kernels: tuple[str, ...] = ()) -> int:
     """Project a run's step time under edits (straggler removed, faster communication...) by replaying its
     cross-rank dependency model."""
@@ -106,11 +119,29 @@ def whatif(sources: tuple[str, ...], straggler: str, comm_k: tuple[str, ...], co
                      progress=ingest_progress(fmt == "text" and output is None)) as src:
         if src.run is None:
             raise UsageError("nothing to replay: Flight Recorder dumps hold no timeline; name traces or a run dir")
-        result = as_dict(project(src.run.events(), stragglers=_stragglers(straggler), comm_k=ks,
+        events = src.run.events()
+        if step_sel is not None:
+            import polars as pl
+
+            chosen = parse_selection(step_sel, "steps")
+            missing = sorted(set(chosen) - set(src.run.steps))
+            if missing:
+                raise UsageError(f"--steps: the run has no step {', '.join(map(str, missing))} (its steps: "
+                                 f"{_span(src.run.steps)})")
+            events = events.filter(pl.col("step").is_in(chosen))
+        result = as_dict(project(events, stragglers=_stragglers(straggler), comm_k=ks,
                                  host_gaps=host_gaps, kernels=pairs, typical_links=typical_links,
-                                 grad_overlap=grad_overlap))
+                                 grad_overlap=grad_overlap, attribute=attribution))
+        result["steps_modelled"] = chosen if step_sel is not None else list(src.run.steps)
     emit(json.dumps(result, indent=2) if fmt == "json" else _text(result), output)
     return 0
+
+
+def _span(steps: list[int]) -> str:
+    """``0-9``, or the steps listed where they are not consecutive."""
+    if len(steps) > 1 and steps == list(range(steps[0], steps[-1] + 1)):
+        return f"{steps[0]}-{steps[-1]}"
+    return ", ".join(map(str, steps)) or "none"
 
 
 def _ms(s: float | None) -> str:
@@ -125,7 +156,9 @@ def _top(d: dict[str, float], n: int = 5) -> str:
 
 
 def _text(r: dict[str, Any]) -> str:
-    lines = [f"what-if: {r['ranks']} ranks, {r['steps']} step(s), {r['ops']:,} ops in the dependency model"]
+    modelled = r.get("steps_modelled") or []
+    lines = [f"what-if: {r['ranks']} ranks, {r['steps']} step(s) ({_span(modelled)}), {r['ops']:,} ops in the "
+             f"dependency model"]
     if not r["explained"]:
         lines.append(f"no projection: {r['reason']}")
         return "\n".join(lines)

@@ -40,7 +40,7 @@ from typing import Any, Protocol
 import msgspec
 import polars as pl
 
-from ddprof.errors import BadInputError, SchemaError, UsageError
+from ddprof.errors import BadInputError, SchemaError
 from ddprof.store.atomic import write_atomic
 from ddprof.store.rundir import Run
 from ddprof.version import __version__
@@ -314,18 +314,3 @@ def export_perfetto(run: Run, path: str | Path, *, ranks: Sequence[int] | None =
 
     write_atomic(path, writer)
     return summary
-
-
-def parse_selection(text: str, what: str) -> list[int]:
-    """``"0,2,4-7"`` -> ``[0, 2, 4, 5, 6, 7]``; anything else is a usage error naming ``what``."""
-    out: set[int] = set()
-    for part in (p.strip() for p in text.split(",")):
-        lo, sep, hi = part.partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()):
-            raise UsageError(f"--{what} expects numbers and ranges such as 0,2,4-7; got {text!r}")
-        a, b = int(lo), int(hi) if sep else int(lo)
-        if b < a:
-            raise UsageError(f"--{what}: the range {part!r} runs backwards")
-        out.update(range(a, b + 1))
-    return sorted(out)
-

@@ -39,6 +39,26 @@ def test_whatif_rejects_a_bad_kernel_edit(tmp_path, capsys):
     assert "REGEX=K" in capsys.readouterr().err
 
 
+def test_whatif_models_the_steps_asked_for(tmp_path, capsys):
+    """``--steps``: only those steps are modelled and replayed (a run too large to model whole); a step the
+    run does not have is a usage error naming the steps it has. ``--no-attribution``: no replay per rank."""
+    src = tmp_path / "gloo"
+    shutil.copytree(trace_set("gloo-ddp-4rank-slow-rank"), src)
+    assert main(["whatif", str(src), "--format", "json"]) == 0
+    whole = json.loads(capsys.readouterr().out)
+    steps = whole["steps_modelled"]
+    assert len(steps) == whole["steps"] == 2
+    assert main(["whatif", str(src), "--format", "json", "--steps", str(steps[1]), "--no-attribution"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert one["steps"] == 1 and one["steps_modelled"] == [steps[1]] and one["ops"] < whole["ops"]
+    assert one["explained"] and one["by_rank"] == {} and one["by_op_type"] == {} and whole["by_rank"]
+    assert one["projections"][0]["edit"] == "straggler_rank_2"
+    assert main(["whatif", str(src), "--steps", f"{steps[1]}"]) == 0
+    assert f"1 step(s) ({steps[1]})" in capsys.readouterr().out
+    assert main(["whatif", str(src), "--steps", "900-901"]) == 2
+    assert f"no step 900, 901 (its steps: {steps[0]}-{steps[1]})" in capsys.readouterr().err
+
+
 def test_whatif_of_an_osdi25_table_prints_the_study_metrics(capsys):
     assert main(["whatif", str(OSDI25 / "trace-ST.parquet"), "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)

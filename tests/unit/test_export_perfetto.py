@@ -16,9 +16,10 @@ import pytest
 
 import ddprof
 from ddprof.cli import main
+from ddprof.cli.common import parse_selection
 from ddprof.errors import BadInputError, UsageError
 from ddprof.inputs.sources import open_source
-from ddprof.render.perfetto import export_perfetto, parse_selection
+from ddprof.render.perfetto import export_perfetto
 from ddprof.store.rundir import Run
 from ddprof.synth import US, DataParallel, ingest_generated
 from tests.support.clock_runs import HOSTS8, constant, hosts_run
