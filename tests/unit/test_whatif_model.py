@@ -130,3 +130,30 @@ def test_the_contracted_replay_equals_the_longest_path_edge_by_edge():
         want = np.maximum(want, np.array([max([want[s] + x for s, d2, x in zip(m.src, m.dst, w) if d2 == v],
                                                default=-np.inf) for v in range(m.n_nodes)]))
     assert np.allclose(got, want, rtol=0, atol=1e-12)
+
+
+def test_label_codes_are_dense_and_computed_once():
+    ops = pl.DataFrame({"step": [0, 0, 0, 0], "worker": [0, 0, 1, 1], "start": [0.0, 1.0, 0.0, 1.0],
+                        "end": [1.0, 2.0, 1.0, 2.0], "name": ["a", None, "b", "a"]})
+    m = build(ops)
+    codes = m.codes("name")
+    assert codes is m.codes("name")  # cached
+    names = m.ops["name"].to_list()
+    assert sorted(set(codes.tolist())) == [-1, 0, 1]
+    assert all((c == -1) == (n is None) for c, n in zip(codes.tolist(), names))
+    assert len({c for c, n in zip(codes.tolist(), names) if n == "a"}) == 1
+
+
+def test_typical_values_are_medians_among_the_ops_asked_for():
+    from ddprof.analyses.whatif.edits import typical_values
+
+    # f then g on each worker: f lasts 1, 2, 4; g lasts 2, 1, 1
+    ops = pl.DataFrame({"step": [0] * 6, "worker": [0, 0, 1, 1, 2, 2], "start": [0.0, 1.0, 0.0, 2.0, 0.0, 4.0],
+                        "end": [1.0, 3.0, 2.0, 3.0, 4.0, 5.0], "name": ["f", "g"] * 3})
+    m = build(ops)
+    by_name = dict(zip(m.ops["name"].to_list(), typical_values(m, "name").tolist()))
+    assert by_name == {"f": 2.0, "g": 1.0}
+    others = typical_values(m, "name", among=(m.ops["worker"] != 2).to_numpy())  # workers 0 and 1
+    assert dict(zip(m.ops["name"].to_list(), others.tolist())) == {"f": 1.5, "g": 1.5}
+    none = typical_values(m, "name", among=np.zeros(m.ops.height, bool))
+    assert np.isnan(none).all()
