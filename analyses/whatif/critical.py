@@ -48,6 +48,18 @@ DATA_LOADING = re.compile(r"dataloader|data_loader|enumerate\(DataLoader", re.IG
 KINDS = ("compute", "communication", "host launch", "data loading", "idle")
 
 
+def _sums(links: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """``s`` summed per ``keys``, each group's links added in their order (a parallel group-by adds them in
+    an order that varies from run to run: the last digits of a report would too)."""
+    if links.is_empty():
+        return links.select(*keys, "s").clear()
+    ordered = links.select(*keys, "s").with_row_index("__i").sort(*keys, "__i", nulls_last=True)
+    first = np.flatnonzero(ordered.select(pl.any_horizontal(
+        [pl.col(k).ne_missing(pl.col(k).shift(1)) for k in keys]).fill_null(True)).to_series().to_numpy())
+    return ordered[first].select(*keys).with_columns(
+        pl.Series("s", np.add.reduceat(ordered["s"].to_numpy(), first)))
+
+
 @dataclass
 class CriticalPath:
     """Per step and link of its critical path (``links``: step, rank, lane, name, kind, seconds) and
@@ -60,7 +72,7 @@ class CriticalPath:
         """Mean seconds per step on the path, and share of the path, by kind (every kind, 0 where none)."""
         n = max(self.steps.height, 1)
         total = float(self.steps["length"].sum()) or 1.0
-        got = self.links.group_by("kind").agg(pl.col("s").sum())
+        got = _sums(self.links, ["kind"])
         s = dict(zip(got["kind"].to_list(), got["s"].to_list()))
         return pl.DataFrame({"kind": list(KINDS), "s": [s.get(k, 0.0) / n for k in KINDS],
                              "share": [s.get(k, 0.0) / total for k in KINDS]})
@@ -69,7 +81,7 @@ class CriticalPath:
         """The ``k`` ops (rank, lane, name, kind) with the most time on the path, mean seconds per step."""
         n = max(self.steps.height, 1)
         total = float(self.steps["length"].sum()) or 1.0
-        return (self.links.group_by("rank", "lane", "name", "kind").agg(pl.col("s").sum())
+        return (_sums(self.links, ["rank", "lane", "name", "kind"])
                 .with_columns((pl.col("s") / total).alias("share"), pl.col("s") / n)
                 .sort("s", "rank", "name", descending=[True, False, False]).head(k))
 

@@ -122,8 +122,14 @@ def op_rows(events: Events) -> tuple[pl.DataFrame, pl.DataFrame]:
         [pl.col("group"), pl.col("src").cast(pl.String), pl.col("dst").cast(pl.String), pl.col("index").cast(pl.String)],
         separator="/", ignore_nulls=True).alias("instance"))
     t0 = rows["ts_ns"].min()
+    # Only communication rows can be an instance's (comm_rows): the join reads those alone, and the rows
+    # keep their order (ties in the model's sort keep it).
+    comm = (pl.col("kind") == "comm").fill_null(False)
+    rows = rows.with_row_index("__r")
+    rows = pl.concat([rows.filter(comm).join(inst, on=_KEY, how="left", nulls_equal=True),
+                      rows.filter(~comm).with_columns(pl.lit(None, pl.String).alias("instance"))]).sort("__r").drop("__r")
     rows = (
-        rows.join(inst, on=_KEY, how="left", nulls_equal=True)
+        rows
         .with_columns(
             pl.col("rank").cast(pl.Int64).alias("worker"),
             pl.col("step").cast(pl.Int64),
@@ -166,11 +172,13 @@ def _waits(rows: pl.DataFrame) -> pl.DataFrame:
     """``end`` edges to the rows that waited for a row of another lane of their rank (module doc): on a
     host lane, for a communication row; on a device lane, for any device row."""
     out = []
+    # The few columns read, once (filtering every column of every row per lane copied them all).
+    rows = rows.select("worker", "lane", "start", "end", "__prev_end", "__op", pl.col("instance").is_not_null())
     for lane in rows["lane"].unique().to_list():
         dst = (rows.filter(pl.col("lane") == lane)
                .select("worker", "start", "__prev_end", pl.col("__op").alias("dst_op")).sort("start"))
         other = rows.filter(pl.col("lane") != lane)
-        src = other.filter(pl.col("instance").is_not_null()) if lane < 0 else other.filter(pl.col("lane") >= 0)
+        src = other.filter(pl.col("instance")) if lane < 0 else other.filter(pl.col("lane") >= 0)
         src = src.select("worker", pl.col("end").alias("__src_end"), pl.col("__op").alias("src_op")).sort("__src_end")
         hit = dst.join_asof(src, left_on="start", right_on="__src_end", by="worker", strategy="backward",
                             check_sortedness=False)  # both sorted on the time column
