@@ -111,7 +111,10 @@ def _typical(model: Model, keys: tuple[str, ...], among: np.ndarray | None, v: n
     coarser one); the op's own value where none has."""
     out = np.full(model.ops.height, np.nan)
     for key in keys:
-        out = np.where(np.isnan(out), typical_values(model, key, among=among, v=v), out)
+        missing = np.isnan(out)
+        if not missing.any():  # the finer key gave every op one
+            break
+        out = np.where(missing, typical_values(model, key, among=among, v=v), out)
     return np.where(np.isnan(out), v, out)
 
 
