@@ -303,12 +303,11 @@ def _per_rank_medians(cs: pl.DataFrame) -> dict[int, dict[str, float]]:
 
 
 def classify(rank: int, cs: pl.DataFrame, ops: pl.DataFrame, waits: pl.DataFrame,
-             wait_us: float = 0.0, among: frozenset[int] | None = None, cpu: bool = False) -> dict[str, Any]:
+             wait_us: float = 0.0, among: frozenset[int] | None = None) -> dict[str, Any]:
     """The cause of straggler ``rank`` (module doc), as a :class:`~ddprof.report.schema.StragglerCause` dict;
     ``wait_us``: the mean wait it caused a waiting rank per step, which the deciding excess must be a
     material share of (:data:`MATERIAL`); ``among``: the ranks it is compared with (default: every other;
-    a member of a group slower together is compared with the ranks outside it, :mod:`.slow_groups`);
-    ``cpu``: the rank has no device work (its compute is its CPU ops, on a core its host shares)."""
+    a member of a group slower together is compared with the ranks outside it, :mod:`.slow_groups`)."""
     med = _per_rank_medians(cs)
     if among is not None:  # the measures against these; pauses still apart from every other rank's
         med = {r: v for r, v in med.items() if r == rank or r in among}
@@ -367,12 +366,6 @@ def classify(rank: int, cs: pl.DataFrame, ops: pl.DataFrame, waits: pl.DataFrame
     # the same ops' medians explain at least half of the extra time: bigger work; else a tail of stretched
     # ops. No op shared with a peer: the work is longer, and no more can be said
     compute = same_ops is None or same_ops >= SLOWER_CALLS or same_ops - 1 >= CONTENTION_SHARE * (work_ratio - 1)
-    if cpu and same_ops is not None and same_ops < SLOWER_CALLS and work_ratio < CONTENTION_MIN:
-        # a CPU core its host ran slower for the whole run (a neighbour spread evenly over it, a lower
-        # clock) stretches every call alike, as more work does; under CONTENTION_MIN in all that is the
-        # host's as likely as the rank's (a clean 2-rank gloo run: one rank's calls 1.19x the other's, all
-        # of them): contention, which that bound leaves unnamed (host_scheduled)
-        compute = False
     return {"rank": rank, "cause": "compute" if compute else "contention", "excess_us": excess[best],
             "evidence": evidence}
 
@@ -444,12 +437,11 @@ def straggler_causes(p: Prepared, section: dict[str, Any], stages: pl.DataFrame)
     per-rank summaries :func:`cause_steps` and :func:`cause_ops` (computed a group of ranks at a time)."""
     cs, ops = cause_steps(p), cause_ops(p)
     per = {row["rank"]: row for row in section.get("per_rank", [])}
-    gpu = set(device_ranks(p).get_column("rank").to_list())
     out = []
     for r in section.get("ranks", []):
         row, nsteps = per.get(r, {}), max(1, cs.filter(pl.col("rank") == r).height)
         wait = (row.get("wait_caused_us") or 0.0) / max(1, row.get("waiting_ranks") or 1) / nsteps
-        out.append(classify(r, cs, ops, step_waits(p), wait, cpu=r not in gpu))
+        out.append(classify(r, cs, ops, step_waits(p), wait))
     named = {c["rank"] for c in out}
     # not named by arrival order, but pausing now and then: its waits, sparse, rotate with the others'
     # (the straggler rule tests lateness against chance step by step); a material share of a step only,
@@ -460,7 +452,7 @@ def straggler_causes(p: Prepared, section: dict[str, Any], stages: pl.DataFrame)
               >= section.get("min_share_pct", 2.0)]
     if waited:
         most = max(waited, key=lambda row: (row.get("wait_share_pct") or 0.0, -row["rank"]))
-        found = classify(most["rank"], cs, ops, step_waits(p), cpu=most["rank"] not in gpu)
+        found = classify(most["rank"], cs, ops, step_waits(p))
         step = _median((cs.filter(pl.col("rank") == most["rank"])["step_ns"] / NS_PER_US).to_list()) or 0.0
         if found["cause"] == "stalls" and (found["excess_us"] or 0.0) >= IDLE_PAUSE * step:
             out.append(found)

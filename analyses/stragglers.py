@@ -409,11 +409,6 @@ def _compute_ratio(cause: Any) -> float:
     return next((e.ratio for e in cause.evidence if e.measure == "compute" and e.ratio is not None), 1.0)
 
 
-def _op_ratio(cause: Any) -> float:
-    """Its fast calls against the others' (:func:`.straggler_cause.op_ratio`), 1 where not measured."""
-    return next((e.ratio for e in cause.evidence if e.measure == "op_ratio" and e.ratio is not None), 1.0)
-
-
 def _share(x: float) -> str:
     return f"{x:.1f} %" if x < 10 else f"{x:.0f} %"
 
@@ -475,8 +470,7 @@ def straggler_verdicts(report: dict[str, Any]) -> list[str]:
         cause = host[late.rank]
         why = ("nothing of its own explains it: its data loading, compute, collective entry and idle time match "
                "the others'" if cause.cause == "undecided" else
-               f"its ops take only {_compute_ratio(cause):.2g}× the others' in all, "
-               f"{'every call alike' if _op_ratio(cause) >= 1.1 else 'their fast calls as fast'}: "
+               f"its ops take only {_compute_ratio(cause):.2g}× the others' in all, their fast calls as fast: "
                f"CPU contention under the {CONTENTION_MIN:g}× that names one")
         return [f"no straggler: rank {late.rank} arrives late consistently (lateness {fmt_us(late.lateness_us)}, "
                 f"last at {late.last_units} of {late.units} {units}; {_p_is(late.p_value)}; it cost the others "
