@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 from ddprof.analyses.whatif.model import Model
-from ddprof.analyses.whatif.replay import Plan, replay
+from ddprof.analyses.whatif.replay import Plan, plan, replay
 
 #: How much later than the ranks it removes a rank may begin a step and still count as having waited for
 #: them (:func:`typical_for`), seconds.
@@ -66,6 +66,13 @@ class Edit:
     xfer: np.ndarray
     model: Model | None = None
     order: Plan | None = None
+
+    def graph(self, model: Model, order: Plan) -> tuple[Model, Plan]:
+        """The model and plan this edit replays on: its own where it brings one, else ``model`` and
+        ``order``."""
+        if self.model is None:
+            return model, order
+        return self.model, self.order if self.order is not None else plan(self.model)
 
 
 def recorded(model: Model) -> Edit:
@@ -211,8 +218,7 @@ def no_delays(model: Model, mask: np.ndarray, what: str = "host gaps", amount: n
 
 def project(model: Model, order: Plan, edit: Edit) -> np.ndarray:
     """Per step, the replayed step time under ``edit`` (on its own model where it brings one)."""
-    if edit.model is not None:
-        model, order = edit.model, edit.order or order
+    model, order = edit.graph(model, order)
     return replay(model, delay=edit.delay, dur=edit.dur, xfer=edit.xfer, order=order).step_time
 
 

@@ -84,8 +84,7 @@ def _sentence(p: Projection, base: float) -> str:
 
 
 def _mean_step(model: Model, order: Plan, edit: E.Edit) -> float:
-    if edit.model is not None:  # an edit of what ops wait for: replayed on its own graph
-        model, order = edit.model, edit.order or plan(edit.model)
+    model, order = edit.graph(model, order)  # an edit of what ops wait for: replayed on its own graph
     r = replay(model, delay=edit.delay, dur=edit.dur, xfer=edit.xfer, order=order)
     return float(step_times(model, r.start, r.end).mean())
 

@@ -28,6 +28,7 @@ from ddprof.cli.common import (
     rules_in_force,
 )
 from ddprof.cli.progress import ingest_progress
+from ddprof.vocabulary.units import fmt_ranges
 
 
 def _float(text: str) -> float:
@@ -127,7 +128,7 @@ def whatif(sources: tuple[str, ...], straggler: str, comm_k: tuple[str, ...], co
             missing = sorted(set(chosen) - set(src.run.steps))
             if missing:
                 raise UsageError(f"--steps: the run has no step {', '.join(map(str, missing))} (its steps: "
-                                 f"{_span(src.run.steps)})")
+                                 f"{fmt_ranges(src.run.steps) or 'none'})")
             events = events.filter(pl.col("step").is_in(chosen))
         result = as_dict(project(events, stragglers=_stragglers(straggler), comm_k=ks,
                                  host_gaps=host_gaps, kernels=pairs, typical_links=typical_links,
@@ -135,13 +136,6 @@ def whatif(sources: tuple[str, ...], straggler: str, comm_k: tuple[str, ...], co
         result["steps_modelled"] = chosen if step_sel is not None else list(src.run.steps)
     emit(json.dumps(result, indent=2) if fmt == "json" else _text(result), output)
     return 0
-
-
-def _span(steps: list[int]) -> str:
-    """``0-9``, or the steps listed where they are not consecutive."""
-    if len(steps) > 1 and steps == list(range(steps[0], steps[-1] + 1)):
-        return f"{steps[0]}-{steps[-1]}"
-    return ", ".join(map(str, steps)) or "none"
 
 
 def _ms(s: float | None) -> str:
@@ -157,7 +151,7 @@ def _top(d: dict[str, float], n: int = 5) -> str:
 
 def _text(r: dict[str, Any]) -> str:
     modelled = r.get("steps_modelled") or []
-    lines = [f"what-if: {r['ranks']} ranks, {r['steps']} step(s) ({_span(modelled)}), {r['ops']:,} ops in the "
+    lines = [f"what-if: {r['ranks']} ranks, {r['steps']} step(s) ({fmt_ranges(modelled) or 'none'}), {r['ops']:,} ops in the "
              f"dependency model"]
     if not r["explained"]:
         lines.append(f"no projection: {r['reason']}")
