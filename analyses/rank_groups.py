@@ -69,7 +69,7 @@ def group_budget() -> int:
 
 #: Columns the analyses read.
 COLUMNS = ["rank", "ts_ns", "dur_ns", "tid", "stream", "kind", "name", "step", "correlation",
-           "coll_op", "pg", "group_size", "bytes", "peer", "seq", "send_splits", "recv_splits"]
+           "coll_op", "pg", "group_size", "bytes", "peer", "seq", "send_splits", "recv_splits", "shapes"]
 
 #: Derived frames the cross-rank sections read, kept per group and concatenated in rank order.
 SUMMARIES = {"comm_rows": comm_rows, "steps": steps, "rank_spans": rank_spans, "bubbles": bubbles,

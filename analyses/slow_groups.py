@@ -41,7 +41,7 @@ import numpy as np
 import polars as pl
 from ddprof.analyses.chance import at_least, t_sf
 from ddprof.analyses.frames.memo import Prepared
-from ddprof.analyses.straggler_cause import cause_ops, cause_steps, classify, finite, step_waits
+from ddprof.analyses.straggler_cause import cause_ops, cause_shapes, cause_steps, classify, finite, step_waits
 
 Placement = dict[int, tuple[str | None, str | None]]
 
@@ -101,9 +101,9 @@ def _group_cause(p: Prepared, members: list[int], outside: frozenset[int], rows:
     """The group's cause: each member's told against the ranks outside the group
     (:func:`.straggler_cause.classify`); the class most members share (one member may pause as well), shown by
     its latest member."""
-    cs, ops, waits = cause_steps(p), cause_ops(p), step_waits(p)
+    cs, ops, waits, shaped = cause_steps(p), cause_ops(p), step_waits(p), cause_shapes(p)
     by_late = sorted(members, key=lambda r: (-(rows[r].get("lateness_us") or 0.0), r))
-    causes = [classify(r, cs, ops, waits, wait_us[r], outside) for r in by_late]
+    causes = [classify(r, cs, ops, waits, wait_us[r], outside, shaped) for r in by_late]
     votes = Counter(c["cause"] for c in causes if c["cause"] != "undecided")
     if not votes:
         return causes[0]

@@ -44,7 +44,13 @@ each rank's median over steps, and X's excess = X's median − the peers' value:
    share × (compute ratio − 1)``): bigger work stretches every call of an op. Else **contention**: the
    fast calls are as fast as on the others and some are stretched far (a busy CPU takes the core from
    the rank for a time slice now and then; a quarter of the calls at least escape it). On the real jobs
-   of the fault matrix the op ratio was 0.84-1.09 under contention and 1.9-3.0 for a 4× batch;
+   of the fault matrix the op ratio was 0.84-1.09 under contention and 1.9-3.0 for a 4× batch.
+   Compute found so on a CPU rank whose trace recorded input shapes is **contention** still when the rank
+   did the others' work (:func:`same_work`): :data:`SAME_WORK` (80 %) or more of its compute op time is in
+   calls of an op on input shapes and types a peer also ran. Every call of it slower, on the same
+   shapes, is a core its host shares or runs slower (a clean 2-rank gloo run had one rank's every call
+   1.19× the other's for the whole run); more work changes the shapes (the 4× batch: its matrix products
+   on other shapes). Without recorded shapes more work and a slower core cannot be told apart: compute;
 Where the straggler rule names no rank, the rank that cost the others most (at least its material share of
 a step) is tested for stalls alone: pauses every k-th step, sparse, rotate with the others' arrivals and are
 not beyond chance step by step, yet they are the run's straggling (:func:`cause_verdicts` says so).
@@ -103,6 +109,9 @@ CONTENTION_SHARE = 0.5
 #: On a CPU run, contention whose ops take under this many times the others' time in all is the host's
 #: uneven share of its cores, not a straggler (:func:`host_scheduled`).
 CONTENTION_MIN = 1.5
+#: The same work: a CPU rank whose compute ops ran this share of their time or more on input shapes and
+#: types that a peer also ran (:func:`same_work`) did the others' work; slower, it is its host's doing.
+SAME_WORK = 0.8
 #: Pipeline imbalance: a stage's compute per micro-batch this many times the median stage's. A last stage
 #: that computes the loss (and a first that embeds) does more by design: a clean 2-stage gloo pipeline of
 #: equal layers has its last stage 1.28-1.37x the first's; 1.5x is work to move, not the loss's share.
@@ -117,6 +126,8 @@ MEASURES = ("lead", "compute", "precomm", "idle")
 
 _STEP_SCHEMA = pl.Schema({"rank": pl.Int32, "step": pl.Int32, "step_ns": pl.Int64, "lead_ns": pl.Int64,
                           "compute_ns": pl.Int64, "precomm_ns": pl.Int64, "idle_ns": pl.Int64})
+_SHAPES_SCHEMA = pl.Schema({"rank": pl.Int32, "name": pl.String, "shapes": pl.UInt32, "n": pl.UInt32,
+                            "low_ns": pl.Float64, "total_ns": pl.Int64})
 _OPS_SCHEMA = pl.Schema({"rank": pl.Int32, "name": pl.String, "n": pl.UInt32, "low_ns": pl.Float64,
                          "total_ns": pl.Int64})
 
@@ -130,7 +141,7 @@ def _host_ops(p: Prepared) -> pl.LazyFrame:
         p.events.filter(pl.col("stream").is_null() & pl.col("kind").is_in(["cpu_op", "annotation"])
                         & pl.col("step").is_not_null() & ~pl.col("name").str.starts_with(STEP_PREFIX))
         .join(gpu, on="rank", how="anti")
-        .select("rank", "tid", "step", "name", "kind", "coll_op", pl.col("ts_ns").alias("start"),
+        .select("rank", "tid", "step", "name", "kind", "coll_op", "shapes", pl.col("ts_ns").alias("start"),
                 (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"))
         .sort("rank", "tid", "start", pl.col("end"), descending=[False, False, False, True])
     )
@@ -234,6 +245,38 @@ def cause_ops(p: Prepared) -> pl.DataFrame:
 
 
 @derived
+def cause_shapes(p: Prepared) -> pl.DataFrame:
+    """Per (rank, name, shapes) of the CPU ranks' compute ops (as :func:`cause_ops`) whose trace recorded
+    their input shapes and types (the store's ``shapes``): n, low_ns, total_ns."""
+    ops = _host_ops(p).filter((pl.col("kind") == "cpu_op") & ~pl.col("entry") & ~pl.col("in_loader")
+                              & pl.col("shapes").is_not_null())
+    dur = pl.col("end") - pl.col("start")
+    return collect(ops.group_by("rank", "name", "shapes")
+                   .agg(pl.len().alias("n"), dur.quantile(0.25).alias("low_ns"), dur.sum().alias("total_ns"))
+                   .cast(_SHAPES_SCHEMA).sort("rank", "name", "shapes"))
+
+
+def same_work(shaped: pl.DataFrame, ops: pl.DataFrame, rank: int,
+              peers: frozenset[int] | None = None) -> tuple[float, float | None] | None:
+    """Whether CPU rank ``rank`` did the others' work, from the input shapes its trace recorded
+    (:func:`cause_shapes`): (share, ratio). ``share``: of its compute ops' time (:func:`cause_ops`), the share
+    in calls of an op name and shapes that a peer (``peers``: these only) also ran; ``ratio``: its fast calls
+    of those over the peers' (:func:`op_ratio` by name and shapes). None where it recorded no shapes.
+
+    Example: rank 0 of a clean DDP run whose core its host shared: every op on the shapes the other ran,
+    share 1.0, ratio 1.19 -> the same work done 1.19x slower; a rank given a 4x batch ran its matrix products
+    on other shapes: share 0.1."""
+    mine = shaped.filter(pl.col("rank") == rank)
+    total = float(ops.filter(pl.col("rank") == rank)["total_ns"].sum())
+    if mine.height == 0 or total <= 0:
+        return None
+    others = pl.col("rank") != rank if peers is None else pl.col("rank").is_in(list(peers))
+    theirs = shaped.filter(others).select("name", "shapes").unique()
+    matched = float(mine.join(theirs, on=["name", "shapes"])["total_ns"].sum())
+    return min(1.0, matched / total), op_ratio(shaped, rank, peers, key=("name", "shapes"))
+
+
+@derived
 def step_waits(p: Prepared) -> pl.DataFrame:
     """Per (rank X, step): how long the others waited for X in that step, µs: at the collective instances
     (seen on two or more ranks, point-to-point left out) X alone arrived last at, each other rank's longest
@@ -277,19 +320,20 @@ def _evidence(measure: str, mine: float, peers: float | None) -> dict[str, Any]:
     return {"measure": measure, "rank_value": mine, "peers_value": peers, "ratio": _ratio(mine, peers)}
 
 
-def op_ratio(ops: pl.DataFrame, rank: int, peers: frozenset[int] | None = None) -> float | None:
-    """How much longer ``rank``'s fast calls of its compute ops take than the same ops' (by name) on the other
-    ranks (``peers``: these only): the geometric mean over op names seen 3 times or more on it and on a
-    peer, of its 25th percentile duration over the peers' median of theirs, weighted by the peers' time in
-    that op. None without a shared op.
+def op_ratio(ops: pl.DataFrame, rank: int, peers: frozenset[int] | None = None,
+             key: tuple[str, ...] = ("name",)) -> float | None:
+    """How much longer ``rank``'s fast calls of its compute ops take than the same ops' (by name, or by
+    ``key``'s columns) on the other ranks (``peers``: these only): the geometric mean over op names seen 3
+    times or more on it and on a peer, of its 25th percentile duration over the peers' median of theirs,
+    weighted by the peers' time in that op. None without a shared op.
 
     Example: aten::mm 900 µs vs 220 µs (weight 80 %), aten::view 2 vs 2 µs (weight 1 %) -> about 4.0."""
     shared = ops.filter(pl.col("n") >= 3)
-    mine = shared.filter(pl.col("rank") == rank).select("name", pl.col("low_ns").alias("mine"))
+    mine = shared.filter(pl.col("rank") == rank).select(*key, pl.col("low_ns").alias("mine"))
     others = pl.col("rank") != rank if peers is None else pl.col("rank").is_in(list(peers))
-    peers_ = (shared.filter(others).group_by("name")
+    peers_ = (shared.filter(others).group_by(*key)
              .agg(pl.col("low_ns").median().alias("peers"), pl.col("total_ns").median().alias("weight")))
-    both = mine.join(peers_, on="name").filter((pl.col("mine") > 0) & (pl.col("peers") > 0) & (pl.col("weight") > 0))
+    both = mine.join(peers_, on=list(key)).filter((pl.col("mine") > 0) & (pl.col("peers") > 0) & (pl.col("weight") > 0))
     if both.height == 0:
         return None
     w = both["weight"].to_numpy().astype(float)
@@ -303,11 +347,14 @@ def _per_rank_medians(cs: pl.DataFrame) -> dict[int, dict[str, float]]:
 
 
 def classify(rank: int, cs: pl.DataFrame, ops: pl.DataFrame, waits: pl.DataFrame,
-             wait_us: float = 0.0, among: frozenset[int] | None = None) -> dict[str, Any]:
+             wait_us: float = 0.0, among: frozenset[int] | None = None,
+             shaped: pl.DataFrame | None = None) -> dict[str, Any]:
     """The cause of straggler ``rank`` (module doc), as a :class:`~ddprof.report.schema.StragglerCause` dict;
     ``wait_us``: the mean wait it caused a waiting rank per step, which the deciding excess must be a
     material share of (:data:`MATERIAL`); ``among``: the ranks it is compared with (default: every other;
-    a member of a group slower together is compared with the ranks outside it, :mod:`.slow_groups`)."""
+    a member of a group slower together is compared with the ranks outside it, :mod:`.slow_groups`);
+    ``shaped``: the CPU ranks' ops by recorded input shapes (:func:`cause_shapes`), which tell the same work
+    done slower from more work."""
     med = _per_rank_medians(cs)
     if among is not None:  # the measures against these; pauses still apart from every other rank's
         med = {r: v for r, v in med.items() if r == rank or r in among}
@@ -366,6 +413,13 @@ def classify(rank: int, cs: pl.DataFrame, ops: pl.DataFrame, waits: pl.DataFrame
     # the same ops' medians explain at least half of the extra time: bigger work; else a tail of stretched
     # ops. No op shared with a peer: the work is longer, and no more can be said
     compute = same_ops is None or same_ops >= SLOWER_CALLS or same_ops - 1 >= CONTENTION_SHARE * (work_ratio - 1)
+    work = same_work(shaped, ops, rank, among) if compute and shaped is not None else None
+    if work is not None and work[0] >= SAME_WORK and work[1] is not None:
+        # its calls ran on the shapes the others ran: the same work, done slower; a CPU rank's host (its core
+        # shared or slower), not more work
+        evidence.insert(1, {"measure": "same_shapes", "rank_value": work[1], "peers_value": 1.0, "ratio": work[1]})
+        evidence.insert(2, {"measure": "shapes_share", "rank_value": work[0], "peers_value": None, "ratio": None})
+        compute = False
     return {"rank": rank, "cause": "compute" if compute else "contention", "excess_us": excess[best],
             "evidence": evidence}
 
@@ -435,13 +489,13 @@ def straggler_causes(p: Prepared, section: dict[str, Any], stages: pl.DataFrame)
     """The ``causes`` of the stragglers ``section``: per named straggler its cause (:func:`classify`), then
     per pipeline its slowest stage where the stages are imbalanced (:func:`pipeline_imbalance`). Reads the
     per-rank summaries :func:`cause_steps` and :func:`cause_ops` (computed a group of ranks at a time)."""
-    cs, ops = cause_steps(p), cause_ops(p)
+    cs, ops, shaped = cause_steps(p), cause_ops(p), cause_shapes(p)
     per = {row["rank"]: row for row in section.get("per_rank", [])}
     out = []
     for r in section.get("ranks", []):
         row, nsteps = per.get(r, {}), max(1, cs.filter(pl.col("rank") == r).height)
         wait = (row.get("wait_caused_us") or 0.0) / max(1, row.get("waiting_ranks") or 1) / nsteps
-        out.append(classify(r, cs, ops, step_waits(p), wait))
+        out.append(classify(r, cs, ops, step_waits(p), wait, shaped=shaped))
     named = {c["rank"] for c in out}
     # not named by arrival order, but pausing now and then: its waits, sparse, rotate with the others'
     # (the straggler rule tests lateness against chance step by step); a material share of a step only,
@@ -452,7 +506,7 @@ def straggler_causes(p: Prepared, section: dict[str, Any], stages: pl.DataFrame)
               >= section.get("min_share_pct", 2.0)]
     if waited:
         most = max(waited, key=lambda row: (row.get("wait_share_pct") or 0.0, -row["rank"]))
-        found = classify(most["rank"], cs, ops, step_waits(p))
+        found = classify(most["rank"], cs, ops, step_waits(p), shaped=shaped)
         step = _median((cs.filter(pl.col("rank") == most["rank"])["step_ns"] / NS_PER_US).to_list()) or 0.0
         if found["cause"] == "stalls" and (found["excess_us"] or 0.0) >= IDLE_PAUSE * step:
             out.append(found)
@@ -562,6 +616,11 @@ def describe(c: StragglerCause) -> str:
         return (f"CPU contention: in {n.rank_value:.0f} of {n.peers_value:.0f} steps its ops took "
                 f"{fmt_us(e.rank_value)} against {fmt_us(e.peers_value or 0.0)} in its median step, the same ops "
                 f"stretched in bursts, as a busy CPU does")
+    if c.cause == "contention" and "same_shapes" in ev:
+        e, o = ev["compute"], ev["same_shapes"]
+        return (f"CPU contention: its ops ran on the others' input shapes and took {times} their time in all "
+                f"({fmt_us(e.rank_value)} a step against {fmt_us(e.peers_value or 0.0)}), {o.rank_value:.2f}× even "
+                f"in their fast calls: the same work done slower, as on a core its host shares or runs slower")
     if c.cause == "contention":
         e, o = ev["compute"], ev["op_ratio"]
         return (f"CPU contention: its ops take {times} the others' time in all ({fmt_us(e.rank_value)} a step "

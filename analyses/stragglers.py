@@ -80,6 +80,7 @@ from ddprof.analyses.straggler_cause import (
     CONTENTION_MIN,
     cause_clause,
     cause_ops,
+    cause_shapes,
     cause_steps,
     cause_verdicts,
     describe,
@@ -468,8 +469,11 @@ def straggler_verdicts(report: dict[str, Any]) -> list[str]:
     if host:  # named by arrival order, the host's doing (straggler_cause.host_scheduled)
         late = max((per[r] for r in host), key=lambda p: (p.wait_share_pct or 0.0, p.rank))
         cause = host[late.rank]
+        shaped = next((e for e in cause.evidence if e.measure == "same_shapes"), None)
         why = ("nothing of its own explains it: its data loading, compute, collective entry and idle time match "
                "the others'" if cause.cause == "undecided" else
+               f"its ops ran on the others' input shapes and took {_compute_ratio(cause):.2g}× their time in all: "
+               f"the same work done slower, under the {CONTENTION_MIN:g}× that names one" if shaped is not None else
                f"its ops take only {_compute_ratio(cause):.2g}× the others' in all, their fast calls as fast: "
                f"CPU contention under the {CONTENTION_MIN:g}× that names one")
         return [f"no straggler: rank {late.rank} arrives late consistently (lateness {fmt_us(late.lateness_us)}, "
@@ -539,5 +543,5 @@ SECTIONS = (
             verdict=lambda r: [*cause_verdicts(r), *straggler_verdicts(r)],
             verdict_at=20, record=Stragglers, order=60,
             cross=lambda cross: with_groups(with_causes(stragglers(cross.p), cross.p), cross.p, cross.placement),
-            keeps=(p2p_blocked, cause_steps, cause_ops, device_ranks)),
+            keeps=(p2p_blocked, cause_steps, cause_ops, cause_shapes, device_ranks)),
 )

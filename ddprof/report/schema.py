@@ -254,6 +254,8 @@ class CauseEvidence(Row):
                                               "collectives), idle (the step's thread outside any op after its "
                                               "first compute), overhead (host time inside ops between leaf "
                                               "ops), op_ratio (the same ops' fast calls: their 25th percentile durations, ratio), "
+                                              "same_shapes (as op_ratio, by op and recorded input shapes), "
+                                              "shapes_share (the share of its compute op time on shapes a peer ran), "
                                               "stall_peak (largest step's wait caused / median step's), stall_steps (the long steps, of all), "
                                               "stall_idle (its host idle in its long steps / in its median step), "
                                               "burst_compute (its compute in its long steps / in its median step), "

@@ -99,7 +99,8 @@ class Run:
         files = [str(self.path / part) for r in wanted for part in per_rank.get(str(r), {}).get("parts", [])]
         if not files:
             return empty_events().lazy()
-        return pl.scan_parquet(files, schema=EVENT_SCHEMA, hive_partitioning=False)
+        # a part of an earlier minor version lacks the columns added since: read as null
+        return pl.scan_parquet(files, schema=EVENT_SCHEMA, hive_partitioning=False, missing_columns="insert")
 
     def collect_events(self, columns: list[str] | None = None, ranks: list[int] | None = None,
                        where: pl.Expr | None = None) -> pl.DataFrame:

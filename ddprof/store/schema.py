@@ -23,6 +23,10 @@ Conventions
   collective's process group, in the group's rank order, where the trace says (``In split size``/``Out
   split size`` on ``record_param_comms``; a gloo ``c10d::alltoall_base_``'s split arguments recorded with
   shapes); null for even splits and every other op: ``bytes`` / group size each.
+* ``shapes`` is a CRC-32 of a CPU op's recorded input shapes and types (Kineto's ``Input Dims`` and ``Input
+  type``, as written), null where the trace holds none (recorded without ``record_shapes``, other readers):
+  two calls of one op name with equal ``shapes`` did the same work. Minor version 2.1 added it; a 2.0 store
+  reads with it null.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import polars as pl
 
 from ddprof.errors import SchemaError
 
-SCHEMA_VERSION = "2.0"
+SCHEMA_VERSION = "2.1"
 
 KINDS = ("compute", "comm", "memcpy", "memset", "sync", "cpu_op", "runtime", "annotation", "other")
 Kind = pl.Enum(list(KINDS))
@@ -66,6 +70,7 @@ EVENT_SCHEMA: dict[str, pl.DataType] = {
     "seq": pl.Int64(),
     "send_splits": pl.List(pl.Int64()),
     "recv_splits": pl.List(pl.Int64()),
+    "shapes": pl.UInt32(),
 }
 
 NOT_NULL = ("rank", "ts_ns", "dur_ns", "kind", "name")

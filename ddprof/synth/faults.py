@@ -20,7 +20,14 @@ with ``L`` = 50 µs, plus ``delay`` on the faulty rank for ``input``. The faults
   every ``every``-th step (a busy neighbour now and then: long steps like stalls, but inside ops);
 * ``comm``: ``delay`` more between its last op and its collective entry;
 * ``idle``: ``delay`` outside any op halfway through its ops, every step (a sleep or a lock mid-step);
+* ``slow_core``: every op of its takes ``factor`` × its time, on the same input shapes as the others'
+  (the same work on a core its host shares or runs slower: contention, named from
+  :data:`~ddprof.analyses.straggler_cause.CONTENTION_MIN` up, the host's below it);
 * ``none``: a clean run.
+
+``shapes`` (default on): each CPU op carries its recorded input shapes (the store's ``shapes``, a checksum):
+the same on every rank, but the faulty rank's addmm under ``compute`` (more work: more rows). Off, the run
+is as one recorded without shapes, where more work and a slower core look alike.
 
 ``shift`` (any fault): the faulty rank starts each step ``shift`` later, all of its work with it, so it
 arrives late at every all-reduce with nothing in its step to explain it (its process descheduled between
@@ -33,6 +40,7 @@ Every duration gets a seeded jitter of ±``jitter`` (a share), so the ranks are 
 from __future__ import annotations
 
 import random
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +52,7 @@ from ddprof.synth.schedule import US
 
 #: The cause class each fault is (``ddprof.analyses.straggler_cause``).
 CAUSE = {"compute": "compute", "input": "input", "stalls": "stalls", "contention": "contention",
-         "comm": "communication", "idle": "host idle", "none": None}
+         "comm": "communication", "idle": "host idle", "slow_core": "contention", "none": None}
 LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 
 
@@ -66,6 +74,7 @@ class FaultyDP:
     jitter: float = 0.05
     bursts: bool = False
     shift: int = 0
+    shapes: bool = True
     seed: int = 0
     base: int = 1_700_000_000_000_000 * US
 
@@ -82,9 +91,12 @@ class FaultyDP:
 
         def add(rank: int, step: int, name: str, ts: int, dur: int, tid: int = 1, kind: str = "cpu_op",
                 **extra: Any) -> None:
-            out.append({"rank": rank, "ts_ns": ts, "dur_ns": dur, "pid": 100, "tid": tid, "kind": kind,
-                        "cat": "cpu_op" if kind == "cpu_op" else "user_annotation", "name": name, "step": step,
-                        **extra})
+            bigger = rank == self.rank and self.fault == "compute" and name == "aten::addmm"
+            shapes = zlib.crc32(f"{name}{' x' + str(self.factor) if bigger else ''}".encode()) \
+                if self.shapes and kind == "cpu_op" else None
+            out.append({"rank": rank, "ts_ns": ts, "dur_ns": dur, "pid": 100, "tid": tid,
+                        "kind": kind, "cat": "cpu_op" if kind == "cpu_op" else "user_annotation", "name": name,
+                        "step": step, "shapes": shapes, **extra})
 
         t0 = self.base
         coll: dict[str, Any] = dict(coll_op="all_reduce", pg="0", group_size=self.ranks, bytes=1 << 20,
@@ -105,11 +117,13 @@ class FaultyDP:
                     busy = not self.bursts or s % self.every == self.every - 1
                     stretch = self.delay if bad and self.fault == "contention" and busy and i % self.every == s % self.every \
                         else 0
-                    a = self._j(rng, self.A * (self.factor if bad and self.fault == "compute" else 1)) + stretch
+                    a = self._j(rng, self.A * (self.factor if bad and self.fault in ("compute", "slow_core") else 1)) \
+                        + stretch
                     add(r, s, "aten::addmm", t, a)
                     t += a + self._j(rng, self.g)
-                    add(r, s, "aten::view", t, self._j(rng, self.V))
-                    t += self._j(rng, self.V) + self._j(rng, self.g)
+                    k = self.factor if bad and self.fault == "slow_core" else 1
+                    add(r, s, "aten::view", t, self._j(rng, self.V * k))
+                    t += self._j(rng, self.V * k) + self._j(rng, self.g)
                     if bad and self.fault == "idle" and i == self.ops // 2 - 1:
                         t += self.delay
                 if bad and self.fault == "stalls" and s % self.every == self.every - 1:

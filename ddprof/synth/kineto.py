@@ -195,7 +195,8 @@ def to_kineto(frame: pl.DataFrame, world: int, backend: str = "nccl") -> dict[in
     """One Kineto trace per rank from a generated event table (:mod:`.scenarios`), whole µs: a row's
     stream, device, correlation and external id become its arguments, and a row with a collective and its
     bytes gets the collective's metadata (:func:`collective_args`: a send/recv with a peer, its ranks; a comm
-    row off any stream, a CPU collective, also its input's shape and type)."""
+    row off any stream, a CPU collective, also its input's shape and type). Another row's ``shapes`` becomes
+    ``Input Dims`` ``[[shapes]]``: equal where they were equal, which is all the store's checksum keeps."""
     out = {}
     for (rank,), part in frame.group_by("rank", maintain_order=True):
         events = []
@@ -217,6 +218,8 @@ def to_kineto(frame: pl.DataFrame, world: int, backend: str = "nccl") -> dict[in
                              ARG["out_split"]: str([b // 4 for b in recv]), ARG["out_nelems"]: sum(recv) // 4}
                 if row["kind"] == "comm" and row["stream"] is None:
                     args.update({ARG["input_dims"]: [[nel]], ARG["input_type"]: ["float"]})
+            elif row.get("shapes") is not None:  # an op's recorded shapes, as a stand-in of the same equality
+                args.update({ARG["input_dims"]: [[row["shapes"]]], ARG["input_type"]: ["float"]})
             events.append({"ph": "X", "cat": cat, "name": row["name"], "pid": row["pid"], "tid": row["tid"],
                            "ts": row["ts_ns"] // NS_PER_US, "dur": row["dur_ns"] // NS_PER_US, "args": args})
         out[rank] = {"schemaVersion": 1, "distributedInfo": {"backend": backend, "rank": rank, "world_size": world},

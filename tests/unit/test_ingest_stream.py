@@ -338,7 +338,7 @@ def test_empty_event_list(tmp_path, text, gz):
     for cut in CUTS:
         got = decode(path, cut)
         check(got, text, path)
-        assert got.frame.height == 0 and got.frame.columns == FRAME_COLS and got.meta.height == 0
+        assert got.frame.height == 0 and got.frame.columns == [*FRAME_COLS, "shapes"] and got.meta.height == 0
 
 
 def test_header_and_trailer_keys_with_brackets_in_strings(tmp_path):
@@ -679,3 +679,25 @@ def test_property_corruption_is_a_bad_input_error_or_a_result(scratch, mutations
     else:
         assert got.raw_complete - got.frame.height == sum(got.dropped.values())
         assert got.sha1 == hashlib.sha1(path.read_bytes()).hexdigest()
+
+
+def test_an_ops_recorded_shapes_become_a_checksum_equal_where_they_are(tmp_path):
+    """``Input Dims`` and ``Input type`` as written (raw text) -> a CRC-32 of both (the store's ``shapes``):
+    equal for calls on the same shapes and types, different otherwise, null where none were recorded;
+    the same whatever the reader's cut of the text."""
+    dims, types = '[[8, 512], [512, 512]]', '["float", "float"]'
+    text = ('{"traceEvents": ['
+            f'{{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1, "dur": 2, '
+            f'"args": {{"Input Dims": {dims}, "Input type": {types}}}}}, '
+            f'{{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 4, "dur": 2, '
+            f'"args": {{"Input Dims": {dims}, "Input type": {types}}}}}, '
+            '{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 7, "dur": 2, '
+            '"args": {"Input Dims": [[32, 512], [512, 512]], "Input type": ["float", "float"]}}, '
+            '{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 2, '
+            f'"args": {{"Input Dims": {dims}, "Input type": ["c10::Half", "c10::Half"]}}}}, '
+            '{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 13, "dur": 2}]}')
+    path = write(tmp_path / "t.json", text)
+    want = zlib.crc32(dims.encode(), zlib.crc32(types.encode()))
+    for cut in CUTS:
+        got = decode(path, cut).frame.get_column("shapes").to_list()
+        assert got[:2] == [want, want] and len({*got[:4]}) == 3 and got[4] is None, (cut, got)

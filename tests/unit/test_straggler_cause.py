@@ -227,3 +227,32 @@ def test_pauses_are_told_by_the_ranks_own_idle_when_its_waits_are_too_noisy():
     twice = cs.with_columns(pl.when((pl.col("rank") == 7) & pl.col("step").is_in([3, 7, 11, 15]))
                             .then(1_000_000).otherwise(pl.col("idle_ns")).alias("idle_ns"))
     assert classify(7, twice, ops, waits, wait_us=12_000)["cause"] != "stalls"
+
+
+def test_the_same_work_done_slower_on_a_cpu_rank_is_its_hosts(tmp_path):
+    """Rank 1's every op takes 1.2x the other's on the same input shapes (a core its host shares or runs
+    slower, as a clean 2-rank gloo run once showed for a whole run): contention, the host's under 1.5x, not
+    named, and the verdict says why; at 3x, named contention. The same 1.2x with bigger shapes (compute:
+    more rows) is compute, and without recorded shapes the two cannot be told apart: compute."""
+    from ddprof.analyses.straggler_cause import cause_ops, cause_shapes, same_work
+
+    mild = FaultyDP(fault="slow_core", ranks=2, rank=1, factor=1.2, steps=24)
+    ev = mild.events().lazy()
+    share, ratio = same_work(cause_shapes(ev), cause_ops(ev), 1)
+    assert share == pytest.approx(1.0) and ratio == pytest.approx(1.2, abs=0.03)
+    report = build_report(ingest_generated(mild, tmp_path / "mild"))  # through Kineto's Input Dims
+    st = report["stragglers"]
+    assert st["ranks"] == [] and [(c["rank"], c["cause"]) for c in st["causes"]] == [(1, "contention")], st["causes"]
+    assert {e["measure"] for e in st["causes"][0]["evidence"]} >= {"same_shapes", "shapes_share"}
+    line = next(v for v in report["verdicts"] if "straggler" in v)
+    assert line.startswith("no straggler: rank 1 arrives late consistently") and \
+        "ran on the others' input shapes" in line and "the same work done slower" in line, report["verdicts"]
+    strong = analyse(FaultyDP(fault="slow_core", ranks=2, rank=1, factor=3.0, steps=24).events().lazy())["stragglers"]
+    assert strong["ranks"] == [1] and strong["causes"][0]["cause"] == "contention"
+    more = FaultyDP(fault="compute", ranks=2, rank=1, factor=1.2, steps=24).events().lazy()
+    share, _ = same_work(cause_shapes(more), cause_ops(more), 1)
+    assert share < 0.2
+    st = analyse(more)["stragglers"]
+    assert st["ranks"] == [1] and st["causes"][0]["cause"] == "compute"
+    blind = analyse(FaultyDP(fault="slow_core", ranks=2, rank=1, factor=1.2, steps=24, shapes=False).events().lazy())
+    assert blind["stragglers"]["ranks"] == [1] and blind["stragglers"]["causes"][0]["cause"] == "compute"

@@ -22,6 +22,7 @@ multiples of 256 ns).
 
 from __future__ import annotations
 
+import zlib
 from collections import Counter
 from typing import Any
 
@@ -49,6 +50,7 @@ RAW_SCHEMA: dict[str, pl.DataType] = {
     "name": pl.String(), "a_stream": pl.Int64(), "a_device": pl.Int64(), "correlation": pl.Int64(),
     "external_id": pl.Int64(),
     "is_marker": pl.Boolean(),  # the name is a collective marker's (:data:`ddprof.vocabulary.collective_ops.MARKER_RE`)
+    "shapes": pl.UInt32(),  # the recorded input shapes and types (:func:`_shapes`)
 }
 #: Collective metadata, only for the rows that can carry it (markers and rows with new-format fields);
 #: ``_row`` is the row's index in the frame above.
@@ -72,6 +74,14 @@ def _ints(values: list[Any]) -> pl.Series:
         return pl.Series(values, dtype=pl.Int64)
     except (TypeError, OverflowError):
         return pl.Series([as_int(v) for v in values], dtype=pl.Int64)
+
+
+def _shapes(args: list[Any]) -> pl.Series:
+    """Per event, a CRC-32 of its ``Input Dims`` and ``Input type`` as the trace writes them (null without
+    them): calls of one op with equal values ran on the same shapes and types (``shapes`` in the store).
+    A checksum of the raw text costs ~30 ns an event; parsing the lists would cost ~50 times that."""
+    crc = zlib.crc32
+    return pl.Series([crc(a.input_dims, crc(a.input_type)) if a.input_dims else None for a in args], dtype=pl.UInt32)
 
 
 _EMPTY = Args()  # the args of an event that has none
@@ -147,6 +157,7 @@ class Columns:
             "correlation": _ints([a.correlation for a in args]),
             "external_id": _ints([a.external_id for a in args]),
             "is_marker": pl.Series(flags),
+            "shapes": _shapes(args),
         }
         self.frames.append(_frame(columns, RAW_SCHEMA))
         self.rows += len(ok)
