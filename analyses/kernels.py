@@ -8,7 +8,9 @@ time includes the ops nested in it, so nested ops each count their own inclusive
 
 * ``count``, ``total_us`` over every rank; ``mean_us`` = total_us / count; ``ranks`` = ranks that ran it;
 * ``per_step_us`` and ``per_step_count``: its time and count inside profiler steps divided by the
-  number of (rank, step) pairs of the run, i.e. per rank and step (null when the run has no steps).
+  number of (rank, step) pairs of the run, i.e. per rank and step (null when the run has no steps);
+* ``shapes``: on a CPU op recorded with shapes, one number for the set of input shapes and types it ran on
+  (:func:`shapes_signature`): a run of other sizes (a batch, a model) gives another; null otherwise.
 
 Example: gemm runs 3 times per step for 100 µs on each of 2 ranks over 4 steps -> count 24,
 total_us 2,400, mean_us 100, per_step_us 2,400 / 8 = 300, per_step_count 3.
@@ -19,6 +21,9 @@ over ranks (the per-step distribution a regression check compares).
 
 from __future__ import annotations
 
+import zlib
+
+import numpy as np
 import polars as pl
 from ddprof.analyses.frames.memo import Events, Prepared, collect, derived, prepare
 from ddprof.analyses.frames.sets import kernels, steps
@@ -33,12 +38,29 @@ TOP_N = 20
 
 @derived
 def kernel_rows(p: Prepared) -> pl.DataFrame:
-    """rank, step, name, kind, dur_ns of every kernel (GPU ranks) or CPU op and gloo row (CPU ranks)."""
+    """rank, step, name, kind, dur_ns, shapes of every kernel (GPU ranks) or CPU op and gloo row (CPU
+    ranks); ``shapes`` (the store's: a CPU op's recorded input shapes) is null on kernels."""
     gpu = kernels(p).lazy()
-    cols = ["rank", "step", "name", pl.col("kind").cast(pl.String), "dur_ns"]
+    cols: list[str | pl.Expr] = ["rank", "step", "name", pl.col("kind").cast(pl.String), "dur_ns"]
     cpu = (p.events.filter(pl.col("stream").is_null() & pl.col("kind").is_in(["cpu_op", "comm"]))
            .join(gpu.select("rank").unique(), on="rank", how="anti"))
-    return collect(pl.concat([gpu.select(cols), cpu.select(cols)]))
+    return collect(pl.concat([gpu.select(*cols, pl.lit(None, pl.UInt32).alias("shapes")),
+                              cpu.select(*cols, pl.col("shapes").cast(pl.UInt32))]))
+
+
+@derived
+def kernel_shapes(p: Prepared) -> pl.DataFrame:
+    """The distinct (name, kind, shapes) of the CPU ops that recorded their input shapes: a group of ranks'
+    rows; a run's are its groups' together (their union, duplicates aside)."""
+    return collect(kernel_rows(p).lazy().filter(pl.col("shapes").is_not_null())
+                   .select("name", "kind", "shapes").unique().sort("name", "kind", "shapes"))
+
+
+def shapes_signature(values: list[int]) -> int | None:
+    """One number for a set of recorded shapes (:func:`kernel_shapes`): the CRC-32 of the distinct values
+    sorted, None for none. Two runs whose op ran on the same shapes give the same number."""
+    distinct = sorted(set(values))
+    return zlib.crc32(np.asarray(distinct, dtype="<u4").tobytes()) if distinct else None
 
 
 @derived
@@ -89,7 +111,16 @@ def top_kernels(events: Events, n: int = TOP_N) -> pl.DataFrame:
         .sort(["total_us", "name"], descending=[True, False])
         .head(n)
         .select("name", "kind", "count", "total_us", "mean_us", "ranks", "per_step_us", "per_step_count")
-    )
+    ).pipe(with_shapes, kernel_shapes(p))
+
+
+def with_shapes(top: pl.DataFrame, shapes: pl.DataFrame) -> pl.DataFrame:
+    """``top`` with ``shapes``: each op's :func:`shapes_signature` over its distinct recorded shapes."""
+    seen: dict[tuple[str, str], list[int]] = {}
+    for name, kind, value in shapes.iter_rows():
+        seen.setdefault((name, kind), []).append(value)
+    sig = [shapes_signature(seen.get((name, kind), [])) for name, kind in top.select("name", "kind").iter_rows()]
+    return top.with_columns(pl.Series("shapes", sig, dtype=pl.Int64))
 
 
 def kernels_by_step(events: Events, n: int = TOP_N) -> pl.DataFrame:
@@ -107,7 +138,8 @@ def kernels_by_step(events: Events, n: int = TOP_N) -> pl.DataFrame:
 # --- the report's sections this module computes (ddprof.analyses.sections) ------------------------------------------
 
 SECTIONS = (
-    Section("kernels", [], record=list[KernelRow], order=120, cross=lambda cross: json_rows(top_kernels(cross.p))),
+    Section("kernels", [], record=list[KernelRow], order=120, cross=lambda cross: json_rows(top_kernels(cross.p)),
+            keeps=(kernel_shapes,)),
     Section("kernels_by_step", {"per_kernel": [], "worst": []}, summary=(("name", "kind"), ("total_us",), "total_us"),
             record=KernelStepSummary, detail=KernelStepRow, order=130,
             cross_table=lambda cross: kernels_by_step(cross.p)),

@@ -22,7 +22,8 @@ It reads from each report (a change is beyond the noise when its 99 % Hodges–L
 
 The classes, decided in this order:
 
-1. **workload**: other collectives per step or other message sizes (:func:`.job.workload_changes`), or
+1. **workload**: other collectives per step, other message sizes or top CPU ops on other recorded input
+   shapes (:func:`.job.workload_changes`), or
    more or fewer ops per step of the same names. Ops of other names are **code**: an op of at least 1 % of
    the step that the other side does not hold, when that side kept all its ops; when it kept only its top
    N, only with the ops per step changed too (on a busy machine one op can grow past the others' top N);
@@ -345,7 +346,8 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
         return _cause("workload", "the workload changed: " + "; ".join(other_work), other_work)
     step_b = S.step_us(base).get(None, np.empty(0))
     step_med = float(np.median(step_b)) if step_b.size else 0.0
-    more_ops = workload_changes(base, run, {**wl, "collectives_per_step": math.inf, "message_sizes": False})
+    more_ops = workload_changes(base, run, {**wl, "collectives_per_step": math.inf, "message_sizes": False,
+                                            "op_shapes": False})
     new, gone = _other_names(base, run, step_med, bool(more_ops))
     if more_ops and not (new or gone):
         return _cause("workload", "the workload changed: " + "; ".join(more_ops), more_ops)

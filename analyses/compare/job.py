@@ -3,7 +3,8 @@
 * **The job** (:func:`job_differences`): world size, ranks, device (GPU/CPU), backend, the set of collective
   ops, and the pipeline's stage count. A baseline of another job is refused (exit 2) unless the user allows it.
 * **The workload** (:func:`workload_changes`): the median count of collectives and of kernels (CPU ops on a
-  CPU run) per step and rank, and the (op, message size) pairs. A change here means the job does other work per step: timings
+  CPU run) per step and rank, the (op, message size) pairs, and the input shapes the top CPU ops ran on where the
+  trace recorded them (:func:`other_shapes`). A change here means the job does other work per step: timings
   that depend on it are not compared as a slowdown, and the change is reported as what it is.
 
 Example: baseline 1 all_reduce of 64 MiB per step, run 2 -> "collectives per step and rank: 1 → 2 (median)".
@@ -17,7 +18,15 @@ from typing import Any
 import msgspec
 from ddprof.analyses.compare.samples import op_word
 
-from ddprof.report.schema import BandwidthRow, CollectiveRow, PipelineRow, RunSection, StepTimeRow, rows
+from ddprof.report.schema import (
+    BandwidthRow,
+    CollectiveRow,
+    KernelRow,
+    PipelineRow,
+    RunSection,
+    StepTimeRow,
+    rows,
+)
 from ddprof.report.tables import detail_rows
 from ddprof.vocabulary.units import fmt_bytes
 
@@ -56,6 +65,14 @@ def message_sizes(report: dict[str, Any]) -> set[tuple[str, int]]:
     return {(b.op, b.bytes) for b in rows(report["bandwidth"], BandwidthRow)}
 
 
+def other_shapes(base: dict[str, Any], run: dict[str, Any]) -> list[str]:
+    """The top ops both reports hold with recorded input shapes (``shapes`` of the ``kernels`` section: CPU
+    ops) that ran on another set of shapes in the run: other work per call (a batch, a model resized)."""
+    b = {(k.name, k.kind): k.shapes for k in rows(base["kernels"], KernelRow) if k.shapes is not None}
+    return [k.name for k in rows(run["kernels"], KernelRow)  # a collective's sizes: the message sizes' rule
+            if k.shapes is not None and k.kind != "comm" and b.get((k.name, k.kind), k.shapes) != k.shapes]
+
+
 def workload_changes(base: dict[str, Any], run: dict[str, Any], rule: dict[str, Any]) -> list[str]:
     """How the work per step changed beyond the rule's allowance (module doc); empty: the same workload."""
     out = []
@@ -71,4 +88,10 @@ def workload_changes(base: dict[str, Any], run: dict[str, Any], rule: dict[str, 
         if gone or new:
             parts = [f"new {op} {fmt_bytes(n)}" for op, n in new] + [f"no more {op} {fmt_bytes(n)}" for op, n in gone]
             out.append("message sizes: " + ", ".join(parts))
+    if rule.get("op_shapes", True):
+        resized = other_shapes(base, run)
+        if resized:
+            out.append(f"{op_word(run)}s on other input shapes: {', '.join(resized[:3])}"
+                       + (f" and {len(resized) - 3} more" if len(resized) > 3 else "")
+                       + " (recorded shapes: a batch or a model resized)")
     return out

@@ -39,6 +39,8 @@ Default tolerances (``DEFAULTS``; every key can be overridden in the TOML file):
     collectives_per_step = 0   allowed change in the median count of collectives per step and rank
     kernels_per_step_pct = 2   allowed change in the median count of kernels per step and rank, in %
     message_sizes = true       the (op, size) pairs must be the same
+    op_shapes = true           the top CPU ops must run on the same input shapes, where recorded (a batch
+                               size changes no message of a data-parallel job, only the shapes)
 
 Every section takes ``enabled = false``. Absolute rules, any number of them, compare the run alone::
 
@@ -84,7 +86,8 @@ DEFAULTS: dict[str, Any] = {
     "busbw": {"enabled": True, "tolerance_pct": 10.0, "min_bytes": 1 << 20},
     "kernels": {"enabled": True, "tolerance_pct": 10.0, "min_share_pct": 1.0},
     "straggler": {"enabled": True},
-    "workload": {"enabled": True, "collectives_per_step": 0.0, "kernels_per_step_pct": 2.0, "message_sizes": True},
+    "workload": {"enabled": True, "collectives_per_step": 0.0, "kernels_per_step_pct": 2.0, "message_sizes": True,
+                 "op_shapes": True},
     "absolute": [],
 }
 

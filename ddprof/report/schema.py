@@ -383,6 +383,9 @@ class KernelRow(Row):
     ranks: Annotated[int, Meta(description="ranks it ran on")]
     per_step_us: Annotated[float | None, Meta(description="time per rank and step, µs")]
     per_step_count: Annotated[float | None, Meta(description="launches per rank and step")]
+    shapes: Annotated[int | None, Meta(description="a CPU op recorded with shapes: one number for the set of "
+                                                   "input shapes and types it ran on (other sizes, another "
+                                                   "number); null otherwise")] = None
 
 
 class KernelStepRow(Row):

@@ -65,6 +65,20 @@ def test_a_rerun_on_a_busy_machine_is_the_environment_not_a_rank_nor_the_code(cl
     assert cause is None
 
 
+def test_a_run_of_another_batch_size_is_another_workload(fresh, tmp_path):
+    """The same job with twice the batch: no message changes (DDP's all-reduces carry the gradients, whose
+    sizes the batch does not set), but the ops' recorded input shapes do: a changed workload, not a slower
+    machine (every op slower by a similar factor was the environment before the shapes were read)."""
+    run_example("ddp", tmp_path / "run", 4, *JOB, "--batch", "64")
+    bigger = load_report(tmp_path / "run")
+    changes = workload_changes(fresh, bigger, DEFAULTS["workload"])
+    assert any("on other input shapes" in c and "aten::mm" in c for c in changes), changes
+    result = check(bigger, fresh)
+    assert result["status"] == "workload_changed" and result["cause"]["class"] == "workload", result["summary"]
+    blind = check(bigger, fresh, rules={**DEFAULTS, "workload": {**DEFAULTS["workload"], "op_shapes": False}})
+    assert (blind["cause"] or {}).get("class") != "workload"
+
+
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory):
     return load_report(SAMPLE, cache=tmp_path_factory.mktemp("check-gloo-sample"))

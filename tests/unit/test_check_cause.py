@@ -409,3 +409,30 @@ def test_some_ranks_rose_and_another_held_is_the_host(shifts, held):
     ranks = {r: C.Moved(f"rank {r}", 10_000.0, 10_000.0 + s, float(s), True) for r, s in enumerate(shifts)}
     rose = [r for r, m in ranks.items() if m.shift >= 500]
     assert C._held(ranks, rose) == held
+
+
+def test_top_cpu_ops_on_other_recorded_shapes_are_another_workload(tmp_path):
+    """The report keeps, per top CPU op, one number for the shapes it ran on (null where none were recorded);
+    the same job again gives the same numbers, and an op run on other shapes (a batch or a model resized:
+    no message of a data-parallel job changes) makes the workload rule say so, and only while it is on."""
+    import copy
+
+    from ddprof.analyses.compare.job import workload_changes
+    from ddprof.analyses.compare.rules import DEFAULTS
+
+    a = load_report(ingest_generated(FaultyDP(fault="none", ranks=2, seed=0), tmp_path / "a").path)
+    b = load_report(ingest_generated(FaultyDP(fault="none", ranks=2, seed=1), tmp_path / "b").path)
+    ops = {k["name"]: k["shapes"] for k in a["kernels"]}
+    assert ops["aten::addmm"] is not None and ops["aten::view"] is not None
+    assert {k["name"]: k["shapes"] for k in b["kernels"]} == ops
+    assert workload_changes(a, b, DEFAULTS["workload"]) == []
+    resized = copy.deepcopy(b)
+    next(k for k in resized["kernels"] if k["name"] == "aten::addmm")["shapes"] = ops["aten::addmm"] + 1
+    assert workload_changes(a, resized, DEFAULTS["workload"]) == [
+        "CPU ops on other input shapes: aten::addmm (recorded shapes: a batch or a model resized)"]
+    assert classify(a, resized)["class"] == "workload"
+    assert workload_changes(a, resized, {**DEFAULTS["workload"], "op_shapes": False}) == []
+    blind = copy.deepcopy(a)
+    for k in blind["kernels"]:
+        k["shapes"] = None
+    assert workload_changes(blind, resized, DEFAULTS["workload"]) == []
