@@ -47,7 +47,6 @@ from fault_matrix import FAULT_ARGS, run_job  # noqa: E402
 
 import ddprof  # noqa: E402
 
-
 #: The job's size: about 75 ms a step on this 2-core machine, whose scheduling noise (a few ms a step) a 10 ms
 #: step of the fault matrix's size (hidden 512, batch 64) does not outweigh: its clean runs varied 2.5x.
 HIDDEN = 2048
