@@ -46,8 +46,8 @@ each rank's median over steps, and X's excess = X's median − the peers' value:
    the rank for a time slice now and then; a quarter of the calls at least escape it). On the real jobs
    of the fault matrix the op ratio was 0.84-1.09 under contention and 1.9-3.0 for a 4× batch.
    Compute found so on a CPU rank whose trace recorded input shapes is **contention** still when the rank
-   did the others' work (:func:`same_work`): :data:`SAME_WORK` (80 %) or more of its compute op time is in
-   calls of an op on input shapes and types a peer also ran. Every call of it slower, on the same
+   did the others' work (:func:`same_work`): :data:`SAME_WORK` (80 %) or more of its compute op time on
+   recorded shapes (half its op time at least) is in calls of an op on input shapes and types a peer also ran. Every call of it slower, on the same
    shapes, is a core its host shares or runs slower (a clean 2-rank gloo run had one rank's every call
    1.19× the other's for the whole run); more work changes the shapes (the 4× batch: its matrix products
    on other shapes). Without recorded shapes more work and a slower core cannot be told apart: compute;
@@ -112,6 +112,8 @@ CONTENTION_MIN = 1.5
 #: The same work: a CPU rank whose compute ops ran this share of their time or more on input shapes and
 #: types that a peer also ran (:func:`same_work`) did the others' work; slower, it is its host's doing.
 SAME_WORK = 0.8
+#: ... told only where at least this share of its compute op time recorded its shapes.
+SHAPED_MIN = 0.5
 #: Pipeline imbalance: a stage's compute per micro-batch this many times the median stage's. A last stage
 #: that computes the loss (and a first that embeds) does more by design: a clean 2-stage gloo pipeline of
 #: equal layers has its last stage 1.28-1.37x the first's; 1.5x is work to move, not the loss's share.
@@ -259,21 +261,24 @@ def cause_shapes(p: Prepared) -> pl.DataFrame:
 def same_work(shaped: pl.DataFrame, ops: pl.DataFrame, rank: int,
               peers: frozenset[int] | None = None) -> tuple[float, float | None] | None:
     """Whether CPU rank ``rank`` did the others' work, from the input shapes its trace recorded
-    (:func:`cause_shapes`): (share, ratio). ``share``: of its compute ops' time (:func:`cause_ops`), the share
+    (:func:`cause_shapes`): (share, ratio). ``share``: of its compute ops' time on recorded shapes, the share
     in calls of an op name and shapes that a peer (``peers``: these only) also ran; ``ratio``: its fast calls
-    of those over the peers' (:func:`op_ratio` by name and shapes). None where it recorded no shapes.
+    of those over the peers' (:func:`op_ratio` by name and shapes). None where less than
+    :data:`SHAPED_MIN` of its compute ops' time (:func:`cause_ops`) recorded shapes (ops such as autograd's
+    ``evaluate_function`` wrappers record none).
 
     Example: rank 0 of a clean DDP run whose core its host shared: every op on the shapes the other ran,
     share 1.0, ratio 1.19 -> the same work done 1.19x slower; a rank given a 4x batch ran its matrix products
     on other shapes: share 0.1."""
     mine = shaped.filter(pl.col("rank") == rank)
     total = float(ops.filter(pl.col("rank") == rank)["total_ns"].sum())
-    if mine.height == 0 or total <= 0:
+    recorded = float(mine["total_ns"].sum())
+    if total <= 0 or recorded < SHAPED_MIN * total:
         return None
     others = pl.col("rank") != rank if peers is None else pl.col("rank").is_in(list(peers))
     theirs = shaped.filter(others).select("name", "shapes").unique()
     matched = float(mine.join(theirs, on=["name", "shapes"])["total_ns"].sum())
-    return min(1.0, matched / total), op_ratio(shaped, rank, peers, key=("name", "shapes"))
+    return matched / recorded, op_ratio(shaped, rank, peers, key=("name", "shapes"))
 
 
 @derived

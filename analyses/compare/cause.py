@@ -22,8 +22,7 @@ It reads from each report (a change is beyond the noise when its 99 % Hodges–L
 
 The classes, decided in this order:
 
-1. **workload**: other collectives per step, other message sizes or top CPU ops on other recorded input
-   shapes (:func:`.job.workload_changes`), or
+1. **workload**: other collectives per step or other message sizes (:func:`.job.workload_changes`), or
    more or fewer ops per step of the same names. Ops of other names are **code**: an op of at least 1 % of
    the step that the other side does not hold, when that side kept all its ops; when it kept only its top
    N, only with the ops per step changed too (on a busy machine one op can grow past the others' top N);
@@ -41,6 +40,9 @@ The classes, decided in this order:
    CPU rank alone got faster under that factor: the baseline's host served it slower; and when no rank's
    own time rose beyond its noise (it holds the others' waits) but one CPU rank holds the rise of the
    ranks' compute per step (:func:`_lone_compute`) and the host explains it so;
+   **workload** too, after the one-rank test, when the top CPU ops ran on other recorded input shapes
+   (:func:`.job.other_shapes`: a batch or a model resized; one rank alone slowing with them is **rank**, its
+   evidence saying so: an uneven batch);
 3. **environment**, unevenly: two or more ranks rose, by factors apart by at least 0.5 and 3 times
    (×1.1 on one, ×1.5 on another): a change of the code moves every rank of a data-parallel job alike, a
    busy machine does not (not for pipeline runs, whose stages do different work); so too when two or more
@@ -340,10 +342,12 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
     word = op_word(run)
     ops_word = f"{word}s"
 
-    # 1. the workload
-    other_work = workload_changes(base, run, {**wl, "kernels_per_step_pct": math.inf})
+    # 1. the workload (the ops' input shapes below: one rank given more work is that rank, not the job's)
+    other_work = workload_changes(base, run, {**wl, "kernels_per_step_pct": math.inf, "op_shapes": False})
     if other_work:
         return _cause("workload", "the workload changed: " + "; ".join(other_work), other_work)
+    resized = workload_changes(base, run, {**wl, "collectives_per_step": math.inf, "kernels_per_step_pct": math.inf,
+                                           "message_sizes": False}) if wl.get("op_shapes", True) else []
     step_b = S.step_us(base).get(None, np.empty(0))
     step_med = float(np.median(step_b)) if step_b.size else 0.0
     more_ops = workload_changes(base, run, {**wl, "collectives_per_step": math.inf, "message_sizes": False,
@@ -408,7 +412,7 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
                   if word == "CPU op" and top in stragglers else 0.0)
         if t.beyond_noise and all(m.shift - waited < max(min(tol[r], OTHERS_SHARE * t.shift), DOMINANT * t.shift)
                                   for r, m in others.items()):
-            host = _host_shared(run, top, t) if word == "CPU op" else None
+            host = _host_shared(run, top, t) if word == "CPU op" and not resized else None
             if host is not None:
                 return _cause("environment", f"rank {top} alone slowed ({ratio_text(t.ratio)}), as a host slows "
                                              "one of its CPU ranks: " + host,
@@ -424,8 +428,13 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
                   + ": they wait for it in the collectives"]
             if top in stragglers:
                 ev.append(f"rank {top} became a straggler")
+            ev += [f"{r}: more work on this rank, as an uneven batch gives" for r in resized]
             return _cause("rank", f"rank {top} alone slowed: its own time per step rose {fmt_us(t.shift)} "
                                   f"({ratio_text(t.ratio)}), the other ranks' did not", ev, rank=top)
+
+    # 1b. the ops ran on other shapes, and not on one rank alone: the job's workload (a batch, a model resized)
+    if resized:
+        return _cause("workload", "the workload changed: " + "; ".join(resized), resized)
 
     # 2b. one rank pauses now and then: a few of its steps far longer than its others and than any other
     # rank's (straggler_cause tells it so; a busy machine pauses them all, and names none)
