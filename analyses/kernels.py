@@ -10,7 +10,9 @@ time includes the ops nested in it, so nested ops each count their own inclusive
 * ``per_step_us`` and ``per_step_count``: its time and count inside profiler steps divided by the
   number of (rank, step) pairs of the run, i.e. per rank and step (null when the run has no steps);
 * ``shapes``: on a CPU op recorded with shapes, one number for the set of input shapes and types it ran on
-  (:func:`shapes_signature`): a run of other sizes (a batch, a model) gives another; null otherwise.
+  (:func:`shapes_signature`): a run of other sizes (a batch, a model) gives another; null otherwise;
+  ``shapes_distinct``: how many shapes that set holds (more than its calls per rank and step: shapes that
+  change from step to step, as a sequence length does).
 
 Example: gemm runs 3 times per step for 100 µs on each of 2 ranks over 4 steps -> count 24,
 total_us 2,400, mean_us 100, per_step_us 2,400 / 8 = 300, per_step_count 3.
@@ -115,12 +117,15 @@ def top_kernels(events: Events, n: int = TOP_N) -> pl.DataFrame:
 
 
 def with_shapes(top: pl.DataFrame, shapes: pl.DataFrame) -> pl.DataFrame:
-    """``top`` with ``shapes``: each op's :func:`shapes_signature` over its distinct recorded shapes."""
-    seen: dict[tuple[str, str], list[int]] = {}
+    """``top`` with ``shapes``, each op's :func:`shapes_signature` over its distinct recorded shapes, and
+    ``shapes_distinct``, how many there are (null without)."""
+    seen: dict[tuple[str, str], set[int]] = {}
     for name, kind, value in shapes.iter_rows():
-        seen.setdefault((name, kind), []).append(value)
-    sig = [shapes_signature(seen.get((name, kind), [])) for name, kind in top.select("name", "kind").iter_rows()]
-    return top.with_columns(pl.Series("shapes", sig, dtype=pl.Int64))
+        seen.setdefault((name, kind), set()).add(value)
+    keys = list(top.select("name", "kind").iter_rows())
+    return top.with_columns(
+        pl.Series("shapes", [shapes_signature(list(seen.get(k, ()))) for k in keys], dtype=pl.Int64),
+        pl.Series("shapes_distinct", [len(seen[k]) if k in seen else None for k in keys], dtype=pl.Int64))
 
 
 def kernels_by_step(events: Events, n: int = TOP_N) -> pl.DataFrame:

@@ -42,7 +42,7 @@ The classes, decided in this order:
    ranks' compute per step (:func:`_lone_compute`) and the host explains it so;
    **workload** too, after the one-rank test, when the top CPU ops ran on other recorded input shapes
    (:func:`.job.other_shapes`: a batch or a model resized; one rank alone slowing with them is **rank**, its
-   evidence saying so: an uneven batch);
+   evidence saying so: an uneven batch, when the run names it a new straggler);
 3. **environment**, unevenly: two or more ranks rose, by factors apart by at least 0.5 and 3 times
    (×1.1 on one, ×1.5 on another): a change of the code moves every rank of a data-parallel job alike, a
    busy machine does not (not for pipeline runs, whose stages do different work); so too when two or more
@@ -401,8 +401,11 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
         return (f"the {ops_word} together {ratio_text(ratio)} (time-weighted median of {len(ops)}, "
                 f"{ratio_range([m.ratio for m in ops])})")
 
-    # 2. one rank alone
-    if len(ranks) >= 2 and rose:
+    compute = functools.cache(lambda: _rank_compute(base, run, confidence))  # 2d and 3b, CPU runs only
+
+    # 2. one rank alone (with other shapes, only the new straggler: one rank given more work is the one the
+    # others wait for; a job-wide batch makes none, whichever rank's own time the noise raised most)
+    if len(ranks) >= 2 and rose and (not resized or max(rose, key=lambda r: ranks[r].shift) in stragglers):
         top = max(rose, key=lambda r: ranks[r].shift)
         t = ranks[top]
         others = {r: m for r, m in ranks.items() if r != top}
@@ -464,7 +467,6 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
 
     # 2d. one CPU rank's compute alone rose, its own time too noisy to tell (it holds the waits): the host
     # when the run sets the rank aside or it rose under the factor that singles one out
-    compute = functools.cache(lambda: _rank_compute(base, run, confidence))  # 2d and 3b, CPU runs only
     lone = (_lone_compute(compute(), moved("all ranks", S.compute_summed(base), S.compute_summed(run), confidence))
             if word == "CPU op" and not rose else None)
     host = _host_shared(run, lone[0], lone[1]) if lone is not None else None

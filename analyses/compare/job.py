@@ -65,12 +65,21 @@ def message_sizes(report: dict[str, Any]) -> set[tuple[str, int]]:
     return {(b.op, b.bytes) for b in rows(report["bandwidth"], BandwidthRow)}
 
 
+def _static(k: KernelRow) -> bool:
+    """An op whose recorded shapes repeat from step to step: no more distinct shapes (every rank's) than its
+    calls per rank and step. A sequence length that varies by batch gives new shapes every step, so two
+    runs of one job differ in their sets: those ops are not compared."""
+    return (k.shapes is not None and k.shapes_distinct is not None and k.per_step_count is not None
+            and k.shapes_distinct <= max(1.0, round(k.per_step_count)))
+
+
 def other_shapes(base: dict[str, Any], run: dict[str, Any]) -> list[str]:
     """The top ops both reports hold with recorded input shapes (``shapes`` of the ``kernels`` section: CPU
-    ops) that ran on another set of shapes in the run: other work per call (a batch, a model resized)."""
-    b = {(k.name, k.kind): k.shapes for k in rows(base["kernels"], KernelRow) if k.shapes is not None}
+    ops) that repeat every step on both sides (:func:`_static`) and ran on another set of them in the run:
+    other work per call (a batch, a model resized)."""
+    b = {(k.name, k.kind): k.shapes for k in rows(base["kernels"], KernelRow) if _static(k)}
     return [k.name for k in rows(run["kernels"], KernelRow)  # a collective's sizes: the message sizes' rule
-            if k.shapes is not None and k.kind != "comm" and b.get((k.name, k.kind), k.shapes) != k.shapes]
+            if _static(k) and k.kind != "comm" and b.get((k.name, k.kind), k.shapes) != k.shapes]
 
 
 def workload_changes(base: dict[str, Any], run: dict[str, Any], rule: dict[str, Any]) -> list[str]:

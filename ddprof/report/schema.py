@@ -386,6 +386,8 @@ class KernelRow(Row):
     shapes: Annotated[int | None, Meta(description="a CPU op recorded with shapes: one number for the set of "
                                                    "input shapes and types it ran on (other sizes, another "
                                                    "number); null otherwise")] = None
+    shapes_distinct: Annotated[int | None, Meta(description="how many distinct input shapes that set holds "
+                                                            "(every rank's); null without")] = None
 
 
 class KernelStepRow(Row):
