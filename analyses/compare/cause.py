@@ -401,8 +401,6 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
         return (f"the {ops_word} together {ratio_text(ratio)} (time-weighted median of {len(ops)}, "
                 f"{ratio_range([m.ratio for m in ops])})")
 
-    compute = functools.cache(lambda: _rank_compute(base, run, confidence))  # 2d and 3b, CPU runs only
-
     # 2. one rank alone (with other shapes, only the new straggler: one rank given more work is the one the
     # others wait for; a job-wide batch makes none, whichever rank's own time the noise raised most)
     if len(ranks) >= 2 and rose and (not resized or max(rose, key=lambda r: ranks[r].shift) in stragglers):
@@ -467,6 +465,7 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
 
     # 2d. one CPU rank's compute alone rose, its own time too noisy to tell (it holds the waits): the host
     # when the run sets the rank aside or it rose under the factor that singles one out
+    compute = functools.cache(lambda: _rank_compute(base, run, confidence))  # 2d and 3b, CPU runs only
     lone = (_lone_compute(compute(), moved("all ranks", S.compute_summed(base), S.compute_summed(run), confidence))
             if word == "CPU op" and not rose else None)
     host = _host_shared(run, lone[0], lone[1]) if lone is not None else None
