@@ -24,6 +24,7 @@ over ranks (the per-step distribution a regression check compares).
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterable
 
 import numpy as np
 import polars as pl
@@ -58,7 +59,7 @@ def kernel_shapes(p: Prepared) -> pl.DataFrame:
                    .select("name", "kind", "shapes").unique().sort("name", "kind", "shapes"))
 
 
-def shapes_signature(values: list[int]) -> int | None:
+def shapes_signature(values: Iterable[int]) -> int | None:
     """One number for a set of recorded shapes (:func:`kernel_shapes`): the CRC-32 of the distinct values
     sorted, None for none. Two runs whose op ran on the same shapes give the same number."""
     distinct = sorted(set(values))
@@ -124,7 +125,7 @@ def with_shapes(top: pl.DataFrame, shapes: pl.DataFrame) -> pl.DataFrame:
         seen.setdefault((name, kind), set()).add(value)
     keys = list(top.select("name", "kind").iter_rows())
     return top.with_columns(
-        pl.Series("shapes", [shapes_signature(list(seen.get(k, ()))) for k in keys], dtype=pl.Int64),
+        pl.Series("shapes", [shapes_signature(seen.get(k, ())) for k in keys], dtype=pl.Int64),
         pl.Series("shapes_distinct", [len(seen[k]) if k in seen else None for k in keys], dtype=pl.Int64))
 
 

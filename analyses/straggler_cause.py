@@ -233,13 +233,20 @@ def _idle(p: Prepared, marked: pl.LazyFrame) -> pl.LazyFrame:
 
 
 @derived
+def _cpu_compute(p: Prepared) -> pl.DataFrame:
+    """The CPU ranks' compute ops (CPU ops that are no collective entry, outside the data loader): rank, name,
+    shapes, dur_ns; what :func:`cause_ops` and :func:`cause_shapes` group, read once."""
+    return collect(_host_ops(p).filter((pl.col("kind") == "cpu_op") & ~pl.col("entry") & ~pl.col("in_loader"))
+                   .select("rank", "name", "shapes", (pl.col("end") - pl.col("start")).alias("dur_ns")))
+
+
+@derived
 def cause_ops(p: Prepared) -> pl.DataFrame:
     """Per (rank, name) of compute ops (CPU ops that are no collective entry, outside the data loader; GPU:
     compute kernels): n, low_ns (the 25th percentile of the durations), total_ns."""
-    ops = _host_ops(p).filter((pl.col("kind") == "cpu_op") & ~pl.col("entry") & ~pl.col("in_loader"))
-    dur = pl.col("end") - pl.col("start")
-    cpu = ops.group_by("rank", "name").agg(pl.len().alias("n"), dur.quantile(0.25).alias("low_ns"),
-                                            dur.sum().alias("total_ns"))
+    dur = pl.col("dur_ns")
+    cpu = _cpu_compute(p).lazy().group_by("rank", "name").agg(pl.len().alias("n"), dur.quantile(0.25).alias("low_ns"),
+                                                              dur.sum().alias("total_ns"))
     gpu = (kernels(p).lazy().filter(pl.col("kind") == "compute")
            .group_by("rank", "name").agg(pl.len().alias("n"), pl.col("dur_ns").quantile(0.25).alias("low_ns"),
                                          pl.col("dur_ns").sum().alias("total_ns")))
@@ -250,10 +257,8 @@ def cause_ops(p: Prepared) -> pl.DataFrame:
 def cause_shapes(p: Prepared) -> pl.DataFrame:
     """Per (rank, name, shapes) of the CPU ranks' compute ops (as :func:`cause_ops`) whose trace recorded
     their input shapes and types (the store's ``shapes``): n, low_ns, total_ns."""
-    ops = _host_ops(p).filter((pl.col("kind") == "cpu_op") & ~pl.col("entry") & ~pl.col("in_loader")
-                              & pl.col("shapes").is_not_null())
-    dur = pl.col("end") - pl.col("start")
-    return collect(ops.group_by("rank", "name", "shapes")
+    dur = pl.col("dur_ns")
+    return collect(_cpu_compute(p).lazy().filter(pl.col("shapes").is_not_null()).group_by("rank", "name", "shapes")
                    .agg(pl.len().alias("n"), dur.quantile(0.25).alias("low_ns"), dur.sum().alias("total_ns"))
                    .cast(_SHAPES_SCHEMA).sort("rank", "name", "shapes"))
 

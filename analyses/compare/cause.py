@@ -81,7 +81,7 @@ from typing import Any
 import msgspec
 import numpy as np
 from ddprof.analyses.compare import samples as S
-from ddprof.analyses.compare.job import stage_count, workload_changes
+from ddprof.analyses.compare.job import shapes_changes, stage_count, workload_changes
 from ddprof.analyses.compare.samples import op_word
 from ddprof.analyses.compare.stats import hodges_lehmann
 from ddprof.analyses.compare.words import direction, ratio_range, ratio_text, signed
@@ -346,8 +346,7 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
     other_work = workload_changes(base, run, {**wl, "kernels_per_step_pct": math.inf, "op_shapes": False})
     if other_work:
         return _cause("workload", "the workload changed: " + "; ".join(other_work), other_work)
-    resized = workload_changes(base, run, {**wl, "collectives_per_step": math.inf, "kernels_per_step_pct": math.inf,
-                                           "message_sizes": False}) if wl.get("op_shapes", True) else []
+    resized = shapes_changes(base, run) if wl.get("op_shapes", True) else []
     step_b = S.step_us(base).get(None, np.empty(0))
     step_med = float(np.median(step_b)) if step_b.size else 0.0
     more_ops = workload_changes(base, run, {**wl, "collectives_per_step": math.inf, "message_sizes": False,
@@ -403,8 +402,8 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
 
     # 2. one rank alone (with other shapes, only the new straggler: one rank given more work is the one the
     # others wait for; a job-wide batch makes none, whichever rank's own time the noise raised most)
-    if len(ranks) >= 2 and rose and (not resized or max(rose, key=lambda r: ranks[r].shift) in stragglers):
-        top = max(rose, key=lambda r: ranks[r].shift)
+    top = max(rose, key=lambda r: ranks[r].shift) if rose else None
+    if len(ranks) >= 2 and top is not None and (not resized or top in stragglers):
         t = ranks[top]
         others = {r: m for r, m in ranks.items() if r != top}
         # on a CPU run the others wait for a new straggler inside host ops (a gloo wait blocks the op that

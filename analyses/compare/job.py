@@ -98,9 +98,15 @@ def workload_changes(base: dict[str, Any], run: dict[str, Any], rule: dict[str, 
             parts = [f"new {op} {fmt_bytes(n)}" for op, n in new] + [f"no more {op} {fmt_bytes(n)}" for op, n in gone]
             out.append("message sizes: " + ", ".join(parts))
     if rule.get("op_shapes", True):
-        resized = other_shapes(base, run)
-        if resized:
-            out.append(f"{op_word(run)}s on other input shapes: {', '.join(resized[:3])}"
-                       + (f" and {len(resized) - 3} more" if len(resized) > 3 else "")
-                       + " (recorded shapes: a batch or a model resized)")
+        out += shapes_changes(base, run)
     return out
+
+
+def shapes_changes(base: dict[str, Any], run: dict[str, Any]) -> list[str]:
+    """The workload rule's line for the top ops on other input shapes (:func:`other_shapes`), or none."""
+    resized = other_shapes(base, run)
+    if not resized:
+        return []
+    more = f" and {len(resized) - 3} more" if len(resized) > 3 else ""
+    return [f"{op_word(run)}s on other input shapes: {', '.join(resized[:3])}{more} "
+            "(recorded shapes: a batch or a model resized)"]
