@@ -30,10 +30,14 @@ def _step(run_dir, slow: int | None) -> tuple[float, float | None]:
 
 
 def test_a_slow_rank_projected_away_meets_the_run_without_it(tmp_path):
+    """The job without the delay runs before and after the faulty one: a machine busy during one of them
+    slows it (a CI runner's clean run once took 98 ms a step against its usual 75), so the truth is the
+    less disturbed of the two."""
+    run_example("ddp", tmp_path / "clean-0", 2, *JOB, "--fault", "none")
     run_example("ddp", tmp_path / "slow", 2, *JOB, "--fault", "input", "--fault-rank", "1", "--fault-ms", "20")
-    run_example("ddp", tmp_path / "clean", 2, *JOB, "--fault", "none")
+    run_example("ddp", tmp_path / "clean-1", 2, *JOB, "--fault", "none")
     faulty, projected = _step(tmp_path / "slow", 1)
-    clean, _ = _step(tmp_path / "clean", None)
+    clean = min(_step(tmp_path / f"clean-{i}", None)[0] for i in (0, 1))
     assert projected is not None
     assert faulty > 1.1 * clean, (faulty, clean)  # the 20 ms a batch shows in the step
     assert abs(projected - clean) <= TOLERANCE * clean, (faulty, projected, clean)
