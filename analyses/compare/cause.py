@@ -61,7 +61,9 @@ The classes, decided in this order:
    machine does), or the device kernels kept their times (the GPUs wait for the host);
 6. **communication**: no rank rose, and busbw fell by at least 10 % (``BW_CHANGE``) beyond the noise, or
    the communication kernels slowed; **environment** instead on a CPU run whose ranks all ran on one host
-   (gloo there moves the bytes with the host's CPUs and memory: no interconnect to blame);
+   (gloo there moves the bytes with the host's CPUs and memory: no interconnect to blame), **unclear** on
+   a CPU run that does not record its ranks' hosts (traces of plain ``torch.profiler``: one host's load
+   and a network between hosts look alike);
 7. **environment**: a new straggler while no rank rose: it arrives late without doing more work;
 8. **unclear**: the step time changed beyond its tolerance and none of the above fits.
 
@@ -319,6 +321,16 @@ def _one_host(report: dict[str, Any]) -> str | None:
     return next(iter(hosts)) if len(hosts) == 1 and None not in hosts else None
 
 
+#: Said where a CPU run's ranks have no recorded host.
+HOSTS_UNKNOWN = ("the ranks' hosts are not recorded (traces captured without ddprof's collector, which writes "
+                 "them in its meta files)")
+
+
+def _hosts_unknown(report: dict[str, Any]) -> bool:
+    """Whether some rank of the run has no recorded host."""
+    return any(r.host is None for r in msgspec.convert(report["run"], RunSection).per_rank)
+
+
 def _new_stragglers(base: dict[str, Any], run: dict[str, Any]) -> list[int]:
     before = set(msgspec.convert(base["stragglers"], Stragglers).ranks)
     return [r for r in msgspec.convert(run["stragglers"], Stragglers).ranks if r not in before]
@@ -544,6 +556,11 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
             return _cause("environment", f"the collectives slowed, compute did not: {what}; every rank runs on "
                                          f"{host}, where gloo moves the bytes with the host's CPUs and memory, "
                                          "no interconnect between them", ev)
+        if word == "CPU op" and _hosts_unknown(run):  # one host or several: the host's load or a network
+            return _cause("unclear", f"the collectives slowed, compute did not: {what}; the run does not name "
+                                     "its ranks' hosts, and gloo moves the bytes with the hosts' CPUs: on one "
+                                     "host that is its load (the environment), between hosts it may be the "
+                                     "network", ev + [HOSTS_UNKNOWN])
         return _cause("communication", f"the collectives slowed, compute did not: {what}", ev)
 
     # 7. a straggler that does no more work than before: it arrives late, the machine made it so

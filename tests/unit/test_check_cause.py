@@ -56,10 +56,22 @@ def runs(request, tmp_path_factory):
     return request.param, paths, {k: load_report(p) for k, p in paths.items()}
 
 
+def on_hosts(report: dict[str, Any], hosts: list[str | None]) -> dict[str, Any]:
+    """A copy of ``report`` whose ranks ran on ``hosts`` (repeated over the ranks; None: not recorded)."""
+    import copy
+
+    out = copy.deepcopy(report)
+    for row, host in zip(out["run"]["per_rank"], hosts * len(out["run"]["per_rank"])):
+        row["host"] = host
+    return out
+
+
 @pytest.mark.parametrize("name", sorted(KNOWN))
 def test_each_known_cause_is_named(runs, name):
-    _, _, reports = runs
+    device, _, reports = runs
     klass, rank = KNOWN[name]
+    if device == "cpu" and name == "comm":  # gloo: a network only between hosts (the test below)
+        reports = {k: on_hosts(reports[k], ["a", "b"]) for k in ("base", name)}
     cause = classify(reports["base"], reports[name])
     assert cause is not None and (cause["class"], cause["rank"]) == (klass, rank), cause
     assert cause["summary"] and cause["evidence"]
@@ -106,7 +118,8 @@ def test_one_rank_only_when_it_alone_changed(runs):
 
 
 def test_the_cause_leads_the_text_json_and_junit(runs, tmp_path, capsys):
-    _, paths, _ = runs
+    device, paths, _ = runs
+    comm = "communication" if device == "gpu" else "unclear"  # gloo with no hosts recorded: see below
     assert main(["check", str(paths["rank"]), "--baseline", str(paths["base"])]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "ddprof check: REGRESSION, cause: one rank (rank 2)"
@@ -117,11 +130,11 @@ def test_the_cause_leads_the_text_json_and_junit(runs, tmp_path, capsys):
     junit = tmp_path / "check.xml"
     assert main(["check", str(paths["comm"]), "--baseline", str(paths["base"]), "--format", "junit",
                  "-o", str(junit)]) == 1
-    assert capsys.readouterr().err.startswith("ddprof check: REGRESSION, cause: communication")
+    assert capsys.readouterr().err.startswith(f"ddprof check: REGRESSION, cause: {comm}")
     props = {p.get("name"): p.get("value") for p in ET.parse(junit).getroot().iter("property")}
-    assert props["cause"] == "communication" and props["cause_rank"] == "" and props["cause_summary"]
+    assert props["cause"] == comm and props["cause_rank"] == "" and props["cause_summary"]
     failure = next(ET.parse(junit).getroot().iter("failure"))
-    assert failure.text.startswith("cause: communication: ")
+    assert failure.text.startswith(f"cause: {comm}: ")
 
 
 def test_environment_warn_passes_the_gate_and_says_why(runs, tmp_path, capsys):
@@ -375,23 +388,22 @@ def test_slower_gloo_on_one_host_is_the_environment(runs):
     """The collectives slower, compute not (NoisyDP bw 0.6): communication, as a network would be. On a CPU
     run whose ranks all ran on one host, gloo moves the bytes with that host's CPUs and memory, so the same
     change is the environment, and says why; ranks on two hosts keep communication, and so do GPU ranks on
-    one host (their bytes cross NVLink or PCIe, not the host's CPUs)."""
-    import copy
-
+    one host (their bytes cross NVLink or PCIe, not the host's CPUs). A CPU run that does not record its
+    hosts cannot tell the two: unclear, saying both (three of 16 failed checks of clean 2-rank gloo runs
+    traced with plain torch.profiler named communication, gloo's all-reduce ×1.6-1.8, on one 2-core host)."""
     device, _, reports = runs
-
-    def on(report: dict[str, Any], hosts: list[str]) -> dict[str, Any]:
-        out = copy.deepcopy(report)
-        for row, host in zip(out["run"]["per_rank"], hosts * len(out["run"]["per_rank"])):
-            row["host"] = host
-        return out
-
-    one = classify(on(reports["base"], ["vm"]), on(reports["comm"], ["vm"]))
+    one = classify(on_hosts(reports["base"], ["vm"]), on_hosts(reports["comm"], ["vm"]))
     assert one is not None and one["class"] == ("environment" if device == "cpu" else "communication"), one
     assert ("every rank runs on vm, where gloo moves the bytes with the host's CPUs" in one["summary"]) == (
         device == "cpu")
-    two = classify(on(reports["base"], ["a", "b"]), on(reports["comm"], ["a", "b"]))
+    two = classify(on_hosts(reports["base"], ["a", "b"]), on_hosts(reports["comm"], ["a", "b"]))
     assert two is not None and two["class"] == "communication", two
+    # hosts not recorded (plain torch.profiler traces): on a CPU run, one host's load or a network, unsaid
+    unknown = classify(on_hosts(reports["base"], [None]), on_hosts(reports["comm"], [None]))
+    assert unknown is not None and unknown["class"] == ("unclear" if device == "cpu" else "communication"), unknown
+    if device == "cpu":
+        assert "the run does not name its ranks' hosts" in unknown["summary"]
+        assert unknown["evidence"][-1].startswith("the ranks' hosts are not recorded")
 
 
 @pytest.mark.parametrize(("shifts", "held"), [
