@@ -3,11 +3,14 @@ rank's compute; a communication-bound run's all-reduce) and on real traces, and 
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 import pytest
 from ddprof.analyses.report import build_report
-from ddprof.analyses.whatif.critical import KINDS, critical_path
+from ddprof.analyses.whatif.critical import KINDS, _net_overlaps, critical_path
+from ddprof.analyses.whatif.model import build
 from ddprof.analyses.whatif.projections import whatif
+from ddprof.analyses.whatif.replay import replay
 from ddprof.analyses.whatif.store import _handoffs, replay_check
 
 import ddprof
@@ -115,3 +118,21 @@ def test_the_v100_critical_path_runs_through_the_backward_thread(ingested):
     kinds = dict(zip(w.critical.by_kind()["kind"], w.critical.by_kind()["share"]))
     assert kinds["host launch"] > 0.9 and kinds["idle"] < 0.1
     assert w.projections[0].edit == "no_host_gaps" and w.projections[0].saving_pct < 10
+
+
+def test_rows_that_overlap_on_their_lane_count_once_and_never_negative():
+    """Two rows of one host lane that overlap (asynchronous gloo collectives on one thread, as FSDP issues
+    them): the later one's delay is negative (it started 2 s before the earlier ended). On the path the
+    overlap is the earlier op's time cut short, not a negative host launch: A 8 s, B 4 s, 12 s in all."""
+    ops = pl.DataFrame({"step": [0, 0], "worker": [0, 0], "lane": [-1, -1], "start": [0.0, 8.0],
+                        "end": [10.0, 12.0], "instance": [None, None], "kind": ["comm", "comm"],
+                        "name": ["gloo:all_gather", "gloo:all_reduce"]},
+                       schema_overrides={"instance": pl.String})
+    model = build(ops)
+    cp = critical_path(model, replay(model, binding=True))
+    assert (cp.links["s"] >= 0).all(), cp.links
+    assert dict(zip(cp.links["name"], cp.links["s"])) == pytest.approx({"gloo:all_gather": 8.0, "gloo:all_reduce": 4.0})
+    assert cp.steps["length"].to_list() == pytest.approx([12.0])
+    # walked back from the end: B's duration, B's delay, A's duration, A's delay after the origin
+    assert _net_overlaps(np.array([4.0, -2.0, 10.0, 0.0]), np.zeros(4, np.int64)).tolist() == [4.0, 0.0, 8.0, 0.0]
+    assert _net_overlaps(np.array([1.0, -3.0, 2.0, 5.0]), np.array([0, 0, 0, 1])).tolist() == [1.0, -1.0, 0.0, 5.0]
