@@ -21,6 +21,9 @@ Which rows, per rank and step (rows without a step are left out):
   2 % of the stop), handed it work and waited (the main thread and the autograd thread's backward): the
   other thread's first row waits for the stopped thread's last, and the resumed row for the other's last
   (:func:`_handoffs`).
+* **Issued collectives** (CPU ranks): a communication row on a thread that did not issue it (gloo runs
+  asynchronous collectives on its worker threads) waits for the op-table row of the issuing thread that
+  holds the issuing ``c10d::*`` call (:func:`_issued`).
 * **Host gaps**: per host row, ``gap`` is the part of its wait on its lane (from the previous row's end
   to its start) that no CPU op or runtime call of its thread covers: idle time (Python, the data loader,
   a sleep), as opposed to CPU work outside the modelled rows. The "host gaps removed" edit takes it off.
@@ -160,7 +163,10 @@ def op_rows(events: Events) -> tuple[pl.DataFrame, pl.DataFrame]:
     targets = rows.filter(pl.col("stream").is_not_null()).select("rank", "correlation", pl.col("__op").alias("dst_op"))
     deps = (launch.drop_nulls("correlation").join(targets.drop_nulls("correlation"), on=["rank", "correlation"])
             .select(pl.col("src_op").cast(pl.Int64), pl.col("dst_op").cast(pl.Int64), pl.lit("start").alias("on")))
-    deps = pl.concat([deps, _waits(rows), _handoffs(rows)])
+    issuers = collect(_outermost(cpu_ops.filter(pl.col("coll_op").is_not_null()))
+                      .select(pl.col("rank").cast(pl.Int64).alias("worker"), pl.col("step").cast(pl.Int64), "tid",
+                              ((pl.col("ts_ns") - t0) / 1e9).alias("start")))
+    deps = pl.concat([deps, _waits(rows), _handoffs(rows), _issued(rows, issuers)])
     step = rows["step"].to_numpy()
     deps = deps.filter(pl.Series(step[deps["src_op"].to_numpy()] == step[deps["dst_op"].to_numpy()]))
     rows = rows.with_columns(pl.Series("gap", _idle_gaps(rows, collect(ev.filter(
@@ -186,6 +192,59 @@ def _waits(rows: pl.DataFrame) -> pl.DataFrame:
                               & (pl.col("__prev_end").is_null() | (pl.col("__src_end") >= pl.col("__prev_end"))))
                    .select(pl.col("src_op").cast(pl.Int64), pl.col("dst_op").cast(pl.Int64), pl.lit("end").alias("on")))
     return pl.concat(out) if out else pl.DataFrame(schema={"src_op": pl.Int64, "dst_op": pl.Int64, "on": pl.String})
+
+
+def _issued(rows: pl.DataFrame, issuers: pl.DataFrame) -> pl.DataFrame:
+    """Edges from the op that issued each asynchronous collective of a CPU rank to its row on the
+    communication thread that ran it (module doc). ``issuers``: the rank's outermost CPU ops with a
+    collective (``c10d::allreduce_``, ``record_param_comms``): worker, step, tid, start (seconds, the op
+    table's origin). The communication rows of a host lane that no issuer of their own thread holds are
+    asynchronous (gloo runs them on its worker threads; a blocking send runs inside its caller); the k-th
+    of them in a (rank, step) was issued by the k-th issuer of another thread that started before it (the
+    latest such issuer where the counts differ). The edge leaves the op-table row holding the issuer: an
+    ``end`` edge where the collective began after that row ended, else a ``start`` edge.
+
+    Example (a DDP step of a gloo rank): the autograd thread's ``AccumulateGrad`` [10.0, 10.4) ms holds
+    ``c10d::allreduce_`` at 10.3 ms; gloo's thread runs ``gloo:all_reduce`` from 10.45 ms: an end edge from
+    the ``AccumulateGrad`` row, so the critical path goes from the all-reduce back to the backward that
+    produced its bucket, not to an idle worker thread."""
+    none = pl.DataFrame(schema={"src_op": pl.Int64, "dst_op": pl.Int64, "on": pl.String})
+    host = rows.filter(pl.col("lane") < 0).select("worker", "step", "tid", "lane", "start", "end", "__op",
+                                                  (pl.col("kind") == "comm").fill_null(False).alias("__comm"))
+    comm = host.filter(pl.col("__comm"))
+    if comm.is_empty() or issuers.is_empty():
+        return none
+    thread = ["worker", "tid"]
+    # a communication row inside an issuer of its own thread is that issuer's blocking call, not a hand-off
+    inside = (comm.join(issuers.select(*thread, pl.col("start").alias("__i0")), on=thread)
+              .filter(pl.col("__i0") <= pl.col("start")).select("__op").unique())
+    comm = comm.join(inside, on="__op", how="anti")
+    own = comm.select(*thread).unique()
+    issuers = issuers.join(own, on=thread, how="anti")  # an issuer on a communication thread issues nothing here
+    if comm.is_empty() or issuers.is_empty():
+        return none
+    comm = comm.sort("start").with_columns(pl.int_range(pl.len()).over("worker", "step").alias("__k"),
+                                           pl.len().over("worker", "step").alias("__n"))
+    issuers = issuers.sort("start").with_columns(pl.int_range(pl.len()).over("worker", "step").alias("__k"),
+                                                 pl.len().over("worker", "step").alias("__n"))
+    same = comm.join(issuers.select("worker", "step", "__k", "__n", pl.col("tid").alias("__i_tid"),
+                                    pl.col("start").alias("__i_start")), on=["worker", "step", "__k", "__n"])
+    rest = comm.join(same.select("__op"), on="__op", how="anti").sort("start").join_asof(
+        issuers.select("worker", "step", pl.col("tid").alias("__i_tid"), pl.col("start").alias("__i_start"))
+        .sort("__i_start"), left_on="start", right_on="__i_start", by=["worker", "step"], strategy="backward",
+        check_sortedness=False)
+    pairs = pl.concat([same.select("worker", "start", "__op", "__i_tid", "__i_start"),
+                       rest.select("worker", "start", "__op", "__i_tid", "__i_start")])
+    pairs = pairs.filter(pl.col("__i_start").is_not_null() & (pl.col("__i_start") <= pl.col("start")))
+    # the op-table row of the issuer's thread that holds the issuer
+    holders = host.select("worker", pl.col("tid").alias("__i_tid"), pl.col("start").alias("__h_start"),
+                          pl.col("end").alias("__h_end"), pl.col("__op").alias("src_op")).sort("__h_start")
+    hit = pairs.sort("__i_start").join_asof(holders, left_on="__i_start", right_on="__h_start",
+                                            by=["worker", "__i_tid"], strategy="backward", check_sortedness=False)
+    hit = hit.filter(pl.col("src_op").is_not_null() & (pl.col("__h_end") >= pl.col("__i_start")))
+    return hit.select(pl.col("src_op").cast(pl.Int64), pl.col("__op").cast(pl.Int64).alias("dst_op"),
+                      pl.when(pl.col("start") >= pl.col("__h_end")).then(pl.lit("end")).otherwise(pl.lit("start"))
+                      .alias("on"))
 
 
 def _handoffs(rows: pl.DataFrame) -> pl.DataFrame:

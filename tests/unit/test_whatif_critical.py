@@ -82,7 +82,9 @@ def test_the_dashboard_panel_draws_the_top_ops_by_kind(ingested):
     assert fig.layout.title.text == f"Critical path: {cp_ms(report):,.2f} ms a step"
     idle_pct = next(k["pct"] for k in report["whatif"]["critical_path"]["by_kind"] if k["kind"] == "idle")
     idle = next(t for t in fig.data if t.name == f"idle {idle_pct:.0f} %")
-    assert idle.y[0].startswith("rank 2 host: gloo:all_reduce") and idle.customdata[0][0] == 2
+    # the sleep before rank 2's forward: the delay of its first op, on the main thread (the all-reduce on
+    # gloo's thread waits for the backward that issued it, no longer idle of its own)
+    assert idle.y[0].startswith("rank 2 host: aten::linear") and idle.customdata[0][0] == 2
     off = {**report, "whatif": {**report["whatif"], "computed": False, "reason": "switched off"}}
     assert "switched off" in str(critical_path_figure(off).layout.annotations[0].text)
 
@@ -136,3 +138,26 @@ def test_rows_that_overlap_on_their_lane_count_once_and_never_negative():
     # walked back from the end: B's duration, B's delay, A's duration, A's delay after the origin
     assert _net_overlaps(np.array([4.0, -2.0, 10.0, 0.0]), np.zeros(4, np.int64)).tolist() == [4.0, 0.0, 8.0, 0.0]
     assert _net_overlaps(np.array([1.0, -3.0, 2.0, 5.0]), np.array([0, 0, 0, 1])).tolist() == [1.0, -1.0, 0.0, 5.0]
+
+
+def test_an_asynchronous_gloo_collective_waits_for_the_op_that_issued_it(ingested):
+    """A DDP step of a gloo rank: the autograd thread issues each bucket's all-reduce (``c10d::allreduce_``
+    inside a backward op) and gloo's worker thread runs it. Every such row has an edge from the op-table row
+    of another thread of its rank that holds its issuer, started before it; without them the worker
+    thread's wait read as idle of its own and led the path (85 % of the sample's step)."""
+    from ddprof.analyses.whatif.store import op_rows
+
+    rows, deps = op_rows(ingested("gloo-ddp-4rank-slow-rank").events())
+    comm = rows.with_row_index("__i").filter((pl.col("kind") == "comm") & (pl.col("lane") < 0))
+    assert comm.height > 0
+    edges = deps.join(comm.select(pl.col("__i").cast(pl.Int64).alias("dst_op")), on="dst_op")
+    src = rows.with_row_index("__i").select(pl.col("__i").cast(pl.Int64).alias("src_op"), "worker",
+                                              pl.col("lane").alias("src_lane"), pl.col("start").alias("src_start"))
+    issued = (edges.join(src, on="src_op")
+              .join(rows.with_row_index("__i").select(pl.col("__i").cast(pl.Int64).alias("dst_op"),
+                                                      pl.col("worker").alias("dst_worker"), "lane", "start"),
+                    on="dst_op")
+              .filter((pl.col("src_lane") != pl.col("lane")) & (pl.col("worker") == pl.col("dst_worker"))))
+    assert issued["dst_op"].n_unique() == comm.height  # each all-reduce row has its issuer's edge
+    assert (issued["src_start"] <= issued["start"]).all()
+    assert set(issued["on"]) <= {"start", "end"}
