@@ -165,7 +165,8 @@ def op_rows(events: Events) -> tuple[pl.DataFrame, pl.DataFrame]:
             .select(pl.col("src_op").cast(pl.Int64), pl.col("dst_op").cast(pl.Int64), pl.lit("start").alias("on")))
     issuers = collect(_outermost(cpu_ops.filter(pl.col("coll_op").is_not_null()))
                       .select(pl.col("rank").cast(pl.Int64).alias("worker"), pl.col("step").cast(pl.Int64), "tid",
-                              ((pl.col("ts_ns") - t0) / 1e9).alias("start")))
+                              ((pl.col("ts_ns") - t0) / 1e9).alias("start"),
+                              ((pl.col("ts_ns") + pl.col("dur_ns") - t0) / 1e9).alias("end")))
     deps = pl.concat([deps, _waits(rows), _handoffs(rows), _issued(rows, issuers)])
     step = rows["step"].to_numpy()
     deps = deps.filter(pl.Series(step[deps["src_op"].to_numpy()] == step[deps["dst_op"].to_numpy()]))
@@ -197,7 +198,7 @@ def _waits(rows: pl.DataFrame) -> pl.DataFrame:
 def _issued(rows: pl.DataFrame, issuers: pl.DataFrame) -> pl.DataFrame:
     """Edges from the op that issued each asynchronous collective of a CPU rank to its row on the
     communication thread that ran it (module doc). ``issuers``: the rank's outermost CPU ops with a
-    collective (``c10d::allreduce_``, ``record_param_comms``): worker, step, tid, start (seconds, the op
+    collective (``c10d::allreduce_``, ``record_param_comms``): worker, step, tid, start, end (seconds, the op
     table's origin). The communication rows of a host lane that no issuer of their own thread holds are
     asynchronous (gloo runs them on its worker threads; a blocking send runs inside its caller); the k-th
     of them in a (rank, step) was issued by the k-th issuer of another thread that started before it (the
@@ -216,8 +217,8 @@ def _issued(rows: pl.DataFrame, issuers: pl.DataFrame) -> pl.DataFrame:
         return none
     thread = ["worker", "tid"]
     # a communication row inside an issuer of its own thread is that issuer's blocking call, not a hand-off
-    inside = (comm.join(issuers.select(*thread, pl.col("start").alias("__i0")), on=thread)
-              .filter(pl.col("__i0") <= pl.col("start")).select("__op").unique())
+    inside = (comm.join(issuers.select(*thread, pl.col("start").alias("__i0"), pl.col("end").alias("__i1")), on=thread)
+              .filter((pl.col("__i0") <= pl.col("start")) & (pl.col("start") < pl.col("__i1"))).select("__op").unique())
     comm = comm.join(inside, on="__op", how="anti")
     own = comm.select(*thread).unique()
     issuers = issuers.join(own, on=thread, how="anti")  # an issuer on a communication thread issues nothing here
