@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 import numpy as np
 import polars as pl
+from ddprof.analyses.dataloading import idle_in_loading
 from ddprof.analyses.frames.memo import Events, Prepared, collect, derived, prepare
 from ddprof.analyses.frames.sets import kernels
 from ddprof.analyses.frames.stepwindows import step_at, step_windows
@@ -164,7 +165,9 @@ CAUSES = {
 
 def idle_verdicts(report: dict[str, Any]) -> list[str]:
     """The idle time's verdict, from ``breakdown`` and ``idle``: the devices' mean idle share of the traced
-    time, from :data:`IDLE_WORTH_MENTIONING_PCT` up, and the cause of most gaps (:data:`CAUSES`)."""
+    time, from :data:`IDLE_WORTH_MENTIONING_PCT` up, and the cause of most gaps (:data:`CAUSES`); host wait
+    that fell mostly (half or more of the idle time) while the host loaded data is said to be that
+    (:func:`.dataloading.idle_in_loading`), not a slow launch rate."""
     breakdown = rows(report["breakdown"], BreakdownRow)
     if not breakdown:
         return []
@@ -184,6 +187,10 @@ def idle_verdicts(report: dict[str, Any]) -> list[str]:
             text += (f"; {share:.0f} % of the gaps are host wait, but the trace is mostly a graph capture "
                      f"({captured} launches captured into a CUDA/HIP graph, {run} kernels run): captured work "
                      "runs later, through graph launches, so this idle time says nothing about launch speed")
+        elif top == "host_wait" and (loading := idle_in_loading(report)) is not None and loading >= 0.5:
+            text += (f"; {share:.0f} % of the gaps are host wait, and {100 * loading:.0f} % of the idle time fell "
+                     "while the host was loading data: the input pipeline, not the launch rate, keeps the device "
+                     "waiting")
         else:
             text += f"; {share:.0f} % of the gaps are {top.replace('_', ' ')}: {CAUSES[top]}"
     return [text]

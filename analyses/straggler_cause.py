@@ -87,10 +87,9 @@ from ddprof.analyses.frames.sets import kernels, steps
 from ddprof.report.schema import PipelineRow, StragglerCause, Stragglers, rows
 from ddprof.store.schema import STEP_PREFIX
 from ddprof.vocabulary.collective_ops import MARKER_PATTERN
+from ddprof.vocabulary.loaders import DATA_LOADER_PATTERN
 from ddprof.vocabulary.units import NS_PER_US, fmt_us
 
-#: The data loader's spans (``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__``...).
-LOADER_PATTERN = r"DataLoader"
 #: Stalls: the shortest of the long steps' wait at least this many times the longest other step's.
 STALL_GAP = 2.0
 #: The fewest long steps that make a pattern of pauses (module doc).
@@ -156,7 +155,7 @@ def _host_ops(p: Prepared) -> pl.LazyFrame:
         (pl.when(pl.col("kind") == "cpu_op").then(pl.col("end")).otherwise(None).cum_max().forward_fill()
          .shift(1).over(thread).fill_null(pl.col("start")) <= pl.col("start")).alias("top"),
         (pl.col("coll_op").is_not_null() | pl.col("name").str.contains(MARKER_PATTERN)).alias("entry"),
-        pl.col("name").str.contains(LOADER_PATTERN).alias("loader_span"),
+        pl.col("name").str.contains(DATA_LOADER_PATTERN).alias("loader_span"),
     ).with_columns(
         # inside a loader span: the thread's loader spans so far reach past its start
         pl.when(pl.col("loader_span")).then(pl.col("end")).otherwise(None).cum_max().forward_fill().over(thread)

@@ -16,7 +16,7 @@ thread), op name and **kind**:
 * ``communication``: a transfer, or the duration of communication that waited for nobody;
 * ``host launch``: a runtime call's duration (``cudaLaunchKernel``...) and a host delay that the thread
   spent busy (framework and Python time between calls);
-* ``data loading``: a host op named like a data loader (:data:`DATA_LOADING`);
+* ``data loading``: a host op named like a data loader (:data:`ddprof.vocabulary.loaders.DATA_LOADER_PATTERN`);
 * ``idle``: the idle part of a host delay (the thread ran nothing: ``gap``; all of it before a thread's
   first op of the step, which waited for something the model does not see), and a device op's delay (the
   device waited with nothing modelled: after its launch, after the previous op of its stream).
@@ -35,7 +35,6 @@ that start in the step's annotation and their kernels, and does not reach the wh
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,8 +42,8 @@ import polars as pl
 from ddprof.analyses.whatif.model import P_DELAY, P_XFER, Model
 from ddprof.analyses.whatif.replay import Replay, edge_weights
 
-#: Host op names taken for data loading.
-DATA_LOADING = re.compile(r"dataloader|data_loader|enumerate\(DataLoader", re.IGNORECASE)
+from ddprof.vocabulary.loaders import DATA_LOADER_PATTERN
+
 KINDS = ("compute", "communication", "host launch", "data loading", "idle")
 
 
@@ -92,7 +91,7 @@ def _kinds(model: Model) -> tuple[np.ndarray, np.ndarray]:
     kind = ops["kind"].cast(pl.String).fill_null("") if "kind" in ops.columns else pl.Series([""] * ops.height)
     kind = kind.to_numpy()
     names = ops["name"].cast(pl.String).fill_null("") if "name" in ops.columns else pl.Series([""] * ops.height)
-    loader = names.str.contains(DATA_LOADING.pattern).to_numpy()
+    loader = names.str.contains(DATA_LOADER_PATTERN).to_numpy()
     host = (ops["lane"] < 0).to_numpy()
     comm = ops["is_comm"].to_numpy() | (kind == "comm") | ops["instance"].is_not_null().to_numpy()
     dur_kind = np.where(comm, 1, np.where(kind == "runtime", 2, 0))

@@ -216,6 +216,13 @@ def no_delays(model: Model, mask: np.ndarray, what: str = "host gaps", amount: n
                 model.dur, model.xfer)
 
 
+def no_data_loading(model: Model, mask: np.ndarray) -> Edit:
+    """The data loader's spans (``mask``) take no time: each step's batch is ready when the step asks for it
+    (loader workers or prefetching that keep up). What the host did before it still waits."""
+    return Edit("no_data_loading", "hiding the data loading (batches ready when the step asks)", model.delay,
+                np.where(mask, 0.0, model.dur), model.xfer)
+
+
 def project(model: Model, order: Plan, edit: Edit) -> np.ndarray:
     """Per step, the replayed step time under ``edit`` (on its own model where it brings one)."""
     model, order = edit.graph(model, order)

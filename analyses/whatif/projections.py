@@ -9,7 +9,8 @@ share. Where the replay check fails, no projection is made and ``explained`` is 
 Edits (each optional): the straggler removed (``stragglers``: ranks, or ``"auto"``: each rank in turn,
 the one whose removal saves most kept), communication ``comm_k`` times faster (∞: fully overlapped),
 the gradient all-reduces issued after the backward overlapped with it (:mod:`analyses.whatif.overlap`),
-host gaps removed (the idle part of the host threads' delays, :mod:`analyses.whatif.store`), the
+host gaps removed (the idle part of the host threads' delays, :mod:`analyses.whatif.store`), data
+loading hidden (the data loader's spans take no time: :data:`ddprof.vocabulary.loaders.DATA_LOADER_PATTERN`), the
 pipeline stages rebalanced (where send/recv chains reveal stages: :func:`analyses.bubbles.pipeline_stages`;
 each stage's compute scaled to the stages' mean), kernels matching a pattern ``k``
 times faster. Attribution: by rank and by op type (the collective op or the event kind), as
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
+import polars as pl
 from ddprof.analyses.bubbles import pipeline_stages
 from ddprof.analyses.frames.memo import Events, prepare
 from ddprof.analyses.whatif import edits as E
@@ -37,6 +39,8 @@ from ddprof.analyses.whatif.model import Model
 from ddprof.analyses.whatif.overlap import grad_overlap as grad_overlap_edit
 from ddprof.analyses.whatif.replay import Plan, plan, replay
 from ddprof.analyses.whatif.store import replay_check, step_times
+
+from ddprof.vocabulary.loaders import DATA_LOADER_PATTERN
 
 #: The labels "the same op on the other ranks" is found by: its occurrence in the step, else its name.
 KEYS = ("key", "name")
@@ -130,7 +134,7 @@ def whatif(events: Events, *, stragglers: str | list[int] | None = "auto", comm_
            attribute: bool = True, max_candidates: int = MAX_STRAGGLER_CANDIDATES, rebalance: bool = True,
            budget_s: float | None = None, keep: int | None = None, min_saving: float = 0.0,
            critical: bool = True, typical_links: bool = False, groups: list[list[int]] | None = None,
-           grad_overlap: bool = True) -> WhatIf:
+           grad_overlap: bool = True, data_loading: bool = True) -> WhatIf:
     """Project the edits asked for on a run (module doc); ``max_candidates``: the ranks tried for the
     automatic straggler edit, at most. ``budget_s``: the CPU seconds this may take (none: no limit): past
     it after the model is built and replayed as recorded, nothing is projected (``reason`` says so);
@@ -140,7 +144,8 @@ def whatif(events: Events, *, stragglers: str | list[int] | None = "auto", comm_
     ``typical_links``: also every transfer at most its collective's typical (a slow link restored).
     ``groups``: groups of ranks each made as fast as the others as one edit (ranks slower together,
     :mod:`analyses.slow_groups`). ``grad_overlap``: also the gradient all-reduces that wait for the whole
-    backward overlapped with it (:mod:`analyses.whatif.overlap`), where a rank has such a tail."""
+    backward overlapped with it (:mod:`analyses.whatif.overlap`), where a rank has such a tail.
+    ``data_loading``: also the data loader's spans taking no time, where the model holds some."""
     t0 = time.process_time()
     deadline = None if budget_s is None else t0 + budget_s
     p = prepare(events)
@@ -201,6 +206,11 @@ def whatif(events: Events, *, stragglers: str | list[int] | None = "auto", comm_
         candidates.append(E.typical_transfers(model, peers=peers))
     if grad_overlap and check.deps is not None and (overlapped := grad_overlap_edit(model, check.deps)) is not None:
         candidates.append(overlapped)
+    if data_loading:
+        loading = (model.ops["lane"] < 0).to_numpy() & model.ops["name"].cast(pl.String).fill_null("").str.contains(
+            DATA_LOADER_PATTERN).to_numpy()
+        if loading.any():
+            candidates.append(E.no_data_loading(model, loading))
     if host_gaps:
         candidates.append(E.no_delays(model, (model.ops["lane"] < 0).to_numpy(), "host gaps",
                                       amount=model.ops["gap"].to_numpy()))

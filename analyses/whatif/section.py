@@ -34,6 +34,7 @@ from typing import Annotated, Any
 
 import msgspec
 from ddprof.analyses.clocks import ClockEstimate, align
+from ddprof.analyses.dataloading import exposed, loading_rows
 from ddprof.analyses.sections import Section
 from ddprof.analyses.whatif.projections import _ms, whatif
 from msgspec import Meta
@@ -67,7 +68,7 @@ def available_memory() -> int | None:
 #: A saving, in % of the step, that the report's verdicts lead with.
 MATERIAL_PCT = 5.0
 #: The edits (name prefixes) that remove a fault, which the verdict may name.
-FAULT_EDITS = ("straggler_", "no_host_gaps", "rebalanced", "grad_overlap")
+FAULT_EDITS = ("straggler_", "no_host_gaps", "rebalanced", "grad_overlap", "no_data_loading")
 #: Ranks tried one at a time for the straggler edit in the report.
 REPORT_CANDIDATES = 8
 #: Edits the section keeps, the best first.
@@ -197,6 +198,8 @@ def _diagnosed(edit: str, report: dict[str, Any]) -> bool:
         return bool(ranks) and ranks <= found
     if edit.startswith("rebalanced"):
         return any(c.get("cause") == "pipeline imbalance" for c in causes)
+    if edit == "no_data_loading":  # the data loading verdict's finding (:mod:`analyses.dataloading`)
+        return exposed(loading_rows(report))
     if edit.startswith("no_host_gaps"):
         return (report.get("run") or {}).get("device") == "gpu"
     # Several all-reduces that began only after the whole backward (:mod:`.overlap`): the edit exists only

@@ -11,7 +11,8 @@ TESTS = REPO / "tests"
 SUPPORT = TESTS / "support"
 SAMPLES = REPO / "sample_traces"
 #: Real public traces and Flight Recorder dumps: ``hta/``, ``tracelens/``, ``nsys-h100-2gpu/``, ``flight-recorder/``,
-#: ``kineto-1.8-era/``, and the OSDI'25 straggler study's operation tables ``osdi25/``.
+#: ``kineto-1.8-era/``, ``kineto-tb-resnet50/`` (a loader-bound step and the same with loader workers), and
+#: the OSDI'25 straggler study's operation tables ``osdi25/``.
 TRACES = TESTS / "data" / "traces"
 #: The bundled 8-rank DLRM traces (also the README's quick-start input).
 DLRM = SAMPLES / "dlrm-8xV100-nccl"

@@ -101,11 +101,15 @@ def _rows(lanes: dict[int, list[tuple[float, float]]]) -> pl.DataFrame:
 def test_a_thread_that_hands_its_work_to_another_waits_for_it():
     """The main thread (lane -1) stops at 1 ms; the autograd thread (lane -2) runs from 1.1 to 49.5 ms; the
     main thread resumes at 50 ms: the backward's first row waits for the main thread's last, and the main
-    thread's next row for the backward's last. Not where the other thread ends long before the resumption
-    (a sleep of the main thread's own), nor for a stop under a millisecond."""
+    thread's next row for the backward's last. Where the other thread ends long before the resumption (a
+    sleep of the main thread's own), the backward still waits for the main thread's stop, but the main thread
+    does not wait for the backward's end; nothing for a stop under a millisecond. The resumption may come
+    up to 5 % of the stop after the other thread's end (a real ResNet-50 step: 0.71 ms after a 36 ms stop)."""
     handed = _handoffs(_rows({-1: [(0, 1), (50, 51)], -2: [(1.1, 10), (12, 49.5)]}))
     assert sorted(handed.rows()) == [(1, 3, "end"), (2, 0, "end")]  # ops: lane -2 first (0, 1), then -1 (2, 3)
-    assert _handoffs(_rows({-1: [(0, 1), (50, 51)], -2: [(1.1, 10), (12, 30)]})).is_empty()
+    late = _handoffs(_rows({-1: [(0, 1), (37, 38)], -2: [(1.3, 10), (12, 36.3)]}))
+    assert sorted(late.rows()) == [(1, 3, "end"), (2, 0, "end")]
+    assert _handoffs(_rows({-1: [(0, 1), (50, 51)], -2: [(1.1, 10), (12, 30)]})).rows() == [(2, 0, "end")]
     assert _handoffs(_rows({-1: [(0, 1), (1.5, 2)], -2: [(1.01, 1.2), (1.3, 1.49)]})).is_empty()
 
 

@@ -1,0 +1,15 @@
+"""What a data loader's spans are called in a trace: the host time a training step spends drawing its batch.
+
+PyTorch's profiler records each batch drawn from a ``torch.utils.data.DataLoader`` as an op named
+``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__`` (``_MultiProcessingDataLoaderIter`` with
+workers); PyTorch Lightning annotates ``[_TrainingEpochLoop].train_dataloader_next``; other loops name
+their own spans ``data_loader``. One pattern, case-insensitive, for every analysis that looks for them.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: A data loader's span, by name (a Polars or Python regular expression).
+DATA_LOADER_PATTERN = r"(?i)dataloader|data_loader"
+DATA_LOADER = re.compile(DATA_LOADER_PATTERN)
