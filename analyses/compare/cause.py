@@ -2,7 +2,7 @@
 
 ``classify(base, run)`` returns None when nothing changed beyond the noise, else::
 
-    {"class": "environment" | "code" | "communication" | "rank" | "workload" | "unclear",
+    {"class": "environment" | "code" | "communication" | "rank" | "workload" | "input" | "unclear",
      "rank": int | None, "summary": str, "evidence": [str, ...]}
 
 It reads from each report (a change is beyond the noise when its 99 % Hodges–Lehmann interval,
@@ -43,6 +43,11 @@ The classes, decided in this order:
    **workload** too, after the one-rank test, when the top CPU ops ran on other recorded input shapes
    (:func:`.job.other_shapes`: a batch or a model resized; one rank alone slowing with them is **rank**, its
    evidence saying so: an uneven batch, when the run names it a new straggler);
+**input**, after these: the data loader's time per rank and step (:func:`.samples.loading_us`, the host
+   time in the spans named like a data loader) rose beyond the noise by the step-time tolerance or more,
+   and by at least half of what rose beyond the noise (the ranks' own time, or the step): fewer loader
+   workers, slower storage or preprocessing, not the model's code (a step in a loader launches nothing, so
+   a GPU run's kernels keep their times, which would otherwise read as the environment);
 3. **environment**, unevenly: two or more ranks rose, by factors apart by at least 0.5 and 3 times
    (×1.1 on one, ×1.5 on another): a change of the code moves every rank of a data-parallel job alike, a
    busy machine does not (not for pipeline runs, whose stages do different work); so too when two or more
@@ -92,7 +97,7 @@ from ddprof.analyses.straggler_cause import CONTENTION_MIN, set_aside
 from ddprof.report.schema import KernelRow, RunSection, StragglerCause, Stragglers, rows
 from ddprof.vocabulary.units import fmt_bytes, fmt_us
 
-CLASSES = ("environment", "code", "communication", "rank", "workload", "unclear")
+CLASSES = ("environment", "code", "communication", "rank", "workload", "input", "unclear")
 OP_CHANGE = 0.10
 OP_SAME = 0.05
 OP_MIN_SHARE = 0.02
@@ -486,6 +491,18 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
                 f"{fmt_us(lc.base)} → {fmt_us(lc.run)}), the other ranks' held")
         return _cause("environment", f"rank {lone_rank}'s compute alone slowed ({ratio_text(lc.ratio)}), as a host slows one "
                                      "of its CPU ranks: " + host, [text, host])
+
+    # 2e. the data loader: its time per step rose beyond the noise and the tolerance, and by half or more of
+    # what rose (the own time, or the step): the input pipeline, not the code nor the machine
+    feed = moved("data loading", S.loading_us(base).get(None, np.empty(0)), S.loading_us(run).get(None, np.empty(0)),
+                 confidence)
+    if feed is not None and feed.beyond_noise and feed.shift >= max(tolerance_pct / 100 * step_med, min_change_us):
+        grew = max([m.shift for m in (pooled, step) if m is not None and m.beyond_noise] or [0.0])
+        if feed.shift >= EXPLAINED * grew:
+            text = (f"the data loader's time per rank and step rose {fmt_us(feed.shift)} ({fmt_us(feed.base)} → "
+                    f"{fmt_us(feed.run)})")
+            return _cause("input", f"{text}: the input pipeline (loader workers, storage, preprocessing), not the "
+                                   "model's code", [text, ops_text()])
 
     # 3. the ranks slowed unevenly: a change of the code moves every rank of a data-parallel job alike
     excess = sorted(ranks[r].ratio - 1 for r in rose)

@@ -50,7 +50,7 @@ from ddprof.vocabulary.units import fmt_bytes, fmt_us
 #: Whether a change whose cause is the environment fails the check (``--environment``, ``environment`` in
 #: the rules file): fail (the default: it is still slower, and says why) or warn (exit 0, the rules marked warn).
 ENVIRONMENT_POLICIES = ("fail", "warn")
-WORKLOAD_BOUND = ("step_time", "step_time_p90", "exposed_comm", "overlap", "idle", "bubble", "kernels")
+WORKLOAD_BOUND = ("step_time", "step_time_p90", "exposed_comm", "overlap", "idle", "bubble", "kernels", "data_loading")
 
 
 class DifferentJobError(BadInputError):
@@ -171,6 +171,14 @@ def _relative_rules(base: dict[str, Any], run: dict[str, Any], rules: dict[str, 
             out.append(relative("busbw", f"{op} {fmt_bytes(nbytes)} rank {src}→{dst}", arr,
                                 rl[(op, nbytes, src, dst)], what="busbw", unit="GB/s", worse_if_higher=False,
                                 tolerance=tol, tolerance_text=f"{pct:g} % = {tol:.3g} GB/s", confidence=c))
+    dl = rules["data_loading"]
+    lb, lr = S.loading_us(base).get(None, np.empty(0)), S.loading_us(run).get(None, np.empty(0))
+    if dl["enabled"] and med and (lb.any() or lr.any()):  # only where a side has a data loader
+        tol = max(dl["tolerance_pct"] / 100 * float(np.median(lb)) if lb.size else 0.0, dl["min_share_pct"] / 100 * med)
+        out.append(relative("data_loading", "all ranks", lb, lr, what="data loading per rank and step", unit="us",
+                            worse_if_higher=True, tolerance=tol,
+                            tolerance_text=f"{dl['tolerance_pct']:g} %, at least {dl['min_share_pct']:g} % of the step "
+                                           f"= {fmt_us(tol)}", confidence=c))
     kc = rules["kernels"]
     if kc["enabled"] and med:
         word = op_word(run)

@@ -2,7 +2,8 @@
 
 Each value is one (rank, step) unless said otherwise:
 
-* ``step_us``: the step time (``step_times``), per rank and pooled over ranks (key None);
+* ``step_us``: the step time (``step_times``), per rank and pooled over ranks (key None); ``loading_us`` the
+  host time in the step's data-loader spans, likewise;
 * ``exposed_pct``: exposed communication in the step over its length, ``100 · exposed_comm_us / step_us``
   (``overlap_by_step`` joined to ``step_times``; on a GPU rank to its device step's length, ``breakdown_by_step``,
   the window the exposed time was measured in). Example: 1.2 ms exposed in a 10 ms step -> 12 %;
@@ -69,6 +70,17 @@ def step_us(report: dict[str, Any]) -> dict[int | None, np.ndarray]:
     for s in _step_times(report):
         per[s.rank].append(s.step_us)
         per[None].append(s.step_us)
+    return {k: _arr(v) for k, v in per.items()}
+
+
+def loading_us(report: dict[str, Any]) -> dict[int | None, np.ndarray]:
+    """Per rank and pooled (key None): the host time in each step's data-loader spans (``step_times``; a report
+    written before it was recorded has none)."""
+    per: dict[int | None, list[float]] = defaultdict(list)
+    for s in _step_times(report):
+        if s.loading_us is not None:
+            per[s.rank].append(s.loading_us)
+            per[None].append(s.loading_us)
     return {k: _arr(v) for k, v in per.items()}
 
 

@@ -205,6 +205,9 @@ class StepTimeRow(Row):
     kernels: Annotated[int, Meta(description="kernels (or CPU ops) in the step")]
     collectives: Annotated[int, Meta(description="communication events in the step")]
     comm_bytes: Annotated[int, Meta(description="bytes the step's collectives moved")]
+    loading_us: Annotated[float | None, Meta(
+        description="host time in the step's data-loader spans (their union), µs; null in a report written before "
+                    "it was recorded")] = None
 
 
 # --- cross-rank sections ----------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ddprof.analyses.compare.check import check
 from ddprof.analyses.dataloading import DataLoadingRow, exposed, loading_verdicts
 from ddprof.analyses.report import build_report
 from ddprof.analyses.whatif.projections import whatif
@@ -119,8 +120,8 @@ def test_workers_that_keep_up_say_nothing(resnet):
     assert any("does not launch work fast enough" in v for v in rep["verdicts"])
 
 
-def _loader_trace(kernel_us: float, loader_us: float = 4_000.0) -> dict[str, Any]:
-    """Five steps on one GPU, each ``loader_us`` + 6 ms long: each draws its batch in a DataLoader span [t,
+def _loader_trace(kernel_us: float, loader_us: float = 4_000.0, steps: int = 5) -> dict[str, Any]:
+    """``steps`` steps on one GPU, each ``loader_us`` + 6 ms long: each draws its batch in a DataLoader span [t,
     t+loader_us), then launches 12 kernels 0.5 ms apart, each queued on stream 7 behind the previous one and
     lasting ``kernel_us``. With a 4 ms loader (10 ms steps): at 400 µs the device is idle from the step's
     last kernel (t+9.92 ms) through the next loader; at 800 µs a step's kernels run until t+13.62 ms, 3.62 ms
@@ -129,7 +130,7 @@ def _loader_trace(kernel_us: float, loader_us: float = 4_000.0) -> dict[str, Any
     device_free = 0.0
     corr = 0
     step = loader_us + 6_000.0
-    for k in range(5):
+    for k in range(steps):
         t = 1_000_000.0 + step * k
         ev.append({"ph": "X", "cat": "cpu_op", "name": f"ProfilerStep#{k + 1}", "pid": 1, "tid": 1, "ts": t,
                    "dur": step})
@@ -147,10 +148,10 @@ def _loader_trace(kernel_us: float, loader_us: float = 4_000.0) -> dict[str, Any
             "deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-80GB"}], "traceEvents": ev}
 
 
-def _generated(tmp_path: Path, kernel_us: float, loader_us: float = 4_000.0) -> dict[str, Any]:
-    folder = tmp_path / f"traces-{kernel_us:g}-{loader_us:g}"
+def _generated(tmp_path: Path, kernel_us: float, loader_us: float = 4_000.0, steps: int = 5) -> dict[str, Any]:
+    folder = tmp_path / f"traces-{kernel_us:g}-{loader_us:g}-{steps}"
     folder.mkdir()
-    (folder / "rank0.pt.trace.json").write_text(json.dumps(_loader_trace(kernel_us, loader_us)))
+    (folder / "rank0.pt.trace.json").write_text(json.dumps(_loader_trace(kernel_us, loader_us, steps)))
     return build_report(ddprof.ingest([folder], folder.with_suffix(".run")))
 
 
@@ -211,3 +212,33 @@ def test_whatif_without_the_edit_asked(tmp_path):
     assert "no_data_loading" not in {p.edit for p in off.projections}
     assert on.step_s == off.step_s == pytest.approx(9.92e-3)
 
+
+def test_check_names_the_input_pipeline(resnet):
+    """``check`` of the num_workers=0 run against the num_workers=4 one: the data loading rule fails (1.4 ms
+    -> 69 ms a step) and the cause is the input pipeline, although the step time, with 6 steps a side, is
+    within its noise and one cuDNN kernel (another algorithm chosen) moved too. The other way round: no
+    data loading failure."""
+    res = check(resnet["num-workers-0"], resnet["num-workers-4"])
+    assert res["status"] == "regression" and res["cause"]["class"] == "input"
+    assert res["cause"]["summary"].startswith("the data loader's time per rank and step rose 6")
+    (rule,) = [o for o in res["outcomes"] if o["rule"] == "data_loading"]
+    assert rule["outcome"] == "fail" and rule["baseline"] < 2_000 and rule["run"] > 60_000
+    back = check(resnet["num-workers-4"], resnet["num-workers-0"])
+    (rule,) = [o for o in back["outcomes"] if o["rule"] == "data_loading"]
+    assert rule["outcome"] == "pass" and (back["cause"] or {}).get("class") != "input"
+
+
+def test_check_of_a_generated_slower_loader(tmp_path):
+    """Truth: the loader takes 4 ms a step against 0.4 ms in the baseline, all else equal (12 steps a side,
+    enough for a 99 % interval): the step rose 3.6 ms, all of it the loader's: cause input. The same run against itself: ok, the rule passes; runs
+    with no loader span have no such rule."""
+    slow, fast = _generated(tmp_path, 400.0, 4_000.0, 12), _generated(tmp_path, 400.0, 400.0, 12)
+    res = check(slow, fast)
+    assert res["status"] == "regression" and res["cause"]["class"] == "input"
+    (rule,) = [o for o in res["outcomes"] if o["rule"] == "data_loading"]
+    assert rule["outcome"] == "fail" and rule["change"] == pytest.approx(3_600.0)
+    same = check(slow, slow)
+    assert same["status"] == "ok" and [o["outcome"] for o in same["outcomes"] if o["rule"] == "data_loading"] == ["pass"]
+    none = _generated(tmp_path, 400.0, 0.0)  # a loader span of no time: no loading at all
+    assert none["data_loading"] == []
+    assert not [o for o in check(none, none)["outcomes"] if o["rule"] == "data_loading"]
