@@ -1,6 +1,7 @@
 """Formats ddprof recognises but does not read: each is refused naming what the file is.
 
-Recognition looks at the name and the first bytes only. When a reader for one of them arrives
+Recognition looks at the name and the first bytes only: an Nsight Systems report, a Perfetto protobuf trace, a
+PyTorch execution trace (JSON, but a graph of ops with no times: not a profiler trace). When a reader for one of them arrives
 (:mod:`ddprof.readers.registry`), its entry here goes. An Nsight Systems report (``.nsys-rep``, ``.qdrep``) is
 refused here with the command that exports it to the SQLite file the Nsight Systems reader takes
 (:mod:`ddprof.readers.nsys`, which also refuses any other SQLite database, naming its tables).
@@ -8,10 +9,14 @@ refused here with the command that exports it to the SQLite file the Nsight Syst
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 PERFETTO_SUFFIXES = (".pftrace", ".perfetto-trace", ".perfetto")
+#: A PyTorch execution trace (``ExecutionTraceObserver``, Chakra): a JSON object that opens with its
+#: ``"schema"`` version and holds ``"nodes"``, the ops and their tensors, no times to measure.
+_EXECUTION_TRACE = re.compile(rb'(?:\xef\xbb\xbf)?\s*\{\s*"schema"\s*:\s*"')
 NSYS_REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 
 
@@ -34,7 +39,20 @@ def refusal(path: Path, head: bytes) -> Refusal | None:
                                                    f"{path.name}` and give ddprof the .sqlite file it writes")
     if name.endswith(PERFETTO_SUFFIXES) or _perfetto_packet(head):
         return Refusal("a Perfetto protobuf trace")
+    if execution_trace(head):
+        return Refusal("a PyTorch execution trace (ExecutionTraceObserver's graph of ops and tensors: 'schema', "
+                       "'nodes')", "it records no times: give ddprof the profiler trace taken with it (a Kineto "
+                       "trace, *.pt.trace.json)")
     return None
+
+
+def execution_trace(head: bytes) -> bool:
+    """Whether the first bytes are a PyTorch execution trace's (module doc): ``{"schema": "1.0.1", ...,
+    "nodes": [`` with no ``traceEvents`` before its nodes."""
+    if _EXECUTION_TRACE.match(head) is None or b'"nodes"' not in head:
+        return False
+    events = head.find(b'"traceEvents"')
+    return events < 0 or events > head.find(b'"nodes"')
 
 
 def _perfetto_packet(head: bytes) -> bool:

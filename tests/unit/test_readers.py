@@ -188,6 +188,26 @@ def test_gloo_annotations_alone_are_work(tmp_path):
     assert registry.recognise(trace).open(trace).identity is not None
 
 
+def test_a_pytorch_execution_trace_is_refused_by_name(tmp_path, capsys):
+    """An ExecutionTraceObserver file (JSON: schema, pid, time, nodes; HTA's test data has a real one, its
+    head copied here) is no profiler trace: named, with what to give instead, beside a profiler trace that
+    is analysed. A Kineto trace that holds a key "schema" first is still one."""
+    et = tmp_path / "benchmark_simple_add_et.json"
+    et.write_text('{\n  "schema": "1.0.1", "pid": 563677, "time": "2023-07-14 11:53:07", "start_ts": 6278907328,\n'
+                  '  "nodes": [\n    {"name": "[pytorch|profiler|execution_trace|thread]", "id": 2, "rf_id": 0, '
+                  '"parent": 1, "inputs": [], "outputs": []}\n  ]\n}\n')
+    with pytest.raises(BadInputError) as exc:
+        registry.recognise(et)
+    assert str(exc.value) == (f"{et}: a PyTorch execution trace (ExecutionTraceObserver's graph of ops and tensors: "
+                              "'schema', 'nodes'): it records no times: give ddprof the profiler trace taken with it "
+                              "(a Kineto trace, *.pt.trace.json)")
+    rc, _, err = run_cli(["analyze", str(et)], capsys)
+    assert rc == 2 and "a PyTorch execution trace" in err
+    kineto = tmp_path / "rank-0.json"
+    kineto.write_text(json.dumps({"schema": 1, "traceEvents": [_x("aten::mm", "cpu_op", 1, 2, 10.0, 3.0)]}))
+    assert registry.recognise(kineto).describes == registry.READERS[1].describes
+
+
 def test_a_perfetto_protobuf_trace_is_refused_by_name(tmp_path, capsys):
     for name in ("trace.pftrace", "capture.bin"):  # by its name, or by its first bytes
         f = perfetto_like(tmp_path / name)

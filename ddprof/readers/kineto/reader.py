@@ -38,6 +38,7 @@ from ddprof.readers.base import Identity, Opened
 from ddprof.readers.kineto.build import build_events
 from ddprof.readers.kineto.categories import CAT_KIND, GPU_CATS
 from ddprof.readers.kineto.decode import Decoded, decode
+from ddprof.readers.unread import execution_trace
 from ddprof.vocabulary.collective_ops import MARKER_PATTERN, CommRule
 
 #: Names of Kineto trace files; in a directory tree, the collector's and ddprof's own JSON are not traces.
@@ -76,8 +77,9 @@ class KinetoReader:
         return low.endswith(TRACE_SUFFIXES) and name not in _SKIP_NAMES and not low.endswith(".meta.json")
 
     def recognise(self, name: str, head: bytes) -> bool:
-        """A JSON document (an object or a bare list of events): the Chrome trace format's two shapes."""
-        return _JSON_START.match(head) is not None
+        """A JSON document (an object or a bare list of events): the Chrome trace format's two shapes; not a
+        PyTorch execution trace (:func:`ddprof.readers.unread.execution_trace`), which is refused naming it."""
+        return _JSON_START.match(head) is not None and not execution_trace(head)
 
     def open(self, path: Path) -> Opened:
         dec = decode(path)
