@@ -1,7 +1,8 @@
 """Temporal breakdown per rank (HTA's ``get_temporal_breakdown``), whole trace and per step.
 
 Sets from :mod:`ddprof.analyses.frames.sets`: on a GPU rank all work = compute + comm + memcpy/memset kernels
-on every stream (HTA takes every row with a stream); on a CPU-only rank the same definitions apply to
+on every stream (HTA takes every row with a stream, a ``cuda_sync`` row too: a stream waiting for an event,
+which is idle here and non-compute there); on a CPU-only rank the same definitions apply to
 the CPU compute ops and gloo ops (HTA cannot analyse such traces). Union lengths from
 :mod:`ddprof.analyses.frames.lengths`.
 """
