@@ -10,7 +10,8 @@ and per-step time in the baseline and the run, sorted by the change of the time 
   which, and when both sides are saved reports a null means "not in that report's top N", not "never ran";
 * collectives (``collectives`` section): per (op, bytes), count, total_us = Σ duration_us of its instances
   (the transfer, without the wait for late ranks), per_step_us = total_us / steps, and the median busbw;
-* step time: the median step time of each.
+* step time: the median step time of each; data loading (where a side has a data loader's spans): the median
+  of each side's host time per rank and step in them (``step_times``' ``loading_us``), as ``check`` compares it.
 
 ``change_us`` = run − baseline per step; ``change_pct`` relative to the baseline. Example: gemm at 300 µs
 per step in the baseline and 330 µs in the run -> change_us 30, change_pct 10.
@@ -25,7 +26,7 @@ from typing import Any
 import msgspec
 from ddprof.analyses.compare.cause import classify
 from ddprof.analyses.compare.check import describe
-from ddprof.analyses.compare.samples import op_word
+from ddprof.analyses.compare.samples import loading_us, op_word
 
 from ddprof.report.schema import CollectiveRow, KernelRow, RunSection, StepTimeRow, rows
 from ddprof.report.tables import detail_rows
@@ -90,6 +91,7 @@ def diff(run: dict[str, Any], base: dict[str, Any], *, run_source: str = "run", 
          run_kernels: list[dict[str, Any]] | None = None,
          base_kernels: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """``{run, baseline, cause, op_word, step_time: {base_median_us, run_median_us, change_us, change_pct},
+    data_loading: the same or null,
     kernels_scope: {every_kernel, note}, kernels: [..], collectives: [..]}`` (module doc). ``run_kernels``
     and ``base_kernels``: every kernel of each side's store (:func:`.all_kernels.every_kernel`), None for a
     side that is a saved report. ``cause``: what kind of change it is (:func:`.cause.classify`, the check's
@@ -101,11 +103,18 @@ def diff(run: dict[str, Any], base: dict[str, Any], *, run_source: str = "run", 
     rs = [s.step_us for s in rows(detail_rows(run, "step_times"), StepTimeRow)]
     bm, rm = (float(median(bs)) if bs else None), (float(median(rs)) if rs else None)
     change, pct = _change(bm, rm) if bm is not None and rm is not None else (None, None)
+    lb, lr = loading_us(base).get(None), loading_us(run).get(None)
+    loading = None
+    if lb is not None and lr is not None and lb.size and lr.size and (lb.any() or lr.any()):
+        lbm, lrm = float(median(lb.tolist())), float(median(lr.tolist()))
+        dl, dlp = _change(lbm, lrm)
+        loading = {"base_median_us": lbm, "run_median_us": lrm, "change_us": dl, "change_pct": dlp}
     return {
         "run": describe(run, run_source), "baseline": describe(base, base_source),
         "cause": classify(base, run),
         "op_word": op_word(run),
         "step_time": {"base_median_us": bm, "run_median_us": rm, "change_us": change, "change_pct": pct},
+        "data_loading": loading,
         "kernels_scope": scope,
         "kernels": _side_by_side(base_k, run_k, ("count", "total_us", "per_step_us"), ("name", "kind")),
         "collectives": _side_by_side(_collectives(base), _collectives(run),

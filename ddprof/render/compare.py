@@ -126,6 +126,8 @@ def diff_text(d: dict[str, Any], limit: int = 20) -> str:
     lines = [f"ddprof diff: {d['run']['source']} (run) vs {d['baseline']['source']} (baseline)",
              *(cause_lines(cause) or ["cause: none: nothing changed beyond the noise and the check's tolerances"]),
              f"median step time: {_us(st['base_median_us'])} → {_us(st['run_median_us'])} {_pct(st['change_pct'])}",
+             *([f"median data loading per rank and step: {_us(dl['base_median_us'])} → {_us(dl['run_median_us'])} "
+                f"{_pct(dl['change_pct'])}"] if (dl := d.get("data_loading")) else []),
              "", f"{word}s (time per rank and step, the mean of the steps; sorted by change; "
                  f"{d['kernels_scope']['note'].replace('kernel', word)})",
              f"  {'count':>13}  {'per step':>21}  {'change':>16}  name"]

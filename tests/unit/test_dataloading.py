@@ -18,11 +18,13 @@ from typing import Any
 
 import pytest
 from ddprof.analyses.compare.check import check
+from ddprof.analyses.compare.diff import diff
 from ddprof.analyses.dataloading import DataLoadingRow, exposed, loading_verdicts
 from ddprof.analyses.report import build_report
 from ddprof.analyses.whatif.projections import whatif
 
 import ddprof
+from ddprof.render.compare import diff_text
 from tests.support.paths import TRACES
 
 RESNET = TRACES / "kineto-tb-resnet50"
@@ -223,6 +225,9 @@ def test_check_names_the_input_pipeline(resnet):
     assert res["cause"]["summary"].startswith("the data loader's time per rank and step rose 6")
     (rule,) = [o for o in res["outcomes"] if o["rule"] == "data_loading"]
     assert rule["outcome"] == "fail" and rule["baseline"] < 2_000 and rule["run"] > 60_000
+    d = diff(resnet["num-workers-0"], resnet["num-workers-4"])
+    assert d["cause"]["class"] == "input" and d["data_loading"]["run_median_us"] > 60_000
+    assert "median data loading per rank and step: " in diff_text(d)
     back = check(resnet["num-workers-4"], resnet["num-workers-0"])
     (rule,) = [o for o in back["outcomes"] if o["rule"] == "data_loading"]
     assert rule["outcome"] == "pass" and (back["cause"] or {}).get("class") != "input"
@@ -242,3 +247,4 @@ def test_check_of_a_generated_slower_loader(tmp_path):
     none = _generated(tmp_path, 400.0, 0.0)  # a loader span of no time: no loading at all
     assert none["data_loading"] == []
     assert not [o for o in check(none, none)["outcomes"] if o["rule"] == "data_loading"]
+    assert diff(none, none)["data_loading"] is None
