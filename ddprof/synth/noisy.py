@@ -19,7 +19,10 @@ The known causes of a slower run, one parameter each:
   gloo transfer, which runs on the host too. 1.5 is a machine 1.5 times slower (another job beside it);
 * ``factors``: ``(("bwd", 1.3),)`` makes one piece of work (``fwd``, ``bwd``, ``opt``, ``host``) 1.3 times
   longer on every rank: a change of the code; ``extra_us`` adds a new op after the forward;
-* ``slow_rank``/``slow_us`` (one rank), ``bw`` (communication), ``buckets`` (the workload).
+* ``slow_rank``/``slow_us`` (one rank), ``bw`` (communication), ``buckets`` (the workload);
+* ``pause_us``/``pause_share``: a share of the steps (drawn at random) in which one rank, each in turn,
+  pauses ``pause_us`` outside any op before the step's first op and the others wait for it at the
+  all-reduce: a machine busy now and then, one core at a time (its fastest steps keep their time).
 
 ``device="cpu"``: every op is a CPU op on the main thread (``aten::addmm`` forward, ``aten::mm`` backward,
 ``aten::add_`` optimizer step, ``aten::copy_`` host op, ``aten::cat`` the extra op) and each all-reduce a
@@ -65,6 +68,8 @@ class NoisyDP:
     host_factor: float = 1.0
     factors: tuple[tuple[str, float], ...] = ()
     extra_us: int = 0
+    pause_us: int = 0
+    pause_share: float = 0.0
 
     def names(self) -> dict[str, str]:
         """The op (CPU) or kernel (GPU) name of each piece of work."""
@@ -88,10 +93,14 @@ class NoisyDP:
         meta = dict(coll_op="all_reduce", pg="0", group_size=self.ranks, bytes=self.nbytes,
                     in_bytes=self.nbytes, out_bytes=self.nbytes, dtype="Float")
         fac = dict(self.factors)
+        pauses = 0
         for s in range(self.steps):
             bwd_end = []
+            paused = None
+            if self.pause_us and rng.random() < self.pause_share:
+                paused, pauses = pauses % self.ranks, pauses + 1
             for r in range(self.ranks):
-                f = t0[r] + 40 * US
+                f = t0[r] + 40 * US + (self.pause_us * US if r == paused else 0)
                 if self.host_us:
                     hd = us(self.host_us * self.host_factor * fac.get("host", 1.0)) * US
                     rows.add(rank=r, ts_ns=f, dur_ns=hd, pid=100, tid=1, kind="cpu_op", cat="cpu_op",
@@ -140,10 +149,14 @@ class NoisyDP:
         t0 = [self.base + r * 7 * US for r in range(self.ranks)]
         meta = dict(coll_op="all_reduce", pg="0", group_size=self.ranks, bytes=self.nbytes,
                     in_bytes=self.nbytes, out_bytes=self.nbytes, dtype="Float")
+        pauses = 0
         for s in range(self.steps):
             bwd_end = []
+            paused = None
+            if self.pause_us and rng.random() < self.pause_share:
+                paused, pauses = pauses % self.ranks, pauses + 1
             for r in range(self.ranks):
-                t = t0[r] + 40 * US
+                t = t0[r] + 40 * US + (self.pause_us * US if r == paused else 0)
                 if self.host_us:
                     t = op(r, s, "host", t, us(self.host_us * fac.get("host", 1.0)) * US) + 20 * US
                 t = op(r, s, "fwd", t, us(self.F * fac.get("fwd", 1.0)) * US)
