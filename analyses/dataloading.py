@@ -8,7 +8,9 @@ workers, pinned memory, prefetching). This module measures it per rank.
 
 Which rows: the host spans named like a data loader (:data:`ddprof.vocabulary.loaders.DATA_LOADER_PATTERN`,
 ``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__``), CPU ops or annotations inside a profiler
-step, merged per (rank, step) so that nested or overlapping spans count once. Per rank:
+step, merged per (rank, step) so that nested or overlapping spans count once. (``ddprof analyze`` reads a GPU
+rank's host ops only where it needs them: of its loaders, PyTorch's DataLoader spans, ``enumerate(DataLoader)…``,
+:func:`.rank_groups.read_ranks`.) Per rank:
 
 * ``steps`` and ``step_us``: its ``ProfilerStep#N`` annotations and their mean duration (the step time the
   training loop saw: host basis);
@@ -37,7 +39,7 @@ from typing import Annotated, Any
 import msgspec
 import polars as pl
 from ddprof.analyses.frames import intervals as iv
-from ddprof.analyses.frames.memo import Events, collect, prepare
+from ddprof.analyses.frames.memo import Events, Prepared, collect, derived, prepare
 from ddprof.analyses.frames.sets import kernels, steps
 from ddprof.analyses.sections import Section
 from msgspec import Meta
@@ -73,15 +75,16 @@ _SCHEMA = {"rank": pl.Int64, "steps": pl.Int64, "step_us": pl.Float64, "loading_
            "loading_pct": pl.Float64, "device_idle_us": pl.Float64, "device_idle_pct": pl.Float64, "op": pl.String}
 
 
-def loader_spans(events: Events) -> pl.DataFrame:
-    """The data-loader spans inside profiler steps: rank, step, name, start, end (module doc)."""
-    p = prepare(events)
-    return collect(
-        p.events.filter(pl.col("stream").is_null() & pl.col("kind").is_in(["cpu_op", "annotation"])
-                        & pl.col("step").is_not_null() & ~pl.col("name").str.starts_with(STEP_PREFIX)
-                        & pl.col("name").str.contains(DATA_LOADER_PATTERN))
-        .select(pl.col("rank").cast(pl.Int64), "step", "name", pl.col("ts_ns").alias("start"),
-                (pl.col("ts_ns") + pl.col("dur_ns")).alias("end")))
+@derived
+def loader_spans(p: Prepared) -> pl.DataFrame:
+    """The data-loader spans inside profiler steps: rank, step, name, start, end (module doc). The host rows
+    first, the pattern then on them alone (a regular expression over every row of a large run costs)."""
+    host = collect(p.events.filter(pl.col("stream").is_null() & pl.col("kind").is_in(["cpu_op", "annotation"])
+                                   & pl.col("step").is_not_null() & ~pl.col("name").str.starts_with(STEP_PREFIX))
+                   .select("rank", "step", "name", "ts_ns", "dur_ns"))
+    return host.filter(pl.col("name").str.contains(DATA_LOADER_PATTERN)).select(
+        pl.col("rank").cast(pl.Int64), "step", "name", pl.col("ts_ns").alias("start"),
+        (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"))
 
 
 def data_loading(events: Events) -> pl.DataFrame:

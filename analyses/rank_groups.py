@@ -44,7 +44,7 @@ from ddprof.runtime.executors import Executor, run_each
 from ddprof.runtime.memory import collector_paused
 from ddprof.store.rundir import MANIFEST, Run, open_run
 from ddprof.store.schema import EVENT_SCHEMA, STEP_PREFIX
-from ddprof.vocabulary.loaders import DATA_LOADER_PATTERN
+from ddprof.vocabulary.loaders import DATA_LOADER_PREFIX
 
 #: Events (the manifest's count per rank) read at once, at most, unless a group would hold fewer than
 #: :data:`MIN_GROUP_RANKS` ranks; ``DDPROF_GROUP_EVENTS`` sets another bound. Half a million: on 1,024
@@ -107,8 +107,8 @@ def read_ranks(run: Run, ranks: list[int]) -> Prepared:
     """The events of ``ranks`` as the analyses use them: :data:`COLUMNS`, and not every row.
 
     The CPU ops and annotations of a rank with GPU kernels (half of a typical trace) serve no analysis:
-    its work is on the GPU, its steps come from its ``ProfilerStep#N`` rows and its data loading from its
-    data loader's spans (both kept: :mod:`.dataloading`), and its trace span
+    its work is on the GPU, its steps come from its ``ProfilerStep#N`` rows and its data loading from PyTorch's
+    DataLoader spans (``enumerate(DataLoader)#…``, both kept: :mod:`.dataloading`), and its trace span
     (first start, last end over every row: :func:`frames.rank_spans`) is in the manifest, computed at
     ingest from every row. So those rows are not read and the spans are taken from the manifest. Where
     the manifest lacks a rank's kernel count, span or profiling windows, every row is read (the windows
@@ -122,7 +122,7 @@ def read_ranks(run: Run, ranks: list[int]) -> Prepared:
     gpu = [r for r, i in zip(ranks, info) if i["kernels"] > 0]  # compute/comm kernels: GPU work rows
     unused = (pl.col("kind").is_in(["cpu_op", "annotation"]) & pl.col("stream").is_null()
               & pl.col("rank").is_in(gpu) & ~pl.col("name").str.starts_with(STEP_PREFIX)
-              & ~pl.col("name").str.contains(DATA_LOADER_PATTERN))
+              & ~pl.col("name").str.starts_with(DATA_LOADER_PREFIX))
     p = prepare(run.collect_events(COLUMNS, ranks=ranks, where=~unused).lazy())
     p.provide(rank_spans, pl.DataFrame({"rank": ranks, "first_ns": [i["first_ns"] for i in info],
                                         "last_ns": [i["last_ns"] for i in info]},
