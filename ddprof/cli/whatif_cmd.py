@@ -80,6 +80,9 @@ def _osdi_job(sources: tuple[str, ...]) -> tuple[Path, str] | None:
 @click.option("--grad-overlap/--no-grad-overlap", default=True, show_default=True,
               help="Project the gradient all-reduces that wait for the whole backward overlapped with it (where "
                    "a rank has several after its backward; not on pipelines).")
+@click.option("--data-loading/--no-data-loading", default=True, show_default=True,
+              help="Project the data loader's spans taking no time (batches ready when the step asks), where the "
+                   "run has them.")
 @click.option("--steps", "step_sel", metavar="LIST",
               help="Model only these steps, e.g. 5 or 3-5 (default: all): each step is replayed on its own, and a "
                    "typical op is the median over the steps modelled. For runs too large to model whole.")
@@ -93,7 +96,8 @@ def _osdi_job(sources: tuple[str, ...]) -> tuple[Path, str] | None:
 @rank_option
 @comm_kernel_option
 def whatif(sources: tuple[str, ...], straggler: str, comm_k: tuple[str, ...], comm_overlap: bool,
-           typical_links: bool, kernels: tuple[str, ...], host_gaps: bool, grad_overlap: bool, step_sel: str | None,
+           typical_links: bool, kernels: tuple[str, ...], host_gaps: bool, grad_overlap: bool, data_loading: bool,
+           step_sel: str | None,
            attribution: bool, fmt: str, output: str | None, cache: str | None,
            ranks: tuple[str, ...], comm_kernels: tuple[str, ...] = ()) -> int:
     """Project a run's step time under edits (straggler removed, faster communication...) by replaying its
@@ -132,7 +136,7 @@ def whatif(sources: tuple[str, ...], straggler: str, comm_k: tuple[str, ...], co
             events = events.filter(pl.col("step").is_in(chosen))
         result = as_dict(project(events, stragglers=_stragglers(straggler), comm_k=ks,
                                  host_gaps=host_gaps, kernels=pairs, typical_links=typical_links,
-                                 grad_overlap=grad_overlap, attribute=attribution))
+                                 grad_overlap=grad_overlap, data_loading=data_loading, attribute=attribution))
         result["steps_modelled"] = chosen if step_sel is not None else list(src.run.steps)
     emit(json.dumps(result, indent=2) if fmt == "json" else _text(result), output)
     return 0

@@ -248,3 +248,19 @@ def test_check_of_a_generated_slower_loader(tmp_path):
     assert none["data_loading"] == []
     assert not [o for o in check(none, none)["outcomes"] if o["rule"] == "data_loading"]
     assert diff(none, none)["data_loading"] is None
+
+
+def test_the_whatif_command_projects_the_loader_hidden_unless_asked_not_to(tmp_path, capsys):
+    """``ddprof whatif`` lists the data loading edit (its exact saving on the generated loader: 4 ms a step);
+    ``--no-data-loading`` leaves it out."""
+    from ddprof.cli import main
+
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    (folder / "rank0.pt.trace.json").write_text(json.dumps(_loader_trace(400.0)))
+    for flag, present in (([], True), (["--no-data-loading"], False)):
+        assert main(["whatif", str(folder), "--format", "json", "--no-attribution", *flag]) == 0
+        edits = {p["edit"]: p for p in json.loads(capsys.readouterr().out)["projections"]}
+        assert ("no_data_loading" in edits) is present
+        if present:
+            assert edits["no_data_loading"]["saving_s"] == pytest.approx(4e-3)
