@@ -105,10 +105,10 @@ def data_loading(events: Events) -> pl.DataFrame:
                                       (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"))
     span = device.group_by("rank").agg(pl.col("start").min().alias("w_start"), pl.col("end").max().alias("w_end"))
     inside = iv.clip(merged.lazy().select("rank", "start", "end"), span, ["rank"])
-    exposed = iv.subtract(inside, device, ["rank"])
+    bare = iv.subtract(inside, device, ["rank"])  # loading with no device row running
     idle = collect(
         inside.group_by("rank").agg((pl.col("end") - pl.col("start")).sum().alias("__in_ns"))
-        .join(exposed.group_by("rank").agg((pl.col("end") - pl.col("start")).sum().alias("__idle_ns")),
+        .join(bare.group_by("rank").agg((pl.col("end") - pl.col("start")).sum().alias("__idle_ns")),
               on="rank", how="left")
         .with_columns(pl.col("__idle_ns").fill_null(0)))
     out = collect(
