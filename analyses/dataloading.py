@@ -87,6 +87,13 @@ def loader_spans(p: Prepared) -> pl.DataFrame:
         (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"))
 
 
+@derived
+def loading_intervals(p: Prepared) -> pl.DataFrame:
+    """The loader spans merged per (rank, step), nested or overlapping ones once: rank, step, start, end (what
+    this section and the ``step_times`` rows add up)."""
+    return collect(iv.merge(loader_spans(p).lazy(), ["rank", "step"]))
+
+
 def data_loading(events: Events) -> pl.DataFrame:
     """Per rank with a data-loader span in a step: the columns of :class:`DataLoadingRow` (module doc)."""
     p = prepare(events)
@@ -96,7 +103,7 @@ def data_loading(events: Events) -> pl.DataFrame:
     st = (steps(p).lazy().with_columns(pl.col("rank").cast(pl.Int64))
           .group_by("rank").agg(pl.len().cast(pl.Int64).alias("steps"), (pl.col("end") - pl.col("start")).sum()
                                 .alias("__step_ns")))
-    merged = collect(iv.merge(spans.lazy(), ["rank", "step"]))
+    merged = loading_intervals(p)
     loading = merged.group_by("rank").agg((pl.col("end") - pl.col("start")).sum().alias("__load_ns"))
     op = (spans.group_by("rank", "name").agg((pl.col("end") - pl.col("start")).sum().alias("__t"))
           .sort("rank", "__t", "name", descending=[False, True, False]).group_by("rank", maintain_order=True).first()

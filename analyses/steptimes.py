@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import polars as pl
 from ddprof.analyses.collectives import comm_rows
-from ddprof.analyses.dataloading import loader_spans
-from ddprof.analyses.frames import intervals as iv
+from ddprof.analyses.dataloading import loading_intervals
 from ddprof.analyses.frames.memo import Events, collect, prepare
 from ddprof.analyses.frames.sets import kernels, steps
 from ddprof.analyses.sections import Section
@@ -43,8 +42,8 @@ def step_times(events: Events) -> pl.DataFrame:
     comm = (comm_rows(events).lazy().filter(pl.col("step").is_not_null())
             .group_by("rank", "step")
             .agg(pl.len().cast(pl.Int64).alias("collectives"), pl.col("bytes").sum().cast(pl.Int64).alias("comm_bytes")))
-    loading = (iv.merge(loader_spans(events).lazy().select("rank", "step", "start", "end"), ["rank", "step"])
-               .group_by("rank", "step").agg(((pl.col("end") - pl.col("start")).sum() / NS_PER_US).alias("loading_us")))
+    loading = (loading_intervals(events).lazy().group_by("rank", "step")
+               .agg(((pl.col("end") - pl.col("start")).sum() / NS_PER_US).alias("loading_us")))
     return collect(
         st.select("rank", "step", ((pl.col("end") - pl.col("start")) / NS_PER_US).alias("step_us"))
         .join(work, on=["rank", "step"], how="left")

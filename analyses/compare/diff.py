@@ -24,6 +24,7 @@ from statistics import median
 from typing import Any
 
 import msgspec
+import numpy as np
 from ddprof.analyses.compare.cause import classify
 from ddprof.analyses.compare.check import describe
 from ddprof.analyses.compare.samples import loading_us, op_word
@@ -106,7 +107,7 @@ def diff(run: dict[str, Any], base: dict[str, Any], *, run_source: str = "run", 
     lb, lr = loading_us(base).get(None), loading_us(run).get(None)
     loading = None
     if lb is not None and lr is not None and lb.size and lr.size and (lb.any() or lr.any()):
-        lbm, lrm = float(median(lb.tolist())), float(median(lr.tolist()))
+        lbm, lrm = float(np.median(lb)), float(np.median(lr))
         dl, dlp = _change(lbm, lrm)
         loading = {"base_median_us": lbm, "run_median_us": lrm, "change_us": dl, "change_pct": dlp}
     return {

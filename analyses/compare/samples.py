@@ -65,23 +65,25 @@ def _step_times(report: dict[str, Any]) -> list[StepTimeRow]:
     return _detail(report, "step_times", StepTimeRow)
 
 
-def step_us(report: dict[str, Any]) -> dict[int | None, np.ndarray]:
+def _per_rank_and_pooled(report: dict[str, Any], field: str) -> dict[int | None, np.ndarray]:
+    """A ``step_times`` field per rank and pooled over the ranks (key None), its nulls left out."""
     per: dict[int | None, list[float]] = defaultdict(list)
     for s in _step_times(report):
-        per[s.rank].append(s.step_us)
-        per[None].append(s.step_us)
+        value = getattr(s, field)
+        if value is not None:
+            per[s.rank].append(value)
+            per[None].append(value)
     return {k: _arr(v) for k, v in per.items()}
+
+
+def step_us(report: dict[str, Any]) -> dict[int | None, np.ndarray]:
+    return _per_rank_and_pooled(report, "step_us")
 
 
 def loading_us(report: dict[str, Any]) -> dict[int | None, np.ndarray]:
     """Per rank and pooled (key None): the host time in each step's data-loader spans (``step_times``; a report
     written before it was recorded has none)."""
-    per: dict[int | None, list[float]] = defaultdict(list)
-    for s in _step_times(report):
-        if s.loading_us is not None:
-            per[s.rank].append(s.loading_us)
-            per[None].append(s.loading_us)
-    return {k: _arr(v) for k, v in per.items()}
+    return _per_rank_and_pooled(report, "loading_us")
 
 
 def exposed_pct(report: dict[str, Any]) -> np.ndarray:

@@ -85,18 +85,25 @@ class CriticalPath:
                 .sort("s", "rank", "name", descending=[True, False, False]).head(k))
 
 
+def loader_ops(model: Model) -> np.ndarray:
+    """Per op, whether it is a data loader's span: a host row named like one (no name: none is)."""
+    ops = model.ops
+    if "name" not in ops.columns:
+        return np.zeros(ops.height, dtype=bool)
+    named = ops["name"].cast(pl.String).fill_null("").str.contains(DATA_LOADER_PATTERN).to_numpy()
+    return named & (ops["lane"] < 0).to_numpy()
+
+
 def _kinds(model: Model) -> tuple[np.ndarray, np.ndarray]:
     """Per op, the kind of its duration and of its delay's busy part (module doc), as indices in KINDS."""
     ops = model.ops
     kind = ops["kind"].cast(pl.String).fill_null("") if "kind" in ops.columns else pl.Series([""] * ops.height)
     kind = kind.to_numpy()
-    names = ops["name"].cast(pl.String).fill_null("") if "name" in ops.columns else pl.Series([""] * ops.height)
-    loader = names.str.contains(DATA_LOADER_PATTERN).to_numpy()
-    host = (ops["lane"] < 0).to_numpy()
+    loader = loader_ops(model)
     comm = ops["is_comm"].to_numpy() | (kind == "comm") | ops["instance"].is_not_null().to_numpy()
     dur_kind = np.where(comm, 1, np.where(kind == "runtime", 2, 0))
-    dur_kind = np.where(loader & host, 3, dur_kind)
-    delay_kind = np.where(loader & host, 3, 2)
+    dur_kind = np.where(loader, 3, dur_kind)
+    delay_kind = np.where(loader, 3, 2)
     return dur_kind, delay_kind
 
 

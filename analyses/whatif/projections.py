@@ -30,17 +30,14 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
-import polars as pl
 from ddprof.analyses.bubbles import pipeline_stages
 from ddprof.analyses.frames.memo import Events, prepare
 from ddprof.analyses.whatif import edits as E
-from ddprof.analyses.whatif.critical import CriticalPath, critical_path
+from ddprof.analyses.whatif.critical import CriticalPath, critical_path, loader_ops
 from ddprof.analyses.whatif.model import Model
 from ddprof.analyses.whatif.overlap import grad_overlap as grad_overlap_edit
 from ddprof.analyses.whatif.replay import Plan, plan, replay
 from ddprof.analyses.whatif.store import replay_check, step_times
-
-from ddprof.vocabulary.loaders import DATA_LOADER_PATTERN
 
 #: The labels "the same op on the other ranks" is found by: its occurrence in the step, else its name.
 KEYS = ("key", "name")
@@ -207,8 +204,7 @@ def whatif(events: Events, *, stragglers: str | list[int] | None = "auto", comm_
     if grad_overlap and check.deps is not None and (overlapped := grad_overlap_edit(model, check.deps)) is not None:
         candidates.append(overlapped)
     if data_loading:
-        loading = (model.ops["lane"] < 0).to_numpy() & model.ops["name"].cast(pl.String).fill_null("").str.contains(
-            DATA_LOADER_PATTERN).to_numpy()
+        loading = loader_ops(model)
         if loading.any():
             candidates.append(E.no_data_loading(model, loading))
     if host_gaps:

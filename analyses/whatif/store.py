@@ -101,6 +101,20 @@ def _outermost(rows: pl.LazyFrame) -> pl.LazyFrame:
             .drop("__end", "__reach"))
 
 
+#: Where a row of a span's thread lies for the span to hold it (:func:`_holding_none`; ``__c0``/``__c1`` the
+#: row's start and end): wholly inside it, or starting inside it.
+_WHOLLY_IN = (pl.col("__c0") >= pl.col("ts_ns")) & (pl.col("__c1") <= pl.col("ts_ns") + pl.col("dur_ns"))
+_STARTS_IN = (pl.col("__c0") >= pl.col("ts_ns")) & (pl.col("__c0") < pl.col("ts_ns") + pl.col("dur_ns"))
+
+
+def _holding_none(spans: pl.LazyFrame, inner: pl.LazyFrame, held: pl.Expr) -> pl.LazyFrame:
+    """The ``spans`` that hold no row of ``inner`` on their thread (rank, tid), ``held`` saying where a row must
+    lie to be held (:data:`_WHOLLY_IN`, :data:`_STARTS_IN`)."""
+    rows = inner.select("rank", "tid", pl.col("ts_ns").alias("__c0"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("__c1"))
+    holding = spans.join(rows, on=["rank", "tid"]).filter(held).select(_KEY).unique()
+    return spans.join(holding, on=_KEY, how="anti", nulls_equal=True)
+
+
 def op_rows(events: Events) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The op table (module doc) and its launch edges (``src_op``, ``dst_op``, ``on``)."""
     p = prepare(events)
@@ -115,21 +129,12 @@ def op_rows(events: Events) -> tuple[pl.DataFrame, pl.DataFrame]:
     loader = _outermost(ev.filter(pl.col("stream").is_null() & pl.col("kind").is_in(["cpu_op", "annotation"])
                                   & pl.col("name").str.contains(DATA_LOADER_PATTERN))
                         .join(gpu_ranks, on="rank", how="semi"))
-    calls = host_gpu.select("rank", "tid", pl.col("ts_ns").alias("__c0"))
-    holding = (loader.join(calls, on=["rank", "tid"])
-               .filter((pl.col("__c0") >= pl.col("ts_ns")) & (pl.col("__c0") < pl.col("ts_ns") + pl.col("dur_ns")))
-               .select(_KEY).unique())
-    loader = loader.join(holding, on=_KEY, how="anti", nulls_equal=True)
+    loader = _holding_none(loader, host_gpu, _STARTS_IN)
     cpu = ev.filter(pl.col("stream").is_null()).join(gpu_ranks, on="rank", how="anti")
     cpu_comm = cpu.filter(pl.col("kind") == "comm")
     cpu_ops = cpu.filter(pl.col("kind") == "cpu_op")
     # Outermost CPU ops that contain no communication row of their thread.
-    top = _outermost(cpu_ops).with_columns((pl.col("ts_ns") + pl.col("dur_ns")).alias("__end"))
-    contains = (top.join(cpu_comm.select("rank", "tid", pl.col("ts_ns").alias("__c0"),
-                                         (pl.col("ts_ns") + pl.col("dur_ns")).alias("__c1")), on=["rank", "tid"])
-                .filter((pl.col("__c0") >= pl.col("ts_ns")) & (pl.col("__c1") <= pl.col("__end")))
-                .select(_KEY).unique())
-    cpu_work = top.drop("__end").join(contains, on=_KEY, how="anti", nulls_equal=True)
+    cpu_work = _holding_none(_outermost(cpu_ops), cpu_comm, _WHOLLY_IN)
     cols = ["rank", "step", "tid", "stream", "ts_ns", "dur_ns", "kind", "name", "correlation", "coll_op", "bytes"]
     rows = collect(pl.concat([f.select(cols) for f in (device, host_gpu, loader, cpu_comm, cpu_work)]))
     if rows.is_empty():
