@@ -55,6 +55,8 @@ from pathlib import Path
 
 import msgspec
 
+from ddprof.ingestion.discover import discover
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the repository's own trace sets, as the tests find them
 from tests.support.paths import trace_set  # noqa: E402
@@ -224,7 +226,7 @@ def whole_cases(src: Path, rounds: int) -> dict[str, list[float]]:
     """Both tools' whole process on ``src`` in turns, and the parts of the floor: seconds per round."""
     script = Path(sys.executable).with_name("ddprof")
     ddprof = [str(script)] if script.exists() else [sys.executable, "-m", "ddprof"]
-    files = sorted(str(f) for f in src.rglob("*.json*"))
+    files = sorted(str(f) for f in discover([src]))  # what ingest reads (not a cache's files beside them)
     times: dict[str, list[float]] = {"hta": [], "ddprof ingest": [], "interpreter start": [],
                                      **{part: [] for part in FLOOR}}
     for _ in range(rounds):
