@@ -18,6 +18,7 @@ from typing import Any
 
 import msgspec
 from ddprof.analyses import sections
+from ddprof.analyses.dataloading import loading_verdicts
 from ddprof.analyses.health import accelerator_unread, health_verdicts
 from ddprof.analyses.stragglers import straggler_verdicts
 
@@ -65,7 +66,7 @@ class Badge:
 def badge(report: dict[str, Any]) -> Badge:
     """The status (``problem``: a hang; ``partial``: inputs failed), or, for a report whose status is ``ok``,
     ``attention`` where its verdicts name a problem the exit code does not follow: a straggler or a group of
-    ranks slower together, or a trace
+    ranks slower together, a data loader that holds the steps back (:mod:`.dataloading`), or a trace
     finding that changes a headline number (GPU side not captured, events lost, ranks missing); ``ok``
     only where they name none. Example: the DLRM sample, status ok with "rank 7 is the straggler: ..." ->
     Badge("attention", "ATTENTION", ("rank 7 is the straggler: ...",))."""
@@ -74,6 +75,7 @@ def badge(report: dict[str, Any]) -> Badge:
     st = msgspec.convert(report.get("stragglers") or {}, Stragglers)
     if st.ranks or st.groups:  # a straggler, or ranks slower together (analyses/slow_groups.py)
         why += [v for v in straggler_verdicts(report) if not v.startswith("no straggler")]
+    why += loading_verdicts(report)
     why += health_verdicts(report)
     if status != "ok":
         return Badge(status, status.upper(), tuple(why))

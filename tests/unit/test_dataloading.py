@@ -111,6 +111,18 @@ def test_a_batch_drawn_on_the_main_thread_is_the_headline(resnet):
     assert rep["whatif"]["replay_error_pct"] < 1e-6
 
 
+def test_the_badge_is_no_green_ok_beside_a_starving_input_pipeline(resnet):
+    """The HTML report's badge: attention, with the data loading verdict, on the num_workers=0 run; OK on the
+    num_workers=4 run (its status ok either way: the exit code follows inputs and hangs)."""
+    from ddprof.analyses.verdicts import badge
+
+    slow, fine = resnet["num-workers-0"], resnet["num-workers-4"]
+    assert slow["status"] == fine["status"] == "ok"
+    shown = badge(slow)
+    assert shown.label == "ATTENTION" and any(w.startswith("data loading takes 40 % of each step") for w in shown.why)
+    assert badge(fine).label == "OK"
+
+
 def test_workers_that_keep_up_say_nothing(resnet):
     """num_workers=4: 1 % of the step in the loader: no data loading verdict, no such edit among the report's;
     the idle time is the launch rate's (the step is bound by the host's launches)."""
