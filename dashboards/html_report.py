@@ -81,7 +81,7 @@ def render_html(report: dict[str, Any], run: Run | None = None, title: str = "dd
     parts = [f"<h1>{html.escape(title)}</h1><div class='card'><span id='status' class='status "
              f"{html.escape(shown.kind)}' title='{html.escape('; '.join(shown.why))}'>"
              f"{html.escape(shown.label)}</span> {r.world_size or '?'} ranks · "
-             f"{html.escape(str(r.backend))} · {html.escape(str(r.device))}"
+             f"{html.escape(str(r.backend or '?'))} · {html.escape(str(r.device))}"
              "<ul id='verdicts'>" + "".join(f"<li>{html.escape(v)}</li>" for v in report.get("verdicts") or [])
              + "</ul>"]
     if r.failed:
