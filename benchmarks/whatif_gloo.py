@@ -69,7 +69,7 @@ def measure(run_dir: Path, slow: int | None) -> tuple[float, float | None, str |
     the measured steps or nothing is projected)."""
     run = ddprof.open_run(run_dir)
     w = whatif(run.events(), stragglers=[slow] if slow is not None else None, comm_k=[], host_gaps=False,
-               rebalance=False, attribute=False, critical=False)
+               rebalance=False, data_loading=False, attribute=False, critical=False)
     if not w.explained:
         return w.step_s, None, w.reason
     projected = w.projections[0].step_s if slow is not None and w.projections else None

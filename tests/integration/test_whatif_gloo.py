@@ -24,7 +24,7 @@ TOLERANCE = 0.15
 
 def _step(run_dir, slow: int | None) -> tuple[float, float | None]:
     w = whatif(ddprof.open_run(run_dir).events(), stragglers=[slow] if slow is not None else None, comm_k=[],
-               host_gaps=False, rebalance=False, attribute=False, critical=False)
+               host_gaps=False, rebalance=False, data_loading=False, attribute=False, critical=False)
     assert w.explained, w.reason
     return w.step_s, (w.projections[0].step_s if slow is not None else None)
 
