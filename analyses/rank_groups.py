@@ -107,8 +107,10 @@ def read_ranks(run: Run, ranks: list[int]) -> Prepared:
     """The events of ``ranks`` as the analyses use them: :data:`COLUMNS`, and not every row.
 
     The CPU ops and annotations of a rank with GPU kernels (half of a typical trace) serve no analysis:
-    its work is on the GPU, its steps come from its ``ProfilerStep#N`` rows and its data loading from PyTorch's
-    DataLoader spans (``enumerate(DataLoader)#…``, both kept: :mod:`.dataloading`), and its trace span
+    its work is on the GPU, its steps come from its ``ProfilerStep#N`` rows, its data loading from its spans
+    named like a loader (:mod:`.dataloading`: PyTorch's ``enumerate(DataLoader)#…`` kept by prefix, any other
+    by the names ingest found over every row, the rank's ``loader_names`` in the manifest; a regular
+    expression over every row here would cost more than the rest of the read), and its trace span
     (first start, last end over every row: :func:`frames.rank_spans`) is in the manifest, computed at
     ingest from every row. So those rows are not read and the spans are taken from the manifest. Where
     the manifest lacks a rank's kernel count, span or profiling windows, every row is read (the windows
@@ -123,6 +125,10 @@ def read_ranks(run: Run, ranks: list[int]) -> Prepared:
     unused = (pl.col("kind").is_in(["cpu_op", "annotation"]) & pl.col("stream").is_null()
               & pl.col("rank").is_in(gpu) & ~pl.col("name").str.starts_with(STEP_PREFIX)
               & ~pl.col("name").str.starts_with(DATA_LOADER_PREFIX))
+    others = sorted({n for r, i in zip(ranks, info) if r in gpu for n in i.get("loader_names") or []
+                     if not n.startswith(DATA_LOADER_PREFIX)})
+    if others:  # a loader's spans of another name (Lightning's, a loop's own): kept by the names ingest found
+        unused = unused & ~pl.col("name").is_in(others)
     p = prepare(run.collect_events(COLUMNS, ranks=ranks, where=~unused).lazy())
     p.provide(rank_spans, pl.DataFrame({"rank": ranks, "first_ns": [i["first_ns"] for i in info],
                                         "last_ns": [i["last_ns"] for i in info]},

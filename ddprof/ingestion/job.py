@@ -36,6 +36,7 @@ from ddprof.store.timeline_summary import lanes, summary_path, write_summary
 from ddprof.store.windows import gap_threshold_ns, split_windows
 from ddprof.vocabulary.collective_ops import CommRule, kernel_rules
 from ddprof.vocabulary.devices import ACCELERATOR_CAT_PATTERN
+from ddprof.vocabulary.loaders import DATA_LOADER_PATTERN
 
 #: Rows per Parquet row group. The writer holds a row group's encoded columns at once: on the 54 MB
 #: trace (123k rows), one group took 8 MB more peak memory than groups of 32k rows. Readers still get
@@ -73,6 +74,8 @@ class FileResult:
     dropped: dict[str, int] = field(default_factory=dict)
     # events of an accelerator's own categories, kept as kind other, by category (ddprof.vocabulary.devices)
     accelerator_events: dict[str, int] = field(default_factory=dict)
+    # the distinct names of its host spans named like a data loader (ddprof.vocabulary.loaders)
+    loader_names: list[str] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)  # the profiler's warnings and errors in the trace
     warnings: list[str] = field(default_factory=list)
     rank_map: dict[str, int] | None = None  # the mapping this result was made with (cache key)
@@ -335,6 +338,9 @@ def _drop_duplicates(df: pl.DataFrame, traces: int) -> tuple[pl.DataFrame, list[
 
 _IS_STEP = (pl.col("stream").is_null() & pl.col("name").str.starts_with(STEP_PREFIX)
             & step_number(pl.col("name")).is_not_null())
+#: A host span named like a data loader's (an analysis reading a GPU rank's rows keeps these by name).
+_IS_LOADER = (pl.col("stream").is_null() & pl.col("kind").is_in(["cpu_op", "annotation"])
+              & pl.col("name").str.contains(DATA_LOADER_PATTERN))
 _SUMMARY = {
     "events": pl.len(),
     "kernels": pl.col("kind").is_in(["compute", "comm"]).and_(pl.col("stream").is_not_null()).sum(),
@@ -345,6 +351,7 @@ _SUMMARY = {
     "last": (pl.col("ts_ns") + pl.col("dur_ns")).max(),
     "steps": pl.col("step").drop_nulls().unique().sort(),
     "step_durations": pl.col("dur_ns").filter(_IS_STEP),
+    "loader_names": pl.col("name").filter(_IS_LOADER).unique().sort(),
 }
 
 
@@ -359,7 +366,7 @@ def _summarise(df: pl.DataFrame, s: dict[str, Any], res: FileResult) -> None:
     res.events, res.kernels = s["events"], s["kernels"]
     res.comm_kernels, res.comm_events = s["comm_kernels"], s["comm_events"]
     res.gpu, res.first_ns, res.last_ns = bool(s["gpu"]), s["first"], s["last"]
-    res.steps = s["steps"]
+    res.steps, res.loader_names = s["steps"], list(s["loader_names"])
     res.windows = _windows(df, np.asarray(s["step_durations"], dtype=np.int64))
     other = df.filter(pl.col("kind") == "other")
     if other.height:

@@ -156,6 +156,7 @@ def build_manifest(results: dict[str, FileResult], rank_map: dict[str, int] | No
         info = per_rank.setdefault(str(r.rank), {
             "parts": [], "sources": [], "events": 0, "kernels": 0, "comm_kernels": 0, "comm_events": 0,
             "steps": [], "windows": [], "notices": [], "dropped": {}, "accelerator_events": {},
+            "loader_names": [],
             "first_ns": r.first_ns, "last_ns": r.last_ns, "base_time_ns": r.base_time_ns,
             "device_names": r.device_names, "gpu": r.gpu, "warnings": [],
         })
@@ -172,6 +173,7 @@ def build_manifest(results: dict[str, FileResult], rank_map: dict[str, int] | No
             info["dropped"][why] = info["dropped"].get(why, 0) + n
         for cat, n in r.accelerator_events.items():
             info["accelerator_events"][cat] = info["accelerator_events"].get(cat, 0) + n
+        info["loader_names"] = sorted(set(info["loader_names"]) | set(r.loader_names))
         info["last_ns"] = max(info["last_ns"] or 0, r.last_ns or 0)
         info["gpu"] = info["gpu"] or r.gpu
         info["warnings"].extend(w for w in r.warnings if w not in info["warnings"])  # once per rank, not per trace

@@ -5,7 +5,9 @@ PyTorch's profiler records each batch drawn from a ``torch.utils.data.DataLoader
 workers); PyTorch Lightning annotates ``[_TrainingEpochLoop].train_dataloader_next``; other loops name
 their own spans ``data_loader``. One pattern, case-insensitive, for every analysis that looks for them; and
 the prefix of PyTorch's own, for a filter over every row of a large store (``analyze`` reading a GPU rank's
-host rows: a regular expression over 51 M rows cost 14 % more CPU on 1,024 generated ranks).
+host rows: a regular expression over 51 M rows cost 14 % more CPU on 1,024 generated ranks). Ingest, which
+reads every row once anyway, lists each rank's distinct loader span names in the manifest (``loader_names``),
+so that such a filter keeps the others by name.
 """
 
 from __future__ import annotations

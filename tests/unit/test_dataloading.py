@@ -134,6 +134,38 @@ def test_workers_that_keep_up_say_nothing(resnet):
     assert any("does not launch work fast enough" in v for v in rep["verdicts"])
 
 
+#: PyTorch Lightning's span around each batch drawn (``record_function``: a user annotation).
+LIGHTNING = "[_TrainingEpochLoop].train_dataloader_next"
+
+
+def test_a_loader_span_of_another_name_on_a_gpu_rank(resnet, tmp_path):
+    """The real num_workers=0 sample with its loader spans renamed as Lightning names its own and recorded as
+    user annotations: the same row, the same numbers and the same verdict as PyTorch's own name gets. A GPU
+    rank's CPU ops and annotations are not read by ``analyze`` (half a trace); its loader spans are, by
+    PyTorch's prefix or by the names ingest found (the manifest's ``loader_names``)."""
+    (src,) = (RESNET / "num-workers-0").glob("*.json.gz")
+    with gzip.open(src) as fh:
+        doc = json.load(fh)
+    renamed = 0
+    for e in doc["traceEvents"]:
+        if e.get("name") == LOADER:
+            e["name"], e["cat"] = LIGHTNING, "user_annotation"
+            renamed += 1
+    assert renamed == 6
+    folder = tmp_path / "lightning"
+    folder.mkdir()
+    (folder / "worker0.pt.trace.json").write_text(json.dumps(doc))
+    run = ddprof.ingest([folder], tmp_path / "run")
+    rep = build_report(run)
+    (row,) = rep["data_loading"]
+    (want,) = resnet["num-workers-0"]["data_loading"]
+    assert row["op"] == LIGHTNING
+    for key in ("steps", "step_us", "loading_us", "loading_pct", "device_idle_pct"):
+        assert row[key] == pytest.approx(want[key], rel=1e-9), key
+    assert any(v.startswith(f"data loading takes 40 % of each step ({LIGHTNING}") for v in rep["verdicts"])
+    assert ddprof.open_run(tmp_path / "run").rank_info(0)["loader_names"] == [LIGHTNING]
+
+
 def _loader_trace(kernel_us: float, loader_us: float = 4_000.0, steps: int = 5) -> dict[str, Any]:
     """``steps`` steps on one GPU, each ``loader_us`` + 6 ms long: each draws its batch in a DataLoader span [t,
     t+loader_us), then launches 12 kernels 0.5 ms apart, each queued on stream 7 behind the previous one and
