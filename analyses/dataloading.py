@@ -13,7 +13,9 @@ rank's host ops only where it needs them: of its loaders, PyTorch's DataLoader s
 :func:`.rank_groups.read_ranks`.) Per rank:
 
 * ``steps`` and ``step_us``: its ``ProfilerStep#N`` annotations and their mean duration (the step time the
-  training loop saw: host basis);
+  training loop saw: host basis). A rank with no profiler step at all (a trace taken without
+  ``prof.step()``) is measured over its traced span instead, as one window: ``steps`` 0, ``step_us`` its
+  first start to last end, its loader spans wherever they lie;
 * ``loading_us``: the merged loader time per step (a step without one counts 0); ``loading_pct`` its share
   of the steps' time;
 * on a rank with device work, ``device_idle_us``: per step, the loader time during which none of the rank's
@@ -40,7 +42,7 @@ import msgspec
 import polars as pl
 from ddprof.analyses.frames import intervals as iv
 from ddprof.analyses.frames.memo import Events, Prepared, collect, derived, prepare
-from ddprof.analyses.frames.sets import kernels, steps
+from ddprof.analyses.frames.sets import kernels, rank_spans, steps
 from ddprof.analyses.sections import Section
 from msgspec import Meta
 
@@ -61,8 +63,8 @@ class DataLoadingRow(Row):
     """One rank's data loading per profiler step (module doc)."""
 
     rank: Rank
-    steps: Annotated[int, Meta(description="profiler steps of the rank")]
-    step_us: Annotated[float, Meta(description="mean ProfilerStep duration (host), µs")]
+    steps: Annotated[int, Meta(description="profiler steps of the rank; 0: it has none, and the row covers its traced span")]
+    step_us: Annotated[float, Meta(description="mean ProfilerStep duration (host), µs; with no step, the traced span")]
     loading_us: Annotated[float, Meta(description="mean host time in data-loader spans per step, µs")]
     loading_pct: Pct
     device_idle_us: Annotated[float | None, Meta(
@@ -94,16 +96,37 @@ def loading_intervals(p: Prepared) -> pl.DataFrame:
     return collect(iv.merge(loader_spans(p).lazy(), ["rank", "step"]))
 
 
+def _unstepped(p: Prepared) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """The ranks with no profiler step at all: their loader spans anywhere (rank, name, start, end), merged
+    per rank (rank, start, end), and their traced span as the one window measured (rank, steps 0, __step_ns:
+    first start to last end of any row)."""
+    stepped = steps(p).lazy().select(pl.col("rank").cast(pl.Int64)).unique()
+    host = collect(p.events.filter(pl.col("stream").is_null() & pl.col("kind").is_in(["cpu_op", "annotation"]))
+                   .select(pl.col("rank").cast(pl.Int64), "name", "ts_ns", "dur_ns")
+                   .join(stepped, on="rank", how="anti"))  # the pattern then on these rows alone
+    spans = host.filter(pl.col("name").str.contains(DATA_LOADER_PATTERN)).select(
+        "rank", "name", pl.col("ts_ns").alias("start"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"))
+    merged = collect(iv.merge(spans.lazy(), ["rank"]))
+    window = (rank_spans(p).lazy().select(pl.col("rank").cast(pl.Int64), pl.lit(0, pl.Int64).alias("steps"),
+                                          (pl.col("last_ns") - pl.col("first_ns")).alias("__step_ns"))
+              .join(merged.lazy().select("rank").unique(), on="rank", how="semi"))
+    return spans, merged, collect(window)
+
+
 def data_loading(events: Events) -> pl.DataFrame:
-    """Per rank with a data-loader span in a step: the columns of :class:`DataLoadingRow` (module doc)."""
+    """Per rank with a data-loader span in a step, or anywhere on a rank with no step: the columns of
+    :class:`DataLoadingRow` (module doc)."""
     p = prepare(events)
-    spans = loader_spans(p)
-    if spans.is_empty():
+    spans, merged = loader_spans(p), loading_intervals(p)
+    lone_spans, lone_merged, lone_window = _unstepped(p)
+    if spans.is_empty() and lone_spans.is_empty():
         return pl.DataFrame(schema=_SCHEMA)
-    st = (steps(p).lazy().with_columns(pl.col("rank").cast(pl.Int64))
-          .group_by("rank").agg(pl.len().cast(pl.Int64).alias("steps"), (pl.col("end") - pl.col("start")).sum()
-                                .alias("__step_ns")))
-    merged = loading_intervals(p)
+    st = pl.concat([steps(p).lazy().with_columns(pl.col("rank").cast(pl.Int64))
+                    .group_by("rank").agg(pl.len().cast(pl.Int64).alias("steps"),
+                                          (pl.col("end") - pl.col("start")).sum().alias("__step_ns")),
+                    lone_window.lazy()])
+    spans = pl.concat([spans.select("rank", "name", "start", "end"), lone_spans])
+    merged = pl.concat([merged.select("rank", "start", "end"), lone_merged.select("rank", "start", "end")])
     loading = merged.group_by("rank").agg((pl.col("end") - pl.col("start")).sum().alias("__load_ns"))
     op = (spans.group_by("rank", "name").agg((pl.col("end") - pl.col("start")).sum().alias("__t"))
           .sort("rank", "__t", "name", descending=[False, True, False]).group_by("rank", maintain_order=True).first()
@@ -122,13 +145,13 @@ def data_loading(events: Events) -> pl.DataFrame:
         loading.lazy().join(st, on="rank", how="inner").join(op.lazy(), on="rank", how="left")
         .join(idle.lazy(), on="rank", how="left")
         .join(span.select("rank", pl.lit(True).alias("__gpu")), on="rank", how="left")
-        .filter(pl.col("steps") > 0)
+        .with_columns(pl.max_horizontal("steps", 1).alias("__windows"))  # a rank with no step: its traced span
         .select(
             "rank", "steps",
-            (pl.col("__step_ns") / pl.col("steps") / NS_PER_US).alias("step_us"),
-            (pl.col("__load_ns") / pl.col("steps") / NS_PER_US).alias("loading_us"),
+            (pl.col("__step_ns") / pl.col("__windows") / NS_PER_US).alias("step_us"),
+            (pl.col("__load_ns") / pl.col("__windows") / NS_PER_US).alias("loading_us"),
             pl.when(pl.col("__step_ns") > 0).then(100 * pl.col("__load_ns") / pl.col("__step_ns")).alias("loading_pct"),
-            pl.when(pl.col("__gpu")).then(pl.col("__idle_ns").fill_null(0) / pl.col("steps") / NS_PER_US)
+            pl.when(pl.col("__gpu")).then(pl.col("__idle_ns").fill_null(0) / pl.col("__windows") / NS_PER_US)
             .alias("device_idle_us"),
             pl.when(pl.col("__gpu") & (pl.col("__in_ns") > 0)).then(100 * pl.col("__idle_ns") / pl.col("__in_ns"))
             .alias("device_idle_pct"),
@@ -170,7 +193,11 @@ def loading_verdicts(report: dict[str, Any]) -> list[str]:
         return []
     worst = max(rows, key=lambda r: (r.loading_pct or 0.0, -r.rank))
     mean_pct = sum(r.loading_pct or 0.0 for r in rows) / len(rows)
-    if len(rows) == 1:
+    if not any(r.steps for r in rows):  # no profiler step: over each rank's traced span
+        text = (f"data loading takes {mean_pct:.0f} % of the traced time ({worst.op}, {fmt_us(worst.loading_us)} "
+                f"of {fmt_us(worst.step_us)}" + (f" on rank {worst.rank}" if len(rows) > 1 else "")
+                + "; the trace has no profiler steps)")
+    elif len(rows) == 1:
         text = (f"data loading takes {mean_pct:.0f} % of each step ({worst.op}, {fmt_us(worst.loading_us)} of a "
                 f"{fmt_us(worst.step_us)} step)")
     else:
@@ -192,7 +219,8 @@ def idle_in_loading(report: dict[str, Any]) -> float | None:
     if not exposed(rows):
         return None
     idle = {b["rank"]: b["idle_us"] for b in report.get("breakdown") or []}
-    during = sum((r.device_idle_us or 0.0) * r.steps for r in rows if r.device_idle_us is not None and r.rank in idle)
+    during = sum((r.device_idle_us or 0.0) * max(r.steps, 1) for r in rows  # no step: the traced span, once
+                 if r.device_idle_us is not None and r.rank in idle)
     total = sum(idle[r.rank] for r in rows if r.device_idle_us is not None and r.rank in idle)
     return min(during / total, 1.0) if total > 0 else None
 

@@ -228,6 +228,78 @@ def test_a_generated_loader_the_device_runs_under_is_no_finding(tmp_path):
     assert not any("data loading" in v for v in rep["verdicts"])
 
 
+def _without_steps(doc: dict[str, Any]) -> dict[str, Any]:
+    return {**doc, "traceEvents": [e for e in doc["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")]}
+
+
+def test_a_generated_loader_in_a_trace_without_steps(tmp_path):
+    """A trace taken without ``prof.step()`` (no ProfilerStep#N): the loader is measured over the traced span.
+    Truth (the 400 µs trace above, its step annotations left out): 5 loaders of 4 ms in 49.92 ms from the first
+    loader to the last kernel's end (40.06 %); 4 of them inside the device's span [1,004.02, 1,049.92) ms, the
+    device idle through all 16 ms; the device is idle 21.9 ms of its 45.9 ms span (60 kernels of 400 µs), 73 %
+    of it while the host loaded."""
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    (folder / "rank0.pt.trace.json").write_text(json.dumps(_without_steps(_loader_trace(400.0))))
+    rep = build_report(ddprof.ingest([folder], tmp_path / "run"))
+    (row,) = rep["data_loading"]
+    assert row["steps"] == 0 and row["op"] == LOADER
+    assert row["step_us"] == pytest.approx(49_920.0) and row["loading_us"] == pytest.approx(20_000.0)
+    assert row["loading_pct"] == pytest.approx(100 * 20_000.0 / 49_920.0)
+    assert row["device_idle_us"] == pytest.approx(16_000.0) and row["device_idle_pct"] == pytest.approx(100.0)
+    verdicts = rep["verdicts"]
+    assert (f"data loading takes 40 % of the traced time ({LOADER}, 20 ms of 49.9 ms; the trace has no profiler "
+            "steps), and the GPU is idle through 100 % of it") in " ".join(verdicts)
+    idle = next(v for v in verdicts if v.startswith("the GPUs are idle"))
+    assert "73 % of the idle time fell while the host was loading data" in idle
+
+
+def test_the_real_sample_without_its_steps(tmp_path):
+    """The real num_workers=0 sample with its ProfilerStep#N rows left out (as a trace taken without
+    ``prof.step()``): the loader over the traced span, against numbers computed here from the JSON (the
+    loaders' union over the first to last event; the part of it within the first to last device row that no
+    device row covers); the verdict still names the input pipeline, not the launch rate."""
+    (src,) = (RESNET / "num-workers-0").glob("*.json.gz")
+    with gzip.open(src) as fh:
+        doc = _without_steps(json.load(fh))
+    folder = tmp_path / "nosteps"
+    folder.mkdir()
+    (folder / "worker0.pt.trace.json").write_text(json.dumps(doc))
+    ev = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    loaders = [(e["ts"], e["ts"] + e["dur"]) for e in ev if "DataLoader" in e["name"]]
+    device = [(e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("cat") in ("Kernel", "Memcpy", "Memset", "kernel")]
+    lo, hi = min(s for s, _ in device), max(e for _, e in device)
+    span = max(e["ts"] + e["dur"] for e in ev) - min(e["ts"] for e in ev)
+    inside = [(max(s, lo), min(e, hi)) for s, e in loaders if min(e, hi) > max(s, lo)]
+    loading = sum(e - s for s, e in _union(loaders))
+    bare = sum(e - s for s, e in _union(inside)) - _covered(inside, device)
+    rep = build_report(ddprof.ingest([folder], tmp_path / "run"))
+    (row,) = rep["data_loading"]
+    assert row["steps"] == 0 and row["op"] == LOADER
+    assert row["step_us"] == pytest.approx(span, rel=1e-6)
+    assert row["loading_us"] == pytest.approx(loading, rel=1e-6)
+    assert row["device_idle_us"] == pytest.approx(bare, rel=1e-6)
+    assert any(v.startswith("data loading takes ") and "the trace has no profiler steps" in v for v in rep["verdicts"])
+    idle = next(v for v in rep["verdicts"] if v.startswith("the GPUs are idle"))
+    assert "while the host was loading data" in idle and "does not launch work fast enough" not in idle
+
+
+def test_workers_that_keep_up_say_nothing_without_steps_either(tmp_path):
+    """The real num_workers=4 sample, its ProfilerStep#N rows left out: 1 % of the traced time in the loader,
+    no data loading verdict; the idle time stays the launch rate's."""
+    (src,) = (RESNET / "num-workers-4").glob("*.json.gz")
+    with gzip.open(src) as fh:
+        doc = _without_steps(json.load(fh))
+    folder = tmp_path / "nosteps"
+    folder.mkdir()
+    (folder / "worker0.pt.trace.json").write_text(json.dumps(doc))
+    rep = build_report(ddprof.ingest([folder], tmp_path / "run"))
+    (row,) = rep["data_loading"]
+    assert row["steps"] == 0 and row["loading_pct"] < 2
+    assert not any("data loading" in v for v in rep["verdicts"])
+    assert any("does not launch work fast enough" in v for v in rep["verdicts"])
+
+
 def test_the_rule_on_rows():
     """The verdict's rule alone: 10 % of the step and, on device ranks, idle devices through half of it; a
     device rank whose loaders all lie before its first kernel tells nothing; a CPU rank's loader is exposed."""
