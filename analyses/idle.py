@@ -30,6 +30,7 @@ from ddprof.analyses.frames.memo import Events, Prepared, collect, derived, prep
 from ddprof.analyses.frames.sets import kernels
 from ddprof.analyses.frames.stepwindows import step_at, step_windows
 from ddprof.analyses.frames.windows import several_windows, trace_windows, window_of
+from ddprof.analyses.idle_host import FINDINGS, MIN_IDLE_PCT, host_in_idle
 from ddprof.analyses.sections import Section
 
 from ddprof.frames.keyjoin import find, first_by_key, pair_keys, sorted_rows
@@ -154,7 +155,7 @@ def idle_by_step(events: Events, kernel_wait_us: float = 30.0) -> pl.DataFrame:
 
 
 #: Idle time below this share of the traced time is not worth a verdict.
-IDLE_WORTH_MENTIONING_PCT = 5.0
+IDLE_WORTH_MENTIONING_PCT = MIN_IDLE_PCT
 #: What each idle category says about the run (:func:`idle_verdicts`).
 CAUSES = {
     "host_wait": "the CPU does not launch work fast enough",
@@ -167,7 +168,8 @@ def idle_verdicts(report: dict[str, Any]) -> list[str]:
     """The idle time's verdict, from ``breakdown`` and ``idle``: the devices' mean idle share of the traced
     time, from :data:`IDLE_WORTH_MENTIONING_PCT` up, and the cause of most gaps (:data:`CAUSES`); host wait
     that fell mostly (half or more of the idle time) while the host loaded data is said to be that
-    (:func:`.dataloading.idle_in_loading`), not a slow launch rate."""
+    (:func:`.dataloading.idle_in_loading`), not a slow launch rate, and so is host wait through which the host
+    was mostly inside memory, synchronising or set-up calls (:func:`.idle_host.host_in_idle`)."""
     breakdown = rows(report["breakdown"], BreakdownRow)
     if not breakdown:
         return []
@@ -191,6 +193,11 @@ def idle_verdicts(report: dict[str, Any]) -> list[str]:
             text += (f"; {share:.0f} % of the gaps are host wait, and {100 * loading:.0f} % of the idle time fell "
                      "while the host was loading data: the input pipeline, not the launch rate, keeps the device "
                      "waiting")
+        elif top == "host_wait" and (inside := host_in_idle(report)) is not None:
+            cls, part, calls = inside
+            what, why = FINDINGS[cls]
+            text += (f"; {share:.0f} % of the gaps are host wait, and through {100 * part:.0f} % of the idle time "
+                     f"the host was {what} ({calls}): {why}")
         else:
             text += f"; {share:.0f} % of the gaps are {top.replace('_', ' ')}: {CAUSES[top]}"
     return [text]
