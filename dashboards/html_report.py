@@ -28,6 +28,7 @@ from ddprof.render.text import HEALTH_TITLE, health_findings
 from ddprof.report.display import Drawn, draw
 from ddprof.report.schema import HealthFinding, RunSection, rows
 from ddprof.store.rundir import Run
+from ddprof.vocabulary.units import fmt_rank_count
 
 CSS = """body{font-family:system-ui,sans-serif;margin:16px 24px;background:#fafafa;color:#222}
 h1{margin:0 0 8px}.card{background:#fff;border:1px solid #ddd;border-radius:6px;padding:8px 12px;margin:10px 0}
@@ -80,7 +81,7 @@ def render_html(report: dict[str, Any], run: Run | None = None, title: str = "dd
     figs = figures(report, run)
     parts = [f"<h1>{html.escape(title)}</h1><div class='card'><span id='status' class='status "
              f"{html.escape(shown.kind)}' title='{html.escape('; '.join(shown.why))}'>"
-             f"{html.escape(shown.label)}</span> {r.world_size or '?'} ranks · "
+             f"{html.escape(shown.label)}</span> {fmt_rank_count(len(r.ranks), r.world_size)} · "
              f"{html.escape(str(r.backend or '?'))} · {html.escape(str(r.device))}"
              "<ul id='verdicts'>" + "".join(f"<li>{html.escape(v)}</li>" for v in report.get("verdicts") or [])
              + "</ul>"]

@@ -13,7 +13,7 @@ from ddprof.dashboards.figures.hang import hang_rows
 from ddprof.dashboards.panels import panel_ids
 
 from ddprof.report.schema import Hang, HealthFinding, RunSection, rows
-from ddprof.vocabulary.units import fmt_ranges
+from ddprof.vocabulary.units import fmt_ranges, fmt_rank_count
 
 CARD = {"border": "1px solid #ddd", "borderRadius": "6px", "padding": "6px", "background": "white"}
 #: The badge's colour by kind (:func:`ddprof.analyses.verdicts.badge`): green only when nothing is named.
@@ -42,7 +42,7 @@ def header(state: DashboardState) -> list[Any]:
                                 title="; ".join(shown.why) or None, style={
         "background": STATUS_COLOURS.get(shown.kind, "#555"), "color": "white", "padding": "2px 10px",
         "borderRadius": "4px", "fontWeight": "bold", "marginRight": "10px"}),
-        html.Span(f"{run.world_size or '?'} ranks · {run.backend or '?'} · {run.device}"
+        html.Span(f"{fmt_rank_count(len(run.ranks), run.world_size)} · {run.backend or '?'} · {run.device}"
                   f" · steps {fmt_ranges(run.steps) or 'none'}")]
     out.append(html.Ul(id="verdicts", children=[html.Li(v) for v in report.get("verdicts") or []],
                        style={"margin": "6px 0", "fontSize": "15px"}))

@@ -81,6 +81,14 @@ def fmt_spans(spans: Sequence[Sequence[int]]) -> str:
     return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
 
 
+def fmt_rank_count(traced: int, world: int | None) -> str:
+    """How many ranks a run holds, for a header: ``'1 rank'``, ``'8 ranks'``, and ``'6 of 8 ranks'`` where the
+    traces record a larger world size (no world size recorded: the traced ranks alone)."""
+    if world and world > traced:
+        return f"{traced} of {world} ranks"
+    return f"{traced} rank{'' if traced == 1 else 's'}"
+
+
 def fmt_ranges(numbers: Sequence[int]) -> str:
     """Numbers (steps, ranks) as ranges for people: ``[1, 2, 3, 7]`` -> ``'1-3, 7'``."""
     return fmt_spans(step_ranges(list(numbers)))

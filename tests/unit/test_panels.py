@@ -49,3 +49,15 @@ def test_a_new_panel_is_one_declaration(state, monkeypatch):
     assert "ranks_count" in _graph_ids(create_app(state).layout)
     assert "ranks counted" in html_report.render_html(state.report, state.run)
     assert "ranks_count" in panels.clickable("rank")
+
+
+def test_the_headers_count_the_ranks_there_are(state):
+    """The HTML report's and the dashboard's header: the traced ranks, and the job's world size only where the
+    traces record a larger one (a trace without distributedInfo printed '? ranks')."""
+    from ddprof.vocabulary.units import fmt_rank_count
+
+    assert [fmt_rank_count(1, None), fmt_rank_count(8, 8), fmt_rank_count(6, 8), fmt_rank_count(2, None)] == [
+        "1 rank", "8 ranks", "6 of 8 ranks", "2 ranks"]
+    want = fmt_rank_count(len(state.run.ranks), state.run.world_size)
+    assert f"</span> {want} · " in html_report.render_html(state.report, state.run)
+    assert f"{want} · " in str(create_app(state).layout)
