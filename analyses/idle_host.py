@@ -262,8 +262,9 @@ NAMED_SHARE = 0.3
 FINDINGS = {
     "memory": ("allocating and freeing device memory",
                "the caching allocator gives memory back and takes it again, and cudaFree waits for the device "
-               "(torch.cuda.empty_cache(), fragmentation, shapes that keep changing)"),
-    "sync": ("calls that wait for the device",
+               "(torch.cuda.empty_cache(), fragmentation, shapes that keep changing; a single cudaFree of seconds "
+               "at the start is CUDA creating its context)"),
+    "sync": ("blocked in calls that wait for the device",
              "a synchronisation in the step (.item(), .cpu(), a blocking copy) leaves the device nothing queued"),
     "setup": ("creating streams and events and loading modules",
               "start-up and warm-up work, not the training loop: trace steps after the first ones"),

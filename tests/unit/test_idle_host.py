@@ -79,7 +79,8 @@ def test_the_host_inside_cudafree_while_the_gpu_waits(tmp_path):
     assert idle == ("the GPUs are idle 50 % of the traced time; 100 % of the gaps are host wait, and through 75 % of "
                     "the idle time the host was allocating and freeing device memory (cudaFree 15 ms): the caching "
                     "allocator gives memory back and takes it again, and cudaFree waits for the device "
-                    "(torch.cuda.empty_cache(), fragmentation, shapes that keep changing)")
+                    "(torch.cuda.empty_cache(), fragmentation, shapes that keep changing; a single cudaFree of seconds at the "
+                    "start is CUDA creating its context)")
 
 
 def test_a_moment_counts_once_for_the_first_class(tmp_path):
@@ -92,6 +93,9 @@ def test_a_moment_counts_once_for_the_first_class(tmp_path):
     assert row["sync_us"] == pytest.approx(8 * MS) and row["setup_us"] == pytest.approx(2 * MS)
     parts = sum(row[f"{c}_us"] for c in PRIORITY) + row["no_call_us"]
     assert parts == pytest.approx(row["idle_us"]) and row["calls"] == "cudaStreamSynchronize 8 ms"
+    idle = next(v for v in rep["verdicts"] if v.startswith("the GPUs are idle"))
+    assert ("through 40 % of the idle time the host was blocked in calls that wait for the device "
+            "(cudaStreamSynchronize 8 ms): a synchronisation in the step") in idle
 
 
 def test_long_launches_load_modules_and_long_async_copies_wait(tmp_path):
