@@ -25,8 +25,8 @@ that long while the device is idle is loading the kernel's module (CUDA's lazy l
 compiling it, and counts as ``setup``; an asynchronous copy or memset that long waited (a copy from or to
 pageable host memory is done before the call returns) and counts as ``sync``.
 
-Example: kernels [0, 10) and [30, 40) ms, the host in ``cudaFree`` over [8, 25) ms and ``cudaLaunchKernel``
-over [28, 29) ms -> idle 20 ms: memory 15 ms, launch 1 ms, no call 4 ms.
+Example: kernels [0, 10) and [30, 40) ms, the host in ``cudaFree`` over [8, 25) ms and in a 10 µs
+``cudaLaunchKernel`` at 28 ms -> idle 20 ms: memory 15 ms, launch 10 µs, no call 4.99 ms.
 """
 
 from __future__ import annotations
@@ -219,8 +219,9 @@ def idle_host(events: Events) -> pl.DataFrame:
                             (pl.col("ts_ns") + pl.col("dur_ns")).alias("end")))
     g_rank = np.searchsorted(ranks, gaps["rank"].to_numpy())
     g_s, g_e = gaps["start"].to_numpy(), gaps["end"].to_numpy()
-    lo = min(int(g_s.min()), int(calls["start"].min())) if calls.height else int(g_s.min())
-    hi = max(int(g_e.max()), int(calls["end"].max())) if calls.height else int(g_e.max())
+    c_s, c_e = calls["start"].to_numpy(), calls["end"].to_numpy()
+    lo = min(int(g_s.min()), int(c_s.min())) if calls.height else int(g_s.min())
+    hi = max(int(g_e.max()), int(c_e.max())) if calls.height else int(g_e.max())
     stride = hi - lo + 1
     per = np.zeros((len(ranks), len(PRIORITY) + 1))
     named = [""] * len(ranks)
@@ -229,7 +230,7 @@ def idle_host(events: Events) -> pl.DataFrame:
         order = np.argsort(gs, kind="stable")
         gs, ge = gs[order], ge[order]
         c_rank = np.searchsorted(ranks, calls["rank"].to_numpy())
-        cs, ce = _on_one_axis(c_rank, calls["start"].to_numpy(), lo, stride), _on_one_axis(c_rank, calls["end"].to_numpy(), lo, stride)
+        cs, ce = _on_one_axis(c_rank, c_s, lo, stride), _on_one_axis(c_rank, c_e, lo, stride)
         inside = _idle_inside(gs, ge, cs, ce)
         hit = inside > 0
         if hit.any():
