@@ -185,7 +185,7 @@ def _device_idle_pct(rows: list[DataLoadingRow]) -> float | None:
 
 def loading_verdicts(report: dict[str, Any]) -> list[str]:
     """Data loading that holds the steps back (:func:`exposed`). Examples: "data loading takes 39 % of each
-    step (enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__, 68.9 ms of a 176 ms step), and the GPU
+    step (enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__, 68.9 ms of a 176 ms host step), and the GPU
     is idle through 97 % of it: the input pipeline starves the GPU (more DataLoader workers, pinned memory,
     prefetching)"; over several ranks, the mean share and the rank that loads longest."""
     rows = loading_rows(report)
@@ -199,11 +199,11 @@ def loading_verdicts(report: dict[str, Any]) -> list[str]:
                 + "; the trace has no profiler steps)")
     elif len(rows) == 1:
         text = (f"data loading takes {mean_pct:.0f} % of each step ({worst.op}, {fmt_us(worst.loading_us)} of a "
-                f"{fmt_us(worst.step_us)} step)")
+                f"{fmt_us(worst.step_us)} host step)")
     else:
         text = (f"data loading takes {mean_pct:.0f} % of the step on average over {len(rows)} ranks (rank "
                 f"{worst.rank} most: {worst.loading_pct or 0.0:.0f} %, {fmt_us(worst.loading_us)} of a "
-                f"{fmt_us(worst.step_us)} step; {worst.op})")
+                f"{fmt_us(worst.step_us)} host step; {worst.op})")
     idle = _device_idle_pct(rows)
     if idle is not None:
         gpus = "GPU is" if sum(r.device_idle_pct is not None for r in rows) == 1 else "GPUs are"
@@ -227,7 +227,7 @@ def idle_in_loading(report: dict[str, Any]) -> float | None:
 
 LOADING_TABLE = Table(
     "Data loading per step (host time drawing the batch)",
-    (Column("op", "op"), Column("rank", "rank"), Column("steps", "steps"), Column("step", "step_us", fmt_us),
+    (Column("op", "op"), Column("rank", "rank"), Column("steps", "steps"), Column("host step", "step_us", fmt_us),
      Column("loading", "loading_us", fmt_us), Column("of step", "loading_pct", fmt_pct),
      Column("device idle in it", "device_idle_pct", fmt_pct)),
     rows=loading_rows, left=1, at=32)

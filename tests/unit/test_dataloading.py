@@ -312,7 +312,7 @@ def test_the_rule_on_rows():
     assert not exposed([])
     rep = {"data_loading": [{"rank": 0, "steps": 4, "step_us": 100.0, "loading_us": 25.0, "loading_pct": 25.0,
                              "device_idle_us": None, "device_idle_pct": None, "op": LOADER}]}
-    assert loading_verdicts(rep) == [f"data loading takes 25 % of each step ({LOADER}, 25 µs of a 100 µs step): "
+    assert loading_verdicts(rep) == [f"data loading takes 25 % of each step ({LOADER}, 25 µs of a 100 µs host step): "
                                      "the input pipeline holds the step back (more DataLoader workers, prefetching)"]
     rows = [{**rep["data_loading"][0], "rank": r, "loading_pct": p} for r, p in ((0, 5.0), (1, 35.0))]
     (said,) = loading_verdicts({"data_loading": rows})
