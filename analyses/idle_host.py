@@ -212,11 +212,22 @@ def idle_host(events: Events) -> pl.DataFrame:
     gaps = device_idle(p, lengths["rank"].to_list()) if lengths.height else pl.DataFrame()
     if gaps.is_empty():
         return pl.DataFrame(schema=_SCHEMA)
-    ranks = np.unique(gaps["rank"].to_numpy())
     calls = collect(p.events.filter((pl.col("kind") == "runtime") & pl.col("stream").is_null()
-                                    & pl.col("rank").is_in(ranks.tolist()))
+                                    & pl.col("rank").is_in(gaps["rank"].unique().to_list()))
                     .select(pl.col("rank").cast(pl.Int64), "name", pl.col("ts_ns").alias("start"),
                             (pl.col("ts_ns") + pl.col("dur_ns")).alias("end")))
+    times = pl.concat([gaps.select("start", "end"), calls.select("start", "end")])
+    if (int(times["end"].max()) - int(times["start"].min()) + 1) * gaps["rank"].n_unique() < 1 << 62:
+        return _attributed(gaps, calls)
+    # ranks whose clocks lie too far apart to share one axis (a trace from 1970 beside one of today): one by one
+    return pl.concat([_attributed(g, calls.filter(pl.col("rank") == r))
+                      for (r,), g in gaps.partition_by("rank", as_dict=True, maintain_order=True).items()])
+
+
+def _attributed(gaps: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    """:func:`idle_host`'s rows for the ranks of ``gaps`` (rank, start, end), with their runtime ``calls`` (rank,
+    name, start, end), on one time axis."""
+    ranks = np.unique(gaps["rank"].to_numpy())
     g_rank = np.searchsorted(ranks, gaps["rank"].to_numpy())
     g_s, g_e = gaps["start"].to_numpy(), gaps["end"].to_numpy()
     c_s, c_e = calls["start"].to_numpy(), calls["end"].to_numpy()
@@ -225,7 +236,7 @@ def idle_host(events: Events) -> pl.DataFrame:
     stride = hi - lo + 1
     per = np.zeros((len(ranks), len(PRIORITY) + 1))
     named = [""] * len(ranks)
-    if calls.height and stride * len(ranks) < 1 << 62:
+    if calls.height and stride * len(ranks) < 1 << 62:  # one rank spanning 146 years: its calls are not looked at
         gs, ge = _on_one_axis(g_rank, g_s, lo, stride), _on_one_axis(g_rank, g_e, lo, stride)
         order = np.argsort(gs, kind="stable")
         gs, ge = gs[order], ge[order]

@@ -38,10 +38,10 @@ def test_call_classes_by_name():
     assert set(PRIORITY) == {*RUNTIME_CLASSES, "other"}
 
 
-def _trace(calls: list[tuple[str, float, float, int]], kernels: list[tuple[float, float, float]]) -> dict[str, Any]:
-    """One GPU rank: ``kernels`` (start, end, launch start) in ms on stream 7, each launched by a 10 µs
-    cudaLaunchKernel at its launch time; ``calls`` (name, start, end, thread) in ms besides."""
-    t0 = 1_000_000.0
+def _trace(calls: list[tuple[str, float, float, int]], kernels: list[tuple[float, float, float]],
+           t0: float = 1_000_000.0, rank: int = 0, world: int = 1) -> dict[str, Any]:
+    """One GPU rank: ``kernels`` (start, end, launch start) in ms from ``t0`` µs on stream 7, each launched by a
+    10 µs cudaLaunchKernel at its launch time; ``calls`` (name, start, end, thread) in ms besides."""
     ev: list[dict[str, Any]] = []
     for i, (s, e, launch) in enumerate(kernels):
         ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
@@ -51,7 +51,7 @@ def _trace(calls: list[tuple[str, float, float, int]], kernels: list[tuple[float
     for name, s, e, tid in calls:
         ev.append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 1, "tid": tid, "ts": t0 + s * MS,
                    "dur": (e - s) * MS, "args": {}})
-    return {"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 1, "backend": "nccl"},
+    return {"schemaVersion": 1, "distributedInfo": {"rank": rank, "world_size": world, "backend": "nccl"},
             "deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-80GB"}], "traceEvents": ev}
 
 
@@ -96,6 +96,22 @@ def test_a_moment_counts_once_for_the_first_class(tmp_path):
     idle = next(v for v in rep["verdicts"] if v.startswith("the GPUs are idle"))
     assert ("through 40 % of the idle time the host was blocked in calls that wait for the device "
             "(cudaStreamSynchronize 8 ms): a synchronisation in the step") in idle
+
+
+def test_ranks_whose_clocks_lie_decades_apart(tmp_path):
+    """Three ranks, the same cudaFree in their gap, their clocks at 1 s, ~54 years and ~108 years since the
+    epoch: too far apart to share one time axis (ranks × span past 2**62 ns), so each is measured alone, with the
+    same answer as the first test's."""
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    for r, t0 in enumerate((1e6, 1.7e15, 3.4e15)):
+        doc = _trace([("cudaFree", 8, 25, 1)], [(0, 10, 0), (30, 40, 28)], t0=t0, rank=r, world=3)
+        (folder / f"rank{r}.pt.trace.json").write_text(json.dumps(doc))
+    rows = build_report(ddprof.ingest([folder], tmp_path / "run"))["idle_host"]
+    assert [r["rank"] for r in rows] == [0, 1, 2]
+    for row in rows:
+        assert row["idle_us"] == pytest.approx(20 * MS) and row["memory_us"] == pytest.approx(15 * MS)
+        assert row["calls"] == "cudaFree 15 ms"
 
 
 def test_long_launches_load_modules_and_long_async_copies_wait(tmp_path):
