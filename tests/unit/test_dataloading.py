@@ -232,6 +232,17 @@ def _without_steps(doc: dict[str, Any]) -> dict[str, Any]:
     return {**doc, "traceEvents": [e for e in doc["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")]}
 
 
+def _sample_without_steps(name: str, tmp_path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A real ResNet sample with its ProfilerStep#N rows left out, and its report."""
+    (src,) = (RESNET / name).glob("*.json.gz")
+    with gzip.open(src) as fh:
+        doc = _without_steps(json.load(fh))
+    folder = tmp_path / "nosteps"
+    folder.mkdir()
+    (folder / "worker0.pt.trace.json").write_text(json.dumps(doc))
+    return doc, build_report(ddprof.ingest([folder], tmp_path / "run"))
+
+
 def test_a_generated_loader_in_a_trace_without_steps(tmp_path):
     """A trace taken without ``prof.step()`` (no ProfilerStep#N): the loader is measured over the traced span.
     Truth (the 400 µs trace above, its step annotations left out): 5 loaders of 4 ms in 49.92 ms from the first
@@ -259,12 +270,7 @@ def test_the_real_sample_without_its_steps(tmp_path):
     ``prof.step()``): the loader over the traced span, against numbers computed here from the JSON (the
     loaders' union over the first to last event; the part of it within the first to last device row that no
     device row covers); the verdict still names the input pipeline, not the launch rate."""
-    (src,) = (RESNET / "num-workers-0").glob("*.json.gz")
-    with gzip.open(src) as fh:
-        doc = _without_steps(json.load(fh))
-    folder = tmp_path / "nosteps"
-    folder.mkdir()
-    (folder / "worker0.pt.trace.json").write_text(json.dumps(doc))
+    doc, rep = _sample_without_steps("num-workers-0", tmp_path)
     ev = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
     loaders = [(e["ts"], e["ts"] + e["dur"]) for e in ev if "DataLoader" in e["name"]]
     device = [(e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("cat") in ("Kernel", "Memcpy", "Memset", "kernel")]
@@ -273,7 +279,6 @@ def test_the_real_sample_without_its_steps(tmp_path):
     inside = [(max(s, lo), min(e, hi)) for s, e in loaders if min(e, hi) > max(s, lo)]
     loading = sum(e - s for s, e in _union(loaders))
     bare = sum(e - s for s, e in _union(inside)) - _covered(inside, device)
-    rep = build_report(ddprof.ingest([folder], tmp_path / "run"))
     (row,) = rep["data_loading"]
     assert row["steps"] == 0 and row["op"] == LOADER
     assert row["step_us"] == pytest.approx(span, rel=1e-6)
@@ -287,13 +292,7 @@ def test_the_real_sample_without_its_steps(tmp_path):
 def test_workers_that_keep_up_say_nothing_without_steps_either(tmp_path):
     """The real num_workers=4 sample, its ProfilerStep#N rows left out: 1 % of the traced time in the loader,
     no data loading verdict; the idle time stays the launch rate's."""
-    (src,) = (RESNET / "num-workers-4").glob("*.json.gz")
-    with gzip.open(src) as fh:
-        doc = _without_steps(json.load(fh))
-    folder = tmp_path / "nosteps"
-    folder.mkdir()
-    (folder / "worker0.pt.trace.json").write_text(json.dumps(doc))
-    rep = build_report(ddprof.ingest([folder], tmp_path / "run"))
+    _, rep = _sample_without_steps("num-workers-4", tmp_path)
     (row,) = rep["data_loading"]
     assert row["steps"] == 0 and row["loading_pct"] < 2
     assert not any("data loading" in v for v in rep["verdicts"])
