@@ -216,8 +216,9 @@ def idle_host(events: Events) -> pl.DataFrame:
                                     & pl.col("rank").is_in(gaps["rank"].unique().to_list()))
                     .select(pl.col("rank").cast(pl.Int64), "name", pl.col("ts_ns").alias("start"),
                             (pl.col("ts_ns") + pl.col("dur_ns")).alias("end")))
-    times = pl.concat([gaps.select("start", "end"), calls.select("start", "end")])
-    if (int(times["end"].max()) - int(times["start"].min()) + 1) * gaps["rank"].n_unique() < 1 << 62:
+    starts = np.concatenate([gaps["start"].to_numpy(), calls["start"].to_numpy()])
+    ends = np.concatenate([gaps["end"].to_numpy(), calls["end"].to_numpy()])
+    if (int(ends.max()) - int(starts.min()) + 1) * gaps["rank"].n_unique() < 1 << 62:
         return _attributed(gaps, calls)
     # ranks whose clocks lie too far apart to share one axis (a trace from 1970 beside one of today): one by one
     return pl.concat([_attributed(g, calls.filter(pl.col("rank") == r))
