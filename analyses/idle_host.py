@@ -76,46 +76,33 @@ _SCHEMA = {"rank": pl.Int64, "idle_us": pl.Float64, **{f"{c}_us": pl.Float64 for
            "no_call_us": pl.Float64, "calls": pl.String}
 
 
-def _on_one_axis(rank: np.ndarray, t: np.ndarray, origin: int, stride: int) -> np.ndarray:
-    """Times of several ranks on one axis, each rank's shifted by its own stride, so that one sort orders them
-    by (rank, time) and no interval of one rank meets another's: ``(t - origin) + rank_index * stride``."""
-    return (t - origin) + rank * stride
+class _Axis:
+    """Several ranks' times on one axis: each rank's from its own origin, the ranks ``stride`` apart, so that one
+    sort orders times by (rank, time) and no interval of one rank meets another's. Example: ranks 3 and 5 with
+    origins 100 and 7,000 and stride 50 -> rank 5's time 7,010 is at 50 + 10 = 60."""
 
+    def __init__(self, rank: np.ndarray, start: np.ndarray, end: np.ndarray):
+        self.ranks = np.unique(rank)
+        at = np.searchsorted(self.ranks, rank)
+        self.origin = np.full(len(self.ranks), np.iinfo(np.int64).max)
+        np.minimum.at(self.origin, at, start)
+        reach = np.zeros(len(self.ranks), dtype=np.int64)
+        np.maximum.at(reach, at, end - self.origin[at])
+        self.stride = int(reach.max()) + 1 if len(reach) else 1
 
-def device_idle(p: Prepared, ranks: list[int]) -> pl.DataFrame:
-    """rank, start, end: the idle intervals of GPU ``ranks``, between their merged device rows (no row running
-    on any stream), within a profiling window (the time between two windows was never traced). NumPy over
-    all ranks at once: the device rows sorted by (rank, start), a gap wherever a row starts after every
-    earlier row of its rank ended."""
-    k = kernels(p).filter(pl.col("rank").is_in(ranks))
-    empty = pl.DataFrame(schema={"rank": pl.Int64, "start": pl.Int64, "end": pl.Int64})
-    if k.height < 2:
-        return empty
-    rank = k["rank"].to_numpy().astype(np.int64)
-    start = k["ts_ns"].to_numpy().astype(np.int64)
-    end = start + k["dur_ns"].to_numpy().astype(np.int64)
-    origin, stride = int(start.min()), int(end.max()) - int(start.min()) + 1
-    if stride * (int(rank.max()) + 1) >= 1 << 62:  # cannot share one axis: rank by rank (never on real traces)
-        order = np.lexsort((start, rank))
-        rank, start, end = rank[order], start[order], end[order]
-        reach = np.concatenate([[0], end[:-1]])
-        for r in np.unique(rank):
-            on = np.flatnonzero(rank == r)
-            reach[on[1:]] = np.maximum.accumulate(end[on])[:-1]
-        first = np.concatenate([[True], rank[1:] != rank[:-1]])
-    else:
-        a, e = _on_one_axis(rank, start, origin, stride), _on_one_axis(rank, end, origin, stride)
-        order = np.argsort(a, kind="stable")
-        rank, start, end, a, e = rank[order], start[order], end[order], a[order], e[order]
-        reach_axis = np.maximum.accumulate(e)  # ranks lie apart on the axis: a maximum never crosses into the next
-        first = np.concatenate([[True], rank[1:] != rank[:-1]])
-        reach = np.concatenate([[0], reach_axis[:-1] - rank[:-1] * stride + origin])
-    gap = ~first & (start > reach)
-    gaps = pl.DataFrame({"rank": rank[gap], "start": reach[gap], "end": start[gap]})
-    if gaps.height and several_windows(p):
-        same = window_of(p, gaps, "start") == window_of(p, gaps.with_columns(pl.col("end") - 1), "end")
-        gaps = gaps.filter(same)
-    return gaps
+    def fits(self) -> bool:
+        return self.stride * len(self.ranks) < 1 << 62
+
+    def index(self, rank: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.ranks, rank)
+
+    def on(self, at: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Times ``t`` of the ranks at index ``at`` on the axis."""
+        return t - self.origin[at] + at * self.stride
+
+    def off(self, at: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """Axis positions of the ranks at index ``at`` back to their times."""
+        return x - at * self.stride + self.origin[at]
 
 
 def _class_expr() -> pl.Expr:
@@ -204,64 +191,82 @@ def _by_class(gap_s: np.ndarray, gap_e: np.ndarray, gap_rank: np.ndarray, s: np.
 
 
 def idle_host(events: Events) -> pl.DataFrame:
-    """Per GPU rank with device idle time: the columns of :class:`IdleHostRow` (module doc). All ranks at once,
-    on one time axis (:func:`_on_one_axis`); only the runtime calls that overlap an idle interval take part."""
+    """Per GPU rank idle through :data:`MIN_IDLE_PCT` of its span or more: the columns of :class:`IdleHostRow`
+    (module doc). All ranks at once, on one time axis (:class:`_Axis`; rank by rank where their spans are too
+    long to share one), and only the runtime calls that overlap an idle interval take part."""
     p = prepare(events)
     lengths = rank_lengths(p).filter(pl.col("on_gpu") & (pl.col("span_ns") > 0)
                                      & (100 * (pl.col("span_ns") - pl.col("busy_ns")) >= MIN_IDLE_PCT * pl.col("span_ns")))
-    gaps = device_idle(p, lengths["rank"].to_list()) if lengths.height else pl.DataFrame()
-    if gaps.is_empty():
+    if lengths.height == 0:
         return pl.DataFrame(schema=_SCHEMA)
+    ranks = lengths["rank"].cast(pl.Int64).to_list()
+    device = kernels(p).filter(pl.col("rank").is_in(ranks)).select(
+        pl.col("rank").cast(pl.Int64), pl.col("ts_ns").alias("start"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"))
     calls = collect(p.events.filter((pl.col("kind") == "runtime") & pl.col("stream").is_null()
-                                    & pl.col("rank").is_in(gaps["rank"].unique().to_list()))
+                                    & pl.col("rank").is_in(ranks))
                     .select(pl.col("rank").cast(pl.Int64), "name", pl.col("ts_ns").alias("start"),
                             (pl.col("ts_ns") + pl.col("dur_ns")).alias("end")))
-    starts = np.concatenate([gaps["start"].to_numpy(), calls["start"].to_numpy()])
-    ends = np.concatenate([gaps["end"].to_numpy(), calls["end"].to_numpy()])
-    if (int(ends.max()) - int(starts.min()) + 1) * gaps["rank"].n_unique() < 1 << 62:
-        return _attributed(gaps, calls)
-    # ranks whose clocks lie too far apart to share one axis (a trace from 1970 beside one of today): one by one
-    return pl.concat([_attributed(g, calls.filter(pl.col("rank") == r))
-                      for (r,), g in gaps.partition_by("rank", as_dict=True, maintain_order=True).items()])
+    both = pl.concat([device, calls.drop("name")])
+    axis = _Axis(*(both[c].to_numpy() for c in ("rank", "start", "end")))
+    if axis.fits():
+        out = _attributed(p, axis, device, calls)
+    else:  # one rank's span times the ranks past int64 (a clock decades off): rank by rank
+        out = pl.concat([_attributed(p, _Axis(*(both.filter(pl.col("rank") == r)[c].to_numpy()
+                                                  for c in ("rank", "start", "end"))),
+                                     device.filter(pl.col("rank") == r), calls.filter(pl.col("rank") == r))
+                         for r in ranks])
+    return out if out.height else pl.DataFrame(schema=_SCHEMA)
 
 
-def _attributed(gaps: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
-    """:func:`idle_host`'s rows for the ranks of ``gaps`` (rank, start, end), with their runtime ``calls`` (rank,
-    name, start, end), on one time axis."""
-    ranks = np.unique(gaps["rank"].to_numpy())
-    g_rank = np.searchsorted(ranks, gaps["rank"].to_numpy())
-    g_s, g_e = gaps["start"].to_numpy(), gaps["end"].to_numpy()
-    c_s, c_e = calls["start"].to_numpy(), calls["end"].to_numpy()
-    lo = min(int(g_s.min()), int(c_s.min())) if calls.height else int(g_s.min())
-    hi = max(int(g_e.max()), int(c_e.max())) if calls.height else int(g_e.max())
-    stride = hi - lo + 1
-    per = np.zeros((len(ranks), len(PRIORITY) + 1))
-    named = [""] * len(ranks)
-    if calls.height and stride * len(ranks) < 1 << 62:  # one rank spanning 146 years: its calls are not looked at
-        gs, ge = _on_one_axis(g_rank, g_s, lo, stride), _on_one_axis(g_rank, g_e, lo, stride)
-        order = np.argsort(gs, kind="stable")
-        gs, ge = gs[order], ge[order]
-        c_rank = np.searchsorted(ranks, calls["rank"].to_numpy())
-        cs, ce = _on_one_axis(c_rank, c_s, lo, stride), _on_one_axis(c_rank, c_e, lo, stride)
+def _idle_gaps(p: Prepared, axis: _Axis, device: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ranks' device idle intervals on ``axis``, sorted (start, end, rank index): between their merged device
+    rows (no row running on any stream), within a profiling window (the time between two windows was never
+    traced). A gap wherever a row starts after every earlier row of its rank ended."""
+    at = axis.index(device["rank"].to_numpy())
+    a, e = axis.on(at, device["start"].to_numpy()), axis.on(at, device["end"].to_numpy())
+    order = np.argsort(a, kind="stable")
+    a, e, at = a[order], e[order], at[order]
+    reach = np.maximum.accumulate(e)  # ranks lie apart on the axis: a maximum never crosses into the next
+    gap = (at[1:] == at[:-1]) & (a[1:] > reach[:-1])
+    gs, ge, gr = reach[:-1][gap], a[1:][gap], at[1:][gap]
+    if gs.size and several_windows(p):
+        times = pl.DataFrame({"rank": axis.ranks[gr], "start": axis.off(gr, gs), "last": axis.off(gr, ge) - 1})
+        same = (window_of(p, times, "start") == window_of(p, times, "last")).to_numpy()
+        gs, ge, gr = gs[same], ge[same], gr[same]
+    return gs, ge, gr
+
+
+def _attributed(p: Prepared, axis: _Axis, device: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    """:func:`idle_host`'s rows for the ranks of ``axis``: their ``device`` rows (rank, start, end) and runtime
+    ``calls`` (rank, name, start, end)."""
+    gs, ge, g_rank = _idle_gaps(p, axis, device)
+    n = len(axis.ranks)
+    per = np.zeros((n, len(PRIORITY) + 1))
+    named = [""] * n
+    if calls.height and gs.size:
+        c_rank = axis.index(calls["rank"].to_numpy())
+        cs, ce = axis.on(c_rank, calls["start"].to_numpy()), axis.on(c_rank, calls["end"].to_numpy())
         inside = _idle_inside(gs, ge, cs, ce)
         hit = inside > 0
         if hit.any():
             found = (calls.filter(pl.Series(hit)).with_columns(pl.Series("__in", inside[hit]), pl.Series("__r", c_rank[hit]),
                                                                _class_expr().alias("__c"))
                      .with_columns(_long_calls().alias("__c")))
-            per = _by_class(gs, ge, g_rank[order], cs[hit], ce[hit], found["__c"].to_numpy(), stride, len(ranks))
+            per = _by_class(gs, ge, g_rank, cs[hit], ce[hit], found["__c"].to_numpy(), axis.stride, n)
             most = np.argmax(per[:, :-1], axis=1)  # per rank, the class with most idle time: its calls are named
             top = (found.filter(pl.Series(found["__c"].to_numpy() == most[c_rank[hit]]))  # the rows of that class
                    .group_by("__r", "name").agg(pl.col("__in").sum())
                    .sort("__r", "__in", "name", descending=[False, True, False]).group_by("__r", maintain_order=True)
                    .head(NAMED_CALLS))
             for r, part in top.partition_by("__r", as_dict=True, maintain_order=True).items():
-                named[int(r[0])] = ", ".join(f"{n} {fmt_us(ns / NS_PER_US)}" for n, ns in part.select("name", "__in").iter_rows())
-    idle_ns = np.bincount(g_rank, weights=(g_e - g_s).astype(np.float64), minlength=len(ranks))
+                named[int(r[0])] = ", ".join(f"{name} {fmt_us(ns / NS_PER_US)}" for name, ns in part.select("name", "__in").iter_rows())
+    idle_ns = np.bincount(g_rank, weights=(ge - gs).astype(np.float64), minlength=n)
     per[:, -1] = np.maximum(idle_ns - per[:, :-1].sum(axis=1), 0.0)  # outside every call: the rest, exactly
-    return pl.DataFrame({"rank": ranks, "idle_us": idle_ns / NS_PER_US,
-                         **{f"{c}_us": per[:, i] / NS_PER_US for i, c in enumerate(PRIORITY)},
-                         "no_call_us": per[:, -1] / NS_PER_US, "calls": named}, schema=_SCHEMA)
+    keep = idle_ns > 0
+    return pl.DataFrame({"rank": axis.ranks[keep], "idle_us": idle_ns[keep] / NS_PER_US,
+                         **{f"{c}_us": per[keep, i] / NS_PER_US for i, c in enumerate(PRIORITY)},
+                         "no_call_us": per[keep, -1] / NS_PER_US, "calls": [m for m, k in zip(named, keep) if k]},
+                        schema=_SCHEMA)
 
 
 def idle_host_rows(report: dict[str, Any]) -> list[IdleHostRow]:
