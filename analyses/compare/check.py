@@ -186,6 +186,7 @@ def _relative_rules(base: dict[str, Any], run: dict[str, Any], rules: dict[str, 
     kc = rules["kernels"]
     if kc["enabled"] and med:
         word = op_word(run)
+        held = functools.cache(lambda: _step_held(bs.get(None, np.empty(0)), rs.get(None, np.empty(0)), c))
         rk = S.kernel_steps(run, per_rank=True)
         for (name, kind), arr in S.kernel_steps(base, per_rank=True).items():
             if (name, kind) not in rk or not arr.size:
@@ -198,9 +199,8 @@ def _relative_rules(base: dict[str, Any], run: dict[str, Any], rules: dict[str, 
                          tolerance_text=f"{kc['tolerance_pct']:g} %, at least {kc['min_share_pct']:g} % of the "
                                         f"step = {fmt_us(tol)}", confidence=c,
                          label=f"{what} {name}: time per rank and step (median of the steps)")
-            if o["outcome"] == "fail" and (kind == "comm" or MARKER_RE.match(name)) and (
-                    held := _step_held(bs.get(None, np.empty(0)), rs.get(None, np.empty(0)), c)) is not None:
-                o = {**o, "outcome": "pass", "message": f"{o['message']}: {held}"}
+            if o["outcome"] == "fail" and (kind == "comm" or MARKER_RE.match(name)) and (why := held()) is not None:
+                o = {**o, "outcome": "pass", "message": f"{o['message']}: {why}"}
             out.append(o)
     return out
 
