@@ -96,15 +96,18 @@ def loading_intervals(p: Prepared) -> pl.DataFrame:
     return collect(iv.merge(loader_spans(p).lazy(), ["rank", "step"]))
 
 
+_NO_HOST = pl.DataFrame(schema={"rank": pl.Int64, "name": pl.String, "ts_ns": pl.Int64, "dur_ns": pl.Int64})
+
+
 def _unstepped(p: Prepared) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """The ranks with no profiler step at all: their loader spans anywhere (rank, name, start, end), merged
     per rank (rank, start, end), and their traced span as the one window measured (rank, steps 0, __step_ns:
-    first start to last end of any row)."""
-    stepped = steps(p).lazy().select(pl.col("rank").cast(pl.Int64)).unique()
-    host = collect(p.events.filter(pl.col("stream").is_null() & pl.col("kind").is_in(["cpu_op", "annotation"]))
-                   .select(pl.col("rank").cast(pl.Int64), "name", "ts_ns", "dur_ns")
-                   .join(stepped, on="rank", how="anti"))  # the pattern then on these rows alone
-    spans = host.filter(pl.col("name").str.contains(DATA_LOADER_PATTERN)).select(
+    first start to last end of any row). Where every rank has a step (most runs), no row is read."""
+    none = set(rank_spans(p)["rank"].to_list()) - set(steps(p)["rank"].to_list())
+    host = collect(p.events.filter(pl.col("stream").is_null() & pl.col("kind").is_in(["cpu_op", "annotation"])
+                                   & pl.col("rank").is_in(sorted(none)))
+                   .select(pl.col("rank").cast(pl.Int64), "name", "ts_ns", "dur_ns")) if none else _NO_HOST
+    spans = host.filter(pl.col("name").str.contains(DATA_LOADER_PATTERN)).select(  # the pattern on these rows alone
         "rank", "name", pl.col("ts_ns").alias("start"), (pl.col("ts_ns") + pl.col("dur_ns")).alias("end"))
     merged = collect(iv.merge(spans.lazy(), ["rank"]))
     window = (rank_spans(p).lazy().select(pl.col("rank").cast(pl.Int64), pl.lit(0, pl.Int64).alias("steps"),
