@@ -14,7 +14,12 @@ From them (:func:`job_section`):
   (:func:`profiler_steps`), stretches of :data:`MIN_STEPS` steps or more. At most :data:`MAX_EPISODES` are kept, the longest, and their count;
 * a **timeline** of at most :data:`TIMELINE_POINTS` points: consecutive steps in equal buckets, each with
   its median and largest step time, what the dashboard's job panel draws. The report's size does not grow
-  with the job's steps.
+  with the job's steps;
+* per rank, **where its CPU went** over the traced steps (over every step where none was traced):
+  the medians of its training thread's CPU time, of the time that thread was ready to run but waited for a
+  CPU (the kernel's run-queue delay), and of its process's other threads' CPU time (:func:`rank_cpu`).
+  A rank slowed by CPU contention waits for a CPU; its own threads' time tells whether its own process took
+  it or other processes did (``ddprof check`` reads it: :mod:`.compare.cause`).
 
 Verdicts, silent on a healthy job: each episode (the longest :data:`SAID_EPISODES`), saying whether the
 traced steps saw it; and a traced window that is not typical of the job: its median step
@@ -37,7 +42,7 @@ from ddprof.analyses.live import own_matrix, slow_episodes
 from ddprof.analyses.sections import Section
 
 from ddprof.report.display import Column, Table
-from ddprof.report.schema import Job, JobEpisode, JobPoint
+from ddprof.report.schema import Job, JobEpisode, JobPoint, JobRankCpu
 from ddprof.store.rundir import Run
 
 #: Episodes the section keeps (the longest), and the verdicts say.
@@ -84,8 +89,36 @@ def job_of(frame: pl.DataFrame, traced: list[int]) -> dict[str, Any]:
               last_step=int(steps[-1]), step_ms=float(np.median(step_ms)),
               step_ms_p90=float(np.percentile(step_ms, 90)), traced_first=lo, traced_last=hi,
               traced_step_ms=float(np.median(step_ms[in_trace])) if in_trace.any() else None,
-              episodes=kept, episodes_total=len(episodes), timeline=timeline)
+              episodes=kept, episodes_total=len(episodes), timeline=timeline,
+              cpu=rank_cpu(frame, _cpu_steps(steps, in_trace, traced)))
     return msgspec.to_builtins(job)
+
+
+def _cpu_steps(steps: list[int], in_trace: np.ndarray, traced: list[int]) -> list[int]:
+    """The steps whose CPU figures describe the traced run: the traced steps less those where the profiler
+    starts and stops (:func:`profiler_steps`) where 3 or more are left, else the traced ones, else all."""
+    mine = [s for s, t in zip(steps, in_trace) if t]
+    quiet = [s for s in mine if s not in profiler_steps(traced)]
+    return quiet if len(quiet) >= 3 else mine or steps
+
+
+def rank_cpu(frame: pl.DataFrame, steps: list[int]) -> list[JobRankCpu]:
+    """Per rank, the medians over ``steps`` of its step time, its training thread's CPU time and run-queue
+    wait, and its other threads' CPU time (module doc); ranks whose measures hold no such figures (a
+    collector that did not record them, a kernel without schedstat) left out."""
+    if not {"thread_cpu_ms", "wait_ms", "cpu_ms"} <= set(frame.columns):
+        return []
+    have = (frame.filter(pl.col("step").is_in(steps) & pl.col("thread_cpu_ms").is_not_null()
+                         & pl.col("wait_ms").is_not_null() & pl.col("cpu_ms").is_not_null())
+            .unique(["rank", "step"], keep="last"))
+    if have.height == 0:
+        return []
+    per = (have.group_by("rank")
+           .agg(pl.len().alias("steps"), pl.col("wall_ms").median().alias("step_ms"),
+                pl.col("thread_cpu_ms").median(), pl.col("wait_ms").median(),
+                (pl.col("cpu_ms") - pl.col("thread_cpu_ms")).clip(lower_bound=0.0).median().alias("other_threads_ms"))
+           .sort("rank"))
+    return [JobRankCpu(**row) for row in per.iter_rows(named=True)]
 
 
 def profiler_steps(traced: list[int]) -> set[int]:

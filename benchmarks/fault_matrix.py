@@ -169,7 +169,7 @@ def one(fault: str, rep: int, ranks: int, root: Path, steps: int, active: int, t
     t0 = time.monotonic()
     if run:
         run_job(argv, ranks, run_dir, timeout)
-    report = analyse(run_dir if run else run_dir / "raw")  # kept runs: their traces, ingested again
+    report = analyse(run_dir if run else src(run_dir))  # kept runs: their traces, ingested again
     seconds = time.monotonic() - t0
     verdicts = report.get("verdicts") or [""]
     who, cls = named(verdicts[0])
@@ -297,9 +297,14 @@ def rescore(args: argparse.Namespace) -> int:
 
 
 def src(run_dir: Path) -> Path:
-    """What check reads of a run: its traces (``raw/``, ingested again into a cache beside them, so that a
-    run kept by an earlier ddprof is read by this one), or the run dir where it has none."""
-    return run_dir / "raw" if (run_dir / "raw").is_dir() else run_dir
+    """The run dir as this ddprof reads it: its traces (``raw/``) ingested into it again (unchanged traces
+    are reused; a run kept by an earlier ddprof is read by this one), its step measures (``measures/``)
+    beside them."""
+    if (run_dir / "raw").is_dir():
+        out = ddprof_cli("ingest", str(run_dir / "raw"), "-o", str(run_dir), "-q")
+        if out.returncode not in (0, 3):
+            raise RuntimeError(f"ddprof ingest {run_dir / 'raw'}: exit {out.returncode}\n{out.stderr[-2000:]}")
+    return run_dir
 
 
 def run_checks(faults: list[str], root: Path, args: argparse.Namespace) -> list[dict[str, Any]]:

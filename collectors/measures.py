@@ -31,7 +31,12 @@ What is timed without the profiler:
   torch 2.13).
 * **data-loader wait**: each ``next()`` on a ``torch.utils.data.DataLoader`` iterator.
 * **host**: the process's CPU time per step (``time.process_time``), its resident memory and the host's
-  CPU and memory use (``/proc``; null elsewhere).
+  CPU and memory use (``/proc``; null elsewhere);
+* **the training thread's CPU**: its own CPU time per step and the time it was ready to run but waited for
+  a CPU (the scheduler's run-queue delay, ``/proc/self/task/TID/schedstat``: one ``pread`` of a file kept
+  open, about 1 us; null where the kernel keeps no such statistics), and the host's stolen time (a virtual
+  machine's vCPUs waiting for the hypervisor, ``/proc/stat``). They tell a rank slowed by the machine from
+  one doing more: its thread waits for a CPU while other processes, or other threads of its own, run.
 """
 
 from __future__ import annotations
@@ -270,7 +275,8 @@ class _Host:
         self.rss_mb: float | None = None
         self.cpu_pct: float | None = None
         self.mem_pct: float | None = None
-        self._cpu: tuple[int, int] | None = None
+        self.steal_pct: float | None = None
+        self._cpu: tuple[int, int, int] | None = None
         self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
     def sample(self) -> None:
@@ -279,10 +285,14 @@ class _Host:
                 self.rss_mb = int(f.read().split()[1]) * self._page / 1e6
             with open("/proc/stat", "rb") as f:
                 fields = [int(x) for x in f.readline().split()[1:]]
+            # user nice system idle iowait irq softirq steal guest guest_nice: guest time is in user already
+            fields = fields[:8]
             idle, total = fields[3] + (fields[4] if len(fields) > 4 else 0), sum(fields)
+            steal = fields[7] if len(fields) > 7 else 0
             if self._cpu is not None and total > self._cpu[1]:
                 self.cpu_pct = round(100.0 * (1 - (idle - self._cpu[0]) / (total - self._cpu[1])), 1)
-            self._cpu = (idle, total)
+                self.steal_pct = round(100.0 * (steal - self._cpu[2]) / (total - self._cpu[1]), 1)
+            self._cpu = (idle, total, steal)
             info: dict[bytes, int] = {}
             with open("/proc/meminfo", "rb") as f:
                 for line in f:
@@ -311,6 +321,8 @@ class StepMeasures:
         self._wall0 = time.time() - time.perf_counter()  # perf_counter -> epoch seconds
         self._last = time.perf_counter()
         self._cpu = time.process_time()
+        self._sched: int | None = None  # the training thread's schedstat, opened at its first boundary
+        self._thread_cpu = self._waited = 0
         COMM.take()
         ddp_iterations()
         self._held: dict[str, Any] | None = None  # the newest step, written once DDP reported its all-reduces
@@ -329,6 +341,7 @@ class StepMeasures:
         if self.stopped is not None:
             return
         now, cpu = time.perf_counter(), time.process_time()
+        thread_cpu, waited = self._schedstat()
         coll_s, coll_n, last_issue = COMM.take(now)
         data_s, _DATA[0] = _DATA[0], 0.0
         ddp = ddp_iterations() if _DDPS else None
@@ -336,14 +349,41 @@ class StepMeasures:
         if len(queue) >= QUEUE_MAX:
             queue.popleft()
             self.dropped += 1
-        queue.append((self.step, now, now - self._last, coll_s, coll_n, last_issue, data_s, cpu - self._cpu, ddp))
+        sched = None if thread_cpu is None or waited is None else (thread_cpu - self._thread_cpu, waited - self._waited)
+        queue.append((self.step, now, now - self._last, coll_s, coll_n, last_issue, data_s, cpu - self._cpu, ddp,
+                      sched))
         self.step += 1
         self._last, self._cpu = now, cpu
+        if sched is not None:
+            self._thread_cpu, self._waited = thread_cpu, waited  # type: ignore[assignment]
+
+    def _schedstat(self) -> tuple[int | None, int | None]:
+        """The calling (training) thread's CPU time and run-queue wait so far, in ns; (None, None) where the
+        kernel keeps no schedstat. The first call opens the thread's file and reads the starting values."""
+        if self._sched == -1:
+            return None, None
+        try:
+            if self._sched is None:
+                self._sched = os.open(f"/proc/self/task/{threading.get_native_id()}/schedstat", os.O_RDONLY)
+                fields = os.pread(self._sched, 128, 0).split()
+                self._thread_cpu, self._waited = int(fields[0]), int(fields[1])
+                return None, None  # the step in progress started before the file was open: no delta for it
+            fields = os.pread(self._sched, 128, 0).split()
+            return int(fields[0]), int(fields[1])
+        except (OSError, ValueError, IndexError, AttributeError):
+            self._close_sched()
+            return None, None
+
+    def _close_sched(self) -> None:
+        fd, self._sched = self._sched, -1  # not read again
+        if fd is not None and fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def _lines(self, rec: tuple[Any, ...]) -> list[bytes]:
         """The lines a queued step makes ready: the step before it, now that its DDP all-reduces are known
         (``ddp_iterations`` reports them one step late), when DDP models are timed; else the step itself."""
-        step, now, wall, coll_s, coll_n, last_issue, data_s, cpu, ddp = rec
+        step, now, wall, coll_s, coll_n, last_issue, data_s, cpu, ddp, sched = rec
         host = self._host
         seen = COMM.seen or ddp is not None
         out: dict[str, Any] = {
@@ -351,7 +391,9 @@ class StepMeasures:
             "coll_ms": round(coll_s * 1e3, 4) if seen else None, "coll_n": coll_n if seen else None,
             "arrive": round(self._wall0 + last_issue, 6) if last_issue is not None else None,
             "data_ms": round(data_s * 1e3, 4), "cpu_ms": round(cpu * 1e3, 3), "rss_mb": host.rss_mb,
-            "host_cpu_pct": host.cpu_pct, "host_mem_pct": host.mem_pct}
+            "host_cpu_pct": host.cpu_pct, "host_mem_pct": host.mem_pct,
+            "thread_cpu_ms": round(sched[0] / 1e6, 3) if sched else None,
+            "wait_ms": round(sched[1] / 1e6, 3) if sched else None, "host_steal_pct": host.steal_pct}
         ready = []
         held, self._held = self._held, None
         if held is not None:
@@ -406,6 +448,7 @@ class StepMeasures:
         self._closing = True
         self._wake.set()
         self._thread.join(timeout_s)
+        self._close_sched()
         if self.dropped:
             log.warning("ddprof: step measures of rank %d: %d record(s) dropped (the writer fell behind)", self.rank,
                         self.dropped)

@@ -26,6 +26,13 @@ The classes, decided in this order:
    more or fewer ops per step of the same names. Ops of other names are **code**: an op of at least 1 % of
    the step that the other side does not hold, when that side kept all its ops; when it kept only its top
    N, only with the ops per step changed too (on a busy machine one op can grow past the others' top N);
+1a. **environment**, the machine's load, where both runs carry the collector's step measures (the
+   report's ``job.cpu``: :mod:`ddprof.analyses.job`): something rose, and a rank's training thread waited
+   for a CPU (the kernel's run-queue delay) more than in the baseline by at least half of the rise
+   (``WAIT_EXPLAINS``: of the rank whose own time rose most, its own; where no rank rose alone, the
+   step's, and any rank), while its own process's other threads
+   took less than half as much more CPU (``OWN_THREADS``): other processes on its host took the CPU, not
+   the rank's work (a busy thread of its own process is that rank's: rule 2);
 2. **rank** (with ``rank``): one rank rose beyond its own noise, and every other rank's own time moved
    less than the tolerance and a quarter of that rank's shift, or less than a tenth of it. Not when all
    ranks slowed together. On a CPU run where that rank is a new straggler, the others' rise less the
@@ -116,6 +123,10 @@ HELD_SHARE = 0.25
 EXPLAINED = 0.5
 NEW_SHARE = 0.05
 LONE_SHARE = 0.75
+#: The machine's load (rule 1a): a rank's thread waited for a CPU this share of the rise more, and its own
+#: process's other threads took under ``OWN_THREADS`` of that wait more CPU.
+WAIT_EXPLAINS = 0.5
+OWN_THREADS = 0.5
 #: The step's low tail must rise by at least this share of its median's rise to be the code's (rule 8).
 LOW_SHARE = 0.5
 LOW_Q = 0.1
@@ -362,6 +373,27 @@ def slow_steps_only(base: np.ndarray, run: np.ndarray) -> str | None:
             f"at the 10th percentile) where the median rose {fmt_us(med_shift)}")
 
 
+def machine_load(base: dict[str, Any], run: dict[str, Any], rise_us: float, only: int | None = None) -> list[str]:
+    """Rule 1a's evidence (module doc): per rank (``only`` that one: the rank whose own time rose most)
+    whose training thread waited for a CPU more than in the baseline by ``WAIT_EXPLAINS`` of ``rise_us``
+    or more, its own process's other threads taking under ``OWN_THREADS`` of that more CPU, a sentence;
+    the rank that waited most first. Empty where either run lacks the figures or nothing rose."""
+    b = {c["rank"]: c for c in (base.get("job") or {}).get("cpu") or []}
+    r = {c["rank"]: c for c in (run.get("job") or {}).get("cpu") or []}
+    if rise_us <= 0 or not b or b.keys() != r.keys():
+        return []
+    found = []
+    for k in sorted(b) if only is None else [only] if only in b else []:
+        waited = (r[k]["wait_ms"] - b[k]["wait_ms"]) * 1e3
+        own = (r[k]["other_threads_ms"] - b[k]["other_threads_ms"]) * 1e3
+        if waited >= WAIT_EXPLAINS * rise_us and own < OWN_THREADS * waited:
+            found.append((waited, k, f"rank {k}'s training thread waited for a CPU {fmt_us(waited)} a step more "
+                                     f"than in the baseline ({fmt_us(b[k]['wait_ms'] * 1e3)} → "
+                                     f"{fmt_us(r[k]['wait_ms'] * 1e3)}), its process's other threads "
+                                     f"{signed(own, 'us')} of CPU a step"))
+    return [text for _, _, text in sorted(found, key=lambda f: (-f[0], f[1]))]
+
+
 def _names(ms: list[Moved], limit: int = 3) -> str:
     names = [m.subject for m in ms[:limit]]
     return ", ".join(names) + (f" and {len(ms) - limit} more" if len(ms) > limit else "")
@@ -437,6 +469,17 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
         ratio = ordered[int(np.searchsorted(cum, cum[-1] / 2))].ratio  # the time-weighted median
         return (f"the {ops_word} together {ratio_text(ratio)} (time-weighted median of {len(ops)}, "
                 f"{ratio_range([m.ratio for m in ops])})")
+
+    # 1a. the machine's load: a rank's thread waited for a CPU most of what rose, its own threads took none
+    first = max(rose, key=lambda r: ranks[r].shift) if rose else None
+    rise = ranks[first].shift if first is not None else step.shift if step is not None and pooled_rose else 0.0
+    load = machine_load(base, run, rise, only=first)
+    if load:
+        many = f" (and on {len(load) - 1} more rank{'s' if len(load) > 2 else ''})" if len(load) > 1 else ""
+        return _cause("environment", f"the machine's load: {load[0]}{many}, of a rise of {fmt_us(rise)} a step: "
+                                     "other processes on its host took the CPU, not the rank's work",
+                      [*load, f"the largest rise to explain: {fmt_us(rise)} a step (the step, or a rank's own time)",
+                       "the collector's step measures: the kernel's run-queue delay of each rank's training thread"])
 
     # 2. one rank alone (with other shapes, only the new straggler: one rank given more work is the one the
     # others wait for; a job-wide batch makes none, whichever rank's own time the noise raised most)

@@ -757,6 +757,19 @@ class JobPoint(Row):
     max_ms: Annotated[float, Meta(description="its longest step time, ms")]
 
 
+class JobRankCpu(Row):
+    """Where a rank's CPU went in the traced steps (every step where none was traced), from its step measures:
+    medians over the steps of its training thread's own CPU time, of the time that thread was ready to run
+    but waited for a CPU (the scheduler's run-queue delay), and of its process's other threads' CPU time."""
+
+    rank: Annotated[int, Meta(description="the rank")]
+    steps: Annotated[int, Meta(description="steps with these figures")]
+    step_ms: Annotated[float, Meta(description="median step time of the rank (wall), ms")]
+    thread_cpu_ms: Annotated[float, Meta(description="its training thread's CPU time a step, ms (median)")]
+    wait_ms: Annotated[float, Meta(description="the time its training thread waited for a CPU a step, ms (median)")]
+    other_threads_ms: Annotated[float, Meta(description="its process's other threads' CPU time a step, ms (median)")]
+
+
 class Job(Row):
     """The whole job from its step measures (every step, not only the traced ones)."""
 
@@ -773,6 +786,8 @@ class Job(Row):
     episodes: Annotated[list[JobEpisode], Meta(description="the longest slow stretches, in step order")] = []
     episodes_total: Annotated[int, Meta(description="slow stretches found in all")] = 0
     timeline: Annotated[list[JobPoint], Meta(description="step time in at most 200 buckets of steps")] = []
+    cpu: Annotated[list[JobRankCpu], Meta(description="per rank, where its CPU went in the traced steps, where the "
+                                                      "collector measured it")] = []
 
 
 if __name__ == "__main__":  # the schema's generator moved where the report's record is assembled

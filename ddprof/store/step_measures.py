@@ -9,7 +9,8 @@ its header, every other line one step of the rank::
     {"kind": "header", "version": 1, "rank": 1, "world_size": 2, "host": "vm", "pid": 4121, "start": 1.7e9,
      "collectives": "ddp comm hook + torch.distributed calls"}
     {"step": 12, "end": 1796427906.718, "wall_ms": 41.2, "coll_ms": 30.5, "coll_n": 3, "arrive": 1796427906.70,
-     "data_ms": 0.4, "cpu_ms": 39.0, "rss_mb": 512.3, "host_cpu_pct": 47.0, "host_mem_pct": 61.2}
+     "data_ms": 0.4, "cpu_ms": 39.0, "rss_mb": 512.3, "host_cpu_pct": 47.0, "host_mem_pct": 61.2,
+     "thread_cpu_ms": 36.1, "wait_ms": 0.3, "host_steal_pct": 0.0}
 
 ``step`` is the step the line closes (numbered as the job does, from 0); ``end`` the wall clock (epoch
 seconds) at its end; ``wall_ms`` its duration; ``coll_ms`` the time the rank spent in collectives it could
@@ -17,7 +18,11 @@ time (issue to completion, overlapping ones counted once; null where none was vi
 many; ``arrive`` the wall clock at which the rank issued the step's last collective (its arrival: the last
 rank to arrive made the others wait); ``data_ms`` the time spent drawing batches from a DataLoader; ``cpu_ms``
 the process's CPU time in the step; ``rss_mb`` its resident memory and ``host_cpu_pct``/``host_mem_pct`` the
-host's CPU and memory use, the latest samples (about one a second). Any of them may be null.
+host's CPU and memory use, the latest samples (about one a second); ``thread_cpu_ms`` the training thread's
+own CPU time in the step and ``wait_ms`` the time it was ready to run but waited for a CPU (the kernel's
+run-queue delay); ``host_steal_pct`` the share of the host's CPU time its hypervisor gave to others (a
+virtual machine's stolen time, the latest sample). Any of them may be null (files of older collectors have
+no such fields).
 
 A reader tolerates a torn last line (the writer appends whole lines, but a reader may see a line being
 written, and a killed job may leave half of one): an incomplete or unreadable line is skipped, never fatal.
@@ -36,7 +41,7 @@ SUFFIX = ".steps.jsonl"
 VERSION = 1
 #: The fields of a step line, in the order of the table :func:`read_step_measures` returns.
 FIELDS = ("step", "end", "wall_ms", "coll_ms", "coll_n", "arrive", "data_ms", "cpu_ms", "rss_mb", "host_cpu_pct",
-          "host_mem_pct")
+          "host_mem_pct", "thread_cpu_ms", "wait_ms", "host_steal_pct")
 
 
 def measures_dir(run_dir: str | Path) -> Path:
@@ -141,7 +146,8 @@ def _frame(records: dict[int, list[dict[str, Any]]]) -> Any:
     schema: dict[str, Any] = {"rank": pl.Int64, "step": pl.Int64, "end": pl.Float64, "wall_ms": pl.Float64,
                               "coll_ms": pl.Float64, "coll_n": pl.Int64, "arrive": pl.Float64, "data_ms": pl.Float64,
                               "cpu_ms": pl.Float64, "rss_mb": pl.Float64, "host_cpu_pct": pl.Float64,
-                              "host_mem_pct": pl.Float64}
+                              "host_mem_pct": pl.Float64, "thread_cpu_ms": pl.Float64, "wait_ms": pl.Float64,
+                              "host_steal_pct": pl.Float64}
     rows = [{"rank": rank, **{k: rec.get(k) for k in FIELDS}} for rank in sorted(records) for rec in records[rank]]
     return pl.DataFrame(rows, schema=schema, strict=False) if rows else pl.DataFrame(schema=schema)
 

@@ -117,6 +117,41 @@ def test_one_rank_only_when_it_alone_changed(runs):
     assert "rank 2 became a straggler" in cause["evidence"]
 
 
+def with_cpu(report: dict[str, Any], wait_ms: dict[int, float], others_ms: dict[int, float] | None = None,
+             ) -> dict[str, Any]:
+    """A copy of ``report`` with the collector's per-rank CPU figures (the job section's ``cpu``): each rank's
+    training thread waiting ``wait_ms[rank]`` for a CPU a step (0.3 ms where not given), its other threads
+    ``others_ms[rank]`` of CPU (1.0 ms)."""
+    import copy
+
+    out = copy.deepcopy(report)
+    out["job"] = {**(out.get("job") or {}), "cpu": [
+        {"rank": p["rank"], "steps": 10, "step_ms": 10.0, "thread_cpu_ms": 5.0, "wait_ms": wait_ms.get(p["rank"], 0.3),
+         "other_threads_ms": (others_ms or {}).get(p["rank"], 1.0)} for p in out["run"]["per_rank"]]}
+    return out
+
+
+def test_a_rank_that_waited_for_a_cpu_behind_other_processes_is_the_machines_load(runs):
+    """The slow rank's rise (3 ms a step) with its training thread waiting 3 ms more for a CPU, its own
+    process's other threads taking no more: other processes took its CPU (the environment). The same wait
+    with its own threads taking the CPU (a busy thread of its own) stays that rank's; without the
+    collector's figures in both runs, nothing changes."""
+    _, _, reports = runs
+    base = with_cpu(reports["base"], {})
+    cause = classify(base, with_cpu(reports["rank"], {2: 3.3}))
+    assert cause["class"] == "environment", cause
+    assert cause["summary"].startswith("the machine's load: rank 2's training thread waited for a CPU 3 ms a step "
+                                       "more than in the baseline (300 µs → 3.3 ms), its process's other threads "
+                                       "+0 µs of CPU a step, of a rise of "), cause["summary"]
+    assert cause["summary"].endswith("other processes on its host took the CPU, not the rank's work")
+    own = classify(base, with_cpu(reports["rank"], {2: 3.3}, {2: 4.0}))
+    assert (own["class"], own["rank"]) == ("rank", 2), own
+    small = classify(base, with_cpu(reports["rank"], {2: 0.8}))  # a sixth of the rise: not what slowed it
+    assert (small["class"], small["rank"]) == ("rank", 2), small
+    assert classify(reports["base"], with_cpu(reports["rank"], {2: 3.3}))["class"] == "rank"
+    assert classify(base, with_cpu(reports["noise"], {0: 3.3, 1: 3.3, 2: 3.3, 3: 3.3})) is None  # nothing rose
+
+
 def test_the_cause_leads_the_text_json_and_junit(runs, tmp_path, capsys):
     device, paths, _ = runs
     comm = "communication" if device == "gpu" else "unclear"  # gloo with no hosts recorded: see below

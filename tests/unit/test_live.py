@@ -1,10 +1,14 @@
 """The live view's pure functions (analyses/live.py) on generated step series, and the reader of the step
 measure files (ddprof/store/step_measures.py) on files written in the test: a torn last line, a file read
-while it grows."""
+while it grows; the collector's CPU figures (whose CPU a step waited for) in real processes on one CPU."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -230,3 +234,70 @@ def test_comm_clock_counts_overlaps_once_and_closes_open_collectives_at_the_boun
     assert (total, count, last) == (pytest.approx(4.0), 3, 5.0)
     c.end(token, 7.5)  # the late report is ignored: the step that waited for it already counted it
     assert c.take(now=8.0) == (0.0, 0, None)
+
+
+_CPU_PROBE = """
+import hashlib, json, os, subprocess, sys, threading, time
+from pathlib import Path
+from ddprof.collectors.measures import StepMeasures
+from ddprof.store.step_measures import read_step_measures
+
+os.sched_setaffinity(0, {0})  # this process, and what it starts, on CPU 0 alone
+mode, run = sys.argv[1], Path(sys.argv[2])
+other = None
+if mode == "process":  # another process busy on the same CPU
+    other = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+elif mode == "thread":  # a thread of this process hashing without the GIL, on the same CPU
+    block = bytes(1 << 20)
+    threading.Thread(target=lambda: [hashlib.sha256(block).digest() for _ in iter(int, 1)], daemon=True).start()
+time.sleep(0.2)
+m = StepMeasures(run, 0, 1)
+m.boundary()  # opens the thread's statistics; this first step has no figures
+for _ in range(6):
+    end = time.thread_time() + 0.03  # 30 ms of this thread's own CPU a step
+    while time.thread_time() < end:
+        pass
+    m.boundary()
+m.close()
+if other is not None:
+    other.kill()
+rows = read_step_measures(run).filter(read_step_measures(run)["step"] > 0)
+print(json.dumps({k: float(rows[k].median()) for k in ("wall_ms", "thread_cpu_ms", "wait_ms", "cpu_ms")}))
+"""
+
+
+@pytest.mark.skipif(not (hasattr(os, "sched_setaffinity") and Path("/proc/thread-self/schedstat").exists()),
+                    reason="needs CPU affinity and the kernel's schedstat")
+@pytest.mark.parametrize("mode", ["alone", "process", "thread"])
+def test_the_measures_say_whose_cpu_a_step_waited_for(tmp_path, mode) -> None:
+    """Steps of 30 ms of the training thread's own CPU, on one CPU: alone, it hardly waits for the CPU; with
+    another process busy on that CPU it waits, up to as long as it runs, its process's other threads taking
+    none; with a busy thread of its own process (hashing, the GIL let go) it waits too, and that thread's CPU
+    is its process's."""
+    out = subprocess.run([sys.executable, "-c", _CPU_PROBE, mode, str(tmp_path / "run")], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["thread_cpu_ms"] == pytest.approx(30.0, abs=3.0), got
+    others = got["cpu_ms"] - got["thread_cpu_ms"]
+    if mode == "alone":
+        assert got["wait_ms"] < 10.0 and others < 5.0, got
+    else:
+        assert got["wait_ms"] > 8.0 and got["wall_ms"] > 38.0, got
+        assert others > 8.0 if mode == "thread" else others < 3.0, got
+
+
+def test_the_job_section_says_where_each_ranks_cpu_went() -> None:
+    """Per rank, medians over the traced steps less the profiler's edges: its thread's CPU, its wait for a
+    CPU, its other threads' CPU; a collector that did not record them gives none."""
+    frame = series(2, 40, seed=4).with_columns(
+        thread_cpu_ms=pl.col("cpu_ms") - 1.0,
+        wait_ms=pl.when((pl.col("rank") == 1) & (pl.col("step") >= 10)).then(6.0).otherwise(0.5),
+    )
+    frame = frame.with_columns(wait_ms=pl.when(pl.col("step") == 25).then(90.0).otherwise(pl.col("wait_ms")))
+    job = job_of(frame, list(range(10, 26)))  # traced 10-25: 10 and 25 are the profiler's edges
+    cpu = {c["rank"]: c for c in job["cpu"]}
+    assert sorted(cpu) == [0, 1] and cpu[0]["steps"] == 14
+    assert cpu[0]["wait_ms"] == 0.5 and cpu[1]["wait_ms"] == 6.0
+    assert cpu[0]["other_threads_ms"] == pytest.approx(1.0) and cpu[0]["thread_cpu_ms"] == pytest.approx(39, rel=0.1)
+    assert job_of(series(2, 40, seed=4), list(range(10, 26)))["cpu"] == []
