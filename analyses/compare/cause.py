@@ -35,7 +35,9 @@ The classes, decided in this order:
    the rank's work (a busy thread of its own process is that rank's: rule 2);
 2. **rank** (with ``rank``): one rank rose beyond its own noise, and every other rank's own time moved
    less than the tolerance and a quarter of that rank's shift, or less than a tenth of it. Not when all
-   ranks slowed together. On a CPU run where that rank is a new straggler, the others' rise less the
+   ranks slowed together, nor where both runs' step measures say every rank's training thread needed more
+   CPU for its step, the others at least half as much more as that rank (:func:`every_thread_busier`: their
+   rise went into their wait for it). On a CPU run where that rank is a new straggler, the others' rise less the
    extra wait it causes each of them per step (the stragglers section's): a gloo rank waits for a late
    peer inside the host op that needs the collective's result, so its own time holds that wait;
    **rank** too when the run says a rank pauses now and then (its straggler cause *stalls*,
@@ -68,7 +70,8 @@ The classes, decided in this order:
    compared time, or half of the ops, and their time per step together is within 5 % (``OP_SAME``) of the
    baseline's, or within 10 % and the noise (a busy machine slows ops unevenly: ops each within their
    noise may all have risen);
-5. **environment**: two or more ranks rose, and no subset of the ops explains it: every op slowed by a
+5. **environment**: two or more ranks rose, and no subset of the ops explains it, or one rose and every
+   rank's training thread needed more CPU for its step as rule 2 leaves it (:func:`every_thread_busier`): every op slowed by a
    similar factor (on a CPU run everything is host work, the gloo transfers too, so this is what a busier
    machine does), or the device kernels kept their times (the GPUs wait for the host);
 6. **communication**: no rank rose, and busbw fell by at least 10 % (``BW_CHANGE``) beyond the noise, or
@@ -127,6 +130,9 @@ LONE_SHARE = 0.75
 #: process's other threads took under ``OWN_THREADS`` of that wait more CPU.
 WAIT_EXPLAINS = 0.5
 OWN_THREADS = 0.5
+#: One rank alone (rule 2) not where every other rank's training thread needed at least this share of its
+#: extra CPU more too (:func:`every_thread_busier`).
+OTHERS_CPU = 0.5
 #: The step's low tail must rise by at least this share of its median's rise to be the code's (rule 8).
 LOW_SHARE = 0.5
 LOW_Q = 0.1
@@ -394,6 +400,25 @@ def machine_load(base: dict[str, Any], run: dict[str, Any], rise_us: float, only
     return [text for _, _, text in sorted(found, key=lambda f: (-f[0], f[1]))]
 
 
+def thread_cpu_ratios(base: dict[str, Any], run: dict[str, Any]) -> dict[int, float]:
+    """Per rank in both runs' step measures (the report's ``job.cpu``), its training thread's CPU time a step,
+    run / baseline; empty where either lacks them."""
+    b = {c["rank"]: c["thread_cpu_ms"] for c in (base.get("job") or {}).get("cpu") or []}
+    r = {c["rank"]: c["thread_cpu_ms"] for c in (run.get("job") or {}).get("cpu") or []}
+    return {k: r[k] / b[k] for k in sorted(b) if k in r and b[k] > 0} if b.keys() == r.keys() else {}
+
+
+def every_thread_busier(base: dict[str, Any], run: dict[str, Any], top: int) -> bool:
+    """Rank ``top``'s own time rose alone, yet every rank's training thread needed more CPU for its step, the
+    others at least half as much more as ``top`` (``OTHERS_CPU``), ``top`` ×1.1 (``OP_CHANGE``) or more:
+    not one rank's doing (the others' rise went into their wait for it). A clean 2-rank gloo job re-run:
+    rank 0's own time ×1.68 alone, the threads' CPU ×1.49 and ×1.39 on the same ops: the machine ran slower."""
+    ratios = thread_cpu_ratios(base, run)
+    if top not in ratios or len(ratios) < 2 or ratios[top] < 1 + OP_CHANGE:
+        return False
+    return all(x - 1 >= OTHERS_CPU * (ratios[top] - 1) for k, x in ratios.items() if k != top)
+
+
 def _names(ms: list[Moved], limit: int = 3) -> str:
     names = [m.subject for m in ms[:limit]]
     return ", ".join(names) + (f" and {len(ms) - limit} more" if len(ms) > limit else "")
@@ -492,7 +517,7 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
         waited = (max(0.0, _wait_per_step(run, top) - _wait_per_step(base, top))
                   if word == "CPU op" and top in stragglers else 0.0)
         if t.beyond_noise and all(m.shift - waited < max(min(tol[r], OTHERS_SHARE * t.shift), DOMINANT * t.shift)
-                                  for r, m in others.items()):
+                                  for r, m in others.items()) and not every_thread_busier(base, run, top):
             host = _host_shared(run, top, t) if word == "CPU op" and not resized else None
             if host is not None:
                 return _cause("environment", f"rank {top} alone slowed ({ratio_text(t.ratio)}), as a host slows "
@@ -626,6 +651,14 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
         if bw_fell:
             ev.append(bw_text() + (" (gloo runs on the same host)" if word == "CPU op" else ""))
         return _cause("environment", summary, ev)
+
+    # 5a. one rank's own time rose, but every rank's training thread needed more CPU for the same ops: the
+    # machine ran slower (a subset of the ops, the code, was ruled out above)
+    if rose and every_thread_busier(base, run, max(rose, key=lambda r: ranks[r].shift)):
+        cpu = thread_cpu_ratios(base, run)
+        text = (f"every rank's training thread needed more CPU for its step ({ratio_range(list(cpu.values()))}, "
+                f"the collector's step measures) on the same {ops_word}")
+        return _cause("environment", f"{text}: the machine ran slower, not one rank", [factors(rose), text, ops_text()])
 
     # 6. communication
     if not rose and (bw_fell or comm_rose):

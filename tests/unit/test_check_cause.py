@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 from ddprof.analyses.compare import samples as S
-from ddprof.analyses.compare.cause import classify
+from ddprof.analyses.compare.cause import classify, every_thread_busier
 from ddprof.analyses.compare.check import check, relative
 from ddprof.analyses.compare.diff import diff
 from ddprof.analyses.compare.rules import merge_rules
@@ -118,16 +118,17 @@ def test_one_rank_only_when_it_alone_changed(runs):
 
 
 def with_cpu(report: dict[str, Any], wait_ms: dict[int, float], others_ms: dict[int, float] | None = None,
-             ) -> dict[str, Any]:
+             thread_ms: dict[int, float] | None = None) -> dict[str, Any]:
     """A copy of ``report`` with the collector's per-rank CPU figures (the job section's ``cpu``): each rank's
-    training thread waiting ``wait_ms[rank]`` for a CPU a step (0.3 ms where not given), its other threads
-    ``others_ms[rank]`` of CPU (1.0 ms)."""
+    training thread waiting ``wait_ms[rank]`` for a CPU a step (0.3 ms where not given) and running
+    ``thread_ms[rank]`` (5 ms), its other threads ``others_ms[rank]`` of CPU (1.0 ms)."""
     import copy
 
     out = copy.deepcopy(report)
     out["job"] = {**(out.get("job") or {}), "cpu": [
-        {"rank": p["rank"], "steps": 10, "step_ms": 10.0, "thread_cpu_ms": 5.0, "wait_ms": wait_ms.get(p["rank"], 0.3),
-         "other_threads_ms": (others_ms or {}).get(p["rank"], 1.0)} for p in out["run"]["per_rank"]]}
+        {"rank": p["rank"], "steps": 10, "step_ms": 10.0, "thread_cpu_ms": (thread_ms or {}).get(p["rank"], 5.0),
+         "wait_ms": wait_ms.get(p["rank"], 0.3), "other_threads_ms": (others_ms or {}).get(p["rank"], 1.0)}
+        for p in out["run"]["per_rank"]]}
     return out
 
 
@@ -150,6 +151,25 @@ def test_a_rank_that_waited_for_a_cpu_behind_other_processes_is_the_machines_loa
     assert (small["class"], small["rank"]) == ("rank", 2), small
     assert classify(reports["base"], with_cpu(reports["rank"], {2: 3.3}))["class"] == "rank"
     assert classify(base, with_cpu(reports["noise"], {0: 3.3, 1: 3.3, 2: 3.3, 3: 3.3})) is None  # nothing rose
+
+
+def test_one_rank_that_rose_while_every_rank_needed_more_cpu_is_the_machine(runs):
+    """Rank 2's own time rose alone, yet every rank's training thread needed ×1.3-1.4 the CPU for its step
+    (the others' rise went into their wait for it): the machine ran slower, not rank 2. Only rank 2's thread
+    needing more is rank 2's. (On the GPU run the slow rank's kernels are a subset that slowed: the code.)"""
+    device, _, reports = runs
+    if device != "cpu":
+        pytest.skip("a CPU run: its ops are its training thread's CPU work")
+    base = with_cpu(reports["base"], {})
+    slower = with_cpu(reports["rank"], {}, thread_ms={0: 6.5, 1: 6.6, 2: 7.0, 3: 6.5})
+    cause = classify(base, slower)
+    assert (cause["class"], cause["rank"]) == ("environment", None), cause
+    assert every_thread_busier(base, slower, 2) and not every_thread_busier(base, slower, 5)
+    half = with_cpu(reports["rank"], {}, thread_ms={0: 5.9, 1: 6.5, 2: 7.0, 3: 6.5})  # rank 0: ×1.18 < half of ×1.4
+    assert not every_thread_busier(base, half, 2)
+    assert not every_thread_busier(reports["base"], slower, 2)  # the baseline without the figures
+    alone = classify(base, with_cpu(reports["rank"], {}, thread_ms={2: 7.0}))
+    assert (alone["class"], alone["rank"]) == ("rank", 2), alone
 
 
 def test_the_cause_leads_the_text_json_and_junit(runs, tmp_path, capsys):
