@@ -90,6 +90,7 @@ class RankLive:
     trend_pct: float | None  # median of the last 10 steps vs the steps before, %
     data_ms: float | None
     cpu_pct: float | None  # the process's CPU time over its wall time, last step
+    cpu_wait_ms: float | None  # median time its training thread waited for a CPU a step (the run-queue delay)
     rss_mb: float | None
     host_cpu_pct: float | None
     host_mem_pct: float | None
@@ -305,12 +306,14 @@ def rank_rows(frame: pl.DataFrame, recent: int = 10) -> list[RankLive]:
         cpu_pct = 100.0 * last["cpu_ms"] / last["wall_ms"] if last.get("cpu_ms") is not None and last["wall_ms"] else None
         waited, times, n = waits.get(int(rank), (0.0, 0, 0))
         data = part.get_column("data_ms").drop_nulls() if "data_ms" in part.columns else pl.Series([], dtype=pl.Float64)
+        waits_cpu = part.get_column("wait_ms").drop_nulls() if "wait_ms" in part.columns else pl.Series([], dtype=pl.Float64)
         rows.append(RankLive(
             rank=int(rank), last_step=int(last["step"]), last_ms=float(last["wall_ms"]), median_ms=float(np.median(wall)),
             own_ms=float(np.median(own)) if has_coll else None,
             coll_ms=float(coll.drop_nulls().median()) if has_coll else None,  # type: ignore[arg-type]
             wait_caused_ms=waited / n if n else 0.0, last_count=times, trend_pct=trend,
             data_ms=float(data.median()) if data.len() else None,  # type: ignore[arg-type]
-            cpu_pct=cpu_pct, rss_mb=last.get("rss_mb"), host_cpu_pct=last.get("host_cpu_pct"),
+            cpu_pct=cpu_pct, cpu_wait_ms=float(waits_cpu.median()) if waits_cpu.len() else None,  # type: ignore[arg-type]
+            rss_mb=last.get("rss_mb"), host_cpu_pct=last.get("host_cpu_pct"),
             host_mem_pct=last.get("host_mem_pct"), last_end=last.get("end")))
     return sorted(rows, key=lambda r: r.rank)

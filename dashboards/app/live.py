@@ -78,7 +78,7 @@ def create_live_app(run_dir: Path, token: str | None = None, interval_ms: int = 
         rows = [{"rank": r.rank, "step": r.last_step, "last ms": _num(r.last_ms), "median ms": _num(r.median_ms),
                  "own ms": _num(r.own_ms), "coll ms": _num(r.coll_ms), "wait caused ms/step": _num(r.wait_caused_ms),
                  "last in": r.last_count, "trend %": _num(r.trend_pct, 0), "data ms": _num(r.data_ms),
-                 "rss MB": _num(r.rss_mb, 0), "host cpu %": _num(r.host_cpu_pct, 0)} for r in rank_rows(frame)]
+                 "cpu wait ms": _num(r.cpu_wait_ms), "rss MB": _num(r.rss_mb, 0), "host cpu %": _num(r.host_cpu_pct, 0)} for r in rank_rows(frame)]
         return (line, heatmap_figure(frame, measure), table(rows, "live-rank-table"),
                 f"updated {time.strftime('%H:%M:%S')}; the newest {VIEW_STEPS} steps of each rank")
 

@@ -10,7 +10,8 @@ from ddprof.dashboards.figures.style import empty, finish
 
 #: What a cell can show: the column of the step records, or own time (the step minus its collectives).
 MEASURES = {"own_ms": "own time (ms): the step minus its collectives", "wall_ms": "step time (ms)",
-            "coll_ms": "time in collectives (ms)", "data_ms": "data-loader wait (ms)"}
+            "coll_ms": "time in collectives (ms)", "data_ms": "data-loader wait (ms)",
+            "wait_ms": "CPU wait (ms): the training thread ready to run, waiting for a CPU"}
 
 
 def heatmap_figure(frame: pl.DataFrame, measure: str = "own_ms") -> go.Figure:

@@ -93,16 +93,17 @@ def render(run_dir: Path, frame: Any, slow: list[Any], headers: dict[int, dict[s
     if rows and all(r.own_ms is None for r in rows):
         lines.append("collectives: none timed (collectives issued only from C++ are not seen): own time = step time")
     table = [("rank", "step", "last ms", "median ms", "own ms", "coll ms", "wait caused ms/step", "last in",
-              "trend %", "data ms", "cpu %", "rss MB", "host cpu %", "host mem %")]
+              "trend %", "data ms", "cpu %", "cpu wait ms", "rss MB", "host cpu %", "host mem %")]
     for r in rows:
         table.append((str(r.rank), str(r.last_step), _num(r.last_ms), _num(r.median_ms), _num(r.own_ms), _num(r.coll_ms),
                       _num(r.wait_caused_ms), str(r.last_count), _num(r.trend_pct, 0, signed=True), _num(r.data_ms),
-                      _num(r.cpu_pct, 0), _num(r.rss_mb, 0), _num(r.host_cpu_pct, 0), _num(r.host_mem_pct, 0)))
+                      _num(r.cpu_pct, 0), _num(r.cpu_wait_ms), _num(r.rss_mb, 0), _num(r.host_cpu_pct, 0), _num(r.host_mem_pct, 0)))
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     lines += ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in table]
     steps = frame.get_column("step").n_unique() if frame.height else 0
     lines.append(f"(medians over each rank's newest {steps} steps; trend: the last 10 steps against the ones before; "
-                 "own = step − collectives; wait caused: what the others waited for it at its step's last collective)")
+                 "own = step − collectives; wait caused: what the others waited for it at its step's last collective; "
+                 "cpu wait: its training thread ready to run, waiting for a CPU)")
     return "\n".join(lines)
 
 
