@@ -77,6 +77,7 @@ import math
 from typing import Any
 
 import msgspec
+import numpy as np
 import polars as pl
 from ddprof.analyses.bubbles import pipeline_stages
 from ddprof.analyses.collectives import arrivals, comm_rows
@@ -590,7 +591,28 @@ def cause_clause(report: dict[str, Any], rank: int) -> str:
     Example: " (compute: the same ops take 3.9× the others' even in their fast calls, ...)"."""
     st = msgspec.convert(report["stragglers"], Stragglers)
     cause = next((c for c in st.causes if c.rank == rank), None)
-    return f" ({describe(cause)})" if cause is not None and cause.cause != "undecided" else ""
+    if cause is None or cause.cause == "undecided":
+        return ""
+    return f" ({describe(cause)}{cpu_clause(report, rank) if cause.cause == 'contention' else ''})"
+
+
+def cpu_clause(report: dict[str, Any], rank: int) -> str:
+    """Whose CPU a rank in contention waited for, from the collector's step measures (the report's
+    ``job.cpu``, :mod:`.job`): its training thread's wait for a CPU and its process's other threads' CPU a
+    step, against the other ranks' medians; "" where the run has no such figures.
+
+    Example: "; its training thread waited for a CPU 5.21 ms a step (the others 270 µs), its own other
+    threads ran 7.7 ms (the others 1.7 ms)": a busy thread of its own process."""
+    cpu = {c["rank"]: c for c in (report.get("job") or {}).get("cpu") or []}
+    peers = [c for r, c in cpu.items() if r != rank]
+    if rank not in cpu or not peers:
+        return ""
+    mine = cpu[rank]
+    wait = float(np.median([c["wait_ms"] for c in peers])) * 1e3
+    others = float(np.median([c["other_threads_ms"] for c in peers])) * 1e3
+    return (f"; its training thread waited for a CPU {fmt_us(mine['wait_ms'] * 1e3)} a step (the others "
+            f"{fmt_us(wait)}), its own other threads ran {fmt_us(mine['other_threads_ms'] * 1e3)} (the others "
+            f"{fmt_us(others)})")
 
 
 def describe(c: StragglerCause) -> str:

@@ -83,6 +83,7 @@ from ddprof.analyses.straggler_cause import (
     cause_shapes,
     cause_steps,
     cause_verdicts,
+    cpu_clause,
     describe,
     device_ranks,
     set_aside,
@@ -476,6 +477,8 @@ def straggler_verdicts(report: dict[str, Any]) -> list[str]:
                f"the same work done slower, under the {CONTENTION_MIN:g}× that names one" if shaped is not None else
                f"its ops take only {_compute_ratio(cause):.2g}× the others' in all, their fast calls as fast: "
                f"CPU contention under the {CONTENTION_MIN:g}× that names one")
+        if cause.cause == "contention":
+            why += cpu_clause(report, late.rank)
         return [f"no straggler: rank {late.rank} arrives late consistently (lateness {fmt_us(late.lateness_us)}, "
                 f"last at {late.last_units} of {late.units} {units}; {_p_is(late.p_value)}; it cost the others "
                 f"{_share(late.wait_share_pct or 0.0)} of a step) but {why}. A CPU rank shares its host's "

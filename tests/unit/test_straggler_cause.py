@@ -256,3 +256,19 @@ def test_the_same_work_done_slower_on_a_cpu_rank_is_its_hosts(tmp_path):
     assert st["ranks"] == [1] and st["causes"][0]["cause"] == "compute"
     blind = analyse(FaultyDP(fault="slow_core", ranks=2, rank=1, factor=1.2, steps=24, shapes=False).events().lazy())
     assert blind["stragglers"]["ranks"] == [1] and blind["stragglers"]["causes"][0]["cause"] == "compute"
+
+
+def test_a_rank_in_contention_says_whose_cpu_it_waited_for() -> None:
+    """The step measures' figures (the report's job.cpu) beside a contention cause: the rank's thread's wait
+    for a CPU and its own other threads' CPU, against the other ranks' medians; nothing without them."""
+    from ddprof.analyses.straggler_cause import cpu_clause
+
+    def row(rank: int, wait: float, others: float) -> dict[str, float]:
+        return {"rank": rank, "steps": 20, "step_ms": 12.0, "thread_cpu_ms": 4.5, "wait_ms": wait,
+                "other_threads_ms": others}
+
+    report = {"job": {"cpu": [row(0, 0.27, 1.5), row(1, 5.21, 7.7), row(2, 0.25, 1.7)]}}
+    assert cpu_clause(report, 1) == ("; its training thread waited for a CPU 5.21 ms a step (the others 260 µs), "
+                                     "its own other threads ran 7.7 ms (the others 1.6 ms)")
+    assert cpu_clause({"job": {"cpu": [row(1, 5.0, 1.0)]}}, 1) == ""  # no peers
+    assert cpu_clause({"job": {}}, 1) == "" and cpu_clause({}, 1) == ""
