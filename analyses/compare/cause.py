@@ -30,9 +30,11 @@ The classes, decided in this order:
    report's ``job.cpu``: :mod:`ddprof.analyses.job`): something rose, and a rank's training thread waited
    for a CPU (the kernel's run-queue delay) more than in the baseline by at least half of the rise
    (``WAIT_EXPLAINS``: of the rank whose own time rose most, its own; where no rank rose alone, the
-   step's, and any rank), while its own process's other threads
-   took less than half as much more CPU (``OWN_THREADS``): other processes on its host took the CPU, not
-   the rank's work (a busy thread of its own process is that rank's: rule 2);
+   step's, and any rank), while its own process's other threads, and the thread itself, took less than
+   half as much more CPU (``OWN_THREADS``), and its host's ranks together waited more than they ran more
+   (the job's own extra work makes its ranks wait for each other's CPUs): other processes on its host took
+   the CPU, not the rank's work (a busy thread of its own process is that rank's: rule 2); not where the
+   ops ran on other recorded input shapes (more work of the job's own: rule 1b);
 2. **rank** (with ``rank``): one rank rose beyond its own noise, and every other rank's own time moved
    less than the tolerance and a quarter of that rank's shift, or less than a tenth of it. Not when all
    ranks slowed together, nor where both runs' step measures say every rank's training thread needed more
@@ -382,17 +384,31 @@ def slow_steps_only(base: np.ndarray, run: np.ndarray) -> str | None:
 def machine_load(base: dict[str, Any], run: dict[str, Any], rise_us: float, only: int | None = None) -> list[str]:
     """Rule 1a's evidence (module doc): per rank (``only`` that one: the rank whose own time rose most)
     whose training thread waited for a CPU more than in the baseline by ``WAIT_EXPLAINS`` of ``rise_us``
-    or more, its own process's other threads taking under ``OWN_THREADS`` of that more CPU, a sentence;
-    the rank that waited most first. Empty where either run lacks the figures or nothing rose."""
+    or more, its own process's other threads taking under ``OWN_THREADS`` of that more CPU and its thread
+    running under that much more itself (more work of its own makes it wait too), a sentence;
+    the rank that waited most first. Empty where either run lacks the figures or nothing rose.
+
+    Ranks of one host share its CPUs: a job that does more (a bigger batch on 4 ranks of a 2-CPU machine)
+    makes its own ranks wait for each other. So a rank counts only where its host's ranks together waited
+    for a CPU more than they themselves ran more (their threads' CPU a step, all threads): the rest of the
+    waiting is others' (``run.per_rank``'s hosts; ranks of no recorded host are one host)."""
     b = {c["rank"]: c for c in (base.get("job") or {}).get("cpu") or []}
     r = {c["rank"]: c for c in (run.get("job") or {}).get("cpu") or []}
     if rise_us <= 0 or not b or b.keys() != r.keys():
         return []
+    hosts = {p["rank"]: p.get("host") for p in (run.get("run") or {}).get("per_rank") or []}
+
+    def rise(k: int, key: str) -> float:
+        return (r[k][key] - b[k][key]) * 1e3
+
     found = []
     for k in sorted(b) if only is None else [only] if only in b else []:
-        waited = (r[k]["wait_ms"] - b[k]["wait_ms"]) * 1e3
-        own = (r[k]["other_threads_ms"] - b[k]["other_threads_ms"]) * 1e3
-        if waited >= WAIT_EXPLAINS * rise_us and own < OWN_THREADS * waited:
+        waited, own, ran = rise(k, "wait_ms"), rise(k, "other_threads_ms"), rise(k, "thread_cpu_ms")
+        mates = [m for m in b if hosts.get(m) == hosts.get(k)]
+        more_wait = sum(rise(m, "wait_ms") for m in mates)
+        more_work = sum(rise(m, "thread_cpu_ms") + rise(m, "other_threads_ms") for m in mates)
+        if (waited >= WAIT_EXPLAINS * rise_us and max(own, ran) < OWN_THREADS * waited
+                and more_wait > more_work):
             found.append((waited, k, f"rank {k}'s training thread waited for a CPU {fmt_us(waited)} a step more "
                                      f"than in the baseline ({fmt_us(b[k]['wait_ms'] * 1e3)} → "
                                      f"{fmt_us(r[k]['wait_ms'] * 1e3)}), its process's other threads "
@@ -498,7 +514,7 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
     # 1a. the machine's load: a rank's thread waited for a CPU most of what rose, its own threads took none
     first = max(rose, key=lambda r: ranks[r].shift) if rose else None
     rise = ranks[first].shift if first is not None else step.shift if step is not None and pooled_rose else 0.0
-    load = machine_load(base, run, rise, only=first)
+    load = machine_load(base, run, rise, only=first) if not resized else []  # other shapes: more work of its own
     if load:
         many = f" (and on {len(load) - 1} more rank{'s' if len(load) > 2 else ''})" if len(load) > 1 else ""
         return _cause("environment", f"the machine's load: {load[0]}{many}, of a rise of {fmt_us(rise)} a step: "

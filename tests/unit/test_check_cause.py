@@ -150,6 +150,10 @@ def test_a_rank_that_waited_for_a_cpu_behind_other_processes_is_the_machines_loa
     small = classify(base, with_cpu(reports["rank"], {2: 0.8}))  # a sixth of the rise: not what slowed it
     assert (small["class"], small["rank"]) == ("rank", 2), small
     assert classify(reports["base"], with_cpu(reports["rank"], {2: 3.3}))["class"] == "rank"
+    # the job's own ranks ran 1 ms more a step each on their shared host: the wait is theirs, not others'
+    busier = with_cpu(reports["rank"], {2: 3.3}, thread_ms={r: 6.0 for r in range(4)})
+    assert classify(base, busier)["class"] != "environment" or "the machine's load" not in \
+        classify(base, busier)["summary"]
     assert classify(base, with_cpu(reports["noise"], {0: 3.3, 1: 3.3, 2: 3.3, 3: 3.3})) is None  # nothing rose
 
 
