@@ -601,8 +601,12 @@ def cpu_clause(report: dict[str, Any], rank: int) -> str:
     ``job.cpu``, :mod:`.job`): its training thread's wait for a CPU and its process's other threads' CPU a
     step, against the other ranks' medians; "" where the run has no such figures.
 
+    Said where the wait stands out (its extra wait at least :data:`MATERIAL` of its step): whose the CPU
+    was, its own process's (its other threads ran at least half its extra wait more than the others') or
+    other processes' (the machine's load).
+
     Example: "; its training thread waited for a CPU 5.21 ms a step (the others 270 µs), its own other
-    threads ran 7.7 ms (the others 1.7 ms)": a busy thread of its own process."""
+    threads ran 7.7 ms (the others 1.7 ms): its own process took it"."""
     cpu = {c["rank"]: c for c in (report.get("job") or {}).get("cpu") or []}
     peers = [c for r, c in cpu.items() if r != rank]
     if rank not in cpu or not peers:
@@ -610,9 +614,12 @@ def cpu_clause(report: dict[str, Any], rank: int) -> str:
     mine = cpu[rank]
     wait = float(np.median([c["wait_ms"] for c in peers])) * 1e3
     others = float(np.median([c["other_threads_ms"] for c in peers])) * 1e3
+    extra, more = mine["wait_ms"] * 1e3 - wait, mine["other_threads_ms"] * 1e3 - others
+    whose = ("" if extra < MATERIAL * mine["step_ms"] * 1e3 else ": its own process took it" if more >= 0.5 * extra
+             else ": other processes on its host took it, the machine's load")
     return (f"; its training thread waited for a CPU {fmt_us(mine['wait_ms'] * 1e3)} a step (the others "
             f"{fmt_us(wait)}), its own other threads ran {fmt_us(mine['other_threads_ms'] * 1e3)} (the others "
-            f"{fmt_us(others)})")
+            f"{fmt_us(others)}){whose}")
 
 
 def describe(c: StragglerCause) -> str:

@@ -13,6 +13,10 @@ them recorded), with ``--fault KIND --fault-rank R`` (R = the last rank; :data:`
   pinned to CPU ``rank mod cpus`` in this run; the other faults are not pinned): with more ranks than
   CPUs, the ranks pinned to R's CPU are slowed as much, and naming any of them, or a group of them slower
   together (:mod:`ddprof.analyses.slow_groups`), is right;
+* ``machine``: another process, not the job's, busy throughout on rank R's CPU (every rank pinned as
+  for ``contention``): the machine's load. Rank R is late, its cause CPU contention, the verdict saying
+  that its own threads took no more CPU than the others' (where the step measures tell); its ``check``
+  against a clean baseline must say the environment;
 * ``comm``: rank R's DDP communication hook waits 20 ms before each bucket's all-reduce;
 * ``pipeline``: a GPipe pipeline of ``--ranks`` stages, stage R with 4x the layers;
 * ``moe``: a mixture-of-experts layer (an expert per rank, ``all_to_all_single`` with uneven splits) whose
@@ -65,13 +69,14 @@ from tests.support.jobs import FAULTS, spawn_local  # noqa: E402
 
 #: What the first verdict must name for each fault (the cause class).
 EXPECTED = {"compute": "compute", "input": "input", "stalls": "stalls", "contention": "contention",
+            "machine": "contention",
             "comm": "communication", "pipeline": "pipeline imbalance", "moe": "expert load imbalance", "clean": None,
             "pinned": None}
 #: The runs with no fault: a false alarm is any verdict naming a rank or a group.
 HEALTHY = ("clean", "pinned")
 #: The fault's own arguments beside ``--fault KIND``.
 FAULT_ARGS = {"compute": ["--fault-factor", "4"], "input": ["--fault-ms", "20"],
-              "stalls": ["--fault-ms", "40", "--fault-every", "4"], "contention": ["--pin"],
+              "stalls": ["--fault-ms", "40", "--fault-every", "4"], "contention": ["--pin"], "machine": ["--pin"],
               "comm": ["--fault-ms", "20"], "pipeline": ["--fault-factor", "4"]}
 DDP_ARGS = ["--hidden", "512", "--batch", "64", "--loader"]
 PIPE_ARGS = ["--pipe-width", "512", "--batch", "64", "--microbatches", "4"]

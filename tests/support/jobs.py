@@ -15,7 +15,8 @@ fault matrix of ``benchmarks/fault_matrix.py`` runs each): ``compute`` (its batc
 larger: the same ops on more rows), ``input`` (its DataLoader takes ``--fault-ms`` to fetch each batch),
 ``stalls`` (a pause of ``--fault-ms`` every ``--fault-every``-th step, between forward and backward, as a
 garbage collection would), ``contention`` (a thread of its process hashing memory throughout, beside the
-training thread on the rank's core), ``comm`` (its DDP communication hook waits ``--fault-ms`` before
+training thread on the rank's core), ``machine`` (another process, not the job's, busy throughout on the
+rank's CPUs: the machine's load; with ``--pin``, on the rank's core alone), ``comm`` (its DDP communication hook waits ``--fault-ms`` before
 each bucket's all-reduce), ``pipeline`` (stage R holds ``--fault-factor`` times the layers of the
 others); ``none`` is the clean run of the same job. With any ``--fault`` (``none`` too) every rank of the
 ``ddp`` job all-reduces through the same Python communication hook, waiting only on a ``comm`` fault's
@@ -60,7 +61,7 @@ DDP_LAYERS = (256, 512, 512, 10)
 PIPE_WIDTHS = (64, 96, 128, 80, 32)  # stage s maps PIPE_WIDTHS[s] -> PIPE_WIDTHS[s + 1]
 #: The faults ``--fault`` injects, and the job each runs in.
 FAULTS = {"none": "ddp", "compute": "ddp", "input": "ddp", "stalls": "ddp", "contention": "ddp", "comm": "ddp",
-          "pipeline": "pipeline"}
+          "pipeline": "pipeline", "machine": "ddp"}
 
 
 class SlowBatches(torch.utils.data.Dataset):
@@ -351,6 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     if args.fault == "contention" and rank_env == args.fault_rank:
         busy_thread(stop)
+    other = None
+    if args.fault == "machine" and rank_env == args.fault_rank:  # on the CPUs this process may use (inherited)
+        other = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     if not args.no_profile:
         ddprof.init(args.run_dir)  # before the process group: switches the Flight Recorder on
     dist.init_process_group("gloo")
@@ -371,6 +375,9 @@ def main(argv: list[str] | None = None) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"rank": rank, "world_size": world, "pid": os.getpid(), **facts}))
     stop.set()
+    if other is not None:
+        other.kill()
+        other.wait()
     dist.barrier()
     dist.destroy_process_group()
     return 0

@@ -269,6 +269,11 @@ def test_a_rank_in_contention_says_whose_cpu_it_waited_for() -> None:
 
     report = {"job": {"cpu": [row(0, 0.27, 1.5), row(1, 5.21, 7.7), row(2, 0.25, 1.7)]}}
     assert cpu_clause(report, 1) == ("; its training thread waited for a CPU 5.21 ms a step (the others 260 µs), "
-                                     "its own other threads ran 7.7 ms (the others 1.6 ms)")
+                                     "its own other threads ran 7.7 ms (the others 1.6 ms): its own process took it")
+    machine = {"job": {"cpu": [row(0, 0.27, 1.5), row(1, 5.21, 1.4), row(2, 0.25, 1.7)]}}
+    assert cpu_clause(machine, 1).endswith("its own other threads ran 1.4 ms (the others 1.6 ms): other processes "
+                                           "on its host took it, the machine's load")
+    small = {"job": {"cpu": [row(0, 0.27, 1.5), row(1, 1.2, 1.4), row(2, 0.25, 1.7)]}}  # 0.9 ms of a 12 ms step
+    assert cpu_clause(small, 1).endswith("(the others 1.6 ms)")
     assert cpu_clause({"job": {"cpu": [row(1, 5.0, 1.0)]}}, 1) == ""  # no peers
     assert cpu_clause({"job": {}}, 1) == "" and cpu_clause({}, 1) == ""
