@@ -94,6 +94,19 @@ def job_of(frame: pl.DataFrame, traced: list[int]) -> dict[str, Any]:
     return msgspec.to_builtins(job)
 
 
+def traced_cpu(run: Run) -> dict[int, dict[str, Any]]:
+    """Where each rank's CPU went in the run's traced steps (:func:`rank_cpu`, as the section's ``cpu``),
+    by rank; empty without step measures (what the straggler causes read, :mod:`.straggler_cause`)."""
+    frame = run.step_measures()
+    if frame.height == 0:
+        return {}
+    steps, _, _, _ = own_matrix(frame)
+    traced = list(run.steps)
+    lo, hi = (min(traced), max(traced)) if traced else (None, None)
+    in_trace = np.array([lo is not None and hi is not None and lo <= s <= hi for s in steps], dtype=bool)
+    return {c.rank: msgspec.to_builtins(c) for c in rank_cpu(frame, _cpu_steps(steps, in_trace, traced))}
+
+
 def _cpu_steps(steps: list[int], in_trace: np.ndarray, traced: list[int]) -> list[int]:
     """The steps whose CPU figures describe the traced run: the traced steps less those where the profiler
     starts and stops (:func:`profiler_steps`) where 3 or more are left, else the traced ones, else all."""

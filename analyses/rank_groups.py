@@ -35,6 +35,7 @@ from ddprof.analyses.comm_kernels import comm_kernel_counts
 from ddprof.analyses.frames.memo import Prepared, prepare
 from ddprof.analyses.frames.sets import rank_spans, steps
 from ddprof.analyses.frames.windows import trace_windows, window_counts, windows_frame
+from ddprof.analyses.job import traced_cpu
 from ddprof.analyses.kernels import add_totals, kernel_step_totals, kernel_totals
 from ddprof.analyses.summaries import json_rows, summary
 
@@ -235,18 +236,20 @@ def merge(results: list[dict[str, pl.DataFrame]]) -> dict[str, pl.DataFrame]:
 
 
 def cross_rank_sections(frames: dict[str, pl.DataFrame], world_size: int | None,
-                        placement: dict[int, tuple[str | None, str | None]] | None = None) -> AnalysisReport:
+                        placement: dict[int, tuple[str | None, str | None]] | None = None,
+                        cpu: dict[int, dict[str, Any]] | None = None) -> AnalysisReport:
     """Every section, from a run's per-rank frames and summaries: the per-rank sections as they are, the
     cross-rank ones computed on the summaries alone (no event is read here). The sections with a row per
     step or per collective instance are detail tables (:data:`.sections.DETAIL`, NaN as null)
     and, in the sections, their summaries (:mod:`.summaries`). ``placement``: rank -> (host, CPUs), from the
-    run's manifest (:func:`placement`)."""
+    run's manifest (:func:`placement`); ``cpu``: rank -> where its CPU went, from the step measures
+    (:func:`.job.traced_cpu`)."""
     p = Prepared(pl.LazyFrame(schema={c: EVENT_SCHEMA[c] for c in COLUMNS}))
     for name, frame in summaries().items():
         p.provide(frame, frames[name])
     p.provide(kernel_totals, frames["kernel_totals"])
     p.provide(kernel_step_totals, frames["kernel_step_totals"])
-    cross = sections.CrossRank(p, world_size, frames, {}, placement or {})
+    cross = sections.CrossRank(p, world_size, frames, {}, placement or {}, cpu or {})
     tables = {k: frames[k] for k in sections.PER_RANK if k in sections.STEP_SECTIONS}
     tables.update({s.name: s.cross_table(cross) for s in sections.SECTIONS if s.cross_table is not None})
     cross.tables.update({k: null_nonfinite(v) for k, v in tables.items()})
@@ -308,5 +311,6 @@ def analyse_run(run: Run, *, executor: Executor | None = None, budget: int | Non
     results = run_each(executor, group_frames, [(str(run.path), g, clock, per_group) for g in groups])
     windows = {r: n for res in results for r, n in res.windows.items()}
     frames = merge([res.frames for res in results])
-    return RunAnalysis(clock, cross_rank_sections(frames, run.world_size, placement(run)), windows, [res.extra for res in results],
+    return RunAnalysis(clock, cross_rank_sections(frames, run.world_size, placement(run), traced_cpu(run)), windows,
+                       [res.extra for res in results],
                        frames["comm_kernel_counts"])

@@ -83,14 +83,17 @@ class CrossRank:
     """What a section computed across ranks is computed from: ``p``, whose derived frames are the run's per-rank
     summaries (its events are empty: no event is read across ranks), the run's world size, the per-rank
     frames of every group in rank order (``frames``, by section or summary name), the detail tables
-    (``tables``: filled before any ``cross`` builder runs, NaN as null), and where each rank ran
-    (``placement``: rank -> (host, CPUs it was bound to), either None where the run does not say)."""
+    (``tables``: filled before any ``cross`` builder runs, NaN as null), where each rank ran
+    (``placement``: rank -> (host, CPUs it was bound to), either None where the run does not say), and where
+    each rank's CPU went in the traced steps (``cpu``: rank -> the report's ``job.cpu`` row, from the
+    collector's step measures; empty without them)."""
 
     p: Prepared
     world_size: int | None
     frames: dict[str, pl.DataFrame]
     tables: dict[str, pl.DataFrame]
     placement: dict[int, tuple[str | None, str | None]] = field(default_factory=dict)
+    cpu: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

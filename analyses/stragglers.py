@@ -545,6 +545,7 @@ SECTIONS = (
             # (analyses/straggler_cause.py): its verdict first, then the stragglers', naming their causes
             verdict=lambda r: [*cause_verdicts(r), *straggler_verdicts(r)],
             verdict_at=20, record=Stragglers, order=60,
-            cross=lambda cross: with_groups(with_causes(stragglers(cross.p), cross.p), cross.p, cross.placement),
+            cross=lambda cross: with_groups(with_causes(stragglers(cross.p), cross.p, cross.cpu), cross.p,
+                                            cross.placement),
             keeps=(p2p_blocked, cause_steps, cause_ops, cause_shapes, device_ranks)),
 )

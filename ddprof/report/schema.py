@@ -262,7 +262,9 @@ class CauseEvidence(Row):
                                               "stall_peak (largest step's wait caused / median step's), stall_steps (the long steps, of all), "
                                               "stall_idle (its host idle in its long steps / in its median step), "
                                               "burst_compute (its compute in its long steps / in its median step), "
-                                              "compute_per_microbatch (pipeline stage)")]
+                                              "compute_per_microbatch (pipeline stage), thread_cpu (its "
+                                              "training thread's CPU time, from the step measures), cpu_wait "
+                                              "(the time that thread waited for a CPU, from the step measures)")]
     rank_value: Annotated[float, Meta(description="the straggler's value (µs, or a ratio)")]
     peers_value: Annotated[float | None, Meta(description="the other ranks' value (µs, or a ratio)")]
     ratio: Annotated[float | None, Meta(description="rank_value / peers_value; null where undefined")]

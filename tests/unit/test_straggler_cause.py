@@ -277,3 +277,36 @@ def test_a_rank_in_contention_says_whose_cpu_it_waited_for() -> None:
     assert cpu_clause(small, 1).endswith("(the others 1.6 ms)")
     assert cpu_clause({"job": {"cpu": [row(1, 5.0, 1.0)]}}, 1) == ""  # no peers
     assert cpu_clause({"job": {}}, 1) == "" and cpu_clause({}, 1) == ""
+
+
+def test_the_step_measures_tell_more_work_from_a_busy_core() -> None:
+    """A contention or compute cause decided again by the step measures: the rank's 4.4 ms of extra op time
+    a step that its training thread ran itself is compute (the fault matrix's 4x batch, read as contention
+    from its fast calls once); that it waited for a CPU, contention; without the figures, or in bursts, the
+    cause stands."""
+    import msgspec
+    from ddprof.analyses.straggler_cause import by_cpu, describe
+
+    from ddprof.report.schema import StragglerCause
+
+    def cause(kind: str, *extra: dict) -> dict:
+        ev = [{"measure": "compute", "rank_value": 9010.0, "peers_value": 4630.0, "ratio": 1.95},
+              {"measure": "op_ratio", "rank_value": 1.3, "peers_value": 1.0, "ratio": 1.3}, *extra]
+        return {"rank": 1, "cause": kind, "excess_us": 4380.0, "evidence": ev}
+
+    def cpu(thread: float, wait: float) -> dict:
+        row = {"steps": 20, "step_ms": 14.0, "other_threads_ms": 1.5}
+        return {0: {**row, "rank": 0, "thread_cpu_ms": 4.5, "wait_ms": 0.3},
+                1: {**row, "rank": 1, "thread_cpu_ms": thread, "wait_ms": wait}}
+
+    more_work = by_cpu(cause("contention"), cpu(8.9, 0.3))
+    assert more_work["cause"] == "compute" and more_work["evidence"][0]["measure"] == "compute"
+    assert [e["measure"] for e in more_work["evidence"]][-2:] == ["thread_cpu", "cpu_wait"]
+    said = describe(msgspec.convert(more_work, StragglerCause))
+    assert said == ("compute: its training thread ran 8.9 ms of CPU a step against 4.5 ms on the others, its ops "
+                    "9.01 ms against 4.63 ms: more work of its own, not a busy CPU (the step measures)"), said
+    assert by_cpu(cause("compute"), cpu(4.6, 4.9))["cause"] == "contention"
+    assert by_cpu(cause("contention"), cpu(6.0, 2.0))["cause"] == "contention"  # neither explains it: as told
+    assert by_cpu(cause("contention"), {}) == cause("contention")
+    burst = cause("contention", {"measure": "burst_compute", "rank_value": 9.0, "peers_value": 4.0, "ratio": 2.2})
+    assert by_cpu(burst, cpu(8.9, 0.3)) == burst
