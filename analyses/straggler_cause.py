@@ -536,7 +536,10 @@ def with_causes(section: dict[str, Any], p: Prepared, cpu: dict[int, dict[str, A
     :func:`.bubbles.pipeline_stages` of the same summaries; compute told from contention by the step
     measures where the run has them, ``cpu``: :func:`by_cpu`), less the CPU ranks whose lateness nothing of
     their own explains (:func:`host_scheduled`)."""
-    causes = [by_cpu(c, cpu or {}) for c in straggler_causes(p, section, pipeline_stages(p))]
+    causes = straggler_causes(p, section, pipeline_stages(p))
+    if cpu:
+        shaped, ops = cause_shapes(p), cause_ops(p)
+        causes = [by_cpu(c, cpu, same_work(shaped, ops, c["rank"])) for c in causes]
     unexplained = host_scheduled(p, causes)
     return {**section, "ranks": [r for r in section.get("ranks", []) if r not in unexplained], "causes": causes}
 
@@ -546,14 +549,18 @@ def with_causes(section: dict[str, Any], p: Prepared, cpu: dict[int, dict[str, A
 RAN_SHARE = 0.5
 
 
-def by_cpu(cause: dict[str, Any], cpu: dict[int, dict[str, Any]]) -> dict[str, Any]:
+def by_cpu(cause: dict[str, Any], cpu: dict[int, dict[str, Any]],
+           work: tuple[float, float | None] | None = None) -> dict[str, Any]:
     """A compute or contention cause (not in bursts) decided again by the collector's step measures, where
     the run has them for the rank and a peer (``cpu``: rank -> the report's ``job.cpu`` row): the rank's
     extra op time a step over its peers' (its ``compute`` evidence) is **compute** when its training thread
     ran :data:`RAN_SHARE` of it or more itself (more work: its CPU time is the time) while it waited for a
     CPU under half that; **contention** when it waited for a CPU that share of it or more while it ran
-    under half that (a busy core). Otherwise, or without the figures, the cause stands as the ops' fast
-    calls told it (:func:`classify`). Its evidence gains ``thread_cpu`` and ``cpu_wait`` (ms a step).
+    under half that (a busy core). Not compute where the rank did the others' work (``work``:
+    :func:`same_work`, :data:`SAME_WORK` of it or more on the shapes a peer ran): the same work needing more
+    CPU is a slower core (a clean pinned 2-rank run: its thread 8.6 ms against 5.7 ms on the same shapes).
+    Otherwise, or without the figures, the cause stands as the ops' fast calls told it (:func:`classify`).
+    Its evidence gains ``thread_cpu`` and ``cpu_wait`` (µs a step).
 
     Example (the fault matrix's 4x batch, its fast calls 1.9x on one run, read as contention): ops 9.01 ms
     a step against 4.63 ms, its thread's CPU 8.9 ms against 4.5 ms, CPU wait 0.3 against 0.3 ms -> compute."""
@@ -567,7 +574,8 @@ def by_cpu(cause: dict[str, Any], cpu: dict[int, dict[str, Any]]) -> dict[str, A
     wait_peers = float(np.median([c["wait_ms"] for c in peers])) * 1e3
     ran, waited = mine["thread_cpu_ms"] * 1e3 - thread_peers, mine["wait_ms"] * 1e3 - wait_peers
     told = cause["cause"]
-    if extra > 0 and ran >= RAN_SHARE * extra and waited < RAN_SHARE * ran:
+    same = work is not None and work[0] >= SAME_WORK
+    if extra > 0 and ran >= RAN_SHARE * extra and waited < RAN_SHARE * ran and not same:
         told = "compute"
     elif extra > 0 and waited >= RAN_SHARE * extra and ran < RAN_SHARE * waited:
         told = "contention"

@@ -283,7 +283,7 @@ def test_the_step_measures_tell_more_work_from_a_busy_core() -> None:
     """A contention or compute cause decided again by the step measures: the rank's 4.4 ms of extra op time
     a step that its training thread ran itself is compute (the fault matrix's 4x batch, read as contention
     from its fast calls once); that it waited for a CPU, contention; without the figures, or in bursts, the
-    cause stands."""
+    cause stands; nor is the same work on the others' shapes done with more CPU compute (a slower core)."""
     import msgspec
     from ddprof.analyses.straggler_cause import by_cpu, describe
 
@@ -305,6 +305,8 @@ def test_the_step_measures_tell_more_work_from_a_busy_core() -> None:
     said = describe(msgspec.convert(more_work, StragglerCause))
     assert said == ("compute: its training thread ran 8.9 ms of CPU a step against 4.5 ms on the others, its ops "
                     "9.01 ms against 4.63 ms: more work of its own, not a busy CPU (the step measures)"), said
+    assert by_cpu(cause("contention"), cpu(8.9, 0.3), (0.95, 1.3))["cause"] == "contention"  # the others' work
+    assert by_cpu(cause("contention"), cpu(8.9, 0.3), (0.1, 2.0))["cause"] == "compute"  # other shapes
     assert by_cpu(cause("compute"), cpu(4.6, 4.9))["cause"] == "contention"
     assert by_cpu(cause("contention"), cpu(6.0, 2.0))["cause"] == "contention"  # neither explains it: as told
     assert by_cpu(cause("contention"), {}) == cause("contention")
