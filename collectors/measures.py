@@ -34,7 +34,7 @@ What is timed without the profiler:
   CPU and memory use (``/proc``; null elsewhere);
 * **the training thread's CPU**: its own CPU time per step and the time it was ready to run but waited for
   a CPU (the scheduler's run-queue delay, ``/proc/self/task/TID/schedstat``: one ``pread`` of a file kept
-  open, about 1 us; null where the kernel keeps no such statistics), and the host's stolen time (a virtual
+  open: the boundary takes about 5 us instead of 2; null where the kernel keeps no such statistics), and the host's stolen time (a virtual
   machine's vCPUs waiting for the hypervisor, ``/proc/stat``). They tell a rank slowed by the machine from
   one doing more: its thread waits for a CPU while other processes, or other threads of its own, run.
 """
