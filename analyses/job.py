@@ -94,6 +94,18 @@ def job_of(frame: pl.DataFrame, traced: list[int]) -> dict[str, Any]:
     return msgspec.to_builtins(job)
 
 
+#: A rank's CPU figures are read by the causes (:mod:`.straggler_cause`, :mod:`.compare.cause`) only over this
+#: many steps or more: the median of two or three steps is one noisy step.
+MIN_CPU_STEPS = 4
+
+
+def cpu_rows(report: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """The report's ``job.cpu`` rows by rank, those over :data:`MIN_CPU_STEPS` steps or more; empty unless
+    every rank's is."""
+    rows = {c["rank"]: c for c in (report.get("job") or {}).get("cpu") or []}
+    return rows if all(c["steps"] >= MIN_CPU_STEPS for c in rows.values()) else {}
+
+
 def traced_cpu(run: Run) -> dict[int, dict[str, Any]]:
     """Where each rank's CPU went in the run's traced steps (:func:`rank_cpu`, as the section's ``cpu``),
     by rank; empty without step measures (what the straggler causes read, :mod:`.straggler_cause`)."""
@@ -104,7 +116,8 @@ def traced_cpu(run: Run) -> dict[int, dict[str, Any]]:
     traced = list(run.steps)
     lo, hi = (min(traced), max(traced)) if traced else (None, None)
     in_trace = np.array([lo is not None and hi is not None and lo <= s <= hi for s in steps], dtype=bool)
-    return {c.rank: msgspec.to_builtins(c) for c in rank_cpu(frame, _cpu_steps(steps, in_trace, traced))}
+    return cpu_rows({"job": {"cpu": [msgspec.to_builtins(c) for c in rank_cpu(frame, _cpu_steps(steps, in_trace,
+                                                                                                   traced))]}})
 
 
 def _cpu_steps(steps: list[int], in_trace: np.ndarray, traced: list[int]) -> list[int]:

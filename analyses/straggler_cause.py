@@ -653,7 +653,7 @@ def cpu_clause(report: dict[str, Any], rank: int) -> str:
 
     Example: "; its training thread waited for a CPU 5.21 ms a step (the others 270 µs), its own other
     threads ran 7.7 ms (the others 1.7 ms): its own process took it"."""
-    cpu = {c["rank"]: c for c in (report.get("job") or {}).get("cpu") or []}
+    cpu = {c["rank"]: c for c in (report.get("job") or {}).get("cpu") or []}  # said over any steps: it decides nothing
     peers = [c for r, c in cpu.items() if r != rank]
     if rank not in cpu or not peers:
         return ""

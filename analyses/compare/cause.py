@@ -42,7 +42,8 @@ The classes, decided in this order:
    rise went into their wait for it). On a CPU run where that rank is a new straggler, the others' rise less the
    extra wait it causes each of them per step (the stragglers section's): a gloo rank waits for a late
    peer inside the host op that needs the collective's result, so its own time holds that wait;
-   **rank** too when the run says a rank pauses now and then (its straggler cause *stalls*,
+   **rank** too when the run says a rank pauses now and then (its straggler cause *stalls*; the
+   environment instead where rule 1a's test of the machine's load holds for that rank,
    :mod:`ddprof.analyses.straggler_cause`) and the baseline does not: a few steps far longer, apart from
    every other rank's longest (a busy machine pauses every rank alike, and names none);
    **environment** when that rank is a CPU rank (no device work) the run's own straggler analysis sets
@@ -108,6 +109,7 @@ from ddprof.analyses.compare.job import shapes_changes, stage_count, workload_ch
 from ddprof.analyses.compare.samples import op_word
 from ddprof.analyses.compare.stats import hodges_lehmann
 from ddprof.analyses.compare.words import direction, ratio_range, ratio_text, signed
+from ddprof.analyses.job import cpu_rows
 from ddprof.analyses.straggler_cause import CONTENTION_MIN, set_aside
 
 from ddprof.report.schema import KernelRow, RunSection, StragglerCause, Stragglers, rows
@@ -392,8 +394,7 @@ def machine_load(base: dict[str, Any], run: dict[str, Any], rise_us: float, only
     makes its own ranks wait for each other. So a rank counts only where its host's ranks together waited
     for a CPU more than they themselves ran more (their threads' CPU a step, all threads): the rest of the
     waiting is others' (``run.per_rank``'s hosts; ranks of no recorded host are one host)."""
-    b = {c["rank"]: c for c in (base.get("job") or {}).get("cpu") or []}
-    r = {c["rank"]: c for c in (run.get("job") or {}).get("cpu") or []}
+    b, r = cpu_rows(base), cpu_rows(run)
     if rise_us <= 0 or not b or b.keys() != r.keys():
         return []
     hosts = {p["rank"]: p.get("host") for p in (run.get("run") or {}).get("per_rank") or []}
@@ -419,8 +420,8 @@ def machine_load(base: dict[str, Any], run: dict[str, Any], rise_us: float, only
 def thread_cpu_ratios(base: dict[str, Any], run: dict[str, Any]) -> dict[int, float]:
     """Per rank in both runs' step measures (the report's ``job.cpu``), its training thread's CPU time a step,
     run / baseline; empty where either lacks them."""
-    b = {c["rank"]: c["thread_cpu_ms"] for c in (base.get("job") or {}).get("cpu") or []}
-    r = {c["rank"]: c["thread_cpu_ms"] for c in (run.get("job") or {}).get("cpu") or []}
+    b = {k: c["thread_cpu_ms"] for k, c in cpu_rows(base).items()}
+    r = {k: c["thread_cpu_ms"] for k, c in cpu_rows(run).items()}
     return {k: r[k] / b[k] for k in sorted(b) if k in r and b[k] > 0} if b.keys() == r.keys() else {}
 
 
@@ -563,6 +564,13 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
     paused = _new_pauses(base, run)  # pauses apart from every other rank's long steps (a busy machine's are not)
     if paused:
         c = paused[0]
+        own = ranks.get(c.rank)
+        load = machine_load(base, run, max(own.shift if own is not None else 0.0, 1.0), only=c.rank)
+        if load:  # its long steps are its wait for a CPU that other processes took (rule 1a's test)
+            return _cause("environment", f"the machine's load: {load[0]}: rank {c.rank}'s long steps are its wait "
+                                         "for a CPU that other processes on its host took, not the rank's pauses",
+                          [*load, f"rank {c.rank} makes the others wait now and then (the run's straggler cause: "
+                                  "stalls)"])
         measures = {e.measure: e for e in c.evidence}
         n, peak = measures.get("stall_steps"), measures.get("stall_peak")
         said = (f"in {n.rank_value:.0f} of {n.peers_value:.0f} steps it makes the others wait up to "
