@@ -58,9 +58,10 @@ TIMELINE_POINTS = 200
 ATYPICAL = 1.5
 
 
-def job_section(run: Run) -> dict[str, Any]:
-    """The ``job`` section of ``run`` (module doc); ``{"measured": false}`` and zeros without measures."""
-    return job_of(run.step_measures(), list(run.steps))
+def job_section(run: Run, measures: pl.DataFrame | None = None) -> dict[str, Any]:
+    """The ``job`` section of ``run`` (module doc); ``{"measured": false}`` and zeros without measures.
+    ``measures``: its step measures, when read already (:meth:`~ddprof.store.rundir.Run.step_measures`)."""
+    return job_of(run.step_measures() if measures is None else measures, list(run.steps))
 
 
 def job_of(frame: pl.DataFrame, traced: list[int]) -> dict[str, Any]:
@@ -90,7 +91,7 @@ def job_of(frame: pl.DataFrame, traced: list[int]) -> dict[str, Any]:
               step_ms_p90=float(np.percentile(step_ms, 90)), traced_first=lo, traced_last=hi,
               traced_step_ms=float(np.median(step_ms[in_trace])) if in_trace.any() else None,
               episodes=kept, episodes_total=len(episodes), timeline=timeline,
-              cpu=rank_cpu(frame, _cpu_steps(steps, in_trace, traced)))
+              cpu=rank_cpu(frame, _cpu_steps(steps, traced)))
     return msgspec.to_builtins(job)
 
 
@@ -106,24 +107,21 @@ def cpu_rows(report: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return rows if all(c["steps"] >= MIN_CPU_STEPS for c in rows.values()) else {}
 
 
-def traced_cpu(run: Run) -> dict[int, dict[str, Any]]:
-    """Where each rank's CPU went in the run's traced steps (:func:`rank_cpu`, as the section's ``cpu``),
-    by rank; empty without step measures (what the straggler causes read, :mod:`.straggler_cause`)."""
-    frame = run.step_measures()
+def traced_cpu(frame: pl.DataFrame, traced: list[int]) -> dict[int, dict[str, Any]]:
+    """Where each rank's CPU went in the traced steps (:func:`rank_cpu`, as the section's ``cpu``) of a
+    run's step measures (``frame``), by rank, as :func:`cpu_rows` keeps them; empty without measures (what
+    the straggler causes read, :mod:`.straggler_cause`)."""
     if frame.height == 0:
         return {}
-    steps, _, _, _ = own_matrix(frame)
-    traced = list(run.steps)
-    lo, hi = (min(traced), max(traced)) if traced else (None, None)
-    in_trace = np.array([lo is not None and hi is not None and lo <= s <= hi for s in steps], dtype=bool)
-    return cpu_rows({"job": {"cpu": [msgspec.to_builtins(c) for c in rank_cpu(frame, _cpu_steps(steps, in_trace,
-                                                                                                   traced))]}})
+    steps = own_matrix(frame)[0]
+    return cpu_rows({"job": {"cpu": [msgspec.to_builtins(c) for c in rank_cpu(frame, _cpu_steps(steps, traced))]}})
 
 
-def _cpu_steps(steps: list[int], in_trace: np.ndarray, traced: list[int]) -> list[int]:
-    """The steps whose CPU figures describe the traced run: the traced steps less those where the profiler
-    starts and stops (:func:`profiler_steps`) where 3 or more are left, else the traced ones, else all."""
-    mine = [s for s, t in zip(steps, in_trace) if t]
+def _cpu_steps(steps: list[int], traced: list[int]) -> list[int]:
+    """The steps whose CPU figures describe the traced run: the traced steps (from the first traced to the
+    last) less those where the profiler starts and stops (:func:`profiler_steps`) where 3 or more are left,
+    else the traced ones, else all."""
+    mine = [s for s in steps if traced and min(traced) <= s <= max(traced)]
     quiet = [s for s in mine if s not in profiler_steps(traced)]
     return quiet if len(quiet) >= 3 else mine or steps
 

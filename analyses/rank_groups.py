@@ -300,10 +300,12 @@ class RunAnalysis:
 
 
 def analyse_run(run: Run, *, executor: Executor | None = None, budget: int | None = None,
-                per_group: Callable[[Prepared], Any] | None = None) -> RunAnalysis:
+                per_group: Callable[[Prepared], Any] | None = None,
+                measures: pl.DataFrame | None = None) -> RunAnalysis:
     """Clocks estimated, then each group's frames (on ``executor``; default: here, one group after the
     other), then the cross-rank sections on their summaries (module doc). ``extra``: ``per_group`` of each
-    group's events as traced, in rank order (a module-level function, to run on another machine)."""
+    group's events as traced, in rank order (a module-level function, to run on another machine).
+    ``measures``: the run's step measures, when read already."""
     groups = rank_groups(run, budget)
     if not groups:
         groups = [[]]
@@ -311,6 +313,7 @@ def analyse_run(run: Run, *, executor: Executor | None = None, budget: int | Non
     results = run_each(executor, group_frames, [(str(run.path), g, clock, per_group) for g in groups])
     windows = {r: n for res in results for r, n in res.windows.items()}
     frames = merge([res.frames for res in results])
-    return RunAnalysis(clock, cross_rank_sections(frames, run.world_size, placement(run), traced_cpu(run)), windows,
+    cpu = traced_cpu(run.step_measures() if measures is None else measures, list(run.steps))
+    return RunAnalysis(clock, cross_rank_sections(frames, run.world_size, placement(run), cpu), windows,
                        [res.extra for res in results],
                        frames["comm_kernel_counts"])

@@ -109,7 +109,9 @@ def build_report(run: Run | None, *, dumps: DumpSet | None = None, executor: Exe
     tables = {name: pl.DataFrame() for name in registry.DETAIL}
     if run is not None:
         report: dict[str, Any] = {"run": run.summary(), **copy.deepcopy(registry.EMPTY_SECTIONS)}
-        analysis = analyse_run(run, executor=executor, per_group=health)  # clocks aligned before cross-rank work
+        measures = run.step_measures()  # read once: the straggler causes and the job section both use them
+        analysis = analyse_run(run, executor=executor, per_group=health,  # clocks aligned before cross-rank work
+                               measures=measures)
         clock = analysis.clock
         report["clocks"] = clock.section()
         sections = {k: analysis.sections[k] for k in registry.SECTION_ORDER}
@@ -126,7 +128,7 @@ def build_report(run: Run | None, *, dumps: DumpSet | None = None, executor: Exe
         report["comm_kernels"] = comm_kernels(analysis.comm_kernel_counts, rules_of(run.manifest))
         report["whatif"] = whatif_section(run, clock, groups=[g["ranks"] for g in report["stragglers"]["groups"]])
         report["links"] = link_classes(tables["collectives"], report["run"])
-        report["job"] = job_section(run)
+        report["job"] = job_section(run, measures)
         if dumps is not None:  # a dump that cannot be read is a failed input, like a trace that cannot
             failed = _dump_failures(dumps)
             report["run"]["failed"].extend(failed)

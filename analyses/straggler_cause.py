@@ -539,7 +539,8 @@ def with_causes(section: dict[str, Any], p: Prepared, cpu: dict[int, dict[str, A
     causes = straggler_causes(p, section, pipeline_stages(p))
     if cpu:
         shaped, ops = cause_shapes(p), cause_ops(p)
-        causes = [by_cpu(c, cpu, same_work(shaped, ops, c["rank"])) for c in causes]
+        causes = [by_cpu(c, cpu, same_work(shaped, ops, c["rank"]) if c["cause"] == "contention" else None)
+                  for c in causes]  # the same work matters only to a contention that would turn compute
     unexplained = host_scheduled(p, causes)
     return {**section, "ranks": [r for r in section.get("ranks", []) if r not in unexplained], "causes": causes}
 
