@@ -17,16 +17,21 @@ others' falls by what they now wait. Without timed collectives (``coll_ms`` null
 ``d_r(s) > max(floor_ms, rel · median step time, k · σ_r)``, with ``σ_r = 1.4826 · MAD`` of ``d_r`` over
 the ``window`` steps before the current run of slow steps (its noise: a rank's own time differs from the
 others' by this much when nothing changed), or the same over every rank's differences at those steps when
-that is larger (a few steps of one rank can look calmer than they are). It is **named** once it has been slow at the
-``persist`` latest complete steps in a row, and only with ``min_history`` steps before them to measure the
-noise on. Defaults: ``floor_ms = 2``, ``rel = 0.10``, ``k = 4``, ``persist = 2``, ``window = 50``,
-``min_history = 10``. So a step change of one rank is named at the second step after it (within 2 steps),
-and a healthy run, whose differences stay within a few σ and below 10 % of the step, raises nothing. (With
-1 ms and 5 %, a healthy 2-rank job of 10 ms steps on a loaded 2-core machine had one rank 1.17 ms behind
-at two steps in a row, a calm history making σ small: named slow, wrongly.)
-Worked example: 2 ranks with own times 40 ms each (noise σ 0.5 ms); from step 20 rank 1 sleeps 60 ms more:
-its own time 100 ms, rank 0's 40 ms (it waits 60 ms in the all-reduce); ``d_1 = 60 ms > max(1, 0.05 · 100,
-4 · 0.5) = 5 ms`` at steps 20 and 21: named at step 21 as slow since step 20.
+that is larger (a few steps of one rank can look calmer than they are). It is **named** once it has been slow at
+the latest complete steps in a row for ``persist`` steps that last ``settle_s`` together, or for
+``persist_max`` steps, whichever comes first, and only with ``min_history`` steps before them to measure the
+noise on. Defaults: ``floor_ms = 2``, ``rel = 0.10``, ``k = 4``, ``persist = 2``, ``settle_s = 1``,
+``persist_max = 5``, ``window = 50``, ``min_history = 10``. So a step change of one rank is named at the
+second step after it when steps last 0.5 s or more, and at the fifth at most when they are short: within 2
+steps or about 1.3 s, whichever is longer. A healthy run, whose differences stay within a few σ and below
+10 % of the step, raises nothing. (With 1 ms and 5 %, a healthy 2-rank job of 10 ms steps on a loaded 2-core
+machine had one rank 1.17 ms behind at two steps in a row, a calm history making σ small: named slow,
+wrongly; with 2 ms and 10 %, another had one rank 2.4 ms behind at two steps in a row. Noise that lasts a
+few steps of 10 ms is not a slow rank; five in a row, 0.05 s or more, is rarer by orders of magnitude.)
+Worked example: 2 ranks with own times 40 ms each (noise σ 0.5 ms); from step 20 rank 1 sleeps 600 ms more:
+its own time 640 ms, rank 0's 40 ms (it waits 600 ms in the all-reduce); ``d_1 = 600 ms > max(2, 0.10 ·
+640, 4 · 0.5) = 64 ms`` at steps 20 and 21, which last 1.3 s together: named at step 21 as slow since step
+20. Had it slept 60 ms more, its steps of 100 ms would be named at the fifth, step 24.
 
 **Wait caused** (DESIGN.md §3's straggler, one collective per step: the step's last): per step, the rank
 that arrived last at its last collective (``arrive``, wall clock) made each other rank wait
@@ -50,6 +55,8 @@ class DetectionRule:
     rel: float = 0.10
     k: float = 4.0
     persist: int = 2
+    settle_s: float = 1.0
+    persist_max: int = 5
     window: int = 50
     min_history: int = 10
     merge_gap: int = 5  # the straggler history: stretches of one rank this many steps apart or fewer are one
@@ -135,6 +142,17 @@ def _differences(own: np.ndarray, wall: np.ndarray, rule: DetectionRule) -> tupl
     return diffs, max(rule.floor_ms, rule.rel * float(np.median(wall)))
 
 
+def _to_name(walls: np.ndarray, rule: DetectionRule) -> int:
+    """How many slow steps in a row, from the first of ``walls`` (a run's step times, ms), name a rank: the
+    fewest from ``persist`` on that last ``settle_s`` together, ``persist_max`` at most; more than the run
+    has when even its whole length falls short (it is not named yet)."""
+    total = np.cumsum(np.nan_to_num(walls[:rule.persist_max], nan=0.0))
+    for n in range(rule.persist, rule.persist_max):
+        if n <= total.size and total[n - 1] >= rule.settle_s * 1e3:
+            return n
+    return rule.persist_max
+
+
 def _threshold(diffs: np.ndarray, r: int, start: int, base: float, rule: DetectionRule) -> float | None:
     """What rank ``r``'s difference must exceed in a run of steps from index ``start`` on: the floor, or
     ``k`` robust sigmas of the ``window`` steps before it (its own, or every rank's where larger); None
@@ -162,7 +180,7 @@ def detect_slow_ranks(frame: pl.DataFrame, rule: DetectionRule = DetectionRule()
         if threshold is None:
             continue
         streak = _trailing(d > threshold)
-        if streak >= rule.persist:
+        if streak >= _to_name(wall[n_steps - streak:, r], rule):
             first = n_steps - streak
             since_wall = float(end[first, r]) if np.isfinite(end[first, r]) else None
             found.append(SlowRank(rank=int(frame_ranks(frame)[r]), since_step=int(steps[first]), since_wall=since_wall,
@@ -213,10 +231,11 @@ def slow_episodes(frame: pl.DataFrame, rule: DetectionRule = DetectionRule()) ->
             if threshold is None:
                 continue
             for x, y in _runs(d[a:b] > threshold):
-                if y - x >= rule.persist:
+                need = _to_name(wall[a + x:a + y, r], rule)
+                if y - x >= need:
                     found.append(SlowEpisode(rank=int(ranks[r]), first_step=int(steps[a + x]),
                                              last_step=int(steps[a + y - 1]), steps=y - x,
-                                             named_step=int(steps[a + x + rule.persist - 1]),
+                                             named_step=int(steps[a + x + need - 1]),
                                              excess_ms=float(np.median(d[a + x:a + y])), threshold_ms=threshold))
     return _merged(sorted(found, key=lambda e: (e.rank, e.first_step)), steps, diffs, ranks, rule.merge_gap)
 

@@ -86,7 +86,7 @@ def test_slow_rank_named_within_the_bound_and_auto_triggered(tmp_path: Path) -> 
     report = build_report(wait_ingested(run_dir))
     job = report["job"]
     assert job["measured"] and job["ranks"] == 2 and job["first_step"] == 1, job
-    assert [(e["rank"], e["first_step"], e["named_step"]) for e in job["episodes"]] == [(1, 35, 36)], job["episodes"]
+    assert [(e["rank"], e["first_step"], e["named_step"]) for e in job["episodes"]] == [(1, 35, 39)], job["episodes"]
     assert job["episodes"][0]["last_step"] >= 60 and job["episodes"][0]["excess_ms"] > 40
     assert any(v.startswith("rank 1 was slow for ") and "(35-" in v for v in report["verdicts"]), report["verdicts"]
 

@@ -54,18 +54,34 @@ def test_healthy_noisy_series_raises_nothing(ranks: int, noise: float) -> None:
 
 
 @pytest.mark.parametrize("ranks", [2, 4, 8])
-def test_step_change_on_one_rank_named_within_two_steps(ranks: int) -> None:
+def test_step_change_on_one_rank_named_within_two_steps_or_a_second(ranks: int) -> None:
+    """Steps of 600 ms: named at the second slow step. Steps of 60 ms: at the fifth (0.3 s), so that noise
+    lasting two or three short steps is no alert."""
     rule = DetectionRule()
     for seed in range(10):
         slow = seed % ranks
-        frame = series(ranks, 80, seed=seed, slow_rank=slow, slow_from=50, slow_ms=20.0)
-        assert detect_slow_ranks(frame.filter(pl.col("step") <= 49), rule) == []
-        assert detect_slow_ranks(frame.filter(pl.col("step") <= 50), rule) == []  # one step is not yet a change
-        named = detect_slow_ranks(frame.filter(pl.col("step") <= 51), rule)  # 2 steps after the change
-        assert [s.rank for s in named] == [slow], (seed, named)
-        assert named[0].since_step == 50 and named[0].steps == 2
-        assert named[0].excess_ms == pytest.approx(20.0, abs=6.0)
-        assert f"rank {slow} is slow since step 50" in named[0].describe()
+        for step_ms, slow_ms, need in ((600.0, 200.0, 2), (40.0, 20.0, 5)):
+            frame = series(ranks, 80, seed=seed, slow_rank=slow, slow_from=50, slow_ms=slow_ms, step_ms=step_ms)
+            assert detect_slow_ranks(frame.filter(pl.col("step") <= 49), rule) == []
+            # one step is not yet a change, nor fewer than need
+            assert detect_slow_ranks(frame.filter(pl.col("step") <= 48 + need), rule) == []
+            named = detect_slow_ranks(frame.filter(pl.col("step") <= 49 + need), rule)
+            assert [s.rank for s in named] == [slow], (seed, step_ms, named)
+            assert named[0].since_step == 50 and named[0].steps == need
+            assert named[0].excess_ms == pytest.approx(slow_ms, rel=0.3)
+            assert f"rank {slow} is slow since step 50" in named[0].describe()
+
+
+def test_noise_of_two_or_three_short_steps_is_no_alert() -> None:
+    """A healthy job of 10 ms steps where one rank is 2.4 ms behind at two, then three, steps in a row
+    (seen on a loaded 2-core machine): not named; five in a row are."""
+    base = series(2, 60, seed=7, step_ms=10.0, coll_ms=1.0, noise=0.01)
+    for steps, named in ((2, False), (3, False), (5, True)):
+        burst = base.with_columns(pl.when((pl.col("rank") == 1) & pl.col("step").is_between(40, 39 + steps))
+                                  .then(pl.col("coll_ms") - 2.4).otherwise(pl.col("coll_ms")).alias("coll_ms"))
+        got = [detect_slow_ranks(burst.filter(pl.col("step") <= upto)) for upto in range(20, 60)]
+        assert any(got) == named, (steps, got)
+        assert bool([e for e in slow_episodes(burst)]) == named
 
 
 def test_the_history_is_the_live_rule_replayed_at_every_step() -> None:
@@ -76,17 +92,19 @@ def test_the_history_is_the_live_rule_replayed_at_every_step() -> None:
     frame = frame.with_columns(pl.when((pl.col("rank") == 3) & pl.col("step").is_between(170, 179))
                                .then(pl.col("coll_ms") - 15).otherwise(pl.col("coll_ms")).alias("coll_ms"))
     got = [(e.rank, e.first_step, e.last_step, e.named_step) for e in slow_episodes(frame)]
-    assert [(r, a, n) for r, a, _, n in got] == [(1, 120, 121), (3, 170, 171)], got
+    # 8 ms over 40 ms steps with 3 % noise is near the threshold: the first steps may dip under it
+    assert [r for r, *_ in got] == [1, 3] and 120 <= got[0][1] <= 123 and got[1][1] == 170, got
+    assert all(n == a + 4 for _, a, _, n in got), got  # five slow steps of 50 ms name a rank
     assert 155 <= got[0][2] <= 159 and got[1][2] == 179, got  # the last steps of a small excess may dip
     named = {(s.rank, upto) for upto in range(200) for s in detect_slow_ranks(frame.filter(pl.col("step") <= upto))}
-    assert {(1, 121), (3, 171)} <= named  # named live at the same steps
+    assert {(r, n) for r, _, _, n in got} <= named  # named live at the same steps
     assert all(any(r == e.rank and e.first_step <= u <= e.last_step for e in slow_episodes(frame))
                for r, u in named), named
     # 8 ms on 40 ms steps dips under the rule's threshold now and then: without joining, 3 stretches
     fragments = slow_episodes(frame, DetectionRule(merge_gap=0))
     assert len([e for e in fragments if e.rank == 1]) > 1
     e = slow_episodes(frame)[0]
-    assert e.steps == e.last_step - 119 and e.excess_ms == pytest.approx(8.0, abs=1.5)
+    assert e.steps == e.last_step - e.first_step + 1 and e.excess_ms == pytest.approx(8.0, abs=1.5)
 
 
 def test_the_job_section_says_what_the_trace_did_not_see() -> None:
@@ -98,7 +116,7 @@ def test_the_job_section_says_what_the_trace_did_not_see() -> None:
     assert job["step_ms"] == pytest.approx(47.0, rel=0.1) and len(job["timeline"]) == 200
     assert job["episodes"][0]["excess_ms"] == pytest.approx(15.0, abs=2.0) and not job["episodes"][0]["traced"]
     [said] = job_verdicts({"job": job})
-    assert said.startswith("rank 1 was slow for 40 steps (120-159, named at step 121): its own time ") and \
+    assert said.startswith("rank 1 was slow for 40 steps (120-159, named at step 124): its own time ") and \
         said.endswith("outside the traced steps 2-25"), said
     seen = job_of(frame, list(range(130, 141)))
     assert seen["episodes"][0]["traced"] and "within the traced steps" in job_verdicts({"job": seen})[0]
