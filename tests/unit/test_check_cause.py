@@ -246,6 +246,15 @@ def test_direction_words_follow_the_sign():
                  tolerance=5, tolerance_text="5 pts", confidence=0.5)
     assert o["change"] > 0 and o["message"].startswith("exposed communication (all ranks) rose ")
     assert "rose 2.5 pts (shift, " in o["message"] and "the medians 54.0 % → 53.9 %" in o["message"]
+    # a failed rule whose medians moved less than its tolerance (8 %, against 10 %) leads with the shift it
+    # tested, so that no line reads "rose 8 % ... tolerance 10 %" and fails
+    base = np.array([9.4, 10.2, 10.5, 9.9, 10.2, 9.8, 10.0, 9.9, 10.1, 9.2, 10.3, 9.9])
+    run = np.array([10.9, 11.3, 11.9, 9.7, 11.6, 10.2, 10.8, 10.8, 11.8, 10.8, 11.4, 10.5])
+    o = relative("kernels", "x", base, run, what="CPU op x", unit="us", worse_if_higher=True, tolerance=1.0,
+                 tolerance_text="10 %", confidence=0.99)
+    assert o["outcome"] == "fail" and np.median(run) - np.median(base) < 1.0 <= o["change"]
+    assert o["message"].startswith("CPU op x (x) rose 10 % (+1 µs shift, 99 % interval "), o["message"]
+    assert "the medians 9.95 µs → 10.9 µs" in o["message"]
     same = relative("idle", "all ranks", base, base, what="idle", unit="%", worse_if_higher=True, tolerance=5,
                     tolerance_text="5 pts", confidence=0.99)
     assert same["message"].startswith("idle (all ranks) did not change: ")
