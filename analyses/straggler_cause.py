@@ -644,16 +644,21 @@ def cause_clause(report: dict[str, Any], rank: int) -> str:
 
 
 def cpu_clause(report: dict[str, Any], rank: int) -> str:
-    """Whose CPU a rank in contention waited for, from the collector's step measures (the report's
-    ``job.cpu``, :mod:`.job`): its training thread's wait for a CPU and its process's other threads' CPU a
-    step, against the other ranks' medians; "" where the run has no such figures.
+    """Whose CPU a rank in contention lost, from the collector's step measures (the report's ``job.cpu``,
+    :mod:`.job`): its training thread's wait for a CPU, its process's other threads' CPU and its training
+    thread's own CPU a step, against the other ranks' medians; "" where the run has no such figures.
 
-    Said where the wait stands out (its extra wait at least :data:`MATERIAL` of its step): whose the CPU
-    was, its own process's (its other threads ran at least half its extra wait more than the others') or
-    other processes' (the machine's load).
+    Its extra op time a step (the cause's ``compute`` evidence; else its step) is split three ways: the extra
+    wait for a CPU that its own other threads' extra CPU covers (**its own process took it**), the rest of
+    that wait (**other processes on its host took it, the machine's load**), and its thread's extra CPU time
+    for the others' work (**a slower core**: a contention cause is the same ops on the same shapes, so the
+    CPU did the same work slower, a core shared below the operating system or a slower one, the machine's
+    doing). The largest part is said where it is at least :data:`MATERIAL` of that extra time.
 
     Example: "; its training thread waited for a CPU 5.21 ms a step (the others 270 µs), its own other
-    threads ran 7.7 ms (the others 1.7 ms): its own process took it"."""
+    threads ran 7.7 ms (the others 1.7 ms): its own process took it". A clean pinned 2-rank gloo run: ops 8.06
+    ms a step against 4.27, its thread's CPU 8.61 ms against 5.75, its wait 1.37 ms against 0.29, its other
+    threads 1.64 against 1.47 ms: the slower core (2.86 ms) outweighs the load (0.91 ms)."""
     cpu = {c["rank"]: c for c in (report.get("job") or {}).get("cpu") or []}  # said over any steps: it decides nothing
     peers = [c for r, c in cpu.items() if r != rank]
     if rank not in cpu or not peers:
@@ -661,12 +666,33 @@ def cpu_clause(report: dict[str, Any], rank: int) -> str:
     mine = cpu[rank]
     wait = float(np.median([c["wait_ms"] for c in peers])) * 1e3
     others = float(np.median([c["other_threads_ms"] for c in peers])) * 1e3
-    extra, more = mine["wait_ms"] * 1e3 - wait, mine["other_threads_ms"] * 1e3 - others
-    whose = ("" if extra < MATERIAL * mine["step_ms"] * 1e3 else ": its own process took it" if more >= 0.5 * extra
-             else ": other processes on its host took it, the machine's load")
-    return (f"; its training thread waited for a CPU {fmt_us(mine['wait_ms'] * 1e3)} a step (the others "
+    thread = float(np.median([c["thread_cpu_ms"] for c in peers])) * 1e3
+    extra = max(mine["wait_ms"] * 1e3 - wait, 0.0)
+    own = min(max(mine["other_threads_ms"] * 1e3 - others, 0.0), extra)
+    parts = {"own": own, "load": extra - own, "core": max(mine["thread_cpu_ms"] * 1e3 - thread, 0.0)}
+    whose = max(parts, key=lambda k: parts[k])
+    said = (f"; its training thread waited for a CPU {fmt_us(mine['wait_ms'] * 1e3)} a step (the others "
             f"{fmt_us(wait)}), its own other threads ran {fmt_us(mine['other_threads_ms'] * 1e3)} (the others "
-            f"{fmt_us(others)}){whose}")
+            f"{fmt_us(others)})")
+    if parts[whose] < MATERIAL * _extra_ops_us(report, rank, mine["step_ms"] * 1e3):
+        return said
+    if whose == "core":
+        return (f"; its training thread needed {fmt_us(mine['thread_cpu_ms'] * 1e3)} of CPU a step for the "
+                f"others' work (the others {fmt_us(thread)}: {mine['thread_cpu_ms'] * 1e3 / thread:.2g}×) and "
+                f"waited for one {fmt_us(mine['wait_ms'] * 1e3)} (the others {fmt_us(wait)}): a slower core, "
+                f"or one shared below the operating system, the machine's doing")
+    return said + (": its own process took it" if whose == "own" else
+                   ": other processes on its host took it, the machine's load")
+
+
+def _extra_ops_us(report: dict[str, Any], rank: int, step_us: float) -> float:
+    """The rank's op time a step over its peers' (its cause's ``compute`` evidence), µs; ``step_us`` without it."""
+    for c in (report.get("stragglers") or {}).get("causes") or []:
+        if c.get("rank") == rank:
+            for e in c.get("evidence") or []:
+                if e.get("measure") == "compute" and e.get("peers_value") is not None:
+                    return max(e["rank_value"] - e["peers_value"], 0.0)
+    return step_us
 
 
 def describe(c: StragglerCause) -> str:

@@ -30,7 +30,8 @@ A run is analysed with ``ddprof analyze --format json``; its first verdict is *r
 fault's rank and cause class (``compute``, ``input``, ``stalls``, ``contention``, ``communication``,
 ``pipeline imbalance``: the class in parentheses after the rank, :mod:`ddprof.analyses.straggler_cause`),
 and, on a clean run, a *false alarm* when any verdict names a straggler or a stage holding the pipeline
-back. Per fault: first-verdict right %, and over all runs, per cause class, precision (of the runs whose
+back and does not put it on the machine (a pinned rank whose core did the others' work 1.5× slower, or
+whose CPU other processes took, from the step measures: said apart, beside the false alarms). Per fault: first-verdict right %, and over all runs, per cause class, precision (of the runs whose
 first verdict named that class, the share that had that fault) and recall (of the runs with that fault,
 the share whose first verdict named it, with the right rank). ``ddprof check`` is run on the first
 repetition: a clean run against another clean run of the same job (must pass), and each faulty run
@@ -87,6 +88,9 @@ _NAMED = re.compile(r"^rank (\d+) (?:is the straggler|pauses now and then|\(pipe
 _GROUP = re.compile(r"^ranks ([\d, ]+) \([^)]*\) are slower together"
                     r"(?: \(rank \d+ of them: ([a-zA-Z ]+?)(?::|\)))?")
 _CLASS = {"CPU contention": "contention"}
+#: A verdict that puts the rank's lateness on the machine (:func:`ddprof.analyses.straggler_cause.cpu_clause`):
+#: on a healthy run, a rank the machine slowed, said so, and no false alarm.
+_MACHINE = re.compile(r"the machine's (?:load|doing)")
 _LOAD = re.compile(r"^rank (\d+) receives [\d.]+× the mean .*: (expert load imbalance)")
 
 
@@ -102,6 +106,7 @@ class Outcome:
     seconds: float
     right: bool = False
     alarm: bool = False
+    machine: bool = False  # a healthy run whose verdict named a rank and put it on the machine
     causes: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -181,7 +186,9 @@ def one(fault: str, rep: int, ranks: int, root: Path, steps: int, active: int, t
     o = Outcome(fault, rep, ranks, None if fault in HEALTHY else ranks - 1, verdicts[0], who, cls, seconds,
                 causes=report["stragglers"].get("causes", []))
     if fault in HEALTHY:
-        o.alarm = any(named(v)[0] is not None for v in verdicts)
+        ranked = [v for v in verdicts if named(v)[0] is not None]
+        o.machine = any(_MACHINE.search(v) for v in ranked)
+        o.alarm = any(not _MACHINE.search(v) for v in ranked)
         o.right = not o.alarm
     else:
         o.right = bool(who) and set(who) <= faulty_ranks(fault, ranks) and cls == EXPECTED[fault]
@@ -206,9 +213,10 @@ def table(outcomes: list[Outcome]) -> str:
         mine = [o for o in outcomes if o.fault == f]
         right = sum(o.right for o in mine)
         if f in HEALTHY:
-            alarms = sum(o.alarm for o in mine)
+            alarms, machine = sum(o.alarm for o in mine), sum(o.machine and not o.alarm for o in mine)
             lines.append(f"| {f} | {mine[0].ranks} | {len(mine)} | {100 * right / len(mine):.0f} % "
-                         f"(false alarms {alarms}/{len(mine)} = {100 * alarms / len(mine):.0f} %) | | | "
+                         f"(false alarms {alarms}/{len(mine)} = {100 * alarms / len(mine):.0f} %"
+                         + (f"; a rank the machine slowed, said so: {machine}" if machine else "") + ") | | | "
                          f"{sum(o.seconds for o in mine) / len(mine):.1f} |")
             continue
         cls = EXPECTED[f]

@@ -28,7 +28,11 @@ moves less.
 Both runs share the machine with nothing else this script starts; other load on the machine between the
 two runs shows as error (the clean run is the truth only as far as the machine stayed the same). The
 clean runs' own spread over the repetitions (min … max) is printed beside the errors: it is the noise
-floor a projection is judged against.
+floor a projection is judged against. The machine's speed at each run is measured too: rank 0's training
+thread's CPU time a step (the collector's step measures), a rank whose work neither fault changes; the
+error "at the machine's speed" compares the projection with the clean step scaled by the faulty run's
+speed over the clean run's (the projection keeps the faulty run's recorded durations, so a machine slower
+during that run is slower in it). It is printed beside the error, not instead of it.
 """
 
 from __future__ import annotations
@@ -40,6 +44,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ddprof.analyses.whatif.projections import whatif  # noqa: E402
@@ -76,6 +83,17 @@ def measure(run_dir: Path, slow: int | None) -> tuple[float, float | None, str |
     return w.step_s, projected, None
 
 
+def thread_cpu_ms(run_dir: Path, rank: int = 0) -> float | None:
+    """Rank ``rank``'s training thread's CPU time a step (the collector's step measures, the median over the
+    steps after the first 3), or None where the run has none: the machine's speed at that run, read on a rank
+    whose work the fault does not change."""
+    f = ddprof.open_run(run_dir).step_measures()
+    if "thread_cpu_ms" not in f.columns:
+        return None
+    v = f.filter((pl.col("rank") == rank) & (pl.col("step") >= 3)).get_column("thread_cpu_ms").drop_nulls()
+    return float(v.median()) if v.len() else None
+
+
 def pair(fault: str, ranks: int, rep: int, work: Path, a: argparse.Namespace) -> dict[str, float] | None:
     faulty, clean = work / f"{fault}-{ranks}-{rep}", work / f"without-{fault}-{ranks}-{rep}"
     run_job(job(fault, ranks, a.steps, a.active, a.factor, a.pin, a.hidden, a.batch), ranks, faulty, a.timeout)
@@ -86,10 +104,16 @@ def pair(fault: str, ranks: int, rep: int, work: Path, a: argparse.Namespace) ->
         print(f"{fault:8} {ranks} ranks rep {rep}: not projected: {why or why_c}", flush=True)
         return None
     err = 100 * (projected - step_c) / step_c
+    cpu_f, cpu_c = thread_cpu_ms(faulty), thread_cpu_ms(clean)
+    speed = cpu_f / cpu_c if cpu_f and cpu_c else None
+    adjusted = 100 * (projected - step_c * speed) / (step_c * speed) if speed else None
     print(f"{fault:8} {ranks} ranks rep {rep}: faulty step {1e3 * step_f:8.2f} ms, projected without rank "
           f"{ranks - 1} {1e3 * projected:8.2f} ms, measured without the fault {1e3 * step_c:8.2f} ms: "
-          f"error {err:+6.2f} %", flush=True)
-    return {"faulty": step_f, "projected": projected, "clean": step_c, "error": err}
+          f"error {err:+6.2f} %" + (f"; rank 0's thread CPU a step {cpu_f:.2f} ms against {cpu_c:.2f} ms "
+                                    f"(×{speed:.3f}): error at the faulty run's machine speed {adjusted:+6.2f} %"
+                                    if speed else ""), flush=True)
+    return {"faulty": step_f, "projected": projected, "clean": step_c, "error": err, "speed": speed,
+            "adjusted": adjusted}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,8 +144,9 @@ def main(argv: list[str] | None = None) -> int:
                     if got is not None:
                         rows.setdefault((fault, ranks), []).append(got)
     print("\n| fault | ranks | pairs | faulty step ms (median) | projected ms (median) | clean step ms (median) | "
-          "clean min … max | medians' error | error of a pair: median | min … max | within 5 % |")
-    print("|---|---:|---:|---:|---:|---:|---|---:|---:|---|---:|")
+          "clean min … max | medians' error | error of a pair: median | min … max | within 5 % | "
+          "at the machine's speed: median | min … max | within 5 % |")
+    print("|---|---:|---:|---:|---:|---:|---|---:|---:|---|---:|---:|---|---:|")
     worst = 0.0
     for (fault, ranks), rs in sorted(rows.items()):
         errs = [r["error"] for r in rs]
@@ -131,12 +156,21 @@ def main(argv: list[str] | None = None) -> int:
               f"{1e3 * proj:.2f} | {1e3 * clean:.2f} | {1e3 * min(r['clean'] for r in rs):.2f} … "
               f"{1e3 * max(r['clean'] for r in rs):.2f} | {100 * (proj - clean) / clean:+.2f} % | "
               f"{statistics.median(errs):+.2f} % | {min(errs):+.2f} … {max(errs):+.2f} % | "
-              f"{sum(abs(e) <= 5 for e in errs)}/{len(errs)} |")
+              f"{sum(abs(e) <= 5 for e in errs)}/{len(errs)} | " + _adjusted_cells(rs))
     print(f"\nworst |error| {worst:.2f} %; {time.monotonic() - t0:.0f} s")
     if a.json:
         pairs = [{"fault": f, "ranks": n, **r} for (f, n), rs in sorted(rows.items()) for r in rs]
         a.json.write_text(json.dumps({"pairs": pairs}, indent=2))
     return 0
+
+
+def _adjusted_cells(rs: list[dict[str, Any]]) -> str:
+    """The table's last three cells: the pairs' errors at the faulty run's machine speed (module doc)."""
+    adj = [r["adjusted"] for r in rs if r.get("adjusted") is not None]
+    if not adj:
+        return "- | - | - |"
+    return (f"{statistics.median(adj):+.2f} % | {min(adj):+.2f} … {max(adj):+.2f} % | "
+            f"{sum(abs(e) <= 5 for e in adj)}/{len(adj)} |")
 
 
 if __name__ == "__main__":

@@ -76,7 +76,10 @@ The classes, decided in this order:
 5. **environment**: two or more ranks rose, and no subset of the ops explains it, or one rose and every
    rank's training thread needed more CPU for its step as rule 2 leaves it (:func:`every_thread_busier`): every op slowed by a
    similar factor (on a CPU run everything is host work, the gloo transfers too, so this is what a busier
-   machine does), or the device kernels kept their times (the GPUs wait for the host);
+   machine does), or the device kernels kept their times (the GPUs wait for the host); on a CPU run also
+   where ops slowed beyond the noise and no rank's own time did, when three quarters of the op time or more
+   slowed by 5 % or more and every rank's training thread needed ×1.1 more CPU or more (a clean 2-rank gloo
+   run against another: the ops ×1.11–×1.41, the threads ×1.15 and ×1.19, its step within its noise);
 6. **communication**: no rank rose, and busbw fell by at least 10 % (``BW_CHANGE``) beyond the noise, or
    the communication kernels slowed; **environment** instead on a CPU run whose ranks all ran on one host
    (gloo there moves the bytes with the host's CPUs and memory: no interconnect to blame), **unclear** on
@@ -683,6 +686,16 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
         text = (f"every rank's training thread needed more CPU for its step ({ratio_range(list(cpu.values()))}, "
                 f"the collector's step measures) on the same {ops_word}")
         return _cause("environment", f"{text}: the machine ran slower, not one rank", [factors(rose), text, ops_text()])
+
+    # 5b. on a CPU run, most of the op time slowed and every rank's training thread needed more CPU for the
+    # same ops, though no rank's own time rose beyond its noise: the machine ran slower
+    busier = thread_cpu_ratios(base, run) if word == "CPU op" and slower else {}
+    if len(busier) >= 2 and min(busier.values()) >= 1 + OP_CHANGE and \
+            sum(m.base for m in ops if m.ratio >= 1 + OP_SAME) >= (1 - SAME_SHARE) * compared:
+        text = (f"every rank's training thread needed more CPU for its step ({ratio_range(list(busier.values()))}, "
+                f"the collector's step measures) on the same {ops_word}")
+        return _cause("environment", f"{ops_text()}, and {text}: the machine ran slower, not a subset of the "
+                                     f"{ops_word}", [text, ops_text()])
 
     # 6. communication
     if not rose and (bw_fell or comm_rose):

@@ -148,8 +148,10 @@ def _relative_rules(base: dict[str, Any], run: dict[str, Any], rules: dict[str, 
         if cfg["enabled"] and b_arr.size:
             o = relative(rule, "all ranks", b_arr, r_arr, what=what, unit="%", worse_if_higher=worse_high,
                          tolerance=cfg["tolerance_pts"], tolerance_text=f"{cfg['tolerance_pts']:g} pts", confidence=c)
-            if o["outcome"] == "fail" and rule != "overlap" and (fell := faster()) is not None:
-                o = {**o, "outcome": "pass", "message": f"{o['message']}: {fell}"}
+            if o["outcome"] == "fail" and (fell := faster()) is not None:
+                why = (SHORTER_STEP_HIDES_LESS if rule == "overlap" else "the same time is a larger share of a "
+                       "shorter step")
+                o = {**o, "outcome": "pass", "message": f"{o['message']}: {fell}: {why}, no slower"}
             out.append(o)
     if rules["bubble"]["enabled"]:
         rb = S.bubble_by_stage(run)
@@ -222,15 +224,20 @@ def _step_held(base: np.ndarray, run: np.ndarray, confidence: float) -> str | No
             "member, and that wait moved, no slower")
 
 
+#: Why less overlap in a faster run is no regression (a real clean DDP run on a faster machine moment hid
+#: 14 % of its communication behind compute, against 33 % in the slower run it was checked against).
+SHORTER_STEP_HIDES_LESS = "less compute runs beside the same communication in a shorter step"
+
+
 def _step_fell(base: np.ndarray, run: np.ndarray, confidence: float) -> str | None:
-    """Why a share of the step that rose is no regression, where the step time fell beyond the noise: the same
-    time in a shorter step is a larger share of it (a real clean pipeline run's idle share rose 5.2 points as
-    its step fell 18.9 ms). None where the step did not fall."""
+    """Where the step time fell beyond the noise, the clause that says so: a share of the step that rose, or
+    overlap that fell, is then no regression (the same time in a shorter step is a larger share of it: a real
+    clean pipeline run's idle share rose 5.2 points as its step fell 18.9 ms). None where the step did not
+    fall."""
     step = moved("step", base, run, confidence)
     if step is None or not step.beyond_noise or step.shift >= 0:
         return None
-    return (f"the step time fell {fmt_us(-step.shift)} ({fmt_us(step.base)} → {fmt_us(step.run)}): the same time "
-            "is a larger share of a shorter step, no slower")
+    return f"the step time fell {fmt_us(-step.shift)} ({fmt_us(step.base)} → {fmt_us(step.run)})"
 
 
 def _faster_stage(o: dict[str, Any], sides: Callable[[str], tuple[dict[int, np.ndarray], dict[int, np.ndarray]]],

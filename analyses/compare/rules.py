@@ -17,10 +17,10 @@ Default tolerances (``DEFAULTS``; every key can be overridden in the TOML file):
     tolerance_pct = 10     and at least min_change_us = 20 µs
     [exposed_comm]     exposed communication per step, as % of the step time
     tolerance_pts = 5      percentage points
-    [overlap]          % of communication overlapped with compute, per step (lower is worse)
-    tolerance_pts = 10
-    [idle]             idle share of each step
-    tolerance_pts = 5
+    [overlap]          % of communication overlapped with compute, per step (lower is worse); overlap
+    tolerance_pts = 10     that fell while the step time fell passes, saying so (less compute beside it)
+    [idle]             idle share of each step; with exposed_comm, a share that rose while the step time
+    tolerance_pts = 5      fell passes, saying so (the same time in a shorter step)
     [bubble]           pipeline bubble per stage (pipeline runs only); a stage whose bubble rose because
     tolerance_pts = 5      its compute fell while its step held passes, saying so (it got faster)
     [busbw]            bus bandwidth per collective op and message size, per instance (lower is worse);

@@ -77,12 +77,17 @@ def test_another_process_on_one_ranks_cpu_is_the_machines_load(tmp_path):
     ran no more than rank 0's. analyze says other processes took its CPU; check says the environment, the
     machine's load, not rank 1 (10 of 10 such runs against 2 clean baselines did, in the benchmark; here
     one clean baseline, which this VM may have run as slowly or disturbed: then it passes or names another
-    rule of the environment, never rank 1)."""
-    run_example("ddp", tmp_path / "clean", 2, *PINNED, "--fault", "none")
-    run_example("ddp", tmp_path / "busy", 2, *PINNED, "--fault", "machine", "--fault-rank", "1")
-    clean, busy = load_report(tmp_path / "clean"), load_report(tmp_path / "busy")
-    cpu = {c["rank"]: c for c in busy["job"]["cpu"]}
-    extra = cpu[1]["wait_ms"] - cpu[0]["wait_ms"]  # rank 1 waited for its CPU; its own threads did not take it
+    rule of the environment, never rank 1). The busy process must be the machine's load that counts: where
+    something else took rank 0's CPU more (a CI runner once had rank 0 wait 4.5 ms a step more than rank
+    1), the run does not pose the question, and the pair is run once more."""
+    for attempt in range(2):
+        run_example("ddp", tmp_path / f"clean-{attempt}", 2, *PINNED, "--fault", "none")
+        run_example("ddp", tmp_path / f"busy-{attempt}", 2, *PINNED, "--fault", "machine", "--fault-rank", "1")
+        clean, busy = load_report(tmp_path / f"clean-{attempt}"), load_report(tmp_path / f"busy-{attempt}")
+        cpu = {c["rank"]: c for c in busy["job"]["cpu"]}
+        extra = cpu[1]["wait_ms"] - cpu[0]["wait_ms"]  # rank 1 waited for its CPU; its own threads did not take it
+        if extra > 1.0:
+            break
     assert extra > 1.0 and cpu[1]["other_threads_ms"] - cpu[0]["other_threads_ms"] < 0.5 * extra, busy["job"]["cpu"]
     if busy["verdicts"][0].startswith("rank 1 is the straggler (CPU contention"):
         assert "its own process took it" not in busy["verdicts"][0], busy["verdicts"]

@@ -30,15 +30,16 @@ def _step(run_dir, slow: int | None) -> tuple[float, float | None]:
 
 
 def test_a_slow_rank_projected_away_meets_the_run_without_it(tmp_path):
-    """The job without the delay runs before and after the faulty one: a machine busy during one of them
-    slows it (a CI runner's clean run once took 98 ms a step against its usual 75), so the truth is the
-    less disturbed of the two."""
+    """The job without the delay runs before and after the faulty one. The machine's speed moves between
+    runs (a CI runner's clean run once took 98 ms a step against its usual 75; the faulty run, whose
+    recorded durations the projection keeps, is as exposed), so the truth is the clean runs' range: the
+    projection must fall within the tolerance of one of them."""
     run_example("ddp", tmp_path / "clean-0", 2, *JOB, "--fault", "none")
     run_example("ddp", tmp_path / "slow", 2, *JOB, "--fault", "input", "--fault-rank", "1", "--fault-ms", "20")
     run_example("ddp", tmp_path / "clean-1", 2, *JOB, "--fault", "none")
     faulty, projected = _step(tmp_path / "slow", 1)
-    clean = min(_step(tmp_path / f"clean-{i}", None)[0] for i in (0, 1))
+    cleans = sorted(_step(tmp_path / f"clean-{i}", None)[0] for i in (0, 1))
     assert projected is not None
-    assert faulty > 1.1 * clean, (faulty, clean)  # the 20 ms a batch shows in the step
-    assert abs(projected - clean) <= TOLERANCE * clean, (faulty, projected, clean)
-    assert projected < faulty - 0.5 * (faulty - clean)  # most of the delay is projected away
+    assert faulty > 1.1 * cleans[0], (faulty, cleans)  # the 20 ms a batch shows in the step
+    assert (1 - TOLERANCE) * cleans[0] <= projected <= (1 + TOLERANCE) * cleans[-1], (faulty, projected, cleans)
+    assert projected < faulty - 0.5 * (faulty - cleans[0])  # most of the delay is projected away

@@ -563,6 +563,27 @@ def test_a_share_that_rose_in_a_faster_step_is_no_regression():
     assert _step_fell(base, base + rng.normal(0, 100, 48), 0.99) is None
 
 
+def test_overlap_that_fell_in_a_faster_step_is_no_regression(monkeypatch):
+    """A kept clean 2-rank DDP pair, the run taken at a faster moment of the machine (thread CPU 6.1 ms a step
+    against 10.2): its step fell, and less of its communication ran beside compute (14 % against 33 %). The
+    overlap rule passes and says why; with the step held it fails."""
+    from ddprof.analyses.compare.check import _relative_rules
+    from ddprof.analyses.compare.rules import DEFAULTS
+
+    monkeypatch.setattr(S, "step_us", lambda rep: {None: rep["steps"]})
+    monkeypatch.setattr(S, "overlap_pct", lambda rep: rep["overlap"])
+    rules = {k: dict(v, enabled=k in ("overlap", "step_time")) if isinstance(v, dict) else v
+             for k, v in DEFAULTS.items()}
+    rng = np.random.default_rng(6)
+    base = {"steps": 10_000 + rng.normal(0, 100, 40), "overlap": 33 + rng.normal(0, 3, 40)}
+    for step, outcome in ((7_000.0, "pass"), (10_000.0, "fail")):
+        run = {"steps": step + rng.normal(0, 100, 40), "overlap": 14 + rng.normal(0, 3, 40)}
+        [o] = [o for o in _relative_rules(base, run, rules) if o["rule"] == "overlap"]
+        assert o["outcome"] == outcome, o["message"]
+        if outcome == "pass":
+            assert "the step time fell 3" in o["message"] and "no slower" in o["message"], o["message"]
+
+
 def test_a_collective_that_rose_in_a_step_that_held_is_no_regression():
     """A collective's time holds its wait for the slowest member: where it rose and the step time did not rise
     beyond the noise (a kept clean 2-rank DDP pair: c10d::allreduce_ 183 µs -> 434 µs a step), the wait moved and
@@ -595,3 +616,25 @@ def test_only_shares_moved_on_one_host_is_its_scheduling(runs):
     assert shares_only(one, ["exposed_comm", "step_time"]) is None
     assert shares_only(on_hosts(reports["noise"], ["a", "b"]), ["exposed_comm"]) is None
     assert shares_only(on_hosts(reports["noise"], [None]), ["idle"]) is None
+
+
+def test_ops_slower_on_every_busier_thread_within_the_step_noise_is_the_machine(runs):
+    """Every op slower beyond the noise while no rank's own time rose beyond its tolerance (here set so high
+    that none does), and every rank's training thread needed ×1.2 the CPU for the same ops: the machine ran
+    slower (a clean 2-rank gloo pair: ops ×1.11-×1.41, threads ×1.15 and ×1.19). Without the figures, or with
+    one rank's thread as busy as before, not so."""
+    device, _, reports = runs
+    if device != "cpu":
+        pytest.skip("a CPU run: its ops are its training thread's CPU work")
+    base = with_cpu(reports["base"], {})
+    busier = with_cpu(reports["env"], {}, thread_ms={r: 6.0 for r in range(4)})
+    cause = classify(base, busier, tolerance_pct=1000.0)
+    assert cause["class"] == "environment", cause
+    assert cause["summary"].startswith("the CPU ops together ×1.5"), cause["summary"]
+    assert cause["summary"].endswith("every rank's training thread needed more CPU for its step (×1.20, the "
+                                     "collector's step measures) on the same CPU ops: the machine ran slower, "
+                                     "not a subset of the CPU ops"), cause["summary"]
+    one = with_cpu(reports["env"], {}, thread_ms={0: 6.0})
+    for run in (reports["env"], one):
+        other = classify(base if run is one else reports["base"], run, tolerance_pct=1000.0)
+        assert other is None or "the machine ran slower, not a subset" not in other["summary"], other

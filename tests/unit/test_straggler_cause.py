@@ -275,6 +275,20 @@ def test_a_rank_in_contention_says_whose_cpu_it_waited_for() -> None:
                                            "on its host took it, the machine's load")
     small = {"job": {"cpu": [row(0, 0.27, 1.5), row(1, 1.2, 1.4), row(2, 0.25, 1.7)]}}  # 0.9 ms of a 12 ms step
     assert cpu_clause(small, 1).endswith("(the others 1.6 ms)")
+    # a clean pinned 2-rank run: the same ops on the same shapes, its thread needing 1.5x the CPU time, little
+    # extra wait: the core did the work slower; against its 3.79 ms of extra op time, the wait's 1.08 ms is
+    # no longer immaterial beside it, but the core's 2.86 ms leads
+    core = {"job": {"cpu": [dict(row(0, 0.29, 1.47), thread_cpu_ms=5.75), dict(row(1, 1.37, 1.64), thread_cpu_ms=8.61)]},
+            "stragglers": {"causes": [{"rank": 1, "cause": "contention", "evidence": [
+                {"measure": "compute", "rank_value": 8060.0, "peers_value": 4270.0, "ratio": 1.89}]}]}}
+    assert cpu_clause(core, 1) == ("; its training thread needed 8.61 ms of CPU a step for the others' work (the others "
+                                   "5.75 ms: 1.5×) and waited for one 1.37 ms (the others 290 µs): a slower core, or one "
+                                   "shared below the operating system, the machine's doing")
+    # the same wait measured against the extra op time, not the step: 1.95 ms of 3.84 ms is the machine's load
+    load = {"job": {"cpu": [dict(row(0, 0.37, 2.36), thread_cpu_ms=6.38), dict(row(1, 2.32, 2.46), thread_cpu_ms=7.2)]},
+            "stragglers": {"causes": [{"rank": 1, "cause": "contention", "evidence": [
+                {"measure": "compute", "rank_value": 8580.0, "peers_value": 4740.0, "ratio": 1.81}]}]}}
+    assert cpu_clause(load, 1).endswith(": other processes on its host took it, the machine's load")
     assert cpu_clause({"job": {"cpu": [row(1, 5.0, 1.0)]}}, 1) == ""  # no peers
     assert cpu_clause({"job": {}}, 1) == "" and cpu_clause({}, 1) == ""
 
