@@ -31,9 +31,10 @@ fault's rank and cause class (``compute``, ``input``, ``stalls``, ``contention``
 ``pipeline imbalance``: the class in parentheses after the rank, :mod:`ddprof.analyses.straggler_cause`),
 and, on a clean run, a *false alarm* when any verdict names a straggler or a stage holding the pipeline
 back and does not put it on the machine (a pinned rank whose core did the others' work 1.5× slower, or
-whose CPU other processes took, from the step measures: said apart, beside the false alarms). Per fault: first-verdict right %, and over all runs, per cause class, precision (of the runs whose
-first verdict named that class, the share that had that fault) and recall (of the runs with that fault,
-the share whose first verdict named it, with the right rank). ``ddprof check`` is run on the first
+whose CPU other processes took, from the step measures: said apart, beside the false alarms). Per
+fault: first-verdict right %, and over all runs, per cause class, precision (of the runs whose first
+verdict named that class, the share that had a fault of that class, with the right rank) and recall (of
+the runs with that fault, the share whose first verdict named it, with the right rank). ``ddprof check`` is run on the first
 repetition: a clean run against another clean run of the same job (must pass), and each faulty run
 against a clean baseline of its job (should fail naming the rank; its ``cause`` field where check's
 JSON has one, else its exit code and first line). ``--clean-pairs``: also every clean run against every
@@ -221,7 +222,9 @@ def table(outcomes: list[Outcome]) -> str:
             continue
         cls = EXPECTED[f]
         claimed = [o for o in outcomes if o.named_class == cls]
-        hits = sum(o.fault == f and set(o.named_ranks or ()) <= faulty_ranks(f, o.ranks) for o in claimed)
+        # a claim is right when its run's fault has that class (contention and machine share one)
+        hits = sum(EXPECTED.get(o.fault) == cls and set(o.named_ranks or ()) <= faulty_ranks(o.fault, o.ranks)
+                   for o in claimed)
         precision = hits / len(claimed) if claimed else None
         recall = right / len(mine)
         lines.append(f"| {f} ({cls}) | {mine[0].ranks} | {len(mine)} | {100 * right / len(mine):.0f} % | "

@@ -149,9 +149,9 @@ def _relative_rules(base: dict[str, Any], run: dict[str, Any], rules: dict[str, 
             o = relative(rule, "all ranks", b_arr, r_arr, what=what, unit="%", worse_if_higher=worse_high,
                          tolerance=cfg["tolerance_pts"], tolerance_text=f"{cfg['tolerance_pts']:g} pts", confidence=c)
             if o["outcome"] == "fail" and (fell := faster()) is not None:
-                why = (SHORTER_STEP_HIDES_LESS if rule == "overlap" else "the same time is a larger share of a "
-                       "shorter step")
-                o = {**o, "outcome": "pass", "message": f"{o['message']}: {fell}: {why}, no slower"}
+                because = (SHORTER_STEP_HIDES_LESS if rule == "overlap" else "the same time is a larger share "
+                           "of a shorter step")
+                o = {**o, "outcome": "pass", "message": f"{o['message']}: {fell}: {because}, no slower"}
             out.append(o)
     if rules["bubble"]["enabled"]:
         rb = S.bubble_by_stage(run)
