@@ -9,8 +9,8 @@ From them (:func:`job_section`):
   and its median over the traced steps (the run's profiler steps, numbered as the job numbers its steps);
 * the **straggler history**: every stretch of steps at which the live view's rule (:mod:`.live`,
   :func:`.live.slow_episodes`: a rank's own time, its step less its time in collectives, beyond the
-  others' by more than its noise and 10 % of a step, for 2 steps in a row) named a rank slow, each with
-  whether the trace saw it, the steps where the profiler starts and stops left out
+  others' by more than its noise and 10 % of a step, at steps in a row lasting a second, 2 to 5 of them)
+  named a rank slow, each with whether the trace saw it, the steps where the profiler starts and stops left out
   (:func:`profiler_steps`), stretches of :data:`MIN_STEPS` steps or more. At most :data:`MAX_EPISODES` are kept, the longest, and their count;
 * a **timeline** of at most :data:`TIMELINE_POINTS` points: consecutive steps in equal buckets, each with
   its median and largest step time, what the dashboard's job panel draws. The report's size does not grow
@@ -48,8 +48,8 @@ from ddprof.store.rundir import Run
 #: Episodes the section keeps (the longest), and the verdicts say.
 MAX_EPISODES = 20
 SAID_EPISODES = 3
-#: The fewest steps of a stretch the history keeps: the live rule names a rank after 2 slow steps, and
-#: 2 steps are noise in hindsight (a clean 4-rank gloo run on 2 CPUs had one rank 12 ms over the others'
+#: The fewest steps of a stretch the history keeps: the live rule names a rank of long steps after 2 slow
+#: ones, and 2 steps are noise in hindsight (a clean 4-rank gloo run on 2 CPUs had one rank 12 ms over the others'
 #: own time at 2 steps in a row).
 MIN_STEPS = 3
 #: Points of the job's step-time timeline, at most.
