@@ -44,6 +44,7 @@ from ddprof.analyses.sections import Section
 from ddprof.report.display import Column, Table
 from ddprof.report.schema import Job, JobEpisode, JobPoint, JobRankCpu
 from ddprof.store.rundir import Run
+from ddprof.vocabulary.units import fmt_us
 
 #: Episodes the section keeps (the longest), and the verdicts say.
 MAX_EPISODES = 20
@@ -195,6 +196,43 @@ def job_verdicts(report: dict[str, Any]) -> list[str]:
             out.append(f"the traced {_traced_words(j)} ran {ratio:.2g}× the job's median step ({j.traced_step_ms:.1f} ms "
                        f"against {j.step_ms:.1f} ms over {j.steps} measured steps): the trace is not typical of "
                        "the job")
+    return out + load_verdicts(report)
+
+
+#: The machine's load is said of a rank whose training thread waited for a CPU that other processes took
+#: (its wait less what its own process's other threads ran beyond the other ranks') this share of its step or
+#: more. Healthy 2-rank gloo runs waited 0.2-1.4 ms of 9-16 ms steps (at most 9 %); pinned ones, a rank's own
+#: threads sharing its core, up to 22 %, most of it their own; another process busy on a rank's CPU, 32-50 %.
+LOAD_SHARE = 0.25
+
+
+def load_verdicts(report: dict[str, Any]) -> list[str]:
+    """The ranks whose step the machine's load took a material share of (:data:`LOAD_SHARE`), from the
+    traced steps' CPU figures (``job.cpu``), those whose straggler verdict already says whose CPU they lost
+    (a straggler in CPU contention, :func:`.straggler_cause.cpu_clause`) left out: said whether or not a
+    straggler is named, since a load that slows every rank, or two ranks by two causes, names none.
+
+    Example (a busy process on rank 1's CPU, rank 0's core slower that run: no straggler): "the machine's
+    load: rank 1's training thread waited for a CPU 4.46 ms a step, 32 % of its step (the other ranks 540 µs),
+    its own other threads running 1.36 ms (the others 2.93 ms): other processes on its host took it"."""
+    rows = cpu_rows(report)
+    st = report.get("stragglers") or {}
+    said = {c.get("rank") for c in st.get("causes") or [] if c.get("cause") == "contention"
+            and c.get("rank") in (st.get("ranks") or [])}
+    out = []
+    for rank, c in sorted(rows.items()):
+        peers = [o for r, o in rows.items() if r != rank]
+        others = float(np.median([o["other_threads_ms"] for o in peers])) if peers else 0.0
+        own = min(c["wait_ms"], max(c["other_threads_ms"] - others, 0.0))
+        if rank in said or not c["step_ms"] or c["wait_ms"] - own < LOAD_SHARE * c["step_ms"]:
+            continue
+        theirs = (f" (the other ranks {fmt_us(1e3 * float(np.median([o['wait_ms'] for o in peers])))})"
+                  if peers else "")
+        ran = (f", its own other threads running {fmt_us(1e3 * c['other_threads_ms'])} (the others "
+               f"{fmt_us(1e3 * others)})" if peers else "")
+        out.append(f"the machine's load: rank {rank}'s training thread waited for a CPU {fmt_us(1e3 * c['wait_ms'])} a "
+                   f"step, {100 * c['wait_ms'] / c['step_ms']:.0f} % of its step{theirs}{ran}: other processes on "
+                   "its host took it")
     return out
 
 

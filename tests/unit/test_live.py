@@ -319,3 +319,31 @@ def test_the_job_section_says_where_each_ranks_cpu_went() -> None:
     assert cpu[0]["wait_ms"] == 0.5 and cpu[1]["wait_ms"] == 6.0
     assert cpu[0]["other_threads_ms"] == pytest.approx(1.0) and cpu[0]["thread_cpu_ms"] == pytest.approx(39, rel=0.1)
     assert job_of(series(2, 40, seed=4), list(range(10, 26)))["cpu"] == []
+
+
+def test_the_machines_load_is_said_of_a_rank_whose_cpu_other_processes_took() -> None:
+    """The traced steps' CPU figures of a real 2-rank gloo run with another process busy on rank 1's CPU,
+    whose rank 0 ran on a slower core that run (no straggler named): the machine's load is said of rank 1.
+    Not of a wait its own threads cover (a pinned rank's gloo threads on its core), nor under a quarter of
+    the step, nor again for a straggler whose verdict says whose CPU it lost."""
+    from ddprof.analyses.job import load_verdicts
+
+    def row(rank: int, step: float, thread: float, wait: float, others: float) -> dict:
+        return {"rank": rank, "steps": 24, "step_ms": step, "thread_cpu_ms": thread, "wait_ms": wait,
+                "other_threads_ms": others}
+
+    busy = {"job": {"cpu": [row(0, 14.1, 8.07, 0.54, 2.93), row(1, 14.0, 4.76, 4.46, 1.36)]}, "stragglers": {}}
+    assert load_verdicts(busy) == [
+        "the machine's load: rank 1's training thread waited for a CPU 4.46 ms a step, 32 % of its step (the other "
+        "ranks 540 µs), its own other threads running 1.36 ms (the others 2.93 ms): other processes on its host "
+        "took it"]
+    own = {"job": {"cpu": [row(0, 11.2, 5.96, 3.2, 5.8), row(1, 11.4, 5.92, 0.56, 1.73)]}, "stragglers": {}}
+    assert load_verdicts(own) == []  # its other threads ran 4.07 ms more: its own process
+    healthy = {"job": {"cpu": [row(0, 16.1, 10.2, 1.39, 1.7), row(1, 16.0, 10.0, 1.08, 1.8)]}, "stragglers": {}}
+    assert load_verdicts(healthy) == []
+    named = {**busy, "stragglers": {"ranks": [1], "causes": [{"rank": 1, "cause": "contention", "evidence": []}]}}
+    assert load_verdicts(named) == []
+    assert load_verdicts({"job": {"cpu": [row(0, 10.0, 5.0, 4.0, 0.5)]}}) == [
+        "the machine's load: rank 0's training thread waited for a CPU 4 ms a step, 40 % of its step: other "
+        "processes on its host took it"]
+    assert load_verdicts({}) == []
