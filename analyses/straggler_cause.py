@@ -669,12 +669,13 @@ def cpu_clause(report: dict[str, Any], rank: int) -> str:
     thread = float(np.median([c["thread_cpu_ms"] for c in peers])) * 1e3
     extra = max(mine["wait_ms"] * 1e3 - wait, 0.0)
     own = min(max(mine["other_threads_ms"] * 1e3 - others, 0.0), extra)
-    parts = {"own": own, "load": extra - own, "core": max(mine["thread_cpu_ms"] * 1e3 - thread, 0.0)}
+    parts = {"own": own, "load": extra - own,
+             "core": max(mine["thread_cpu_ms"] * 1e3 - thread, 0.0) if thread > 0 else 0.0}
     whose = max(parts, key=lambda k: parts[k])
     said = (f"; its training thread waited for a CPU {fmt_us(mine['wait_ms'] * 1e3)} a step (the others "
             f"{fmt_us(wait)}), its own other threads ran {fmt_us(mine['other_threads_ms'] * 1e3)} (the others "
             f"{fmt_us(others)})")
-    if parts[whose] < MATERIAL * _extra_ops_us(report, rank, mine["step_ms"] * 1e3):
+    if parts[whose] <= 0 or parts[whose] < MATERIAL * _extra_ops_us(report, rank, mine["step_ms"] * 1e3):
         return said
     if whose == "core":
         return (f"; its training thread needed {fmt_us(mine['thread_cpu_ms'] * 1e3)} of CPU a step for the "

@@ -289,6 +289,10 @@ def test_a_rank_in_contention_says_whose_cpu_it_waited_for() -> None:
             "stragglers": {"causes": [{"rank": 1, "cause": "contention", "evidence": [
                 {"measure": "compute", "rank_value": 8580.0, "peers_value": 4740.0, "ratio": 1.81}]}]}}
     assert cpu_clause(load, 1).endswith(": other processes on its host took it, the machine's load")
+    # no extra op time, wait or CPU to own: the figures alone, no owner
+    even = {"job": {"cpu": [row(0, 0.3, 1.5), row(1, 0.3, 1.5)]}, "stragglers": {"causes": [{"rank": 1, "evidence": [
+        {"measure": "compute", "rank_value": 4000.0, "peers_value": 4100.0, "ratio": 0.98}]}]}}
+    assert cpu_clause(even, 1).endswith("(the others 1.5 ms)")
     assert cpu_clause({"job": {"cpu": [row(1, 5.0, 1.0)]}}, 1) == ""  # no peers
     assert cpu_clause({"job": {}}, 1) == "" and cpu_clause({}, 1) == ""
 
