@@ -79,7 +79,10 @@ The classes, decided in this order:
    machine does), or the device kernels kept their times (the GPUs wait for the host); on a CPU run also
    where ops slowed beyond the noise and no rank's own time did, when three quarters of the op time or more
    slowed by 5 % or more and every rank's training thread needed ×1.1 more CPU or more (a clean 2-rank gloo
-   run against another: the ops ×1.11–×1.41, the threads ×1.15 and ×1.19, its step within its noise);
+   run against another: the ops ×1.11–×1.41, the threads ×1.15 and ×1.19, its step within its noise), or
+   when the ranks' threads needed CPU in opposite directions for their ops, one ×0.95 or less and another
+   ×1.05 or more (a clean 2-stage pipeline pair: ×0.93 and ×1.08, its backward matmuls +10–13 %): the host
+   served them unevenly, and a change of the code does not make a rank's work need less;
 6. **communication**: no rank rose, and busbw fell by at least 10 % (``BW_CHANGE``) beyond the noise, or
    the communication kernels slowed; **environment** instead on a CPU run whose ranks all ran on one host
    (gloo there moves the bytes with the host's CPUs and memory: no interconnect to blame), **unclear** on
@@ -696,6 +699,18 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
                 f"the collector's step measures) on the same {ops_word}")
         return _cause("environment", f"{ops_text()}, and {text}: the machine ran slower, not a subset of the "
                                      f"{ops_word}", [text, ops_text()])
+
+    # 5c. on a CPU run, ops slowed while the ranks' training threads needed CPU in opposite directions for
+    # their ops (one rank's less, another's more): the host served them unevenly; a change of the code does
+    # not make one rank's thread need less
+    if busier or (word == "CPU op" and slower):
+        ratios = busier or thread_cpu_ratios(base, run)
+        if len(ratios) >= 2 and min(ratios.values()) <= 1 / (1 + OP_SAME) and max(ratios.values()) >= 1 + OP_SAME:
+            lo, hi = min(ratios, key=lambda k: ratios[k]), max(ratios, key=lambda k: ratios[k])
+            text = (f"the ranks' training threads needed CPU in opposite directions for their {ops_word} (the "
+                    f"collector's step measures): rank {lo} {ratio_text(ratios[lo])}, rank {hi} {ratio_text(ratios[hi])}")
+            return _cause("environment", f"{text}: the host served them unevenly, not a change of the code, which "
+                                         "does not make a rank's work need less", [text, ops_text()])
 
     # 6. communication
     if not rose and (bw_fell or comm_rose):

@@ -638,3 +638,22 @@ def test_ops_slower_on_every_busier_thread_within_the_step_noise_is_the_machine(
     for run in (reports["env"], one):
         other = classify(base if run is one else reports["base"], run, tolerance_pct=1000.0)
         assert other is None or "the machine ran slower, not a subset" not in other["summary"], other
+
+
+def test_ops_slower_while_the_threads_moved_apart_is_the_host(runs):
+    """Ops slower beyond the noise, no rank's own time beyond its tolerance, and the ranks' training threads
+    needing CPU in opposite directions for their ops (×0.9 on one rank, ×1.2 on the others): the host served
+    them unevenly (a clean 2-stage gloo pipeline pair: ×0.93 and ×1.08, its backward matmuls +10-13 %). Not
+    where no thread needed less."""
+    device, _, reports = runs
+    if device != "cpu":
+        pytest.skip("a CPU run: its ops are its training thread's CPU work")
+    base = with_cpu(reports["base"], {})
+    apart = classify(base, with_cpu(reports["env"], {}, thread_ms={0: 4.5, 1: 6.0, 2: 6.0, 3: 6.0}),
+                     tolerance_pct=1000.0)
+    assert apart["class"] == "environment", apart
+    assert apart["summary"].startswith("the ranks' training threads needed CPU in opposite directions for their "
+                                       "CPU ops (the collector's step measures): rank 0 ×0.90, rank "), apart
+    held = classify(base, with_cpu(reports["env"], {}, thread_ms={0: 5.0, 1: 6.0, 2: 6.0, 3: 6.0}),
+                    tolerance_pct=1000.0)
+    assert held is None or "opposite directions" not in held["summary"], held
