@@ -59,10 +59,9 @@ TIMELINE_POINTS = 200
 ATYPICAL = 1.5
 
 
-def job_section(run: Run, measures: pl.DataFrame | None = None) -> dict[str, Any]:
-    """The ``job`` section of ``run`` (module doc); ``{"measured": false}`` and zeros without measures.
-    ``measures``: its step measures, when read already (:meth:`~ddprof.store.rundir.Run.step_measures`)."""
-    return job_of(run.step_measures() if measures is None else measures, list(run.steps))
+def job_section(run: Run) -> dict[str, Any]:
+    """The ``job`` section of ``run`` (module doc); ``{"measured": false}`` and zeros without measures."""
+    return job_of(run.step_measures(), list(run.steps))
 
 
 def job_of(frame: pl.DataFrame, traced: list[int]) -> dict[str, Any]:
@@ -108,14 +107,13 @@ def cpu_rows(report: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return rows if all(c["steps"] >= MIN_CPU_STEPS for c in rows.values()) else {}
 
 
-def traced_cpu(frame: pl.DataFrame, traced: list[int]) -> dict[int, dict[str, Any]]:
-    """Where each rank's CPU went in the traced steps (:func:`rank_cpu`, as the section's ``cpu``) of a
-    run's step measures (``frame``), by rank, as :func:`cpu_rows` keeps them; empty without measures (what
-    the straggler causes read, :mod:`.straggler_cause`)."""
-    if frame.height == 0:
-        return {}
-    steps = own_matrix(frame)[0]
-    return cpu_rows({"job": {"cpu": [msgspec.to_builtins(c) for c in rank_cpu(frame, _cpu_steps(steps, traced))]}})
+def peer_medians(cpu: dict[int, dict[str, Any]], rank: int) -> dict[str, float] | None:
+    """Of ``job.cpu`` rows by rank, the median over the ranks other than ``rank`` of each CPU figure (ms:
+    ``thread_cpu_ms``, ``wait_ms``, ``other_threads_ms``); None without another rank."""
+    peers = [c for r, c in cpu.items() if r != rank]
+    if not peers:
+        return None
+    return {k: float(np.median([c[k] for c in peers])) for k in ("thread_cpu_ms", "wait_ms", "other_threads_ms")}
 
 
 def _cpu_steps(steps: list[int], traced: list[int]) -> list[int]:
@@ -221,13 +219,12 @@ def load_verdicts(report: dict[str, Any]) -> list[str]:
             and c.get("rank") in (st.get("ranks") or [])}
     out = []
     for rank, c in sorted(rows.items()):
-        peers = [o for r, o in rows.items() if r != rank]
-        others = float(np.median([o["other_threads_ms"] for o in peers])) if peers else 0.0
+        peers = peer_medians(rows, rank)
+        others = peers["other_threads_ms"] if peers else 0.0
         own = min(c["wait_ms"], max(c["other_threads_ms"] - others, 0.0))
         if rank in said or not c["step_ms"] or c["wait_ms"] - own < LOAD_SHARE * c["step_ms"]:
             continue
-        theirs = (f" (the other ranks {fmt_us(1e3 * float(np.median([o['wait_ms'] for o in peers])))})"
-                  if peers else "")
+        theirs = f" (the other ranks {fmt_us(1e3 * peers['wait_ms'])})" if peers else ""
         ran = (f", its own other threads running {fmt_us(1e3 * c['other_threads_ms'])} (the others "
                f"{fmt_us(1e3 * others)})" if peers else "")
         out.append(f"the machine's load: rank {rank}'s training thread waited for a CPU {fmt_us(1e3 * c['wait_ms'])} a "

@@ -35,7 +35,6 @@ from ddprof.analyses.comm_kernels import comm_kernel_counts
 from ddprof.analyses.frames.memo import Prepared, prepare
 from ddprof.analyses.frames.sets import rank_spans, steps
 from ddprof.analyses.frames.windows import trace_windows, window_counts, windows_frame
-from ddprof.analyses.job import traced_cpu
 from ddprof.analyses.kernels import add_totals, kernel_step_totals, kernel_totals
 from ddprof.analyses.summaries import json_rows, summary
 
@@ -242,8 +241,8 @@ def cross_rank_sections(frames: dict[str, pl.DataFrame], world_size: int | None,
     cross-rank ones computed on the summaries alone (no event is read here). The sections with a row per
     step or per collective instance are detail tables (:data:`.sections.DETAIL`, NaN as null)
     and, in the sections, their summaries (:mod:`.summaries`). ``placement``: rank -> (host, CPUs), from the
-    run's manifest (:func:`placement`); ``cpu``: rank -> where its CPU went, from the step measures
-    (:func:`.job.traced_cpu`)."""
+    run's manifest (:func:`placement`); ``cpu``: rank -> where its CPU went in the traced steps, from the
+    step measures (:func:`.job.cpu_rows` of the job section)."""
     p = Prepared(pl.LazyFrame(schema={c: EVENT_SCHEMA[c] for c in COLUMNS}))
     for name, frame in summaries().items():
         p.provide(frame, frames[name])
@@ -301,11 +300,11 @@ class RunAnalysis:
 
 def analyse_run(run: Run, *, executor: Executor | None = None, budget: int | None = None,
                 per_group: Callable[[Prepared], Any] | None = None,
-                measures: pl.DataFrame | None = None) -> RunAnalysis:
+                cpu: dict[int, dict[str, Any]] | None = None) -> RunAnalysis:
     """Clocks estimated, then each group's frames (on ``executor``; default: here, one group after the
     other), then the cross-rank sections on their summaries (module doc). ``extra``: ``per_group`` of each
     group's events as traced, in rank order (a module-level function, to run on another machine).
-    ``measures``: the run's step measures, when read already."""
+    ``cpu``: rank -> where its CPU went in the traced steps (:func:`cross_rank_sections`)."""
     groups = rank_groups(run, budget)
     if not groups:
         groups = [[]]
@@ -313,7 +312,6 @@ def analyse_run(run: Run, *, executor: Executor | None = None, budget: int | Non
     results = run_each(executor, group_frames, [(str(run.path), g, clock, per_group) for g in groups])
     windows = {r: n for res in results for r, n in res.windows.items()}
     frames = merge([res.frames for res in results])
-    cpu = traced_cpu(run.step_measures() if measures is None else measures, list(run.steps))
     return RunAnalysis(clock, cross_rank_sections(frames, run.world_size, placement(run), cpu), windows,
                        [res.extra for res in results],
                        frames["comm_kernel_counts"])

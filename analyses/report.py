@@ -32,7 +32,7 @@ from ddprof.analyses.frames.memo import Events, Prepared, prepare
 from ddprof.analyses.hang.diagnose import backend_of, diagnose
 from ddprof.analyses.health import ORDER as HEALTH_ORDER
 from ddprof.analyses.health import health
-from ddprof.analyses.job import job_section
+from ddprof.analyses.job import cpu_rows, job_section
 from ddprof.analyses.links import link_classes
 from ddprof.analyses.rank_groups import COLUMNS, analyse_run, cross_rank_sections, per_rank_frames, read_ranks
 from ddprof.analyses.rank_groups import json_rows as _rows  # noqa: F401 - callers format frames as the report does
@@ -109,9 +109,9 @@ def build_report(run: Run | None, *, dumps: DumpSet | None = None, executor: Exe
     tables = {name: pl.DataFrame() for name in registry.DETAIL}
     if run is not None:
         report: dict[str, Any] = {"run": run.summary(), **copy.deepcopy(registry.EMPTY_SECTIONS)}
-        measures = run.step_measures()  # read once: the straggler causes and the job section both use them
+        job = job_section(run)  # first: the straggler causes read its CPU figures
         analysis = analyse_run(run, executor=executor, per_group=health,  # clocks aligned before cross-rank work
-                               measures=measures)
+                               cpu=cpu_rows({"job": job}))
         clock = analysis.clock
         report["clocks"] = clock.section()
         sections = {k: analysis.sections[k] for k in registry.SECTION_ORDER}
@@ -128,7 +128,7 @@ def build_report(run: Run | None, *, dumps: DumpSet | None = None, executor: Exe
         report["comm_kernels"] = comm_kernels(analysis.comm_kernel_counts, rules_of(run.manifest))
         report["whatif"] = whatif_section(run, clock, groups=[g["ranks"] for g in report["stragglers"]["groups"]])
         report["links"] = link_classes(tables["collectives"], report["run"])
-        report["job"] = job_section(run, measures)
+        report["job"] = job
         if dumps is not None:  # a dump that cannot be read is a failed input, like a trace that cannot
             failed = _dump_failures(dumps)
             report["run"]["failed"].extend(failed)

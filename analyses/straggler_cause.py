@@ -77,13 +77,13 @@ import math
 from typing import Any
 
 import msgspec
-import numpy as np
 import polars as pl
 from ddprof.analyses.bubbles import pipeline_stages
 from ddprof.analyses.collectives import arrivals, comm_rows
 from ddprof.analyses.frames.intervals import subtract
 from ddprof.analyses.frames.memo import Prepared, collect, derived
 from ddprof.analyses.frames.sets import kernels, steps
+from ddprof.analyses.job import peer_medians
 
 from ddprof.report.schema import PipelineRow, StragglerCause, Stragglers, rows
 from ddprof.store.schema import STEP_PREFIX
@@ -566,13 +566,12 @@ def by_cpu(cause: dict[str, Any], cpu: dict[int, dict[str, Any]],
     Example (the fault matrix's 4x batch, its fast calls 1.9x on one run, read as contention): ops 9.01 ms
     a step against 4.63 ms, its thread's CPU 8.9 ms against 4.5 ms, CPU wait 0.3 against 0.3 ms -> compute."""
     ev = {e["measure"]: e for e in cause["evidence"]}
-    mine, peers = cpu.get(cause["rank"]), [c for r, c in cpu.items() if r != cause["rank"]]
+    mine, peers = cpu.get(cause["rank"]), peer_medians(cpu, cause["rank"])
     if cause["cause"] not in ("compute", "contention") or "burst_compute" in ev or "compute" not in ev \
-            or mine is None or not peers:
+            or mine is None or peers is None:
         return cause
     extra = ev["compute"]["rank_value"] - (ev["compute"]["peers_value"] or 0.0)
-    thread_peers = float(np.median([c["thread_cpu_ms"] for c in peers])) * 1e3
-    wait_peers = float(np.median([c["wait_ms"] for c in peers])) * 1e3
+    thread_peers, wait_peers = peers["thread_cpu_ms"] * 1e3, peers["wait_ms"] * 1e3
     ran, waited = mine["thread_cpu_ms"] * 1e3 - thread_peers, mine["wait_ms"] * 1e3 - wait_peers
     told = cause["cause"]
     same = work is not None and work[0] >= SAME_WORK
@@ -660,13 +659,11 @@ def cpu_clause(report: dict[str, Any], rank: int) -> str:
     ms a step against 4.27, its thread's CPU 8.61 ms against 5.75, its wait 1.37 ms against 0.29, its other
     threads 1.64 against 1.47 ms: the slower core (2.86 ms) outweighs the load (0.91 ms)."""
     cpu = {c["rank"]: c for c in (report.get("job") or {}).get("cpu") or []}  # said over any steps: it decides nothing
-    peers = [c for r, c in cpu.items() if r != rank]
-    if rank not in cpu or not peers:
+    peers = peer_medians(cpu, rank)
+    if rank not in cpu or peers is None:
         return ""
     mine = cpu[rank]
-    wait = float(np.median([c["wait_ms"] for c in peers])) * 1e3
-    others = float(np.median([c["other_threads_ms"] for c in peers])) * 1e3
-    thread = float(np.median([c["thread_cpu_ms"] for c in peers])) * 1e3
+    wait, others, thread = (peers[k] * 1e3 for k in ("wait_ms", "other_threads_ms", "thread_cpu_ms"))
     extra = max(mine["wait_ms"] * 1e3 - wait, 0.0)
     own = min(max(mine["other_threads_ms"] * 1e3 - others, 0.0), extra)
     parts = {"own": own, "load": extra - own,

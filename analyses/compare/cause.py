@@ -692,10 +692,10 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
 
     # 5b. on a CPU run, most of the op time slowed and every rank's training thread needed more CPU for the
     # same ops, though no rank's own time rose beyond its noise: the machine ran slower
-    busier = thread_cpu_ratios(base, run) if word == "CPU op" and slower else {}
-    if len(busier) >= 2 and min(busier.values()) >= 1 + OP_CHANGE and \
+    threads = thread_cpu_ratios(base, run) if word == "CPU op" and slower else {}
+    if len(threads) >= 2 and min(threads.values()) >= 1 + OP_CHANGE and \
             sum(m.base for m in ops if m.ratio >= 1 + OP_SAME) >= (1 - SAME_SHARE) * compared:
-        text = (f"every rank's training thread needed more CPU for its step ({ratio_range(list(busier.values()))}, "
+        text = (f"every rank's training thread needed more CPU for its step ({ratio_range(list(threads.values()))}, "
                 f"the collector's step measures) on the same {ops_word}")
         return _cause("environment", f"{ops_text()}, and {text}: the machine ran slower, not a subset of the "
                                      f"{ops_word}", [text, ops_text()])
@@ -703,14 +703,12 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
     # 5c. on a CPU run, ops slowed while the ranks' training threads needed CPU in opposite directions for
     # their ops (one rank's less, another's more): the host served them unevenly; a change of the code does
     # not make one rank's thread need less
-    if busier or (word == "CPU op" and slower):
-        ratios = busier or thread_cpu_ratios(base, run)
-        if len(ratios) >= 2 and min(ratios.values()) <= 1 / (1 + OP_SAME) and max(ratios.values()) >= 1 + OP_SAME:
-            lo, hi = min(ratios, key=lambda k: ratios[k]), max(ratios, key=lambda k: ratios[k])
-            text = (f"the ranks' training threads needed CPU in opposite directions for their {ops_word} (the "
-                    f"collector's step measures): rank {lo} {ratio_text(ratios[lo])}, rank {hi} {ratio_text(ratios[hi])}")
-            return _cause("environment", f"{text}: the host served them unevenly, not a change of the code, which "
-                                         "does not make a rank's work need less", [text, ops_text()])
+    if len(threads) >= 2 and min(threads.values()) <= 1 / (1 + OP_SAME) and max(threads.values()) >= 1 + OP_SAME:
+        lo, hi = min(threads, key=lambda k: threads[k]), max(threads, key=lambda k: threads[k])
+        text = (f"the ranks' training threads needed CPU in opposite directions for their {ops_word} (the "
+                f"collector's step measures): rank {lo} {ratio_text(threads[lo])}, rank {hi} {ratio_text(threads[hi])}")
+        return _cause("environment", f"{text}: the host served them unevenly, not a change of the code, which "
+                                     "does not make a rank's work need less", [text, ops_text()])
 
     # 6. communication
     if not rose and (bw_fell or comm_rose):
