@@ -99,6 +99,14 @@ def _health_order(finding: dict[str, Any]) -> tuple[int, int]:
     return HEALTH_ORDER.index(finding["finding"]), -1 if finding["rank"] is None else finding["rank"]
 
 
+def _step_us(table: pl.DataFrame) -> dict[int, float]:
+    """Each step's time, µs: its longest on any rank (the step table's ``step_us``)."""
+    if table.is_empty():
+        return {}
+    per = table.group_by("step").agg(pl.col("step_us").max())
+    return dict(zip(per["step"].to_list(), per["step_us"].to_list()))
+
+
 def build_report(run: Run | None, *, dumps: DumpSet | None = None, executor: Executor | None = None) -> AnalysisReport:
     """The complete report of a run (None: of Flight Recorder dumps alone) and its dumps (module doc), with
     its detail tables (:mod:`ddprof.report.tables`; empty for dumps alone).
@@ -126,7 +134,8 @@ def build_report(run: Run | None, *, dumps: DumpSet | None = None, executor: Exe
         report["run"]["warnings"].extend(sections.pop("collective_warnings"))
         report.update(sections)
         report["comm_kernels"] = comm_kernels(analysis.comm_kernel_counts, rules_of(run.manifest))
-        report["whatif"] = whatif_section(run, clock, groups=[g["ranks"] for g in report["stragglers"]["groups"]])
+        report["whatif"] = whatif_section(run, clock, groups=[g["ranks"] for g in report["stragglers"]["groups"]],
+                                          step_us=_step_us(tables["step_times"]))
         report["links"] = link_classes(tables["collectives"], report["run"])
         report["job"] = job
         if dumps is not None:  # a dump that cannot be read is a failed input, like a trace that cannot

@@ -31,7 +31,7 @@ from typing import Any, cast
 
 import numpy as np
 from ddprof.analyses.bubbles import pipeline_stages
-from ddprof.analyses.frames.memo import Events, prepare
+from ddprof.analyses.frames.memo import Events, Prepared, collect
 from ddprof.analyses.whatif import edits as E
 from ddprof.analyses.whatif.critical import CriticalPath, critical_path, loader_ops
 from ddprof.analyses.whatif.model import Model
@@ -145,7 +145,8 @@ def whatif(events: Events, *, stragglers: str | list[int] | None = "auto", comm_
     ``data_loading``: also the data loader's spans taking no time, where the model holds some."""
     t0 = time.process_time()
     deadline = None if budget_s is None else t0 + budget_s
-    p = prepare(events)
+    # In memory once: the op table, the collectives and the steps each read the events (a scan apiece).
+    p = events if isinstance(events, Prepared) else Prepared(collect(events).lazy())
     check = replay_check(p, deadline)
     model = check.model
     if model is None or not check.explained:

@@ -5,12 +5,16 @@
 Computed by :func:`whatif_section` from the run's events (with the hosts' clock offsets the report
 applies taken off). **Its cost is bounded by the run's size, the same on every machine**: a report is a
 function of its run, so the section is computed, or not, whatever the machine's speed or load (a CPU-time
-budget made two analyses of one run differ). A run of more than :data:`REPORT_MAX_EVENTS` events is left
-to ``ddprof whatif``, ``reason`` saying so: the model holds about :data:`MODEL_BYTES_PER_EVENT` an event,
-and the default report stays within its memory bound (``benchmarks/report_size.py``). A run whose model
-would not fit in :data:`MEMORY_SHARE` of the memory available now is not modelled either, the reason
-saying so. ``left_out`` lists the edits ``ddprof whatif`` leaves out under its ``--budget``. Where the model does not explain the run, ``computed`` is false
-and ``reason`` says why (``ddprof whatif`` projects any edit on any run it explains, with no budget).
+budget made two analyses of one run differ). It models whole steps, at most :data:`REPORT_STEP_EVENTS`
+events of them (:func:`chosen_steps`: the steps at evenly spaced quantiles of the step time, so that
+slow and fast steps are both represented, as many as fit; at least one), and says which
+(``steps_modelled`` of ``steps_in_run``); ``ddprof whatif RUN`` models every step. A step of more than
+:data:`REPORT_MAX_EVENTS` events is left to ``ddprof whatif``, ``reason`` saying so: the model holds about
+:data:`MODEL_BYTES_PER_EVENT` an event, and the default report stays within its memory bound
+(``benchmarks/report_size.py``). A step whose model would not fit in :data:`MEMORY_SHARE` of the memory
+available now is not modelled either, the reason saying so. ``left_out`` lists the edits ``ddprof whatif``
+leaves out under its ``--budget``. Where the model does not explain the run, ``computed`` is false and
+``reason`` says why (``ddprof whatif`` projects any edit on any run it explains, with no budget).
 ``DDPROF_WHATIF=off`` switches the section off (``benchmarks/whatif_cost.py`` compares the two).
 
 The edits tried: the straggler removed (the :data:`REPORT_CANDIDATES` ranks that run longest above their
@@ -30,11 +34,15 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import msgspec
+import polars as pl
 from ddprof.analyses.clocks import ClockEstimate, align
 from ddprof.analyses.dataloading import exposed, loading_rows
+from ddprof.analyses.frames.memo import Events, collect
+from ddprof.analyses.frames.sets import steps
 from ddprof.analyses.sections import Section
 from ddprof.analyses.whatif.projections import _ms, whatif
 from msgspec import Meta
@@ -42,9 +50,11 @@ from msgspec import Meta
 from ddprof.report.display import Column, Table
 from ddprof.report.schema import Row, rows
 from ddprof.store.rundir import Run
-from ddprof.vocabulary.units import fmt_pct, fmt_us
+from ddprof.vocabulary.units import fmt_pct, fmt_ranges, fmt_us
 
-#: Runs of more events than this are left to ``ddprof whatif`` (module doc): about 0.5 GB of model.
+#: The events of the steps the report models (module doc): whole steps up to this many, at least one.
+REPORT_STEP_EVENTS = 100_000
+#: A step of more events than this is left to ``ddprof whatif`` (module doc): about 0.5 GB of model.
 REPORT_MAX_EVENTS = 500_000
 #: Peak memory of the model per event of the run (bytes): ``benchmarks/whatif_scale.py`` peaks at 5.8 GB for
 #: 12.8 M ops (about 450 B an op), doubled for the store's rows read beside them.
@@ -126,45 +136,81 @@ class WhatIf(Row):
     verdict: Annotated[str | None, Meta(description="the best edit in a sentence")] = None
     left_out: Annotated[list[str], Meta(description="edits not replayed within the report's CPU budget")] = []
     critical_path: CriticalPath = msgspec.field(default_factory=CriticalPath)
+    steps_modelled: Annotated[list[int], Meta(
+        description="the steps modelled (whole steps at evenly spaced quantiles of the step time, up to the report's "
+                    "event budget; ddprof whatif models every step)")] = []
+    steps_in_run: Annotated[int | None, Meta(description="the run's steps")] = None
 
 
 EMPTY: dict[str, Any] = {"computed": False, "reason": None, "replay_error_pct": None, "step_us": None, "edits": [],
                          "verdict": None, "left_out": [], "critical_path": {"length_us": None, "by_kind": [],
-                                                                            "top_ops": []}}
+                                                                            "top_ops": []}, "steps_modelled": [], "steps_in_run": None}
+
+
+def chosen_steps(events: Mapping[int, int], times: Mapping[int, float], budget: int) -> list[int]:
+    """The steps the report models: of the steps in ``events`` (step → its events), the most ``k`` whose
+    events add up to ``budget`` at most (one at least), taken at evenly spaced quantiles of the step time
+    (``times``: step → its time; a step without one counts as the slowest), so that the slow steps are
+    represented beside the fast ones as often as the run has them. Example: ten steps of 40 k events and a
+    budget of 100 k: two steps, those at the 25th and 75th percentiles of the step time."""
+    order = sorted(events, key=lambda s: (times.get(s, math.inf), s))
+    n = len(order)
+    for k in range(n, 0, -1):
+        pick = sorted({order[min(n - 1, int((i + 0.5) * n / k))] for i in range(k)})
+        if k == 1 or sum(events[s] for s in pick) <= budget:
+            return pick
+    return []
 
 
 def whatif_section(run: Run, clock: ClockEstimate | None = None, budget_s: float | None = None,
-                   groups: list[list[int]] | None = None) -> dict[str, Any]:
+                   groups: list[list[int]] | None = None, step_us: Mapping[int, float] | None = None
+                   ) -> dict[str, Any]:
     """The section of ``run`` (module doc), its events on one clock where ``clock`` (the report's estimate
     of the hosts' offsets) applies some; ``budget_s``: the CPU seconds it may take (default: no limit,
     so that the report is the same on every machine); ``groups``: the groups of ranks the stragglers
-    section names slower together, each tried as one edit."""
+    section names slower together, each tried as one edit; ``step_us``: each step's time (the report's
+    step table; default: read from the run), which :func:`chosen_steps` picks the steps modelled by."""
     if os.environ.get("DDPROF_WHATIF", "").strip().lower() in ("0", "off", "no", "false"):
         return {**EMPTY, "reason": "switched off (DDPROF_WHATIF=off)"}
-    count = sum(int(run.rank_info(r).get("events") or 0) for r in run.ranks)
+    total = sum(int(run.rank_info(r).get("events") or 0) for r in run.ranks)
+    if total <= REPORT_STEP_EVENTS:  # every step (no need to count them)
+        chosen, count, in_run = sorted(run.steps), total, len(run.steps)
+    else:
+        per_step = run.events().filter(pl.col("step").is_not_null()).group_by("step").agg(pl.len()).collect()
+        counts = dict(zip(per_step["step"].to_list(), per_step["len"].to_list()))
+        if step_us is None:
+            st = steps(run.events()).group_by("step").agg(((pl.col("end") - pl.col("start")).max() / 1e3).alias("us"))
+            step_us = dict(zip(st["step"].to_list(), st["us"].to_list()))
+        chosen = chosen_steps(counts, step_us, REPORT_STEP_EVENTS)
+        count, in_run = sum(counts[s] for s in chosen), len(counts)
+    scope = {"steps_modelled": chosen, "steps_in_run": in_run}
     if count > REPORT_MAX_EVENTS:
-        return {**EMPTY, "reason": (
-            f"the run has {count:,} events; the report models runs of up to {REPORT_MAX_EVENTS:,} (about "
-            f"{REPORT_MAX_EVENTS * MODEL_BYTES_PER_EVENT / 2**30:.1f} GiB of model): run ddprof whatif RUN for this one "
-            f"(--steps N models one step of it)")}
+        what = "a step of this run has" if len(chosen) == 1 else f"the {len(chosen)} steps modelled have"
+        return {**EMPTY, **scope, "reason": (
+            f"{what} {count:,} events; the report models steps of up to {REPORT_MAX_EVENTS:,} "
+            f"(about {REPORT_MAX_EVENTS * MODEL_BYTES_PER_EVENT / 2**30:.1f} GiB of model): run ddprof whatif RUN "
+            f"--steps {chosen[0] if chosen else 'N'} for one")}
     free = available_memory()
     if free is not None and count * MODEL_BYTES_PER_EVENT > MEMORY_SHARE * free:
-        return {**EMPTY, "reason": (
+        return {**EMPTY, **scope, "reason": (
             f"the model of {count:,} events would need about {count * MODEL_BYTES_PER_EVENT / 2**30:,.1f} GiB, more "
             f"than {100 * MEMORY_SHARE:.0f} % of the memory available ({free / 2**30:,.1f} GiB): run ddprof whatif "
             f"on a larger machine")}
-    events = align(run.events(), clock) if clock is not None else run.events()
+    scan = run.events() if len(chosen) == in_run else run.events().filter(pl.col("step").is_in(chosen))
+    events: Events = collect(scan).lazy()  # in memory once: the model's frames each read the events
+    if clock is not None:
+        events = align(events, clock)
     w = whatif(events, stragglers="auto", comm_k=[2.0, math.inf], host_gaps=True, attribute=False,
                max_candidates=REPORT_CANDIDATES, budget_s=budget_s, keep=KEEP, min_saving=0.01, groups=groups)
     if not w.explained:
-        return {**EMPTY, "reason": w.reason}
+        return {**EMPTY, **scope, "reason": w.reason}
     us = 1e6  # seconds to µs
     return {"computed": True, "reason": None, "replay_error_pct": w.replay_error_pct,
             "step_us": w.step_s * us,
             "edits": [{"edit": p.edit, "says": p.says, "step_us": p.step_s * us,
                        "saving_us": p.saving_s * us, "saving_pct": p.saving_pct}
                       for p in w.projections[:KEEP]],
-            "verdict": w.verdict, "left_out": list(w.left_out), "critical_path": _critical(w)}
+            "verdict": w.verdict, "left_out": list(w.left_out), "critical_path": _critical(w), **scope}
 
 
 def _critical(w: Any) -> dict[str, Any]:
@@ -223,8 +269,18 @@ def whatif_verdicts(report: dict[str, Any]) -> list[str]:
             f"(−{best.saving_pct:.0f} %)"]
 
 
+def scope(w: dict[str, Any]) -> str:
+    """The steps the section modelled, where not all of them: "on steps 3, 7 of 10"."""
+    chosen, total = w.get("steps_modelled") or [], w.get("steps_in_run") or 0
+    if not w.get("computed") or not chosen or len(chosen) >= total:
+        return ""
+    return f"on step{'s' if len(chosen) > 1 else ''} {fmt_ranges(chosen)} of {total}"
+
+
 WHATIF_TABLE = Table(
-    "What if: the step under the edits worth most (ddprof whatif RUN for more)",
+    lambda r: (f"What if, {where}: the step under the edits worth most (ddprof whatif RUN models every step)"
+               if (where := scope(r.get("whatif") or {})) else
+               "What if: the step under the edits worth most (ddprof whatif RUN for more)"),
     (Column("edit", "says"), Column("step", "step_us", fmt_us), Column("saving", "saving_us", fmt_us),
      Column("saving %", "saving_pct", fmt_pct)),
     rows=lambda r: rows((r.get("whatif") or {}).get("edits") or [], WhatIfEdit), left=1, at=45,

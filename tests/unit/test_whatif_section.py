@@ -9,6 +9,7 @@ from ddprof.analyses.report import build_report
 from ddprof.analyses.whatif import section
 
 from ddprof.render.text import render_text
+from ddprof.vocabulary.units import fmt_ranges
 
 
 def test_the_gloo_sample_reports_its_sleeping_rank_first(ingested):
@@ -23,11 +24,48 @@ def test_the_gloo_sample_reports_its_sleeping_rank_first(ingested):
     assert "What if: the step under the edits worth most" in text and w.verdict in text
 
 
-def test_a_run_larger_than_the_report_models_is_left_to_ddprof_whatif(ingested, monkeypatch):
+def test_a_run_whose_step_is_larger_than_the_report_models_is_left_to_ddprof_whatif(ingested, monkeypatch):
     # The gate is the run's size, so a report is the same on every machine (a CPU-time budget was not).
+    monkeypatch.setattr(section, "REPORT_STEP_EVENTS", 10)
     monkeypatch.setattr(section, "REPORT_MAX_EVENTS", 10)
-    w = msgspec.convert(build_report(ingested("gloo-ddp-4rank-slow-rank"))["whatif"], section.WhatIf)
-    assert not w.computed and w.edits == [] and "run ddprof whatif" in w.reason and "events" in w.reason
+    run = ingested("gloo-ddp-4rank-slow-rank")
+    w = msgspec.convert(build_report(run)["whatif"], section.WhatIf)
+    assert not w.computed and w.edits == [] and w.reason.startswith("a step of this run has ")
+    assert len(w.steps_modelled) == 1 and f"run ddprof whatif RUN --steps {w.steps_modelled[0]} for one" in w.reason
+    assert w.steps_in_run == len(run.steps)
+
+
+def test_the_steps_modelled_are_spread_over_the_step_times():
+    # Ten steps of 40 k events, a budget of 100 k: two steps, at the 25th and 75th percentiles of the time.
+    times = {s: 10.0 + s for s in range(10)}
+    assert section.chosen_steps({s: 40_000 for s in range(10)}, times, 100_000) == [2, 7]
+    # Every step where they fit; one at least (the median one) where none does.
+    assert section.chosen_steps({s: 10 for s in range(10)}, times, 100_000) == list(range(10))
+    assert section.chosen_steps({s: 10**6 for s in range(9)}, times, 100_000) == [4]
+    # One step in four is slow (gradient accumulation): with four steps modelled of eight, one is a slow one.
+    times = {s: 30.0 if s % 4 == 3 else 10.0 for s in range(8)}
+    assert section.chosen_steps({s: 25_000 for s in range(8)}, times, 100_000) == [1, 4, 6, 7]
+    # A step without a time counts as the slowest.
+    assert section.chosen_steps({0: 60_000, 1: 60_000, 2: 60_000}, {0: 5.0, 1: 4.0}, 100_000) == [0]
+
+
+def test_a_run_above_the_budget_is_projected_on_some_of_its_steps(tmp_path, monkeypatch):
+    # The generated slow rank makes every step 3 ms longer: two steps of the run project what all of them do.
+    from ddprof.synth import NoisyDP, ingest_generated
+
+    run = ingest_generated(NoisyDP(slow_rank=1, slow_us=3000), tmp_path / "slow")
+    whole = build_report(run)["whatif"]
+    monkeypatch.setattr(section, "REPORT_STEP_EVENTS", 2 * max(run.rank_info(r)["events"] for r in run.ranks)
+                        * len(run.ranks) // len(run.steps))
+    report = build_report(run)
+    some = msgspec.convert(report["whatif"], section.WhatIf)
+    assert some.computed and 1 < len(some.steps_modelled) < len(run.steps) == some.steps_in_run
+    assert set(some.steps_modelled) <= set(run.steps)
+    assert some.edits[0].edit == whole["edits"][0]["edit"] == "straggler_rank_1"
+    assert some.edits[0].saving_us == pytest.approx(whole["edits"][0]["saving_us"], rel=0.1)
+    assert whole["steps_modelled"] == sorted(run.steps) and whole["steps_in_run"] == len(run.steps)
+    text = render_text(report)
+    assert f"What if, on steps {fmt_ranges(some.steps_modelled)} of {len(run.steps)}: " in text
 
 
 def test_a_run_whose_model_would_not_fit_in_memory_says_so(ingested, monkeypatch):
