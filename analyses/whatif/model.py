@@ -228,5 +228,23 @@ def sort_ops(ops: pl.DataFrame) -> pl.DataFrame:
         ops = ops.with_columns(pl.lit(0, pl.Int64).alias("lane"))
     if "instance" not in ops.columns:
         ops = ops.with_columns(pl.lit(None, pl.Int64).alias("instance"))
-    return ops.with_columns(pl.col("start").cast(pl.Float64), pl.col("end").cast(pl.Float64)).sort(
-        "step", "worker", "lane", "start", maintain_order=True)
+    ops = ops.with_columns(pl.col("start").cast(pl.Float64), pl.col("end").cast(pl.Float64))
+    keys = ("step", "worker", "lane", "start")
+    return ops if _sorted_by(ops, keys) else ops.sort(*keys, maintain_order=True)
+
+
+def _sorted_by(frame: pl.DataFrame, keys: tuple[str, ...]) -> bool:
+    """Whether ``frame`` is already in the (stable) order of ``keys`` (no nulls in them): a table the op
+    table's reader sorted need not be sorted again (the same rows, the same order)."""
+    if frame.height < 2 or any(frame[k].null_count() for k in keys):
+        return frame.height < 2
+    cols = [frame[k].to_numpy() for k in keys]
+    undecided = np.ones(frame.height - 1, dtype=bool)  # pairs whose earlier keys are equal
+    for c in cols:
+        if c.dtype.kind == "f" and np.isnan(c).any():  # a sort puts NaN last: let it
+            return False
+        a, b = c[:-1], c[1:]
+        if (undecided & (a > b)).any():
+            return False
+        undecided &= a == b
+    return True

@@ -6,14 +6,16 @@ Computed by :func:`whatif_section` from the run's events (with the hosts' clock 
 applies taken off). **Its cost is bounded by the run's size, the same on every machine**: a report is a
 function of its run, so the section is computed, or not, whatever the machine's speed or load (a CPU-time
 budget made two analyses of one run differ). It models whole steps, at most :data:`REPORT_STEP_EVENTS`
-events of them (:func:`chosen_steps`: the steps at evenly spaced quantiles of the step time, so that
-slow and fast steps are both represented, as many as fit; at least one), and says which
-(``steps_modelled`` of ``steps_in_run``); ``ddprof whatif RUN`` models every step. A step of more than
-:data:`REPORT_MAX_EVENTS` events is left to ``ddprof whatif``, ``reason`` saying so: the model holds about
-:data:`MODEL_BYTES_PER_EVENT` an event, and the default report stays within its memory bound
-(``benchmarks/report_size.py``). A step whose model would not fit in :data:`MEMORY_SHARE` of the memory
-available now is not modelled either, the reason saying so. ``left_out`` lists the edits ``ddprof whatif``
-leaves out under its ``--budget``. Where the model does not explain the run, ``computed`` is false and
+events of them by the manifest's counts (:func:`step_events`, :func:`chosen_steps`: the steps at evenly
+spaced quantiles of the step time, so that slow and fast steps are both represented, as many as fit; at
+least one), and says which (``steps_modelled`` of ``steps_in_run``); ``ddprof whatif RUN`` models every
+step. The model holds about :data:`MODEL_BYTES_PER_EVENT` an event: where a single step is larger than
+:data:`REPORT_STEP_EVENTS`, the section holds that one step's model, the only part of the report that
+holds more than a group of ranks' events (one step of 1,024 ranks x 5 k events: 4.7 GB at the report's
+peak, against 0.5 GB without the section). A step of more than :data:`REPORT_MAX_EVENTS` events is left
+to ``ddprof whatif``, ``reason`` saying so, and so is a step whose model would not fit in
+:data:`MEMORY_SHARE` of the memory available now. ``left_out`` lists the edits ``ddprof whatif`` leaves out
+under its ``--budget``. Where the model does not explain the run, ``computed`` is false and
 ``reason`` says why (``ddprof whatif`` projects any edit on any run it explains, with no budget).
 ``DDPROF_WHATIF=off`` switches the section off (``benchmarks/whatif_cost.py`` compares the two).
 
@@ -54,11 +56,14 @@ from ddprof.vocabulary.units import fmt_pct, fmt_ranges, fmt_us
 
 #: The events of the steps the report models (module doc): whole steps up to this many, at least one.
 REPORT_STEP_EVENTS = 100_000
-#: A step of more events than this is left to ``ddprof whatif`` (module doc): about 0.5 GB of model.
-REPORT_MAX_EVENTS = 500_000
+#: A step of more events than this is left to ``ddprof whatif`` (module doc): about 6 GB of model, a step
+#: of 1,024 ranks x 5 k events.
+REPORT_MAX_EVENTS = 6_000_000
 #: Peak memory of the model per event of the run (bytes): ``benchmarks/whatif_scale.py`` peaks at 5.8 GB for
 #: 12.8 M ops (about 450 B an op), doubled for the store's rows read beside them.
 MODEL_BYTES_PER_EVENT = 1_000
+#: Event columns the model reads nowhere: left in the store (a third of the step's bytes in memory).
+UNREAD = ("pid", "cat", "external_id", "in_bytes", "out_bytes", "dtype", "send_splits", "recv_splits", "shapes")
 #: The share of the memory available that the model may take in the report.
 MEMORY_SHARE = 0.5
 
@@ -162,6 +167,18 @@ def chosen_steps(events: Mapping[int, int], times: Mapping[int, float], budget: 
     return []
 
 
+def step_events(run: Run) -> dict[int, int]:
+    """Each step's events by the manifest's counts (no scan of the store): a rank's events spread evenly
+    over its steps. Example: two ranks of 50 k events over steps 0-9: 10 k a step."""
+    out: dict[int, float] = {}
+    for r in run.ranks:
+        info = run.rank_info(r)
+        own = [int(s) for s in info.get("steps") or []]
+        for s in own:
+            out[s] = out.get(s, 0.0) + int(info.get("events") or 0) / len(own)
+    return {s: math.ceil(v) for s, v in sorted(out.items())}
+
+
 def whatif_section(run: Run, clock: ClockEstimate | None = None, budget_s: float | None = None,
                    groups: list[list[int]] | None = None, step_us: Mapping[int, float] | None = None
                    ) -> dict[str, Any]:
@@ -176,8 +193,7 @@ def whatif_section(run: Run, clock: ClockEstimate | None = None, budget_s: float
     if total <= REPORT_STEP_EVENTS:  # every step (no need to count them)
         chosen, count, in_run = sorted(run.steps), total, len(run.steps)
     else:
-        per_step = run.events().filter(pl.col("step").is_not_null()).group_by("step").agg(pl.len()).collect()
-        counts = dict(zip(per_step["step"].to_list(), per_step["len"].to_list()))
+        counts = step_events(run)
         if step_us is None:
             st = steps(run.events()).group_by("step").agg(((pl.col("end") - pl.col("start")).max() / 1e3).alias("us"))
             step_us = dict(zip(st["step"].to_list(), st["us"].to_list()))
@@ -196,7 +212,8 @@ def whatif_section(run: Run, clock: ClockEstimate | None = None, budget_s: float
             f"the model of {count:,} events would need about {count * MODEL_BYTES_PER_EVENT / 2**30:,.1f} GiB, more "
             f"than {100 * MEMORY_SHARE:.0f} % of the memory available ({free / 2**30:,.1f} GiB): run ddprof whatif "
             f"on a larger machine")}
-    scan = run.events() if len(chosen) == in_run else run.events().filter(pl.col("step").is_in(chosen))
+    scan = run.events().drop(UNREAD, strict=False)
+    scan = scan if len(chosen) == in_run else scan.filter(pl.col("step").is_in(chosen))
     events: Events = collect(scan).lazy()  # in memory once: the model's frames each read the events
     if clock is not None:
         events = align(events, clock)

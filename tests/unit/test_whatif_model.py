@@ -157,3 +157,26 @@ def test_typical_values_are_medians_among_the_ops_asked_for():
     assert dict(zip(m.ops["name"].to_list(), others.tolist())) == {"f": 1.5, "g": 1.5}
     none = typical_values(m, "name", among=np.zeros(m.ops.height, bool))
     assert np.isnan(none).all()
+
+
+def test_a_table_already_in_the_models_order_is_kept_as_it_is_and_any_other_sorted():
+    from ddprof.analyses.whatif.model import sort_ops
+
+    rng = np.random.default_rng(3)
+    n = 2_000
+    shuffled = pl.DataFrame({"step": rng.integers(0, 3, n), "worker": rng.integers(0, 4, n),
+                             "lane": rng.integers(-2, 2, n), "start": rng.integers(0, 50, n).astype(float),
+                             "end": np.zeros(n), "id": np.arange(n)})
+    want = shuffled.sort("step", "worker", "lane", "start", maintain_order=True)
+    once = sort_ops(shuffled)
+    assert once["id"].to_list() == want["id"].to_list()
+    # sorted already: the same rows in the same order (ties keep theirs), not a new sort
+    assert sort_ops(once)["id"].to_list() == want["id"].to_list()
+    # one pair out of order deep in the keys is found
+    swapped = once.with_columns(once["start"].scatter([n - 1], [-1.0]))
+    again = sort_ops(swapped)
+    assert again.equals(swapped.sort("step", "worker", "lane", "start", maintain_order=True))
+    assert again["id"][-1] != once["id"][-1]  # the last row moved up within its (step, worker, lane)
+    # a NaN start: sorted as a sort would place it (last)
+    nan = once.with_columns(once["start"].scatter([0], [float("nan")]))
+    assert sort_ops(nan).equals(nan.sort("step", "worker", "lane", "start", maintain_order=True))
