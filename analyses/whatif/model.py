@@ -84,6 +84,15 @@ class Model:
     inconsistent: int = 0
     _levels: list[tuple[np.ndarray, np.ndarray]] | None = field(default=None, repr=False)
     _codes: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    _by_param: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
+
+    def edges_of(self, param: int) -> tuple[np.ndarray, np.ndarray]:
+        """The edges whose weight is parameter ``param`` (:data:`P_DELAY`, :data:`P_DUR`, :data:`P_XFER`) and
+        the op each one reads it from, computed once: every replay weighs the edges again."""
+        if param not in self._by_param:
+            at = np.flatnonzero(self.param == param)
+            self._by_param[param] = at, self.param_op[at]
+        return self._by_param[param]
 
     def codes(self, label: str) -> np.ndarray:
         """The label column ``label`` of the ops as dense integer codes (-1 where null), computed once: what

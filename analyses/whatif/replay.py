@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from ddprof.analyses.whatif.model import Model
+from ddprof.analyses.whatif.model import P_DELAY, P_DUR, P_XFER, Model
 
 
 class CycleError(ValueError):
@@ -207,9 +207,11 @@ class Replay:
 
 def edge_weights(model: Model, delay: np.ndarray, dur: np.ndarray, xfer: np.ndarray) -> np.ndarray:
     """Per edge of the model, its weight under these values."""
-    n = model.ops.height
-    table = np.stack([np.zeros(n), delay, dur, xfer])
-    return table[model.param, model.param_op]
+    w = np.zeros(len(model.param))
+    for param, values in ((P_DELAY, delay), (P_DUR, dur), (P_XFER, xfer)):
+        at, op = model.edges_of(param)
+        w[at] = values[op]
+    return w
 
 
 def replay(model: Model, delay: np.ndarray | None = None, dur: np.ndarray | None = None,
