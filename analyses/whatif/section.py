@@ -158,7 +158,11 @@ def chosen_steps(events: Mapping[int, int], times: Mapping[int, float], budget: 
     (``times``: step → its time; a step without one counts as the slowest), so that the slow steps are
     represented beside the fast ones as often as the run has them. Example: ten steps of 40 k events and a
     budget of 100 k: two steps, those at the 25th and 75th percentiles of the step time."""
-    order = sorted(events, key=lambda s: (times.get(s, math.inf), s))
+    def time_of(s: int) -> float:
+        t = times.get(s)
+        return math.inf if t is None or t != t else float(t)  # none known (or NaN): the slowest
+
+    order = sorted(events, key=lambda s: (time_of(s), s))
     n = len(order)
     for k in range(n, 0, -1):
         pick = sorted({order[min(n - 1, int((i + 0.5) * n / k))] for i in range(k)})

@@ -47,6 +47,8 @@ def test_the_steps_modelled_are_spread_over_the_step_times():
     assert section.chosen_steps({s: 25_000 for s in range(8)}, times, 100_000) == [1, 4, 6, 7]
     # A step without a time counts as the slowest.
     assert section.chosen_steps({0: 60_000, 1: 60_000, 2: 60_000}, {0: 5.0, 1: 4.0}, 100_000) == [0]
+    assert section.chosen_steps({0: 60_000, 1: 60_000, 2: 60_000}, {0: None, 1: float("nan"), 2: 4.0},
+                                100_000) == [0]
 
 
 def test_a_run_above_the_budget_is_projected_on_some_of_its_steps(tmp_path, monkeypatch):
