@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 import polars as pl
 from ddprof.analyses.frames.memo import Events, Prepared, collect, derived
-from ddprof.analyses.frames.sets import kernels
+from ddprof.analyses.frames.sets import gpu_ranks
 from ddprof.analyses.sections import Section
 from ddprof.analyses.summaries import collectives_summary, json_rows
 
@@ -41,7 +41,7 @@ _CLOCK_SLACK_NS = 2_000
 def comm_rows(p: Prepared) -> pl.DataFrame:
     """The rows that stand for collectives on each rank, with their group key, p2p pair and index."""
     events = p.events
-    gpu = kernels(p).lazy().select("rank").unique().with_columns(pl.lit(True).alias("on_gpu"))
+    gpu = gpu_ranks(p).lazy().with_columns(pl.lit(True).alias("on_gpu"))
     rows = (
         events.filter(pl.col("kind") == "comm")
         .join(gpu, on="rank", how="left")

@@ -82,7 +82,7 @@ from ddprof.analyses.bubbles import pipeline_stages
 from ddprof.analyses.collectives import arrivals, comm_rows
 from ddprof.analyses.frames.intervals import subtract
 from ddprof.analyses.frames.memo import Prepared, collect, derived
-from ddprof.analyses.frames.sets import kernels, steps
+from ddprof.analyses.frames.sets import gpu_ranks, kernels, steps
 from ddprof.analyses.job import peer_medians
 
 from ddprof.report.schema import PipelineRow, StragglerCause, Stragglers, rows
@@ -628,7 +628,7 @@ def mild_contention(cause: dict[str, Any]) -> bool:
 def device_ranks(p: Prepared) -> pl.DataFrame:
     """The ranks with device work (one column, ``rank``): a summary each group of ranks keeps, so that the
     cross-rank section, which reads no event, knows them."""
-    return collect(kernels(p).lazy().select("rank").unique().sort("rank"))
+    return gpu_ranks(p).sort("rank")
 
 
 def cause_clause(report: dict[str, Any], rank: int) -> str:

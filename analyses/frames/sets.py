@@ -45,6 +45,17 @@ def kernels(p: Prepared) -> pl.DataFrame:
 
 
 @derived
+def gpu_ranks(p: Prepared) -> pl.DataFrame:
+    """The GPU ranks (those with :func:`kernels` rows), one column ``rank``, in no order: from the kernel
+    rows where computed already, else from three columns of the events (not every column of the kernel
+    rows, for their ranks alone)."""
+    known = p.known(kernels)
+    rows = known.lazy() if known is not None else p.events.filter(
+        pl.col("stream").is_not_null() & pl.col("kind").is_in(WORK_KINDS))
+    return collect(rows.select("rank").unique())
+
+
+@derived
 def rank_spans(p: Prepared) -> pl.DataFrame:
     """Per rank of the run (every event counts): rank, first_ns = first start, last_ns = last end."""
     return collect(p.events.group_by("rank").agg(

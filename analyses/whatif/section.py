@@ -11,7 +11,7 @@ spaced quantiles of the step time, so that slow and fast steps are both represen
 least one), and says which (``steps_modelled`` of ``steps_in_run``); ``ddprof whatif RUN`` models every
 step. The model holds about :data:`MODEL_BYTES_PER_EVENT` an event: where a single step is larger than
 :data:`REPORT_STEP_EVENTS`, the section holds that one step's model, the only part of the report that
-holds more than a group of ranks' events (one step of 1,024 ranks x 5 k events: 4.7 GB at the report's
+holds more than a group of ranks' events (one step of 1,024 ranks x 5 k events: 4.5 GB at the report's
 peak, against 0.5 GB without the section). A step of more than :data:`REPORT_MAX_EVENTS` events is left
 to ``ddprof whatif``, ``reason`` saying so, and so is a step whose model would not fit in
 :data:`MEMORY_SHARE` of the memory available now. ``left_out`` lists the edits ``ddprof whatif`` leaves out

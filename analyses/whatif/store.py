@@ -68,7 +68,7 @@ import numpy as np
 import polars as pl
 from ddprof.analyses.collectives import comm_rows
 from ddprof.analyses.frames.memo import Events, collect, prepare
-from ddprof.analyses.frames.sets import kernels, steps
+from ddprof.analyses.frames.sets import gpu_ranks, steps
 from ddprof.analyses.whatif.model import Model, build, sort_ops
 from ddprof.analyses.whatif.replay import CycleError, Plan, Replay, plan, replay
 
@@ -120,17 +120,17 @@ def op_rows(events: Events) -> tuple[pl.DataFrame, pl.DataFrame]:
     p = prepare(events)
     # A row the model cannot place (no step; a host row without its thread) is left out.
     ev = p.events.filter(pl.col("step").is_not_null() & (pl.col("stream").is_not_null() | pl.col("tid").is_not_null()))
-    gpu_ranks = kernels(p).lazy().select("rank").unique()
+    gpu = gpu_ranks(p).lazy()
     device = ev.filter(pl.col("stream").is_not_null() & pl.col("kind").is_in(_DEVICE_KINDS))
-    host_gpu = ev.filter(pl.col("stream").is_null() & (pl.col("kind") == "runtime")).join(gpu_ranks, on="rank",
+    host_gpu = ev.filter(pl.col("stream").is_null() & (pl.col("kind") == "runtime")).join(gpu, on="rank",
                                                                                             how="semi")
     # The data loader's outermost spans on a GPU rank's threads that hold no runtime call of theirs (the host
     # launches nothing while it loads: the step's first wait).
     loader = _outermost(ev.filter(pl.col("stream").is_null() & pl.col("kind").is_in(["cpu_op", "annotation"])
                                   & pl.col("name").str.contains(DATA_LOADER_PATTERN))
-                        .join(gpu_ranks, on="rank", how="semi"))
+                        .join(gpu, on="rank", how="semi"))
     loader = _holding_none(loader, host_gpu, _STARTS_IN)
-    cpu = ev.filter(pl.col("stream").is_null()).join(gpu_ranks, on="rank", how="anti")
+    cpu = ev.filter(pl.col("stream").is_null()).join(gpu, on="rank", how="anti")
     cpu_comm = cpu.filter(pl.col("kind") == "comm")
     cpu_ops = cpu.filter(pl.col("kind") == "cpu_op")
     # Outermost CPU ops that contain no communication row of their thread.
@@ -188,8 +188,9 @@ def op_rows(events: Events) -> tuple[pl.DataFrame, pl.DataFrame]:
     deps = pl.concat([deps, _waits(rows), _handoffs(rows), _issued(rows, issuers)])
     step = rows["step"].to_numpy()
     deps = deps.filter(pl.Series(step[deps["src_op"].to_numpy()] == step[deps["dst_op"].to_numpy()]))
-    rows = rows.with_columns(pl.Series("gap", _idle_gaps(rows, collect(ev.filter(
-        pl.col("stream").is_null() & pl.col("kind").is_in(["cpu_op", "runtime", "comm"]))), int(cast(int, t0)))))
+    busy = ev.filter(pl.col("stream").is_null() & pl.col("kind").is_in(["cpu_op", "runtime", "comm"]))
+    rows = rows.with_columns(pl.Series("gap", _idle_gaps(rows, collect(busy.select("rank", "tid", "ts_ns", "dur_ns")),
+                                                         int(cast(int, t0)))))
     return rows.drop("__op", "__prev_end"), deps
 
 
