@@ -107,23 +107,42 @@ def typical_values(model: Model, key: str, among: np.ndarray | None = None, v: n
 def _group_median(codes: np.ndarray, v: np.ndarray, among: np.ndarray | None) -> np.ndarray:
     """Per op, the median of ``v`` over the ops of ``among`` (all by default) with its code (``codes``:
     dense, -1 for none); NaN where there is none."""
+    return _group_medians(codes, (v,), among)[0]
+
+
+def _group_medians(codes: np.ndarray, vs: tuple[np.ndarray, ...], among: np.ndarray | None) -> list[np.ndarray]:
+    """:func:`_group_median` of each of ``vs``, in one grouping."""
     inside = codes >= 0 if among is None else among & (codes >= 0)
-    med = (pl.DataFrame({"k": codes[inside], "v": v[inside]}).group_by("k").agg(pl.col("v").median()))
-    per = np.full(int(codes.max()) + 1 if len(codes) else 0, np.nan)
-    per[med["k"].to_numpy()] = med["v"].to_numpy()
-    return np.where(codes >= 0, per[np.maximum(codes, 0)], np.nan) if len(per) else np.full(len(codes), np.nan)
+    cols = {f"v{i}": v[inside] for i, v in enumerate(vs)}
+    med = pl.DataFrame({"k": codes[inside], **cols}).group_by("k").agg(pl.col(*cols).median())
+    if not len(codes):
+        return [np.full(0, np.nan) for _ in vs]
+    at, ok = med["k"].to_numpy(), codes >= 0
+    out = []
+    for c in cols:
+        per = np.full(int(codes.max()) + 1, np.nan)
+        per[at] = med[c].to_numpy()
+        out.append(np.where(ok, per[np.maximum(codes, 0)], np.nan))
+    return out
 
 
 def _typical(model: Model, keys: tuple[str, ...], among: np.ndarray | None, v: np.ndarray) -> np.ndarray:
     """:func:`typical_values` by the first of ``keys`` that has one, then the next (a finer key, then a
     coarser one); the op's own value where none has."""
-    out = np.full(model.ops.height, np.nan)
+    return _typicals(model, keys, among, (v,))[0]
+
+
+def _typicals(model: Model, keys: tuple[str, ...], among: np.ndarray | None, vs: tuple[np.ndarray, ...]
+              ) -> list[np.ndarray]:
+    """:func:`_typical` of each of ``vs``, each key's medians in one grouping."""
+    out = [np.full(model.ops.height, np.nan) for _ in vs]
     for key in keys:
-        missing = np.isnan(out)
-        if not missing.any():  # the finer key gave every op one
+        missing = [np.isnan(o) for o in out]
+        if not any(m.any() for m in missing):  # the finer key gave every op one
             break
-        out = np.where(missing, typical_values(model, key, among=among, v=v), out)
-    return np.where(np.isnan(out), v, out)
+        meds = _group_medians(model.codes(key), vs, among)
+        out = [np.where(m, med, o) for m, med, o in zip(missing, meds, out)]
+    return [np.where(np.isnan(o), v, o) for o, v in zip(out, vs)]
 
 
 def typical_for(model: Model, mask: np.ndarray, key: str | tuple[str, ...], name: str, says: str,
@@ -132,8 +151,9 @@ def typical_for(model: Model, mask: np.ndarray, key: str | tuple[str, ...], name
     ``key`` may be several labels, finest first. ``peers``: per op, the group of ranks whose step starts
     are alike (a pipeline stage; one group by default)."""
     keys = (key,) if isinstance(key, str) else key
-    dur, xfer = _with_values(model, _typical(model, keys, ~mask, _values(model)), mask)
-    delay = np.where(mask, np.minimum(_typical(model, keys, ~mask, model.delay), model.delay), model.delay)
+    typ, typ_delay = _typicals(model, keys, ~mask, (_values(model), model.delay))
+    dur, xfer = _with_values(model, typ, mask)
+    delay = np.where(mask, np.minimum(typ_delay, model.delay), model.delay)
     # A step is replayed from its origin: a rank whose first op of the step starts late waited, in the
     # previous step, for the ranks in ``mask``; without them it starts no later than its peers typically.
     # Only a rank that began no later than the ranks in ``mask`` did (it may have waited for them; one
@@ -238,8 +258,7 @@ def attribution(model: Model, order: Plan, by: str, key: str | tuple[str, ...],
     mean step time of an edit (default: the mean of :func:`project`)."""
     measure = measure or (lambda m, o, e: float(project(m, o, e).mean()))
     keys = (key,) if isinstance(key, str) else key
-    typ = _typical(model, keys, None, _values(model))
-    typ_delay = _typical(model, keys, None, model.delay)
+    typ, typ_delay = _typicals(model, keys, None, (_values(model), model.delay))
     labels = model.ops[by].to_numpy()
     t_typ = measure(model, order, _typical_except(model, typ, typ_delay, np.zeros(len(labels), bool)))
     return {str(g): measure(model, order, _typical_except(model, typ, typ_delay, labels == g)) / t_typ

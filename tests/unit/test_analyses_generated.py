@@ -474,3 +474,15 @@ def test_a_kernel_crossing_a_device_step_edge_counts_its_part_in_each():
     lf = conform(pl.DataFrame([{**r, "rank": 0} for r in rows])).lazy()
     got = bubbles(lf).select("step", "window_us", "compute_us").rows()
     assert got == [(0, 100.0, 70.0), (1, 60.0, 50.0)]
+
+
+@pytest.mark.parametrize("name", ["gpu", "cpu-gloo"])
+def test_the_gpu_ranks_are_the_kernel_rows_ranks_read_either_way(name):
+    # From three columns of the events where the kernel rows are not computed, from them where they are.
+    from ddprof.analyses.frames.memo import Prepared
+    from ddprof.analyses.frames.sets import gpu_ranks, kernels
+    events = SCENARIOS[name].events().lazy()
+    alone, after = Prepared(events), Prepared(events)
+    want = sorted(kernels(after)["rank"].unique().to_list())
+    assert sorted(gpu_ranks(alone)["rank"].to_list()) == sorted(gpu_ranks(after)["rank"].to_list()) == want
+    assert (want == []) == (name == "cpu-gloo")
