@@ -112,11 +112,11 @@ def _group_median(codes: np.ndarray, v: np.ndarray, among: np.ndarray | None) ->
 
 def _group_medians(codes: np.ndarray, vs: tuple[np.ndarray, ...], among: np.ndarray | None) -> list[np.ndarray]:
     """:func:`_group_median` of each of ``vs``, in one grouping."""
+    if not len(codes):
+        return [np.full(0, np.nan) for _ in vs]
     inside = codes >= 0 if among is None else among & (codes >= 0)
     cols = {f"v{i}": v[inside] for i, v in enumerate(vs)}
     med = pl.DataFrame({"k": codes[inside], **cols}).group_by("k").agg(pl.col(*cols).median())
-    if not len(codes):
-        return [np.full(0, np.nan) for _ in vs]
     at, ok = med["k"].to_numpy(), codes >= 0
     out = []
     for c in cols:
@@ -126,15 +126,10 @@ def _group_medians(codes: np.ndarray, vs: tuple[np.ndarray, ...], among: np.ndar
     return out
 
 
-def _typical(model: Model, keys: tuple[str, ...], among: np.ndarray | None, v: np.ndarray) -> np.ndarray:
-    """:func:`typical_values` by the first of ``keys`` that has one, then the next (a finer key, then a
-    coarser one); the op's own value where none has."""
-    return _typicals(model, keys, among, (v,))[0]
-
-
 def _typicals(model: Model, keys: tuple[str, ...], among: np.ndarray | None, vs: tuple[np.ndarray, ...]
               ) -> list[np.ndarray]:
-    """:func:`_typical` of each of ``vs``, each key's medians in one grouping."""
+    """Of each of ``vs``, :func:`typical_values` by the first of ``keys`` that has one, then the next (a
+    finer key, then a coarser one), the op's own value where none has; each key's medians in one grouping."""
     out = [np.full(model.ops.height, np.nan) for _ in vs]
     for key in keys:
         missing = [np.isnan(o) for o in out]

@@ -43,8 +43,7 @@ import msgspec
 import polars as pl
 from ddprof.analyses.clocks import ClockEstimate, align
 from ddprof.analyses.dataloading import exposed, loading_rows
-from ddprof.analyses.frames.memo import Events, collect
-from ddprof.analyses.frames.sets import steps
+from ddprof.analyses.frames.memo import Prepared, collect
 from ddprof.analyses.sections import Section
 from ddprof.analyses.whatif.projections import _ms, whatif
 from msgspec import Meta
@@ -190,19 +189,13 @@ def whatif_section(run: Run, clock: ClockEstimate | None = None, budget_s: float
     of the hosts' offsets) applies some; ``budget_s``: the CPU seconds it may take (default: no limit,
     so that the report is the same on every machine); ``groups``: the groups of ranks the stragglers
     section names slower together, each tried as one edit; ``step_us``: each step's time (the report's
-    step table; default: read from the run), which :func:`chosen_steps` picks the steps modelled by."""
+    step table), which :func:`chosen_steps` picks the steps modelled by (none: every step counts as
+    slowest, and the steps are taken in their order)."""
     if os.environ.get("DDPROF_WHATIF", "").strip().lower() in ("0", "off", "no", "false"):
         return {**EMPTY, "reason": "switched off (DDPROF_WHATIF=off)"}
-    total = sum(int(run.rank_info(r).get("events") or 0) for r in run.ranks)
-    if total <= REPORT_STEP_EVENTS:  # every step (no need to count them)
-        chosen, count, in_run = sorted(run.steps), total, len(run.steps)
-    else:
-        counts = step_events(run)
-        if step_us is None:
-            st = steps(run.events()).group_by("step").agg(((pl.col("end") - pl.col("start")).max() / 1e3).alias("us"))
-            step_us = dict(zip(st["step"].to_list(), st["us"].to_list()))
-        chosen = chosen_steps(counts, step_us, REPORT_STEP_EVENTS)
-        count, in_run = sum(counts[s] for s in chosen), len(counts)
+    counts = step_events(run)
+    chosen = chosen_steps(counts, step_us or {}, REPORT_STEP_EVENTS)
+    count, in_run = sum(counts[s] for s in chosen), len(counts)
     scope = {"steps_modelled": chosen, "steps_in_run": in_run}
     if count > REPORT_MAX_EVENTS:
         what = "a step of this run has" if len(chosen) == 1 else f"the {len(chosen)} steps modelled have"
@@ -218,7 +211,7 @@ def whatif_section(run: Run, clock: ClockEstimate | None = None, budget_s: float
             f"on a larger machine")}
     scan = run.events().drop(UNREAD, strict=False)
     scan = scan if len(chosen) == in_run else scan.filter(pl.col("step").is_in(chosen))
-    events: Events = collect(scan).lazy()  # in memory once: the model's frames each read the events
+    events = Prepared(collect(scan).lazy())  # in memory once: the model's frames each read the events
     if clock is not None:
         events = align(events, clock)
     w = whatif(events, stragglers="auto", comm_k=[2.0, math.inf], host_gaps=True, attribute=False,
