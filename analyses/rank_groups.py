@@ -300,15 +300,20 @@ class RunAnalysis:
 
 def analyse_run(run: Run, *, executor: Executor | None = None, budget: int | None = None,
                 per_group: Callable[[Prepared], Any] | None = None,
-                cpu: dict[int, dict[str, Any]] | None = None) -> RunAnalysis:
+                cpu: dict[int, dict[str, Any]] | None = None,
+                on_clock: Callable[[ClockEstimate], None] | None = None) -> RunAnalysis:
     """Clocks estimated, then each group's frames (on ``executor``; default: here, one group after the
     other), then the cross-rank sections on their summaries (module doc). ``extra``: ``per_group`` of each
     group's events as traced, in rank order (a module-level function, to run on another machine).
-    ``cpu``: rank -> where its CPU went in the traced steps (:func:`cross_rank_sections`)."""
+    ``cpu``: rank -> where its CPU went in the traced steps (:func:`cross_rank_sections`). ``on_clock``
+    is called with the clock estimate as soon as it is known, before the groups' frames (the report starts
+    its what-if section then: :class:`analyses.whatif.section.Beside`)."""
     groups = rank_groups(run, budget)
     if not groups:
         groups = [[]]
     clock = estimate_clock(run, groups, executor)
+    if on_clock is not None:
+        on_clock(clock)
     results = run_each(executor, group_frames, [(str(run.path), g, clock, per_group) for g in groups])
     windows = {r: n for res in results for r, n in res.windows.items()}
     frames = merge([res.frames for res in results])

@@ -37,7 +37,7 @@ from ddprof.analyses.links import link_classes
 from ddprof.analyses.rank_groups import COLUMNS, analyse_run, cross_rank_sections, per_rank_frames, read_ranks
 from ddprof.analyses.rank_groups import json_rows as _rows  # noqa: F401 - callers format frames as the report does
 from ddprof.analyses.verdicts import verdicts
-from ddprof.analyses.whatif.section import whatif_section
+from ddprof.analyses.whatif.section import Beside
 
 from ddprof.errors import UsageError
 from ddprof.readers.flightrec.load import DumpSet
@@ -99,14 +99,6 @@ def _health_order(finding: dict[str, Any]) -> tuple[int, int]:
     return HEALTH_ORDER.index(finding["finding"]), -1 if finding["rank"] is None else finding["rank"]
 
 
-def _step_us(table: pl.DataFrame) -> dict[int, float]:
-    """Each step's time, µs: its longest on any rank (the step table's ``step_us``)."""
-    if table.is_empty():
-        return {}
-    per = table.group_by("step").agg(pl.col("step_us").max())
-    return dict(zip(per["step"].to_list(), per["step_us"].to_list()))
-
-
 def build_report(run: Run | None, *, dumps: DumpSet | None = None, executor: Executor | None = None) -> AnalysisReport:
     """The complete report of a run (None: of Flight Recorder dumps alone) and its dumps (module doc), with
     its detail tables (:mod:`ddprof.report.tables`; empty for dumps alone).
@@ -118,24 +110,24 @@ def build_report(run: Run | None, *, dumps: DumpSet | None = None, executor: Exe
     if run is not None:
         report: dict[str, Any] = {"run": run.summary(), **copy.deepcopy(registry.EMPTY_SECTIONS)}
         job = job_section(run)  # first: the straggler causes read its CPU figures
-        analysis = analyse_run(run, executor=executor, per_group=health,  # clocks aligned before cross-rank work
-                               cpu=cpu_rows({"job": job}))
-        clock = analysis.clock
-        report["clocks"] = clock.section()
-        sections = {k: analysis.sections[k] for k in registry.SECTION_ORDER}
-        tables = analysis.sections.tables
-        for row in report["run"]["per_rank"]:
-            row["windows"] = analysis.windows.get(row["rank"], 0)
-        whole_run = health(pl.LazyFrame(schema={c: EVENT_SCHEMA[c] for c in COLUMNS}), ranks=run.ranks,
-                           world_size=run.world_size, clocks=report["clocks"],
-                           ingest={r: run.rank_info(r) for r in run.ranks})
-        report["health"] = sorted([*(f for part in analysis.extra for f in part), *whole_run], key=_health_order)
-        report["run"]["warnings"].extend(clock.warnings())
-        report["run"]["warnings"].extend(sections.pop("collective_warnings"))
-        report.update(sections)
-        report["comm_kernels"] = comm_kernels(analysis.comm_kernel_counts, rules_of(run.manifest))
-        report["whatif"] = whatif_section(run, clock, groups=[g["ranks"] for g in report["stragglers"]["groups"]],
-                                          step_us=_step_us(tables["step_times"]))
+        with Beside(run) as whatif:  # the what-if section, beside the groups' frames once the clock is known
+            analysis = analyse_run(run, executor=executor, per_group=health,  # clocks aligned before cross-rank work
+                                   cpu=cpu_rows({"job": job}), on_clock=whatif.start)
+            clock = analysis.clock
+            report["clocks"] = clock.section()
+            sections = {k: analysis.sections[k] for k in registry.SECTION_ORDER}
+            tables = analysis.sections.tables
+            for row in report["run"]["per_rank"]:
+                row["windows"] = analysis.windows.get(row["rank"], 0)
+            whole_run = health(pl.LazyFrame(schema={c: EVENT_SCHEMA[c] for c in COLUMNS}), ranks=run.ranks,
+                               world_size=run.world_size, clocks=report["clocks"],
+                               ingest={r: run.rank_info(r) for r in run.ranks})
+            report["health"] = sorted([*(f for part in analysis.extra for f in part), *whole_run], key=_health_order)
+            report["run"]["warnings"].extend(clock.warnings())
+            report["run"]["warnings"].extend(sections.pop("collective_warnings"))
+            report.update(sections)
+            report["comm_kernels"] = comm_kernels(analysis.comm_kernel_counts, rules_of(run.manifest))
+            report["whatif"] = whatif.result([g["ranks"] for g in report["stragglers"]["groups"]])
         report["links"] = link_classes(tables["collectives"], report["run"])
         report["job"] = job
         if dumps is not None:  # a dump that cannot be read is a failed input, like a trace that cannot

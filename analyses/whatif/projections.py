@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -130,7 +131,8 @@ def whatif(events: Events, *, stragglers: str | list[int] | None = "auto", comm_
            host_gaps: bool = True, kernels: list[tuple[str, float]] | None = None,
            attribute: bool = True, max_candidates: int = MAX_STRAGGLER_CANDIDATES, rebalance: bool = True,
            budget_s: float | None = None, keep: int | None = None, min_saving: float = 0.0,
-           critical: bool = True, typical_links: bool = False, groups: list[list[int]] | None = None,
+           critical: bool = True, typical_links: bool = False,
+           groups: list[list[int]] | Callable[[], list[list[int]]] | None = None,
            grad_overlap: bool = True, data_loading: bool = True) -> WhatIf:
     """Project the edits asked for on a run (module doc); ``max_candidates``: the ranks tried for the
     automatic straggler edit, at most. ``budget_s``: the CPU seconds this may take (none: no limit): past
@@ -140,7 +142,8 @@ def whatif(events: Events, *, stragglers: str | list[int] | None = "auto", comm_
     bound is below this share of the step. ``critical``: also find each step's critical path.
     ``typical_links``: also every transfer at most its collective's typical (a slow link restored).
     ``groups``: groups of ranks each made as fast as the others as one edit (ranks slower together,
-    :mod:`analyses.slow_groups`). ``grad_overlap``: also the gradient all-reduces that wait for the whole
+    :mod:`analyses.slow_groups`), or a function that gives them, called once, after every other edit is
+    replayed (the report computes its stragglers section meanwhile: :class:`analyses.whatif.section.Beside`). ``grad_overlap``: also the gradient all-reduces that wait for the whole
     backward overlapped with it (:mod:`analyses.whatif.overlap`), where a rank has such a tail.
     ``data_loading``: also the data loader's spans taking no time, where the model holds some."""
     t0 = time.process_time()
@@ -193,11 +196,6 @@ def whatif(events: Events, *, stragglers: str | list[int] | None = "auto", comm_
                                                   100 * (base - best_t) / base if base else 0.0))
     elif stragglers and not isinstance(stragglers, str):  # "auto" on a single rank: no one to compare it with
         candidates.append(_as_fast_as_others(model, worker, list(stragglers), peers))
-    traced = set(np.unique(worker).tolist())
-    for group in groups or []:
-        present = [r for r in group if r in traced]
-        if present:
-            candidates.append(_as_fast_as_others(model, worker, present, peers))
     for k in comm_k or []:
         candidates.append(E.comm_faster(model, k))
     if typical_links:
@@ -219,9 +217,19 @@ def whatif(events: Events, *, stragglers: str | list[int] | None = "auto", comm_
         edit = E.ops_faster(model, mask, k, f"kernels matching {pattern!r}")
         edit.name = f"kernels_{re.sub(r'[^A-Za-z0-9]+', '_', pattern).strip('_')}_x{k:g}"
         candidates.append(edit)
-    prior = tuple(pr.saving_s for pr in out.projections)  # the straggler found counts among the best
-    for e, t in _evaluate(model, order, candidates, keep or len(candidates) + 1, floor, deadline, cost, out, prior):
-        out.projections.append(Projection(e.name, e.says, t, base - t, 100 * (base - t) / base if base else 0.0))
+
+    def project(edits: list[E.Edit]) -> None:
+        prior = tuple(pr.saving_s for pr in out.projections)  # what was found counts among the best
+        for e, t in _evaluate(model, order, edits, keep or len(prior) + len(edits) + 1, floor, deadline, cost, out,
+                              prior):
+            out.projections.append(Projection(e.name, e.says, t, base - t, 100 * (base - t) / base if base else 0.0))
+
+    project(candidates)
+    # The groups' edits last: the report hands their ranks over only now (its stragglers section, computed
+    # meanwhile); an edit that cannot beat the best found so far is still not replayed.
+    traced = set(np.unique(worker).tolist())
+    present = [[r for r in group if r in traced] for group in (groups() if callable(groups) else groups) or []]
+    project([_as_fast_as_others(model, worker, ranks, peers) for ranks in present if ranks])
     out.projections.sort(key=lambda pr: -pr.saving_s)
     if attribute:
         out.by_rank = E.attribution(model, order, "worker", KEYS, measure=_mean_step)

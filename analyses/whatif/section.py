@@ -36,7 +36,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
 import msgspec
@@ -44,6 +45,7 @@ import polars as pl
 from ddprof.analyses.clocks import ClockEstimate, align
 from ddprof.analyses.dataloading import exposed, loading_rows
 from ddprof.analyses.frames.memo import Prepared, collect
+from ddprof.analyses.frames.sets import steps
 from ddprof.analyses.sections import Section
 from ddprof.analyses.whatif.projections import _ms, whatif
 from msgspec import Meta
@@ -51,7 +53,7 @@ from msgspec import Meta
 from ddprof.report.display import Column, Table
 from ddprof.report.schema import Row, rows
 from ddprof.store.rundir import Run
-from ddprof.vocabulary.units import fmt_pct, fmt_ranges, fmt_us
+from ddprof.vocabulary.units import NS_PER_US, fmt_pct, fmt_ranges, fmt_us
 
 #: The events of the steps the report models (module doc): whole steps up to this many, at least one.
 REPORT_STEP_EVENTS = 100_000
@@ -182,19 +184,25 @@ def step_events(run: Run) -> dict[int, int]:
     return {s: math.ceil(v) for s, v in sorted(out.items())}
 
 
-def whatif_section(run: Run, clock: ClockEstimate | None = None, budget_s: float | None = None,
-                   groups: list[list[int]] | None = None, step_us: Mapping[int, float] | None = None
-                   ) -> dict[str, Any]:
+def step_times(run: Run) -> dict[int, float]:
+    """Each step's time, µs: its longest ``ProfilerStep#N`` annotation on any rank (the report's step table,
+    ``step_us``, its largest per step), read from the store's annotations alone."""
+    st = steps(Prepared(run.events()))
+    per = st.group_by("step").agg(((pl.col("end") - pl.col("start")).max() / NS_PER_US).alias("us"))
+    return dict(zip(per["step"].to_list(), per["us"].to_list()))
+
+
+def whatif_section(run: Run, clock: ClockEstimate | None = None,
+                   groups: list[list[int]] | Callable[[], list[list[int]]] | None = None) -> dict[str, Any]:
     """The section of ``run`` (module doc), its events on one clock where ``clock`` (the report's estimate
-    of the hosts' offsets) applies some; ``budget_s``: the CPU seconds it may take (default: no limit,
-    so that the report is the same on every machine); ``groups``: the groups of ranks the stragglers
-    section names slower together, each tried as one edit; ``step_us``: each step's time (the report's
-    step table), which :func:`chosen_steps` picks the steps modelled by (none: every step counts as
-    slowest, and the steps are taken in their order)."""
+    of the hosts' offsets) applies some; ``groups``: the groups of ranks the stragglers section names slower
+    together, each tried as one edit, or a function that gives them when asked (:class:`Beside`). The steps
+    modelled are chosen by their times (:func:`chosen_steps`, :func:`step_times`) where not all of them fit."""
     if os.environ.get("DDPROF_WHATIF", "").strip().lower() in ("0", "off", "no", "false"):
         return {**EMPTY, "reason": "switched off (DDPROF_WHATIF=off)"}
     counts = step_events(run)
-    chosen = chosen_steps(counts, step_us or {}, REPORT_STEP_EVENTS)
+    fit = sum(counts.values()) <= REPORT_STEP_EVENTS  # every step modelled: their times choose nothing
+    chosen = chosen_steps(counts, {} if fit else step_times(run), REPORT_STEP_EVENTS)
     count, in_run = sum(counts[s] for s in chosen), len(counts)
     scope = {"steps_modelled": chosen, "steps_in_run": in_run}
     if count > REPORT_MAX_EVENTS:
@@ -215,7 +223,7 @@ def whatif_section(run: Run, clock: ClockEstimate | None = None, budget_s: float
     if clock is not None:
         events = align(events, clock)
     w = whatif(events, stragglers="auto", comm_k=[2.0, math.inf], host_gaps=True, attribute=False,
-               max_candidates=REPORT_CANDIDATES, budget_s=budget_s, keep=KEEP, min_saving=0.01, groups=groups)
+               max_candidates=REPORT_CANDIDATES, keep=KEEP, min_saving=0.01, groups=groups)
     if not w.explained:
         return {**EMPTY, **scope, "reason": w.reason}
     us = 1e6  # seconds to µs
@@ -225,6 +233,63 @@ def whatif_section(run: Run, clock: ClockEstimate | None = None, budget_s: float
                        "saving_us": p.saving_s * us, "saving_pct": p.saving_pct}
                       for p in w.projections[:KEEP]],
             "verdict": w.verdict, "left_out": list(w.left_out), "critical_path": _critical(w), **scope}
+
+
+class Beside:
+    """The section computed on a thread of its own while the report computes the rest. It needs the clock
+    estimate to begin (:meth:`start`, which the report's analysis calls as soon as it has it) and the
+    stragglers section's groups only at the end (:meth:`result` hands them over and waits for the
+    section). On a run of 1,024 ranks its model and replays (16 s) run beside the groups' frames (22 s)
+    instead of after them. Leaving the ``with`` block hands over no groups if none were, so that a section
+    whose report failed ends. Without :meth:`start`, :meth:`result` computes the section then.
+
+    >>> with Beside(run) as section:                                                        # doctest: +SKIP
+    ...     analysis = analyse_run(run, on_clock=section.start)
+    ...     report["whatif"] = section.result(groups)
+    """
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self._clock: ClockEstimate | None = None
+        self._thread: threading.Thread | None = None
+        self._groups: list[list[int]] = []
+        self._known = threading.Event()
+        self._out: dict[str, Any] | None = None
+        self._error: BaseException | None = None
+
+    def __enter__(self) -> Beside:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._known.set()
+
+    def start(self, clock: ClockEstimate | None) -> None:
+        """Begin the section on the events on this clock."""
+        self._clock = clock
+        self._thread = threading.Thread(target=self._compute, name="ddprof-whatif", daemon=True)
+        self._thread.start()
+
+    def _compute(self) -> None:
+        try:
+            self._out = whatif_section(self.run, self._clock, groups=self._handed)
+        except BaseException as exc:  # raised again where the report asks for the section
+            self._error = exc
+
+    def _handed(self) -> list[list[int]]:
+        self._known.wait()
+        return self._groups
+
+    def result(self, groups: list[list[int]]) -> dict[str, Any]:
+        """The section, with the stragglers section's ``groups`` tried as edits."""
+        self._groups = groups
+        self._known.set()
+        if self._thread is None:
+            return whatif_section(self.run, self._clock, groups=groups)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._out is not None
+        return self._out
 
 
 def _critical(w: Any) -> dict[str, Any]:

@@ -3,6 +3,8 @@ sentence, and why it is left out where it is."""
 
 from __future__ import annotations
 
+import threading
+
 import msgspec
 import pytest
 from ddprof.analyses.report import build_report
@@ -145,3 +147,61 @@ def test_all_reduces_held_back_until_the_backward_ended_lead_the_verdicts(tmp_pa
                             f"(−{100 * (1 - truth['without_fault_step_us'] / truth['step_us']):.0f} %)"]
         else:
             assert truth is None and said == []
+
+
+def test_the_section_computed_beside_the_report_is_the_section_computed_after_it(ingested, monkeypatch):
+    # The report starts the section once the clock is known and hands it the stragglers' groups at the end:
+    # the same section as computed in one go, the groups asked for once, after the other edits.
+    run = ingested("gloo-ddp-4rank-slow-rank")
+    asked = []
+    with section.Beside(run) as beside:
+        beside.start(None)
+        got = beside.result([[2, 3]])
+    assert got == section.whatif_section(run, None, groups=[[2, 3]])
+    real = section.whatif
+
+    def counting(*args, **kw):
+        groups = kw["groups"]
+        kw["groups"] = lambda: asked.append(1) or (groups() if callable(groups) else groups)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(section, "whatif", counting)
+    with section.Beside(run) as beside:
+        beside.start(None)
+        assert beside.result([[2, 3]]) == got and asked == [1]
+    # Not started (no clock was handed over): computed when asked for.
+    assert section.Beside(run).result([[2, 3]]) == got
+
+
+def test_a_failure_beside_the_report_is_raised_where_the_section_is_asked_for(ingested, monkeypatch):
+    run = ingested("gloo-ddp-4rank-slow-rank")
+
+    def broken(*args, **kw):
+        raise RuntimeError("model broke")
+
+    monkeypatch.setattr(section, "whatif", broken)
+    with section.Beside(run) as beside:
+        beside.start(None)
+        with pytest.raises(RuntimeError, match="model broke"):
+            beside.result([])
+    # A report that fails before it asks: leaving the block hands over no groups, and the section ends.
+    monkeypatch.undo()
+    with pytest.raises(ValueError), section.Beside(run) as beside:
+        beside.start(None)
+        raise ValueError("the report failed")
+    for thread in threading.enumerate():
+        if thread.name == "ddprof-whatif":
+            thread.join(timeout=60)
+    assert not any(t.name == "ddprof-whatif" and t.is_alive() for t in threading.enumerate())
+
+
+def test_groups_given_late_are_the_groups_given_at_once(tmp_path):
+    from ddprof.analyses.whatif.projections import whatif
+
+    from ddprof.synth import NoisyDP, ingest_generated
+
+    run = ingest_generated(NoisyDP(slow_rank=1, slow_us=3000), tmp_path / "slow")
+    at_once = whatif(run.events(), groups=[[0, 1]], attribute=False)
+    late = whatif(run.events(), groups=lambda: [[0, 1]], attribute=False)
+    assert [(p.edit, p.step_s) for p in late.projections] == [(p.edit, p.step_s) for p in at_once.projections]
+    assert "straggler_ranks_0_1" in [p.edit for p in late.projections]
