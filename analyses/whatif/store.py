@@ -17,7 +17,12 @@ Which rows, per rank and step (rows without a step are left out):
   rank ended, with its own lane free since, waited for it: an ``end`` edge. On a device lane the source
   is any device row (a kernel after the collective whose output it reads); on a host lane, a
   communication row (the main thread after an asynchronous gloo all-reduce). The nearest such row is
-  taken; a coincidence closer than the slack is taken for a wait too.
+  taken; a coincidence closer than the slack is taken for a wait too. A host thread that stopped for
+  :data:`HANDOFF_MIN_S` or more while a collective of its rank ran on a host thread (gloo's) and resumed
+  after it ended waited for it however late it resumed (``work.wait()`` in DDP's last bucket: a thread
+  woken on a loaded machine resumes milliseconds after the collective's row ends, and one bucket's row
+  may close after the thread resumed): the latest such row that ended in the stop; the time from its
+  end to the resumption stays a measured delay.
 * **Hand-offs between host threads**: a thread that stops for a millisecond or more while another thread of
   its rank runs, the other beginning right after the stop and ending right before the resumption (within
   5 % of the stop), handed it work and waited (the main thread and the autograd thread's backward): the
@@ -205,10 +210,13 @@ def _waits(rows: pl.DataFrame) -> pl.DataFrame:
                .select("worker", "start", "__prev_end", pl.col("__op").alias("dst_op")).sort("start"))
         other = rows.filter(pl.col("lane") != lane)
         src = other.filter(pl.col("instance")) if lane < 0 else other.filter(pl.col("lane") >= 0)
-        src = src.select("worker", pl.col("end").alias("__src_end"), pl.col("__op").alias("src_op")).sort("__src_end")
+        src = src.select("worker", pl.col("end").alias("__src_end"), pl.col("__op").alias("src_op"),
+                         (pl.col("lane") < 0).alias("__host")).sort("__src_end")
         hit = dst.join_asof(src, left_on="start", right_on="__src_end", by="worker", strategy="backward",
                             check_sortedness=False)  # both sorted on the time column
-        out.append(hit.filter(pl.col("src_op").is_not_null() & (pl.col("start") - pl.col("__src_end") <= WAIT_SLACK_S)
+        stopped = pl.col("start") - pl.col("__prev_end") >= HANDOFF_MIN_S  # a blocked thread (module doc)
+        soon = (pl.col("start") - pl.col("__src_end") <= WAIT_SLACK_S) | (stopped & pl.col("__host") & (lane < 0))
+        out.append(hit.filter(pl.col("src_op").is_not_null() & soon
                               & (pl.col("__prev_end").is_null() | (pl.col("__src_end") >= pl.col("__prev_end"))))
                    .select(pl.col("src_op").cast(pl.Int64), pl.col("dst_op").cast(pl.Int64), pl.lit("end").alias("on")))
     return pl.concat(out) if out else pl.DataFrame(schema={"src_op": pl.Int64, "dst_op": pl.Int64, "on": pl.String})

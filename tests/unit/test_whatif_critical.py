@@ -11,7 +11,7 @@ from ddprof.analyses.whatif.critical import KINDS, _net_overlaps, critical_path
 from ddprof.analyses.whatif.model import build
 from ddprof.analyses.whatif.projections import whatif
 from ddprof.analyses.whatif.replay import replay
-from ddprof.analyses.whatif.store import _handoffs, replay_check
+from ddprof.analyses.whatif.store import _handoffs, _waits, replay_check
 
 import ddprof
 from ddprof.synth import Spec, generate
@@ -111,6 +111,28 @@ def test_a_thread_that_hands_its_work_to_another_waits_for_it():
     assert sorted(late.rows()) == [(1, 3, "end"), (2, 0, "end")]
     assert _handoffs(_rows({-1: [(0, 1), (50, 51)], -2: [(1.1, 10), (12, 30)]})).rows() == [(2, 0, "end")]
     assert _handoffs(_rows({-1: [(0, 1), (1.5, 2)], -2: [(1.01, 1.2), (1.3, 1.49)]})).is_empty()
+
+
+def _with_instances(rows: pl.DataFrame, comm: set[int]) -> pl.DataFrame:
+    return rows.with_columns(pl.when(pl.col("__op").is_in(list(comm))).then(pl.format("g/{}", pl.col("__op")))
+                             .otherwise(None).alias("instance"))
+
+
+def test_a_thread_blocked_on_a_gloo_collective_waits_for_it_however_late_it_wakes():
+    """The main thread (lane -1) stops at 45 ms, blocked in DDP's wait for its buckets' all-reduces, which
+    gloo runs on its own threads (lanes -3 and -2, ending at 97 and 111 ms); the main thread wakes at 108
+    ms (a loaded machine: the later bucket's row closed after it woke, the earlier one's ended 11 ms before
+    it): it waited for the all-reduce that ended in its stop, the last one, however late it woke. A stop
+    under a millisecond keeps the slack of 200 µs; a row on a device lane is no collective a host thread
+    blocks on."""
+    rows = _with_instances(_rows({-1: [(0, 45), (108, 110)], -2: [(42.5, 111.2)], -3: [(45.2, 97.2)]}), {0, 1})
+    assert _waits(rows).filter(pl.col("dst_op") == 3).rows() == [(0, 3, "end")]  # ops: lane -3, -2, then -1
+    short = _with_instances(_rows({-1: [(0, 45), (45.8, 46)], -3: [(10, 45.5)]}), {0})
+    assert _waits(short).filter(pl.col("dst_op") == 2).is_empty()
+    soon = _with_instances(_rows({-1: [(0, 45), (45.6, 46)], -3: [(10, 45.5)]}), {0})
+    assert _waits(soon).filter(pl.col("dst_op") == 2).rows() == [(0, 2, "end")]
+    device = _with_instances(_rows({-1: [(0, 45), (108, 110)], 0: [(45.2, 97.2)]}), {2})
+    assert _waits(device).filter(pl.col("dst_op") == 1).is_empty()
 
 
 def test_the_v100_critical_path_runs_through_the_backward_thread(ingested):
