@@ -164,8 +164,13 @@ def plan(model: Model) -> Plan:
     new[bounds[:-1][bounds[:-1] < len(d_all)]] = True
     first = np.flatnonzero(new)
     cut = np.searchsorted(first, bounds)
-    levels = [(int(a), int(b), d_all[first[i:j]], first[i:j] - a)
-              for a, b, i, j in zip(bounds[:-1], bounds[1:], cut[:-1], cut[1:])]
+    # Each level's destinations and where their edges begin within its slice: views of two arrays made
+    # once (a level is a few edges where chains are long: thousands of levels, each sliced, not gathered).
+    lo, hi = int(cut[0]), int(cut[-1])
+    dest = d_all[first[lo:hi]]
+    rel = first[lo:hi] - np.repeat(bounds[:-1], np.diff(cut))
+    levels = [(a, b, dest[i - lo:j - lo], rel[i - lo:j - lo])
+              for a, b, i, j in zip(bounds[:-1].tolist(), bounds[1:].tolist(), cut[:-1].tolist(), cut[1:].tolist())]
     return Plan(core_edge[by], c_src[by], levels, chain, into[chain], root, seq, into[seq], seg, seg_first,
                 seg_parent_pos, seg_parent, seg_jumps)
 
