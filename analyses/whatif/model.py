@@ -82,7 +82,6 @@ class Model:
     steps: np.ndarray
     origin: np.ndarray
     inconsistent: int = 0
-    _levels: list[tuple[np.ndarray, np.ndarray]] | None = field(default=None, repr=False)
     _codes: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     _by_param: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
 

@@ -184,7 +184,7 @@ def step_events(run: Run) -> dict[int, int]:
     return {s: math.ceil(v) for s, v in sorted(out.items())}
 
 
-def step_times(run: Run) -> dict[int, float]:
+def step_us(run: Run) -> dict[int, float]:
     """Each step's time, µs: its longest ``ProfilerStep#N`` annotation on any rank (the report's step table,
     ``step_us``, its largest per step), read from the store's annotations alone."""
     st = steps(Prepared(run.events()))
@@ -197,12 +197,12 @@ def whatif_section(run: Run, clock: ClockEstimate | None = None,
     """The section of ``run`` (module doc), its events on one clock where ``clock`` (the report's estimate
     of the hosts' offsets) applies some; ``groups``: the groups of ranks the stragglers section names slower
     together, each tried as one edit, or a function that gives them when asked (:class:`Beside`). The steps
-    modelled are chosen by their times (:func:`chosen_steps`, :func:`step_times`) where not all of them fit."""
+    modelled are chosen by their times (:func:`chosen_steps`, :func:`step_us`) where not all of them fit."""
     if os.environ.get("DDPROF_WHATIF", "").strip().lower() in ("0", "off", "no", "false"):
         return {**EMPTY, "reason": "switched off (DDPROF_WHATIF=off)"}
     counts = step_events(run)
     fit = sum(counts.values()) <= REPORT_STEP_EVENTS  # every step modelled: their times choose nothing
-    chosen = chosen_steps(counts, {} if fit else step_times(run), REPORT_STEP_EVENTS)
+    chosen = chosen_steps(counts, {} if fit else step_us(run), REPORT_STEP_EVENTS)
     count, in_run = sum(counts[s] for s in chosen), len(counts)
     scope = {"steps_modelled": chosen, "steps_in_run": in_run}
     if count > REPORT_MAX_EVENTS:

@@ -215,7 +215,7 @@ def _waits(rows: pl.DataFrame) -> pl.DataFrame:
         hit = dst.join_asof(src, left_on="start", right_on="__src_end", by="worker", strategy="backward",
                             check_sortedness=False)  # both sorted on the time column
         stopped = pl.col("start") - pl.col("__prev_end") >= HANDOFF_MIN_S  # a blocked thread (module doc)
-        soon = (pl.col("start") - pl.col("__src_end") <= WAIT_SLACK_S) | (stopped & pl.col("__host") & (lane < 0))
+        soon = (pl.col("start") - pl.col("__src_end") <= WAIT_SLACK_S) | (stopped & pl.col("__host"))
         out.append(hit.filter(pl.col("src_op").is_not_null() & soon
                               & (pl.col("__prev_end").is_null() | (pl.col("__src_end") >= pl.col("__prev_end"))))
                    .select(pl.col("src_op").cast(pl.Int64), pl.col("dst_op").cast(pl.Int64), pl.lit("end").alias("on")))
