@@ -1,38 +1,47 @@
 """What-if projections against real counterfactual runs: a gloo job with one slow rank, and the same job
-run again without the slowdown; the step time ``ddprof whatif`` projects for the first run with the slow
-rank removed, beside the step time measured in the second.
+without the slowdown; the step time ``ddprof whatif`` projects for the slow steps with the slow rank made as
+fast as the others, beside the step time measured without it.
 
-    python benchmarks/whatif_gloo.py [--reps 5] [--ranks 2] [--faults compute,input] [--json FILE]
+    python benchmarks/whatif_gloo.py [--reps 5] [--ranks 2] [--faults compute,input] [--design alternate]
 
-Each repetition runs ``tests/support/jobs.py`` (the fault matrix's DDP job: torch on CPU, one thread a
-rank, gloo on loopback, profiled by ``ddprof.profile``) twice, one after the other: with ``--fault KIND``
-on the last rank, then with ``--fault none``. The faults (:data:`tests.support.jobs.FAULTS`):
+The job is ``tests/support/jobs.py``'s DDP job (the fault matrix's: torch on CPU, one thread a rank, gloo on
+loopback, profiled by ``ddprof.profile``), with ``--fault KIND`` on the last rank:
 
 * ``compute``: the last rank's batch is ``--factor`` times larger (2: its forward and backward take about
   twice as long);
 * ``input``: the last rank's DataLoader takes 20 ms to fetch each batch.
 
-The projection is :func:`ddprof.analyses.whatif.projections.whatif` with ``stragglers=[last rank]`` on the
-faulty run (its ops take their op's typical duration across the other ranks, its unexplained host gaps
-theirs); the truth is the clean run's step in the same measure (a step from its first start to its last
-end over all ranks, as ``ddprof whatif`` gives "the run's step"), of its recording replayed. Printed: each pair, then per (ranks, fault) the median error and its spread (min,
-max) over the repetitions. The requirement: within 5 %.
+Two designs (``--design``):
 
-The job is sized so that a step (about 75 ms here, 24 traced) outweighs the machine's scheduling noise, with
-a core per rank at 2 ranks on this 2-core machine (``--ranks 2,4`` puts 4 ranks on 2 cores: they share them
-differently in every run, and the others run faster while the slow rank sleeps, which a projection that
-keeps their recorded durations cannot see). Besides each pair's error, the table gives the medians' error:
-the median projection against the median clean step over the repetitions, which each run's own noise
-moves less.
+* ``alternate`` (default): one run a repetition, the fault in its odd steps only (``jobs.py --alternate``);
+  its even steps are the same job without the fault, run at the same time. The truth is the even steps'
+  mean, the projection the odd steps' mean with the last rank as fast as the others
+  (:mod:`tests.support.alternate`). The machine's drift from one run to the next does not move it: on this
+  shared 2-core machine, the clean job's step moved from 70 to 102 ms between runs minutes apart, and one
+  step in several takes up to twice the usual time, which the 48 steps of each kind average out.
+* ``pairs``: two runs a repetition, one after the other: with the fault in every step, then with
+  ``--fault none``; the projection is :func:`ddprof.analyses.whatif.projections.whatif` with
+  ``stragglers=[last rank]`` on the faulty run, the truth the clean run's step. Each run's own speed moves
+  the error; the machine's speed at each run is measured too (rank 0's training thread's CPU time a step,
+  the collector's step measures: a rank whose work neither fault changes), and the error "at the machine's
+  speed" compares the projection with the clean step scaled by the faulty run's speed over the clean
+  run's. It is printed beside the error, not instead of it.
 
-Both runs share the machine with nothing else this script starts; other load on the machine between the
-two runs shows as error (the clean run is the truth only as far as the machine stayed the same). The
-clean runs' own spread over the repetitions (min … max) is printed beside the errors: it is the noise
-floor a projection is judged against. The machine's speed at each run is measured too: rank 0's training
-thread's CPU time a step (the collector's step measures), a rank whose work neither fault changes; the
-error "at the machine's speed" compares the projection with the clean step scaled by the faulty run's
-speed over the clean run's (the projection keeps the faulty run's recorded durations, so a machine slower
-during that run is slower in it). It is printed beside the error, not instead of it.
+Both measure a step as ``ddprof whatif`` does (from its first start to its last end over all ranks, of the
+recording replayed; the replay error is within 2 % of the measured steps or nothing is projected). Printed:
+each repetition, then per (ranks, fault) the median error and its spread (min, max) over the repetitions.
+The requirement: within 5 %.
+
+The job is sized so that a step (about 75 ms here) outweighs the machine's scheduling noise, with a core
+per rank at 2 ranks on this 2-core machine (``--ranks 2,4`` puts 4 ranks on 2 cores). Each rank is bound to
+its core (``--no-pin``: not): a rank of a real job owns its device, while unbound, the rank that finishes
+its backward first runs its all-reduce's reductions on gloo's threads beside the other rank's backward,
+which then takes about 10 ms longer (49 ms against 38 ms, seen on a clean step), and the clean steps carry
+a contention that a step with one rank late (the other waiting) does not. What no design removes: two ranks computing at once run slower than one alone (they share the machine's caches and memory,
+about 10 % here), and a slow rank's peers compute alone while it is late, so the recorded durations a
+projection keeps are a little faster than the same work beside a busy peer; and a rank made as fast as
+the others takes their typical durations, without its own step-to-step noise, while the clean step is the
+slower of two noisy ranks. Both make the projection a little short of the truth.
 """
 
 from __future__ import annotations
@@ -54,6 +63,9 @@ from fault_matrix import FAULT_ARGS, run_job  # noqa: E402
 
 import ddprof  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.support.alternate import measure as measure_alternate  # noqa: E402
+
 #: The job's size: about 75 ms a step on this 2-core machine, whose scheduling noise (a few ms a step) a 10 ms
 #: step of the fault matrix's size (hidden 512, batch 64) does not outweigh: its clean runs varied 2.5x.
 HIDDEN = 2048
@@ -61,12 +73,12 @@ BATCH = 128
 
 
 def job(fault: str, ranks: int, steps: int, active: int, factor: float, pin: bool = False,
-        hidden: int = HIDDEN, batch: int = BATCH) -> list[str]:
+        hidden: int = HIDDEN, batch: int = BATCH, alternate: bool = False) -> list[str]:
     sched = ["--steps", str(steps), "--wait", "1", "--warmup", "1", "--active", str(active), "--wait-ingest"]
     extra = ["--fault-factor", str(factor)] if fault == "compute" else FAULT_ARGS.get(fault, [])
     size = ["--hidden", str(hidden), "--batch", str(batch), "--loader"]
     return ["ddp", *sched, *size, "--fault", fault, "--fault-rank", str(ranks - 1), *extra,
-            *(["--pin"] if pin else [])]
+            *(["--pin"] if pin else []), *(["--alternate"] if alternate else [])]
 
 
 def measure(run_dir: Path, slow: int | None) -> tuple[float, float | None, str | None]:
@@ -92,6 +104,18 @@ def thread_cpu_ms(run_dir: Path, rank: int = 0) -> float | None:
         return None
     v = f.filter((pl.col("rank") == rank) & (pl.col("step") >= 3)).get_column("thread_cpu_ms").drop_nulls()
     return float(v.median()) if v.len() else None
+
+
+def alternate(fault: str, ranks: int, rep: int, work: Path, a: argparse.Namespace) -> dict[str, float] | None:
+    """One run with the fault in its odd steps: the odd steps projected against the even ones."""
+    run_dir = work / f"{fault}-{ranks}-alternate-{rep}"
+    run_job(job(fault, ranks, a.steps, a.active, a.factor, a.pin, a.hidden, a.batch, alternate=True), ranks, run_dir,
+            a.timeout)
+    m = measure_alternate(run_dir, ranks - 1)
+    print(f"{fault:8} {ranks} ranks rep {rep}: {m.steps} steps of each kind: faulty steps {1e3 * m.faulty_s:8.2f} ms, "
+          f"projected without rank {ranks - 1} {1e3 * m.projected_s:8.2f} ms, the steps without the fault "
+          f"{1e3 * m.clean_s:8.2f} ms: error {m.error_pct:+6.2f} %", flush=True)
+    return {"faulty": m.faulty_s, "projected": m.projected_s, "clean": m.clean_s, "error": m.error_pct}
 
 
 def pair(fault: str, ranks: int, rep: int, work: Path, a: argparse.Namespace) -> dict[str, float] | None:
@@ -122,16 +146,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ranks", default="2")
     ap.add_argument("--faults", default="compute,input")
     ap.add_argument("--factor", type=float, default=2.0, help="compute: the slow rank's batch rows")
-    ap.add_argument("--steps", type=int, default=28)
-    ap.add_argument("--active", type=int, default=24)
+    ap.add_argument("--design", choices=["alternate", "pairs"], default="alternate", help="module doc")
+    ap.add_argument("--steps", type=int, default=None, help="steps a run (default: alternate 100, pairs 28)")
+    ap.add_argument("--active", type=int, default=None, help="steps traced (default: all but the first 4)")
     ap.add_argument("--hidden", type=int, default=HIDDEN, help="the DDP model's hidden width")
     ap.add_argument("--batch", type=int, default=BATCH, help="rows a batch (the slow rank's: --factor times)")
     ap.add_argument("--timeout", type=float, default=600.0)
-    ap.add_argument("--pin", action="store_true", help="each rank on CPU rank mod cpus (a core of its own where "
-                    "there are as many cores as ranks)")
+    ap.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
+                    help="each rank on CPU rank mod cpus (a core of its own where there are as many cores as ranks; "
+                    "module doc)")
     ap.add_argument("--json", type=Path, default=None, help="also write every pair here")
     ap.add_argument("--keep", type=Path, default=None, help="write the runs here (default: a temporary directory)")
     a = ap.parse_args(argv)
+    a.steps = a.steps or (100 if a.design == "alternate" else 28)
+    a.active = a.active or a.steps - 4
+    one = alternate if a.design == "alternate" else pair
     t0 = time.monotonic()
     rows: dict[tuple[str, int], list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="ddprof-whatif-gloo-") as tmp:
@@ -140,11 +169,12 @@ def main(argv: list[str] | None = None) -> int:
         for rep in range(a.reps):
             for ranks in (int(r) for r in a.ranks.split(",")):
                 for fault in a.faults.split(","):
-                    got = pair(fault, ranks, rep, a.keep or Path(tmp), a)
+                    got = one(fault, ranks, rep, a.keep or Path(tmp), a)
                     if got is not None:
                         rows.setdefault((fault, ranks), []).append(got)
-    print("\n| fault | ranks | pairs | faulty step ms (median) | projected ms (median) | clean step ms (median) | "
-          "clean min … max | medians' error | error of a pair: median | min … max | within 5 % | "
+    print(f"\ndesign: {a.design}\n\n| fault | ranks | repetitions | faulty step ms (median) | projected ms (median) | "
+          "clean step ms (median) | clean min … max | medians' error | error of a repetition: median | min … max | "
+          "within 5 % | "
           "at the machine's speed: median | min … max | within 5 % |")
     print("|---|---:|---:|---:|---:|---:|---|---:|---:|---|---:|---:|---|---:|")
     worst = 0.0
@@ -159,8 +189,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{sum(abs(e) <= 5 for e in errs)}/{len(errs)} | " + _adjusted_cells(rs))
     print(f"\nworst |error| {worst:.2f} %; {time.monotonic() - t0:.0f} s")
     if a.json:
-        pairs = [{"fault": f, "ranks": n, **r} for (f, n), rs in sorted(rows.items()) for r in rs]
-        a.json.write_text(json.dumps({"pairs": pairs}, indent=2))
+        reps = [{"fault": f, "ranks": n, **r} for (f, n), rs in sorted(rows.items()) for r in rs]
+        a.json.write_text(json.dumps({"design": a.design, "repetitions": reps}, indent=2))
     return 0
 
 

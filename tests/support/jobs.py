@@ -21,7 +21,9 @@ each bucket's all-reduce), ``pipeline`` (stage R holds ``--fault-factor`` times 
 others); ``none`` is the clean run of the same job. With any ``--fault`` (``none`` too) every rank of the
 ``ddp`` job all-reduces through the same Python communication hook, waiting only on a ``comm`` fault's
 rank, so a faulty run and a clean one run the same ops. ``--loader`` feeds the ``ddp`` job's batches
-through a DataLoader (always, with a fault), ``--pin`` keeps each rank on CPU ``rank mod cpus`` (so a
+through a DataLoader (always, with a fault), ``--alternate`` puts an ``input`` or ``compute`` fault in the
+odd steps only (the even steps are the same job without it, run at the same time: a counterfactual that
+the machine's drift between two runs does not move), ``--pin`` keeps each rank on CPU ``rank mod cpus`` (so a
 busy thread contends with the ranks of its CPU only), ``--pipe-width W`` makes every stage W wide.
 ``--crash-rank R --crash-step K`` kills rank R (``os._exit``) at step K, to show that the other ranks'
 data stays usable. ``--facts FILE`` (``{rank}`` in the name becomes the rank) writes what the rank knows
@@ -66,18 +68,23 @@ FAULTS = {"none": "ddp", "compute": "ddp", "input": "ddp", "stalls": "ddp", "con
 
 class SlowBatches(torch.utils.data.Dataset):
     """``n`` random batches of ``rows x width`` (one item is one batch), each fetched after ``delay_s``
-    of waiting, as a loader reading from slow storage does."""
+    of waiting, as a loader reading from slow storage does; ``fault_rows``: the rows of a faulty batch
+    (default ``rows``). ``alternate``: only the odd batches are faulty (late, ``fault_rows``)."""
 
-    def __init__(self, n: int, rows: int, width: int, seed: int, delay_s: float = 0.0) -> None:
+    def __init__(self, n: int, rows: int, width: int, seed: int, delay_s: float = 0.0,
+                 fault_rows: int | None = None, alternate: bool = False) -> None:
         self.n, self.rows, self.width, self.seed, self.delay_s = n, rows, width, seed, delay_s
+        self.fault_rows, self.alternate = fault_rows or rows, alternate
 
     def __len__(self) -> int:
         return self.n
 
     def __getitem__(self, i: int) -> torch.Tensor:
-        if self.delay_s:
+        fault = not self.alternate or i % 2 == 1
+        if self.delay_s and fault:
             time.sleep(self.delay_s)
-        return torch.randn(self.rows, self.width, generator=torch.Generator().manual_seed(self.seed * 10_000 + i))
+        rows = self.fault_rows if fault else self.rows
+        return torch.randn(rows, self.width, generator=torch.Generator().manual_seed(self.seed * 10_000 + i))
 
 
 def busy_thread(stop: threading.Event) -> threading.Thread:
@@ -132,7 +139,8 @@ def run_ddp(args: argparse.Namespace, prof: Any, rank: int) -> dict[str, Any]:
     rows = args.batch * (int(args.fault_factor) if faulty(args, rank, "compute") else 1)
     data = torch.randn(rows, widths[0], generator=torch.Generator().manual_seed(rank))
     batches = iter(torch.utils.data.DataLoader(
-        SlowBatches(args.steps, rows, widths[0], rank, args.fault_ms / 1000 if faulty(args, rank, "input") else 0.0),
+        SlowBatches(args.steps, args.batch, widths[0], rank,
+                    args.fault_ms / 1000 if faulty(args, rank, "input") else 0.0, rows, args.alternate),
         batch_size=None)) if args.loader or args.fault else None
     step_s = []
     for i in range(args.steps):
@@ -321,6 +329,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--fault-factor", type=float, default=4.0, help="compute: batch rows; pipeline: layers")
     p.add_argument("--fault-every", type=int, default=4, help="stalls: one step in this many")
     p.add_argument("--loader", action="store_true", help="ddp: batches from a DataLoader")
+    p.add_argument("--alternate", action="store_true", help="input, compute: the fault in odd steps only")
     p.add_argument("--pin", action="store_true", help="each rank on CPU rank mod cpus")
     p.add_argument("--pipe-width", type=int, default=0, help="pipeline: every stage this wide")
     p.add_argument("--crash-rank", type=int, default=None)

@@ -1,0 +1,64 @@
+"""The counterfactual of a run whose fault is in its odd steps only (``jobs.py --alternate``): its even steps
+are the same job without the fault, run at the same time, so the machine's drift from one run to the next
+(on a shared 2-core machine, a clean run's step moved from 70 to 102 ms within minutes) does not move the
+truth.
+
+Per step, the run's step time (its first start to its last end over all ranks, as ``ddprof whatif``
+measures "the step") replayed as recorded, and projected with one rank as fast as the others (the edit
+``ddprof whatif`` calls "making rank R as fast as the others"); the means over the faulty (odd) steps and
+over the clean (even) ones, and the medians (which the machine's bursts of slowness, one step in several
+taking twice its usual time, move less). The projection of a faulty step should meet the clean steps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from ddprof.analyses.frames.memo import Prepared, collect
+from ddprof.analyses.whatif import edits as E
+from ddprof.analyses.whatif.projections import KEYS
+from ddprof.analyses.whatif.replay import plan, replay
+from ddprof.analyses.whatif.store import replay_check, step_times
+
+import ddprof
+
+
+@dataclass
+class Alternate:
+    faulty_s: float  # the faulty steps' mean, replayed as recorded
+    clean_s: float  # the clean steps' mean, replayed as recorded: the truth
+    projected_s: float  # the faulty steps' mean, projected with the rank as fast as the others
+    steps: int  # steps of each kind, the fewer
+    faulty_median_s: float
+    clean_median_s: float
+    projected_median_s: float
+
+    @property
+    def error_pct(self) -> float:
+        """The projection's error, in % of the truth, of the means."""
+        return 100 * (self.projected_s - self.clean_s) / self.clean_s
+
+    @property
+    def median_error_pct(self) -> float:
+        """The projection's error, in % of the truth, of the medians."""
+        return 100 * (self.projected_median_s - self.clean_median_s) / self.clean_median_s
+
+
+def measure(run_dir: Path, rank: int) -> Alternate:
+    """The faulty steps projected with ``rank`` as fast as the others, beside the clean steps."""
+    check = replay_check(Prepared(collect(ddprof.open_run(run_dir).events()).lazy()))
+    model = check.model
+    assert model is not None and check.explained, check.reason
+    order = check.order or plan(model)
+    worker = model.ops["worker"].to_numpy()
+    edit = E.typical_for(model, worker == rank, KEYS, f"straggler_rank_{rank}", f"making rank {rank} as fast")
+    recorded = replay(model, order=order)
+    projected = replay(model, delay=edit.delay, dur=edit.dur, xfer=edit.xfer, order=order)
+    as_recorded = step_times(model, recorded.start, recorded.end)
+    edited = step_times(model, projected.start, projected.end)
+    odd = np.asarray(model.steps) % 2 == 1
+    assert odd.any() and (~odd).any(), f"steps {list(model.steps)}: faulty and clean ones are both needed"
+    return Alternate(float(as_recorded[odd].mean()), float(as_recorded[~odd].mean()), float(edited[odd].mean()),
+                     int(min(odd.sum(), (~odd).sum())), float(np.median(as_recorded[odd])),
+                     float(np.median(as_recorded[~odd])), float(np.median(edited[odd])))
