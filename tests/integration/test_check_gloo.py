@@ -106,7 +106,14 @@ def test_a_run_of_another_batch_size_is_another_workload(fresh, tmp_path):
     assert any("on other input shapes" in c for c in changes), changes
     assert {"aten::mm", "aten::addmm"} <= set(other_shapes(fresh, bigger))
     result = check(bigger, fresh)
-    assert result["status"] == "workload_changed" and result["cause"]["class"] == "workload", result["summary"]
+    assert any("on other input shapes" in line for line in result["summary"]), result["summary"]
+    # Four ranks on two shared cores, two steps traced: the machine may hold one rank back long enough for it
+    # to be named a straggler in the new run (seen once in CI: 8.9 ms a step); the shapes are still said.
+    late = [o["subject"] for o in result["outcomes"] if o["kind"] == "straggler" and o["outcome"] == "fail"]
+    if not late:
+        assert result["status"] == "workload_changed" and result["cause"]["class"] == "workload", result["summary"]
+    else:
+        assert result["status"] == "regression" and result["cause"]["class"] in ("workload", "rank"), result
     blind = check(bigger, fresh, rules={**DEFAULTS, "workload": {**DEFAULTS["workload"], "op_shapes": False}})
     assert (blind["cause"] or {}).get("class") != "workload"
 
