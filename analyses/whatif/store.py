@@ -10,8 +10,8 @@ Which rows, per rank and step (rows without a step are left out):
   nothing meanwhile; left out, a step of ``num_workers=0`` would begin after its batch was drawn). A device row waits for the start of the runtime call that launched it (same
   ``correlation``): the launch dependency. The time between two runtime calls of a thread (Python,
   framework) is kept as a measured host delay.
-* **CPU rank** (gloo, no kernels): its communication rows (``gloo:*``) and the outermost CPU ops of each
-  thread that contain none, each thread one lane.
+* **CPU rank** (gloo, no kernels): its communication rows (``gloo:*``) and the outermost CPU ops and data
+  loader spans of each thread that contain none, each thread one lane.
 * **Waits on another lane** (inferred: Kineto records neither ``cudaStreamWaitEvent`` targets nor
   ``work.wait()``): a row that starts within :data:`WAIT_SLACK_S` after a row of another lane of its
   rank ended, with its own lane free since, waited for it: an ``end`` edge. On a device lane the source
@@ -137,7 +137,10 @@ def op_rows(events: Events) -> tuple[pl.DataFrame, pl.DataFrame]:
     loader = _holding_none(loader, host_gpu, _STARTS_IN)
     cpu = ev.filter(pl.col("stream").is_null()).join(gpu, on="rank", how="anti")
     cpu_comm = cpu.filter(pl.col("kind") == "comm")
-    cpu_ops = cpu.filter(pl.col("kind") == "cpu_op")
+    # A CPU rank's work: its CPU ops and its data loader's spans (annotations: ``enumerate(DataLoader)#...``),
+    # the outermost: a batch drawn is one op, the loader's wait and the ops that made the batch.
+    cpu_ops = cpu.filter((pl.col("kind") == "cpu_op")
+                         | ((pl.col("kind") == "annotation") & pl.col("name").str.contains(DATA_LOADER_PATTERN)))
     # Outermost CPU ops that contain no communication row of their thread.
     cpu_work = _holding_none(_outermost(cpu_ops), cpu_comm, _WHOLLY_IN)
     cols = ["rank", "step", "tid", "stream", "ts_ns", "dur_ns", "kind", "name", "correlation", "coll_op", "bytes"]

@@ -29,6 +29,8 @@ DELAY_MS = 40
 #: rank 1 was 5 ms a step slower than rank 0 without any delay; a run whose machine slowed by half between its
 #: first and second half), most within -11 … +5 %. Projecting away twice the delay would be -40 %.
 TOLERANCE = 0.25
+#: One run's tolerance for the late steps with the data loading hidden (below).
+HIDDEN_TOLERANCE = 0.10
 
 
 def test_a_slow_rank_projected_away_meets_the_steps_without_it(tmp_path):
@@ -41,3 +43,7 @@ def test_a_slow_rank_projected_away_meets_the_steps_without_it(tmp_path):
     assert late > 0.25 * DELAY_MS / 1e3, m
     assert abs(m.projected_s - m.clean_s) <= TOLERANCE * m.clean_s, (m, m.error_pct)
     assert m.projected_s < m.faulty_s - 0.5 * late, m  # most of the delay is projected away
+    # The fault itself removed (the data loading hidden) leaves neither rank's speed to the other's: -5.8 …
+    # +2.0 % over 13 runs of this job (-22 … +15 % for "as fast as the others" on the same runs).
+    assert m.unloaded_s is not None, m
+    assert abs(m.unloaded_s - m.clean_s) <= HIDDEN_TOLERANCE * m.clean_s, (m, m.unloaded_error_pct)

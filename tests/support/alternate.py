@@ -7,7 +7,13 @@ Per step, the run's step time (its first start to its last end over all ranks, a
 measures "the step") replayed as recorded, and projected with one rank as fast as the others (the edit
 ``ddprof whatif`` calls "making rank R as fast as the others"); the means over the faulty (odd) steps and
 over the clean (even) ones, and the medians (which the machine's bursts of slowness, one step in several
-taking twice its usual time, move less). The projection of a faulty step should meet the clean steps."""
+taking twice its usual time, move less). The projection of a faulty step should meet the clean steps.
+
+Beside it, the late steps with the data loader's spans taking no time (``ddprof whatif``'s "hiding the data
+loading"): for an ``input`` fault, the fault itself removed and nothing else. "As fast as the others" also
+gives the slow rank the other's speed in all it does: a rank a little slower than the other without any
+fault is made faster too, and the others' typical durations are medians over the whole run, which a machine
+whose speed drifts within the run moves."""
 
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ from pathlib import Path
 import numpy as np
 from ddprof.analyses.frames.memo import Prepared, collect
 from ddprof.analyses.whatif import edits as E
+from ddprof.analyses.whatif.critical import loader_ops
 from ddprof.analyses.whatif.projections import KEYS
 from ddprof.analyses.whatif.replay import plan, replay
 from ddprof.analyses.whatif.store import replay_check, step_times
@@ -33,6 +40,12 @@ class Alternate:
     faulty_median_s: float
     clean_median_s: float
     projected_median_s: float
+    unloaded_s: float | None = None  # the faulty steps' mean with the data loading hidden (None: no loader)
+
+    @property
+    def unloaded_error_pct(self) -> float | None:
+        """The error, in % of the truth, of the faulty steps with the data loading hidden."""
+        return None if self.unloaded_s is None else 100 * (self.unloaded_s - self.clean_s) / self.clean_s
 
     @property
     def error_pct(self) -> float:
@@ -57,8 +70,15 @@ def measure(run_dir: Path, rank: int) -> Alternate:
     projected = replay(model, delay=edit.delay, dur=edit.dur, xfer=edit.xfer, order=order)
     as_recorded = step_times(model, recorded.start, recorded.end)
     edited = step_times(model, projected.start, projected.end)
+    loading = loader_ops(model)
+    unloaded = None
+    if loading.any():
+        hidden = E.no_data_loading(model, loading)
+        r = replay(model, delay=hidden.delay, dur=hidden.dur, xfer=hidden.xfer, order=order)
+        unloaded = step_times(model, r.start, r.end)
     odd = np.asarray(model.steps) % 2 == 1
     assert odd.any() and (~odd).any(), f"steps {list(model.steps)}: faulty and clean ones are both needed"
     return Alternate(float(as_recorded[odd].mean()), float(as_recorded[~odd].mean()), float(edited[odd].mean()),
                      int(min(odd.sum(), (~odd).sum())), float(np.median(as_recorded[odd])),
-                     float(np.median(as_recorded[~odd])), float(np.median(edited[odd])))
+                     float(np.median(as_recorded[~odd])), float(np.median(edited[odd])),
+                     None if unloaded is None else float(unloaded[odd].mean()))

@@ -187,3 +187,48 @@ def test_an_asynchronous_gloo_collective_waits_for_the_op_that_issued_it(ingeste
     assert issued["dst_op"].n_unique() == comm.height  # each all-reduce row has its issuer's edge
     assert (issued["src_start"] <= issued["start"]).all()
     assert set(issued["on"]) <= {"start", "end"}
+
+
+def _cpu_events(loader_ms: float) -> pl.LazyFrame:
+    """Two ranks of a CPU (gloo) run, two steps each: a step draws its batch through a DataLoader span
+    (``loader_ms`` on rank 1, 1 ms on rank 0; the batch's own op at its end, inside it), computes 10 ms and
+    all-reduces (1 ms after the later rank arrives)."""
+    from ddprof.store.schema import conform
+
+    loader = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+    step_ms = loader_ms + 11.0
+    rows: list[dict] = []
+    for rank in (0, 1):
+        load = loader_ms if rank == 1 else 1.0
+        for step in (1, 2):
+            s0 = (step - 1) * step_ms
+            rows += [
+                {"rank": rank, "step": step, "tid": 1, "kind": "annotation", "name": f"ProfilerStep#{step}",
+                 "ts_ns": s0, "dur_ns": step_ms},
+                {"rank": rank, "step": step, "tid": 1, "kind": "annotation", "name": loader, "ts_ns": s0, "dur_ns": load},
+                {"rank": rank, "step": step, "tid": 1, "kind": "cpu_op", "name": "aten::randn",
+                 "ts_ns": s0 + load - 0.5, "dur_ns": 0.4},
+                {"rank": rank, "step": step, "tid": 1, "kind": "cpu_op", "name": "aten::mm", "ts_ns": s0 + load,
+                 "dur_ns": 10.0},
+                {"rank": rank, "step": step, "tid": 1, "kind": "comm", "name": "gloo:all_reduce",
+                 "coll_op": "all_reduce", "pg": "0", "group_size": 2, "seq": step, "ts_ns": s0 + load + 10.0,
+                 "dur_ns": step_ms - load - 10.0}]
+    df = pl.DataFrame(rows).with_columns((pl.col("ts_ns") * 1e6).cast(pl.Int64), (pl.col("dur_ns") * 1e6).cast(pl.Int64))
+    return conform(df).lazy()
+
+
+def test_a_cpu_ranks_data_loader_span_is_an_op_that_hiding_the_loading_takes_off():
+    """On a CPU rank the loader's span is one op, the batch's own ops inside it: a rank that waits 20 ms for
+    each batch makes a step of 31 ms, and hiding the data loading projects the 11 ms of a fast one."""
+    from ddprof.analyses.whatif.store import op_rows
+
+    events = _cpu_events(20.0)
+    rows, _ = op_rows(events)
+    names = rows.filter(pl.col("rank") == 1)["name"].to_list()
+    assert names.count("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__") == 2
+    assert "aten::randn" not in names  # inside the loader's span
+    w = whatif(events, stragglers=None, comm_k=[], host_gaps=False, rebalance=False, attribute=False, critical=False)
+    assert w.explained, w.reason
+    assert w.step_s == pytest.approx(0.031, abs=1e-6)
+    hidden = next(p for p in w.projections if p.edit == "no_data_loading")
+    assert hidden.step_s == pytest.approx(0.011, abs=1e-6)
