@@ -116,14 +116,15 @@ def alternate(fault: str, ranks: int, rep: int, work: Path, a: argparse.Namespac
     run_job(job(fault, ranks, a.steps, a.active, a.factor, a.pin, a.hidden, a.batch, alternate=True), ranks, run_dir,
             a.timeout)
     m = measure_alternate(run_dir, ranks - 1)
+    # the input fault itself removed: the data loading hidden (module doc)
+    hidden = {"unloaded": m.unloaded_s, "unloaded_error": m.unloaded_error_pct} if fault == "input" and \
+        m.unloaded_s is not None else {}
     print(f"{fault:8} {ranks} ranks rep {rep}: {m.steps} steps of each kind: faulty steps {1e3 * m.faulty_s:8.2f} ms, "
           f"projected without rank {ranks - 1} {1e3 * m.projected_s:8.2f} ms, the steps without the fault "
           f"{1e3 * m.clean_s:8.2f} ms: error {m.error_pct:+6.2f} %"
-          + (f"; with the data loading hidden instead {1e3 * m.unloaded_s:8.2f} ms: error {m.unloaded_error_pct:+6.2f} %"
-             if fault == "input" and m.unloaded_s is not None else ""), flush=True)
-    return {"faulty": m.faulty_s, "projected": m.projected_s, "clean": m.clean_s, "error": m.error_pct,
-            **({"unloaded": m.unloaded_s, "unloaded_error": m.unloaded_error_pct}
-               if fault == "input" and m.unloaded_s is not None else {})}
+          + (f"; with the data loading hidden instead {1e3 * hidden['unloaded']:8.2f} ms: error "
+             f"{hidden['unloaded_error']:+6.2f} %" if hidden else ""), flush=True)
+    return {"faulty": m.faulty_s, "projected": m.projected_s, "clean": m.clean_s, "error": m.error_pct, **hidden}
 
 
 def pair(fault: str, ranks: int, rep: int, work: Path, a: argparse.Namespace) -> dict[str, float] | None:
@@ -163,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
                     help="each rank on CPU rank mod cpus (a core of its own where there are as many cores as ranks; "
                     "module doc)")
-    ap.add_argument("--json", type=Path, default=None, help="also write every pair here")
+    ap.add_argument("--json", type=Path, default=None, help="also write every repetition here")
     ap.add_argument("--keep", type=Path, default=None, help="write the runs here (default: a temporary directory)")
     a = ap.parse_args(argv)
     a.steps = a.steps or (100 if a.design == "alternate" else 28)

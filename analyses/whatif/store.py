@@ -129,18 +129,17 @@ def op_rows(events: Events) -> tuple[pl.DataFrame, pl.DataFrame]:
     device = ev.filter(pl.col("stream").is_not_null() & pl.col("kind").is_in(_DEVICE_KINDS))
     host_gpu = ev.filter(pl.col("stream").is_null() & (pl.col("kind") == "runtime")).join(gpu, on="rank",
                                                                                             how="semi")
-    # The data loader's outermost spans on a GPU rank's threads that hold no runtime call of theirs (the host
-    # launches nothing while it loads: the step's first wait).
-    loader = _outermost(ev.filter(pl.col("stream").is_null() & pl.col("kind").is_in(["cpu_op", "annotation"])
-                                  & pl.col("name").str.contains(DATA_LOADER_PATTERN))
-                        .join(gpu, on="rank", how="semi"))
+    # The data loader's spans (a CPU op or an annotation: ``enumerate(DataLoader)#...``), on every rank.
+    is_loader = pl.col("kind").is_in(["cpu_op", "annotation"]) & pl.col("name").str.contains(DATA_LOADER_PATTERN)
+    # Its outermost spans on a GPU rank's threads that hold no runtime call of theirs (the host launches
+    # nothing while it loads: the step's first wait).
+    loader = _outermost(ev.filter(pl.col("stream").is_null() & is_loader).join(gpu, on="rank", how="semi"))
     loader = _holding_none(loader, host_gpu, _STARTS_IN)
     cpu = ev.filter(pl.col("stream").is_null()).join(gpu, on="rank", how="anti")
     cpu_comm = cpu.filter(pl.col("kind") == "comm")
-    # A CPU rank's work: its CPU ops and its data loader's spans (annotations: ``enumerate(DataLoader)#...``),
-    # the outermost: a batch drawn is one op, the loader's wait and the ops that made the batch.
-    cpu_ops = cpu.filter((pl.col("kind") == "cpu_op")
-                         | ((pl.col("kind") == "annotation") & pl.col("name").str.contains(DATA_LOADER_PATTERN)))
+    # A CPU rank's work: its CPU ops and its data loader's spans, the outermost: a batch drawn is one op, the
+    # loader's wait and the ops that made the batch.
+    cpu_ops = cpu.filter((pl.col("kind") == "cpu_op") | is_loader)
     # Outermost CPU ops that contain no communication row of their thread.
     cpu_work = _holding_none(_outermost(cpu_ops), cpu_comm, _WHOLLY_IN)
     cols = ["rank", "step", "tid", "stream", "ts_ns", "dur_ns", "kind", "name", "correlation", "coll_op", "bytes"]

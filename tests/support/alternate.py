@@ -65,17 +65,16 @@ def measure(run_dir: Path, rank: int) -> Alternate:
     assert model is not None and check.explained, check.reason
     order = check.order or plan(model)
     worker = model.ops["worker"].to_numpy()
-    edit = E.typical_for(model, worker == rank, KEYS, f"straggler_rank_{rank}", f"making rank {rank} as fast")
-    recorded = replay(model, order=order)
-    projected = replay(model, delay=edit.delay, dur=edit.dur, xfer=edit.xfer, order=order)
-    as_recorded = step_times(model, recorded.start, recorded.end)
-    edited = step_times(model, projected.start, projected.end)
+
+    def per_step(edit: E.Edit) -> np.ndarray:
+        r = replay(model, delay=edit.delay, dur=edit.dur, xfer=edit.xfer, order=order)
+        return step_times(model, r.start, r.end)
+
+    r0 = check.replayed  # the recorded replay, where the check kept it
+    as_recorded = step_times(model, r0.start, r0.end) if r0 is not None else per_step(E.recorded(model))
+    edited = per_step(E.typical_for(model, worker == rank, KEYS, f"straggler_rank_{rank}", f"making rank {rank} as fast"))
     loading = loader_ops(model)
-    unloaded = None
-    if loading.any():
-        hidden = E.no_data_loading(model, loading)
-        r = replay(model, delay=hidden.delay, dur=hidden.dur, xfer=hidden.xfer, order=order)
-        unloaded = step_times(model, r.start, r.end)
+    unloaded = per_step(E.no_data_loading(model, loading)) if loading.any() else None
     odd = np.asarray(model.steps) % 2 == 1
     assert odd.any() and (~odd).any(), f"steps {list(model.steps)}: faulty and clean ones are both needed"
     return Alternate(float(as_recorded[odd].mean()), float(as_recorded[~odd].mean()), float(edited[odd].mean()),
