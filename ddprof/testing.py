@@ -20,7 +20,8 @@ __all__ = ["RegressionError", "assert_no_regression", "ddprof_check"]
 
 
 class RegressionError(AssertionError):
-    """The run regressed (or its workload changed); ``result`` is the check's result dict."""
+    """The run regressed (or its environment or workload changed: ``result["status"]`` says which); ``result``
+    is the check's result dict."""
 
     def __init__(self, message: str, result: dict[str, Any]):
         super().__init__(message)

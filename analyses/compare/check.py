@@ -3,7 +3,7 @@
 ``check(run, base, rules, more_baselines=[(report, source), ...])`` returns (with more baselines, a rule
 fails only when it fails against each; :func:`_against_all`)::
 
-    {status: "ok" | "regression" | "workload_changed", cause: {class, rank, summary, evidence} | null,
+    {status: "ok" | "regression" | "environment_changed" | "workload_changed", cause: {class, rank, summary, evidence} | null,
      environment: "fail" | "warn", confidence, run: {...}, baseline: {...}, more_baselines: [{...}],
      job_differences: [..],
      summary: [sentences], outcomes: [{id, rule, subject, kind, outcome, unit, baseline, run, change,
@@ -13,15 +13,16 @@ fails only when it fails against each; :func:`_against_all`)::
 workload, or unclear), given when a rule comparing the two runs failed or the workload changed, else null
 (an absolute rule compares the run alone: a bound broken is no change to explain). With ``environment``
 warn, a change whose cause is the environment does not fail: its relative and straggler outcomes become
-``warn`` and the status is ok (absolute rules still fail: a bound is a bound).
+``warn`` and the status is ok (absolute rules still fail: a bound is a bound); with fail (the default), its
+status is environment_changed: the gate fails, and says the machine changed, not the job.
 
 ``outcome`` is pass, fail, warn or skip; ``kind`` relative (noise-aware, :mod:`.stats`), absolute (noise-aware
 against a fixed bound: :func:`absolute`), straggler or workload. A relative outcome fails when its interval lies wholly on the worse side of zero and its change
 is at least the tolerance. When the workload changed (:mod:`.job`), the rules whose numbers depend on it
 (step time, exposed communication, overlap, idle, bubble, kernels) are skipped, not failed: the run does
 other work, it is not slower. A baseline of another job raises :class:`DifferentJobError` unless
-``allow_different_job``. ``status`` is regression when a rule failed, else workload_changed when the
-workload did, else ok. ``summary`` is the failures told shortest first, the likely cause leading and the
+``allow_different_job``. ``status`` is regression when a rule failed (environment_changed when the cause
+of the failures is the environment), else workload_changed when the workload did, else ok. ``summary`` is the failures told shortest first, the likely cause leading and the
 per-rank step-time rules of a family on one line (:mod:`.group`).
 """
 
@@ -433,7 +434,9 @@ def _finish(run: dict[str, Any], base: dict[str, Any], rules: dict[str, Any], po
             if o["outcome"] == "fail" and o["kind"] in ("relative", "straggler"):
                 o["outcome"] = "warn"
         failed = [o for o in failed if o["outcome"] == "fail"]
-    status = "regression" if failed else "workload_changed" if changes else "ok"
+    environmental = cause is not None and cause["class"] == "environment"
+    status = ("environment_changed" if environmental else "regression") if failed \
+        else "workload_changed" if changes else "ok"
     if not summary:
         summary = [f"no regression: {sum(o['outcome'] == 'pass' for o in outcomes)} rules pass"]
     return {"status": status, "cause": cause, "environment": policy, "confidence": rules["confidence"],

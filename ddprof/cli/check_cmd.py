@@ -2,7 +2,8 @@
 [-o FILE]``: a run against a baseline (each a run dir, raw traces, or a saved ``ddprof analyze --format json``
 report; repeated: several runs of the same job, and a rule fails only against all of them). The first line names the verdict and the cause class (environment, code, communication, one rank,
 workload). Exit 0 within tolerance (or a change whose cause is the environment, with ``--environment warn``),
-1 on a regression or a changed workload, 2 on bad input or another job. ``--environment`` defaults to the
+1 on a regression, a changed environment (the default: the cause is the machine, and the first line says
+so) or a changed workload, 2 on bad input or another job. ``--environment`` defaults to the
 rules file's ``environment``, else the project file's ``check_environment`` (:mod:`ddprof.cli.config`), else
 fail."""
 

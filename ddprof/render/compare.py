@@ -2,12 +2,13 @@
 first: :mod:`.group`), and a check as JUnit XML (one test case per rule outcome).
 
 The first line of a check names its verdict and the cause class, so a script can read it:
-``ddprof check: REGRESSION, cause: one rank (rank 2)`` / ``... cause: environment`` / ``OK: no regression``;
-the next line is the cause's summary, then its evidence.
+``ddprof check: REGRESSION, cause: one rank (rank 2)`` / ``ddprof check: ENVIRONMENT CHANGED, cause:
+environment (not the job: --environment warn passes it)`` / ``OK: no regression``; the next line is the
+cause's summary, then its evidence.
 
 JUnit: ``<testsuites><testsuite name="ddprof check" tests= failures= errors="0" skipped= time="0">`` with one
 ``<testcase classname="ddprof.check.RULE" name="SUBJECT" time="0">`` per outcome, a ``<failure message=
-type="regression">`` on a failed one (its text: the cause, then the explanation), ``<skipped message=>`` on a
+type="regression">`` (``environment_changed``, ``workload_changed``: the status) on a failed one (its text: the cause, then the explanation), ``<skipped message=>`` on a
 skipped one and ``<system-err>`` on a warned one: the elements and attributes the JUnit schema requires,
 which CI systems read. The suite's properties carry ``cause`` (the class, or "none"), ``cause_rank`` (the
 rank of a one-rank cause, else empty) and ``cause_summary``.
@@ -23,7 +24,8 @@ from ddprof.analyses.compare.group import collapsed
 from ddprof.vocabulary.units import fmt_bytes, fmt_us
 
 _MARK = {"pass": "ok  ", "fail": "FAIL", "warn": "WARN", "skip": "skip"}
-_HEAD = {"ok": "OK: no regression", "regression": "REGRESSION", "workload_changed": "WORKLOAD CHANGED"}
+_HEAD = {"ok": "OK: no regression", "regression": "REGRESSION", "environment_changed": "ENVIRONMENT CHANGED",
+         "workload_changed": "WORKLOAD CHANGED"}
 
 
 def _ranks(side: dict[str, Any]) -> str:
@@ -49,6 +51,8 @@ def headline(result: dict[str, Any]) -> str:
         return head
     if result["status"] == "ok":
         return f"{head}, but slower: cause: {cause_line(cause)} (--environment warn)"
+    if result["status"] == "environment_changed":
+        return f"{head}, cause: {cause_line(cause)} (not the job: --environment warn passes it)"
     return f"{head}, cause: {cause_line(cause)}"
 
 
@@ -93,8 +97,8 @@ def junit_xml(result: dict[str, Any]) -> str:
     for o in outcomes:
         case = ET.SubElement(suite, "testcase", classname=f"ddprof.check.{o['rule']}", name=o["subject"], time="0")
         if o["outcome"] == "fail":
-            f = ET.SubElement(case, "failure", message=o["message"], type="regression" if o["kind"] != "workload"
-                              else "workload_changed")
+            f = ET.SubElement(case, "failure", message=o["message"], type="workload_changed"
+                              if o["kind"] == "workload" else result["status"])
             f.text = told + o["message"] + (f"\nlikely cause: {o['cause']}" if o["cause"] else "")
         elif o["outcome"] == "warn":
             ET.SubElement(case, "system-err").text = f"warning, not failed ({told.strip()}): {o['message']}"

@@ -60,6 +60,7 @@ def test_a_rerun_on_a_busy_machine_is_the_environment_not_a_rank_nor_the_code(cl
     # the check finds the run slower, the cause is the environment, never one rank or the code
     if result["status"] != "ok":
         assert result["cause"]["class"] == "environment", (result["cause"], result["summary"])
+        assert result["status"] == "environment_changed", result["status"]
     assert check(busy, clean, environment="warn")["status"] == "ok"
     cause = check(clean, clean)["cause"]
     assert cause is None

@@ -186,6 +186,7 @@ def test_the_cause_leads_the_text_json_and_junit(runs, tmp_path, capsys):
     assert main(["check", str(paths["env"]), "--baseline", str(paths["base"]), "--format", "json"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert out["cause"]["class"] == "environment" and out["cause"]["rank"] is None and out["environment"] == "fail"
+    assert out["status"] == "environment_changed"  # the gate fails, and does not call the machine a regression
     junit = tmp_path / "check.xml"
     assert main(["check", str(paths["comm"]), "--baseline", str(paths["base"]), "--format", "junit",
                  "-o", str(junit)]) == 1
@@ -208,7 +209,10 @@ def test_environment_warn_passes_the_gate_and_says_why(runs, tmp_path, capsys):
     assert root.find("testsuite").get("failures") == "0" and list(root.iter("system-err"))
     # the default fails, and says it is the environment
     assert main(["check", str(paths["env"]), "--baseline", str(paths["base"])]) == 1
-    assert capsys.readouterr().out.startswith("ddprof check: REGRESSION, cause: environment")
+    assert capsys.readouterr().out.startswith("ddprof check: ENVIRONMENT CHANGED, cause: environment (not the job: "
+                                              "--environment warn passes it)")
+    root = ET.fromstring(junit_xml(check(reports["env"], reports["base"])).split("\n", 1)[1])
+    assert {f.get("type") for f in root.iter("failure")} == {"environment_changed"}
     assert main(["check", str(paths["env"]), "--baseline", str(paths["base"]), "--environment", "warn"]) == 0
     capsys.readouterr()
     # a warning policy touches only environment changes: a code change still fails
@@ -379,13 +383,13 @@ def test_several_baselines_show_the_run_to_run_spread(tmp_path, capsys):
                                run_dir("slower", 1.6, 54))
     reports = {p: load_report(p) for p in (fast, slow, mid, slower)}
     alone = check(reports[mid], reports[fast])
-    assert alone["status"] == "regression" and alone["cause"]["class"] == "environment"
+    assert alone["status"] == "environment_changed" and alone["cause"]["class"] == "environment"
     both = check(reports[mid], reports[fast], more_baselines=[(reports[slow], str(slow))])
     assert both["status"] == "ok" and both["cause"] is None, both["summary"]
     step = next(o for o in both["outcomes"] if o["id"] == "step_time[all ranks]")
     assert step["outcome"] == "pass" and "worse than 1 of the 2 baselines, not all" in step["message"]
     worse = check(reports[slower], reports[fast], more_baselines=[(reports[slow], str(slow))])
-    assert worse["status"] == "regression" and worse["cause"]["class"] == "environment"
+    assert worse["status"] == "environment_changed" and worse["cause"]["class"] == "environment"
     step = next(o for o in worse["outcomes"] if o["id"] == "step_time[all ranks]")
     assert step["outcome"] == "fail" and step["baseline"] > next(
         o for o in alone["outcomes"] if o["id"] == "step_time[all ranks]")["baseline"]  # told against the nearer
@@ -409,7 +413,7 @@ def test_one_cpu_rank_its_host_slowed_is_the_environment_and_a_named_one_is_one_
     clean, mild, strong = (run("clean", fault="none", seed=1), run("mild", fault="contention", delay=300_000, seed=2),
                            run("strong", fault="contention", seed=3))
     host = check(mild, clean)
-    assert host["status"] == "regression" and host["cause"]["class"] == "environment", host["summary"]
+    assert host["status"] == "environment_changed" and host["cause"]["class"] == "environment", host["summary"]
     assert host["cause"]["summary"].startswith("rank 1 alone slowed (×1.") and "host" in host["cause"]["summary"]
     assert check(mild, clean, environment="warn")["status"] == "ok"
     named = check(strong, clean)
