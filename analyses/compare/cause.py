@@ -38,12 +38,13 @@ The classes, decided in this order:
 2. **rank** (with ``rank``): one rank rose beyond its own noise, and every other rank's own time moved
    less than the tolerance and a quarter of that rank's shift, or less than a tenth of it. Not when all
    ranks slowed together, nor where both runs' step measures say every rank's training thread needed more
-   CPU for its step, the others at least half as much more as that rank (:func:`every_thread_busier`: their
-   rise went into their wait for it). On a CPU run where that rank is a new straggler, the others' rise less the
+   CPU for its step, the others at least half as much more as that rank and that rank's extra CPU at least
+   half its rise (:func:`every_thread_busier`: their rise went into their wait for it). On a CPU run where that rank is a new straggler, the others' rise less the
    extra wait it causes each of them per step (the stragglers section's): a gloo rank waits for a late
    peer inside the host op that needs the collective's result, so its own time holds that wait;
    **rank** too when the run says a rank pauses now and then (its straggler cause *stalls*; the
-   environment instead where rule 1a's test of the machine's load holds for that rank,
+   environment instead where rule 1a's test of the machine's load holds for that rank, the rise to
+   explain its own time's shift or the rise of its mean, which holds the pauses, whichever is larger,
    :mod:`ddprof.analyses.straggler_cause`) and the baseline does not: a few steps far longer, apart from
    every other rank's longest (a busy machine pauses every rank alike, and names none);
    **environment** when that rank is a CPU rank (no device work) the run's own straggler analysis sets
@@ -431,14 +432,21 @@ def thread_cpu_ratios(base: dict[str, Any], run: dict[str, Any]) -> dict[int, fl
     return {k: r[k] / b[k] for k in sorted(b) if k in r and b[k] > 0} if b.keys() == r.keys() else {}
 
 
-def every_thread_busier(base: dict[str, Any], run: dict[str, Any], top: int) -> bool:
+def every_thread_busier(base: dict[str, Any], run: dict[str, Any], top: int, rise_us: float | None = None) -> bool:
     """Rank ``top``'s own time rose alone, yet every rank's training thread needed more CPU for its step, the
     others at least half as much more as ``top`` (``OTHERS_CPU``), ``top`` ×1.1 (``OP_CHANGE``) or more:
     not one rank's doing (the others' rise went into their wait for it). A clean 2-rank gloo job re-run:
-    rank 0's own time ×1.68 alone, the threads' CPU ×1.49 and ×1.39 on the same ops: the machine ran slower."""
+    rank 0's own time ×1.68 alone, the threads' CPU ×1.49 and ×1.39 on the same ops: the machine ran slower.
+    With ``rise_us`` (``top``'s own time's rise a step), only where ``top``'s thread's extra CPU is half of it
+    or more (``EXPLAINED``): a rank whose own time rose 42.8 ms a step (a hook that sleeps 20 ms before each
+    of its all-reduces) on a machine that made every thread need ×1.25 the CPU (1.7 ms) is that rank's doing."""
     ratios = thread_cpu_ratios(base, run)
     if top not in ratios or len(ratios) < 2 or ratios[top] < 1 + OP_CHANGE:
         return False
+    if rise_us is not None:
+        b, r = cpu_rows(base)[top]["thread_cpu_ms"], cpu_rows(run)[top]["thread_cpu_ms"]
+        if (r - b) * 1e3 < EXPLAINED * rise_us:
+            return False
     return all(x - 1 >= OTHERS_CPU * (ratios[top] - 1) for k, x in ratios.items() if k != top)
 
 
@@ -540,7 +548,7 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
         waited = (max(0.0, _wait_per_step(run, top) - _wait_per_step(base, top))
                   if word == "CPU op" and top in stragglers else 0.0)
         if t.beyond_noise and all(m.shift - waited < max(min(tol[r], OTHERS_SHARE * t.shift), DOMINANT * t.shift)
-                                  for r, m in others.items()) and not every_thread_busier(base, run, top):
+                                  for r, m in others.items()) and not every_thread_busier(base, run, top, t.shift):
             host = _host_shared(run, top, t) if word == "CPU op" and not resized else None
             if host is not None:
                 return _cause("environment", f"rank {top} alone slowed ({ratio_text(t.ratio)}), as a host slows "
@@ -571,7 +579,12 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
     if paused:
         c = paused[0]
         own = ranks.get(c.rank)
-        load = machine_load(base, run, max(own.shift if own is not None else 0.0, 1.0), only=c.rank)
+        # the rise to explain holds the pauses: the mean's (a pause every 4th step of 40 ms is 10 ms a step),
+        # not only the median's, which the pauses leave where it was (a wait 89 µs a step longer once "explained"
+        # a stalls fault's 40 ms pauses)
+        paused_b, paused_r = own_b.get(c.rank, np.empty(0)), own_r.get(c.rank, np.empty(0))
+        mean_rise = float(paused_r.mean() - paused_b.mean()) if paused_b.size and paused_r.size else 0.0
+        load = machine_load(base, run, max(own.shift if own is not None else 0.0, mean_rise, 1.0), only=c.rank)
         if load:  # its long steps are its wait for a CPU that other processes took (rule 1a's test)
             return _cause("environment", f"the machine's load: {load[0]}: rank {c.rank}'s long steps are its wait "
                                          "for a CPU that other processes on its host took, not the rank's pauses",
@@ -684,7 +697,8 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
 
     # 5a. one rank's own time rose, but every rank's training thread needed more CPU for the same ops: the
     # machine ran slower (a subset of the ops, the code, was ruled out above)
-    if rose and every_thread_busier(base, run, max(rose, key=lambda r: ranks[r].shift)):
+    busiest = max(rose, key=lambda r: ranks[r].shift) if rose else None
+    if busiest is not None and every_thread_busier(base, run, busiest, ranks[busiest].shift):
         cpu = thread_cpu_ratios(base, run)
         text = (f"every rank's training thread needed more CPU for its step ({ratio_range(list(cpu.values()))}, "
                 f"the collector's step measures) on the same {ops_word}")

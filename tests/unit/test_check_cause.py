@@ -174,6 +174,9 @@ def test_one_rank_that_rose_while_every_rank_needed_more_cpu_is_the_machine(runs
     assert not every_thread_busier(reports["base"], slower, 2)  # the baseline without the figures
     alone = classify(base, with_cpu(reports["rank"], {}, thread_ms={2: 7.0}))
     assert (alone["class"], alone["rank"]) == ("rank", 2), alone
+    # rank 2's thread's extra CPU (2 ms) must be half its own time's rise or more: a rise ten times that
+    # is the rank's doing, on a machine that made every thread need more (a comm hook that sleeps)
+    assert every_thread_busier(base, slower, 2, rise_us=2000) and not every_thread_busier(base, slower, 2, rise_us=20_000)
 
 
 def test_the_cause_leads_the_text_json_and_junit(runs, tmp_path, capsys):
@@ -368,6 +371,13 @@ def test_a_rank_that_pauses_now_and_then_is_one_rank(tmp_path):
     assert (cause["class"], cause["rank"]) == ("rank", 1), cause
     assert cause["summary"].startswith("rank 1 pauses now and then: in 3 of 12 steps it makes the others wait up to ")
     assert classify(run, run) is None
+    # a wait for a CPU a little longer (its median, 90 µs a step) does not make 3 ms pauses the machine's load:
+    # the rise to explain holds the pauses (a stalls fault was once called the machine's load so)
+    waited = classify(with_cpu(base, {}), with_cpu(run, {1: 0.39}))
+    assert (waited["class"], waited["rank"]) == ("rank", 1), waited
+    # a wait that does explain them (3 ms a step more) is the machine's
+    loaded = classify(with_cpu(base, {}), with_cpu(run, {1: 3.3}))
+    assert loaded["class"] == "environment" and "not the rank's pauses" in loaded["summary"], loaded
 
 
 def test_several_baselines_show_the_run_to_run_spread(tmp_path, capsys):
