@@ -54,11 +54,18 @@ class Alternate:
     unloaded_s: float | None = None  # the faulty steps' mean with the data loading hidden (None: no loader)
     unloaded_trimmed_s: float | None = None
     cpu_wait: float | None = None  # the ranks' wait for a CPU, a share of the step (module doc); None: not measured
+    projected_clean_trimmed_s: float = float("nan")  # the clean steps projected with the same edit, trimmed mean
 
     @property
     def unloaded_error_pct(self) -> float | None:
         """The error, in % of the truth, of the faulty steps with the data loading hidden."""
         return None if self.unloaded_s is None else 100 * (self.unloaded_s - self.clean_s) / self.clean_s
+
+    @property
+    def premise_pct(self) -> float:
+        """How far the edit moves the clean steps, in % of them (trimmed means): 0 where the rank, without its
+        fault, is as fast as the others (module doc)."""
+        return 100 * (self.projected_clean_trimmed_s - self.clean_trimmed_s) / self.clean_trimmed_s
 
     @property
     def error_pct(self) -> float:
@@ -119,4 +126,5 @@ def measure(run_dir: Path, rank: int) -> Alternate:
                      int(min(odd.sum(), (~odd).sum())), trimmed_mean(as_recorded[odd]),
                      trimmed_mean(as_recorded[~odd]), trimmed_mean(edited[odd]),
                      None if unloaded is None else float(unloaded[odd].mean()),
-                     None if unloaded is None else trimmed_mean(unloaded[odd]), cpu_wait(run_dir))
+                     None if unloaded is None else trimmed_mean(unloaded[odd]), cpu_wait(run_dir),
+                     trimmed_mean(edited[~odd]))
