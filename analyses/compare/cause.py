@@ -36,7 +36,9 @@ The classes, decided in this order:
    the CPU, not the rank's work (a busy thread of its own process is that rank's: rule 2); not where the
    ops ran on other recorded input shapes (more work of the job's own: rule 1b);
 2. **rank** (with ``rank``): one rank rose beyond its own noise, and every other rank's own time moved
-   less than the tolerance and a quarter of that rank's shift, or less than a tenth of it. Not when all
+   less than the tolerance and a quarter of that rank's shift, or less than a tenth of it, or less than the
+   tolerance and within its own noise (a clean pipeline's first stage, 826 µs a step against a tolerance of
+   1.03 ms, beside its last stage's rise of 3.07 ms, is not a second rank that slowed). Not when all
    ranks slowed together, nor where both runs' step measures say every rank's training thread needed more
    CPU for its step, the others at least half as much more as that rank and that rank's extra CPU at least
    half its rise (:func:`every_thread_busier`: their rise went into their wait for it). On a CPU run where that rank is a new straggler, the others' rise less the
@@ -84,7 +86,9 @@ The classes, decided in this order:
    when the ranks' threads needed CPU in opposite directions for their ops, one ×0.95 or less and another
    ×1.05 or more (a clean 2-stage pipeline pair: ×0.93 and ×1.08, its backward matmuls +10–13 %): the host
    served them unevenly, and a change of the code does not make a rank's work need less;
-6. **communication**: no rank rose, and busbw fell by at least 10 % (``BW_CHANGE``) beyond the noise, or
+6. **communication**: no rank rose (or those that did only with the step's rise lending them significance,
+   each by less than half of it: the step rose by its communication), and busbw fell by at least 10 %
+   (``BW_CHANGE``) beyond the noise, or
    the communication kernels slowed; **environment** instead on a CPU run whose ranks all ran on one host
    (gloo there moves the bytes with the host's CPUs and memory: no interconnect to blame), **unclear** on
    a CPU run that does not record its ranks' hosts (traces of plain ``torch.profiler``: one host's load
@@ -548,7 +552,7 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
         waited = (max(0.0, _wait_per_step(run, top) - _wait_per_step(base, top))
                   if word == "CPU op" and top in stragglers else 0.0)
         if t.beyond_noise and all(m.shift - waited < max(min(tol[r], OTHERS_SHARE * t.shift), DOMINANT * t.shift)
-                                  for r, m in others.items()) and not every_thread_busier(base, run, top, t.shift):
+                                  or (not m.beyond_noise and m.shift - waited < tol[r]) for r, m in others.items()) and not every_thread_busier(base, run, top, t.shift):
             host = _host_shared(run, top, t) if word == "CPU op" and not resized else None
             if host is not None:
                 return _cause("environment", f"rank {top} alone slowed ({ratio_text(t.ratio)}), as a host slows "
@@ -725,9 +729,14 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
                                      "does not make a rank's work need less", [text, ops_text()])
 
     # 6. communication
-    if not rose and (bw_fell or comm_rose):
+    # the ranks' own times rose only with the step's rise lending them significance, each by less than half
+    # of it: the step rose by its communication (a clean gloo pair: the step +2.43 ms, an all-reduce's busbw
+    # -55 %, the ranks' own times +222 and +467 µs, within their noise)
+    lent = bool(rose) and step is not None and step.beyond_noise and step.shift > 0 and all(
+        not ranks[r].beyond_noise and ranks[r].shift < EXPLAINED * step.shift for r in rose)
+    if (not rose or lent) and (bw_fell or comm_rose):
         what = bw_text() if bw_fell else "; ".join(f"{m.subject[:60]} {ratio_text(m.ratio)}" for m in comm_rose[:2])
-        ev = [what, f"no rank's own time changed ({ratio_range([m.ratio for m in ranks.values()])})"
+        ev = [what, f"no rank's own time rose beyond its noise ({ratio_range([m.ratio for m in ranks.values()])})"
               if ranks else "no per-rank step times to compare"]
         host = _one_host(run) if word == "CPU op" else None
         if host is not None:  # gloo between ranks of one host: no interconnect, the host's CPUs move the bytes
