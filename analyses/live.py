@@ -31,7 +31,10 @@ few steps of 10 ms is not a slow rank; five in a row, 0.05 s or more, is rarer b
 Worked example: 2 ranks with own times 40 ms each (noise σ 0.5 ms); from step 20 rank 1 sleeps 600 ms more:
 its own time 640 ms, rank 0's 40 ms (it waits 600 ms in the all-reduce); ``d_1 = 600 ms > max(2, 0.10 ·
 640, 4 · 0.5) = 64 ms`` at steps 20 and 21, which last 1.3 s together: named at step 21 as slow since step
-20. Had it slept 60 ms more, its steps of 100 ms would be named at the fifth, step 24.
+20. Had it slept 60 ms more, its steps of 100 ms would be named at the fifth, step 24. *Since when*: the
+first step of that run of slow steps from which its difference holds at least half the run's median
+(:func:`_lead_in`): a step that the machine made 2.5 ms slow just before a 60 ms slowdown began is noise
+before the change, not its start.
 
 **Wait caused** (DESIGN.md §3's straggler, one collective per step: the step's last): per step, the rank
 that arrived last at its last collective (``arrive``, wall clock) made each other rank wait
@@ -181,6 +184,7 @@ def detect_slow_ranks(frame: pl.DataFrame, rule: DetectionRule = DetectionRule()
             continue
         streak = _trailing(d > threshold)
         if streak >= _to_name(wall[n_steps - streak:, r], rule):
+            streak -= _lead_in(d[n_steps - streak:])
             first = n_steps - streak
             since_wall = float(end[first, r]) if np.isfinite(end[first, r]) else None
             found.append(SlowRank(rank=int(frame_ranks(frame)[r]), since_step=int(steps[first]), since_wall=since_wall,
@@ -233,9 +237,11 @@ def slow_episodes(frame: pl.DataFrame, rule: DetectionRule = DetectionRule()) ->
             for x, y in _runs(d[a:b] > threshold):
                 need = _to_name(wall[a + x:a + y, r], rule)
                 if y - x >= need:
+                    named = a + x + need - 1
+                    x += min(_lead_in(d[a + x:a + y]), need - 1)  # from the level it holds on, named after
                     found.append(SlowEpisode(rank=int(ranks[r]), first_step=int(steps[a + x]),
                                              last_step=int(steps[a + y - 1]), steps=y - x,
-                                             named_step=int(steps[a + x + need - 1]),
+                                             named_step=int(steps[named]),
                                              excess_ms=float(np.median(d[a + x:a + y])), threshold_ms=threshold))
     return _merged(sorted(found, key=lambda e: (e.rank, e.first_step)), steps, diffs, ranks, rule.merge_gap)
 
@@ -268,6 +274,20 @@ def _runs(flags: np.ndarray) -> list[tuple[int, int]]:
 
 def frame_ranks(frame: pl.DataFrame) -> list[int]:
     return sorted(frame.get_column("rank").unique().to_list()) if frame.height else []
+
+
+#: A run of slow steps starts where its difference first reaches this share of the run's median (module doc).
+ONSET_SHARE = 0.5
+
+
+def _lead_in(d: np.ndarray) -> int:
+    """How many of the first differences of a run of slow steps stay under :data:`ONSET_SHARE` of the run's
+    median: noise just before the change, over the threshold by chance, not its start."""
+    level = ONSET_SHARE * float(np.median(d))
+    n = 0
+    while n < len(d) - 1 and d[n] < level:
+        n += 1
+    return n
 
 
 def _trailing(flags: np.ndarray) -> int:
