@@ -14,7 +14,8 @@ workload, or unclear), given when a rule comparing the two runs failed or the wo
 (an absolute rule compares the run alone: a bound broken is no change to explain). With ``environment``
 warn, a change whose cause is the environment does not fail: its relative and straggler outcomes become
 ``warn`` and the status is ok (absolute rules still fail: a bound is a bound); with fail (the default), its
-status is environment_changed: the gate fails, and says the machine changed, not the job.
+status is environment_changed (regression where an absolute rule failed too): the gate fails, and says the
+machine changed, not the job.
 
 ``outcome`` is pass, fail, warn or skip; ``kind`` relative (noise-aware, :mod:`.stats`), absolute (noise-aware
 against a fixed bound: :func:`absolute`), straggler or workload. A relative outcome fails when its interval lies wholly on the worse side of zero and its change
@@ -52,6 +53,8 @@ from ddprof.vocabulary.units import fmt_bytes, fmt_us
 #: Whether a change whose cause is the environment fails the check (``--environment``, ``environment`` in
 #: the rules file): fail (the default: it is still slower, and says why) or warn (exit 0, the rules marked warn).
 ENVIRONMENT_POLICIES = ("fail", "warn")
+#: The outcomes a change of the environment explains (an absolute rule's bound is the run's alone).
+ENVIRONMENT_KINDS = ("relative", "straggler")
 WORKLOAD_BOUND = ("step_time", "step_time_p90", "exposed_comm", "overlap", "idle", "bubble", "kernels", "data_loading")
 
 
@@ -429,13 +432,15 @@ def _finish(run: dict[str, Any], base: dict[str, Any], rules: dict[str, Any], po
                 if o["cause"]:
                     o["cause"] = f"the environment: {cause['summary']}"
     summary = grouped_summary(outcomes)  # told before a warning policy marks them, so a warning says what changed
-    if cause is not None and cause["class"] == "environment" and policy == "warn":
+    environmental = cause is not None and cause["class"] == "environment"
+    if environmental and policy == "warn":
         for o in outcomes:
-            if o["outcome"] == "fail" and o["kind"] in ("relative", "straggler"):
+            if o["outcome"] == "fail" and o["kind"] in ENVIRONMENT_KINDS:
                 o["outcome"] = "warn"
         failed = [o for o in failed if o["outcome"] == "fail"]
-    environmental = cause is not None and cause["class"] == "environment"
-    status = ("environment_changed" if environmental else "regression") if failed \
+    # a bound broken (an absolute rule) is a regression whatever moved the rest: a bound is a bound
+    machine_only = environmental and all(o["kind"] in ENVIRONMENT_KINDS for o in failed)
+    status = ("environment_changed" if machine_only else "regression") if failed \
         else "workload_changed" if changes else "ok"
     if not summary:
         summary = [f"no regression: {sum(o['outcome'] == 'pass' for o in outcomes)} rules pass"]

@@ -337,6 +337,10 @@ def test_a_bound_broken_alone_has_no_cause(runs):
     result = check(reports["noise"], reports["base"], rules)
     assert result["status"] == "regression" and result["cause"] is None
     assert check_text(result).splitlines()[0] == "ddprof check: REGRESSION"
+    # beside a change whose cause is the environment, a bound broken is still a regression, either policy
+    for policy in ("fail", "warn"):
+        env = check(reports["env"], reports["base"], rules, environment=policy)
+        assert env["cause"]["class"] == "environment" and env["status"] == "regression", (policy, env["summary"])
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
