@@ -543,7 +543,7 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
 
     # 2. one rank alone (with other shapes, only the new straggler: one rank given more work is the one the
     # others wait for; a job-wide batch makes none, whichever rank's own time the noise raised most)
-    top = max(rose, key=lambda r: ranks[r].shift) if rose else None
+    top = first  # the rank whose own time rose most
     if len(ranks) >= 2 and top is not None and (not resized or top in stragglers):
         t = ranks[top]
         others = {r: m for r, m in ranks.items() if r != top}
@@ -551,8 +551,13 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
         # needs the result), not in communication: their own time holds that wait, which is its doing
         waited = (max(0.0, _wait_per_step(run, top) - _wait_per_step(base, top))
                   if word == "CPU op" and top in stragglers else 0.0)
-        if t.beyond_noise and all(m.shift - waited < max(min(tol[r], OTHERS_SHARE * t.shift), DOMINANT * t.shift)
-                                  or (not m.beyond_noise and m.shift - waited < tol[r]) for r, m in others.items()) and not every_thread_busier(base, run, top, t.shift):
+        def stayed(r: int, m: Moved) -> bool:  # another rank's own time, less the wait for ``top``, did not rise
+            rise = m.shift - waited
+            return rise < max(min(tol[r], OTHERS_SHARE * t.shift), DOMINANT * t.shift) or (
+                not m.beyond_noise and rise < tol[r])
+
+        if t.beyond_noise and all(stayed(r, m) for r, m in others.items()) and \
+                not every_thread_busier(base, run, top, t.shift):
             host = _host_shared(run, top, t) if word == "CPU op" and not resized else None
             if host is not None:
                 return _cause("environment", f"rank {top} alone slowed ({ratio_text(t.ratio)}), as a host slows "
@@ -701,8 +706,7 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
 
     # 5a. one rank's own time rose, but every rank's training thread needed more CPU for the same ops: the
     # machine ran slower (a subset of the ops, the code, was ruled out above)
-    busiest = max(rose, key=lambda r: ranks[r].shift) if rose else None
-    if busiest is not None and every_thread_busier(base, run, busiest, ranks[busiest].shift):
+    if top is not None and every_thread_busier(base, run, top, ranks[top].shift):
         cpu = thread_cpu_ratios(base, run)
         text = (f"every rank's training thread needed more CPU for its step ({ratio_range(list(cpu.values()))}, "
                 f"the collector's step measures) on the same {ops_word}")

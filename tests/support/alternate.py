@@ -40,49 +40,53 @@ from ddprof.analyses.whatif.replay import plan, replay
 from ddprof.analyses.whatif.store import replay_check, step_times
 
 import ddprof
+from ddprof.store.rundir import Run
+
+
+def _pct(x: float, truth: float) -> float:
+    """``x``'s error, in % of ``truth``."""
+    return 100 * (x - truth) / truth
 
 
 @dataclass
 class Alternate:
+    steps: int  # steps of each kind, the fewer
     faulty_s: float  # the faulty steps' mean, replayed as recorded
     clean_s: float  # the clean steps' mean, replayed as recorded: the truth
     projected_s: float  # the faulty steps' mean, projected with the rank as fast as the others
-    steps: int  # steps of each kind, the fewer
-    faulty_trimmed_s: float  # the same, trimmed means (module doc)
+    faulty_trimmed_s: float  # the same three, trimmed means (module doc)
     clean_trimmed_s: float
     projected_trimmed_s: float
-    unloaded_s: float | None = None  # the faulty steps' mean with the data loading hidden (None: no loader)
-    unloaded_trimmed_s: float | None = None
-    cpu_wait: float | None = None  # the ranks' wait for a CPU, a share of the step (module doc); None: not measured
-    projected_clean_trimmed_s: float = float("nan")  # the clean steps projected with the same edit, trimmed mean
+    projected_clean_trimmed_s: float  # the clean steps projected with the same edit, trimmed mean
+    unloaded_s: float | None  # the faulty steps' mean with the data loading hidden (None: no loader)
+    unloaded_trimmed_s: float | None
+    cpu_wait: float | None  # the ranks' wait for a CPU, a share of the step (module doc); None: not measured
 
     @property
-    def unloaded_error_pct(self) -> float | None:
-        """The error, in % of the truth, of the faulty steps with the data loading hidden."""
-        return None if self.unloaded_s is None else 100 * (self.unloaded_s - self.clean_s) / self.clean_s
+    def error_pct(self) -> float:
+        """The projection's error, in % of the truth, of the means."""
+        return _pct(self.projected_s, self.clean_s)
+
+    @property
+    def trimmed_error_pct(self) -> float:
+        """The projection's error, in % of the truth, of the trimmed means."""
+        return _pct(self.projected_trimmed_s, self.clean_trimmed_s)
 
     @property
     def premise_pct(self) -> float:
         """How far the edit moves the clean steps, in % of them (trimmed means): 0 where the rank, without its
         fault, is as fast as the others (module doc)."""
-        return 100 * (self.projected_clean_trimmed_s - self.clean_trimmed_s) / self.clean_trimmed_s
+        return _pct(self.projected_clean_trimmed_s, self.clean_trimmed_s)
 
     @property
-    def error_pct(self) -> float:
-        """The projection's error, in % of the truth, of the means."""
-        return 100 * (self.projected_s - self.clean_s) / self.clean_s
-
-    @property
-    def trimmed_error_pct(self) -> float:
-        """The projection's error, in % of the truth, of the trimmed means."""
-        return 100 * (self.projected_trimmed_s - self.clean_trimmed_s) / self.clean_trimmed_s
+    def unloaded_error_pct(self) -> float | None:
+        """The error, in % of the truth, of the faulty steps with the data loading hidden."""
+        return None if self.unloaded_s is None else _pct(self.unloaded_s, self.clean_s)
 
     @property
     def unloaded_trimmed_error_pct(self) -> float | None:
         """The error, in % of the truth, of the trimmed means with the data loading hidden."""
-        if self.unloaded_trimmed_s is None:
-            return None
-        return 100 * (self.unloaded_trimmed_s - self.clean_trimmed_s) / self.clean_trimmed_s
+        return None if self.unloaded_trimmed_s is None else _pct(self.unloaded_trimmed_s, self.clean_trimmed_s)
 
 
 def trimmed_mean(x: np.ndarray, cut: float = 0.2) -> float:
@@ -92,10 +96,10 @@ def trimmed_mean(x: np.ndarray, cut: float = 0.2) -> float:
     return float(x[k:len(x) - k].mean())
 
 
-def cpu_wait(run_dir: Path, first_step: int = 3) -> float | None:
+def cpu_wait(run: Run, first_step: int = 3) -> float | None:
     """The largest over the ranks of a rank's median wait for a CPU a step (the run-queue delay of its
     training thread) over its median step, from the collector's step measures; None where none was measured."""
-    f = ddprof.open_run(run_dir).step_measures()
+    f = run.step_measures()
     if not {"wait_ms", "wall_ms"} <= set(f.columns):
         return None
     f = f.filter(pl.col("step") >= first_step).drop_nulls(["wait_ms", "wall_ms"])
@@ -105,7 +109,8 @@ def cpu_wait(run_dir: Path, first_step: int = 3) -> float | None:
 
 def measure(run_dir: Path, rank: int) -> Alternate:
     """The faulty steps projected with ``rank`` as fast as the others, beside the clean steps."""
-    check = replay_check(Prepared(collect(ddprof.open_run(run_dir).events()).lazy()))
+    run = ddprof.open_run(run_dir)
+    check = replay_check(Prepared(collect(run.events()).lazy()))
     model = check.model
     assert model is not None and check.explained, check.reason
     order = check.order or plan(model)
@@ -122,9 +127,12 @@ def measure(run_dir: Path, rank: int) -> Alternate:
     unloaded = per_step(E.no_data_loading(model, loading)) if loading.any() else None
     odd = np.asarray(model.steps) % 2 == 1
     assert odd.any() and (~odd).any(), f"steps {list(model.steps)}: faulty and clean ones are both needed"
-    return Alternate(float(as_recorded[odd].mean()), float(as_recorded[~odd].mean()), float(edited[odd].mean()),
-                     int(min(odd.sum(), (~odd).sum())), trimmed_mean(as_recorded[odd]),
-                     trimmed_mean(as_recorded[~odd]), trimmed_mean(edited[odd]),
-                     None if unloaded is None else float(unloaded[odd].mean()),
-                     None if unloaded is None else trimmed_mean(unloaded[odd]), cpu_wait(run_dir),
-                     trimmed_mean(edited[~odd]))
+    return Alternate(
+        steps=int(min(odd.sum(), (~odd).sum())),
+        faulty_s=float(as_recorded[odd].mean()), clean_s=float(as_recorded[~odd].mean()),
+        projected_s=float(edited[odd].mean()),
+        faulty_trimmed_s=trimmed_mean(as_recorded[odd]), clean_trimmed_s=trimmed_mean(as_recorded[~odd]),
+        projected_trimmed_s=trimmed_mean(edited[odd]), projected_clean_trimmed_s=trimmed_mean(edited[~odd]),
+        unloaded_s=None if unloaded is None else float(unloaded[odd].mean()),
+        unloaded_trimmed_s=None if unloaded is None else trimmed_mean(unloaded[odd]),
+        cpu_wait=cpu_wait(run))
