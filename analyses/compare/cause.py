@@ -75,7 +75,14 @@ The classes, decided in this order:
    (``EXPLAINED``) while the others kept their time: they hold at least 25 % (``SAME_SHARE``) of the
    compared time, or half of the ops, and their time per step together is within 5 % (``OP_SAME``) of the
    baseline's, or within 10 % and the noise (a busy machine slows ops unevenly: ops each within their
-   noise may all have risen);
+   noise may all have risen); **environment** instead where rule 1a's test of the machine's load holds for
+   the ops' rise (4a: a clean DDP re-run, ``AccumulateGrad`` ×1.73 and ``c10d::allreduce_`` ×4.00, +1.41 ms a
+   step, while both ranks' training threads waited 1.3–1.6 ms a step more for a CPU), and on a CPU run where
+   every op that slowed ran the same calls per step on the same recorded input shapes and types
+   (:func:`.job.same_inputs`, 4b): the same work took longer, and nothing in the trace says the code changed
+   what runs (the forward's ``aten::linear``/``aten::addmm`` ×1.28 of a clean re-run, its backward ×1.07: a
+   host slows its matrix products most, which share its caches and memory bandwidth with other processes);
+   without recorded shapes a subset of the ops slowing stays the code's;
 5. **environment**: two or more ranks rose, and no subset of the ops explains it, or one rose and every
    rank's training thread needed more CPU for its step as rule 2 leaves it (:func:`every_thread_busier`): every op slowed by a
    similar factor (on a CPU run everything is host work, the gloo transfers too, so this is what a busier
@@ -98,7 +105,14 @@ The classes, decided in this order:
    pooled over the ranks) rose by less than half as much as its median (:data:`LOW_SHARE`): a host's load
    comes and goes from step to step, where a change of the code moves every step alike (a clean gloo run
    against another: p10 +0.9 ms, median +1.9 ms, its fastest step 0.4 ms faster than the baseline's);
+   **environment** too where the ranks' training threads needed CPU in opposite directions (rule 5c's test,
+   where no op slowed beyond its noise: a clean 2-stage pipeline, ×0.93 and ×1.11, its step +3 ms);
    **unclear**: the step time changed beyond its tolerance and none of the above fits.
+
+Where no rule above finds a cause (nothing moved beyond the noise) but rules failed, ``check`` asks
+:func:`shares_only` (only shares of the step moved, on one host), :func:`same_work_only` (only per-op rules
+failed, each op on the same inputs: rule 4b's reading) and :func:`tail_only` (only p90 step-time rules failed,
+the fastest steps held, on one host: rule 8's reading of the tail).
 
 Example (a CPU run, a busier machine): every op ×1.48–×1.49, all 4 ranks' own time ×1.47–×1.49, busbw
 ×0.67 -> environment: "every CPU op slower by a similar factor (×1.48–×1.49, 4 CPU ops) on every rank".
@@ -116,7 +130,7 @@ from typing import Any
 import msgspec
 import numpy as np
 from ddprof.analyses.compare import samples as S
-from ddprof.analyses.compare.job import shapes_changes, stage_count, workload_changes
+from ddprof.analyses.compare.job import same_inputs, shapes_changes, stage_count, workload_changes
 from ddprof.analyses.compare.samples import op_word
 from ddprof.analyses.compare.stats import hodges_lehmann
 from ddprof.analyses.compare.words import direction, ratio_range, ratio_text, signed
@@ -436,6 +450,32 @@ def thread_cpu_ratios(base: dict[str, Any], run: dict[str, Any]) -> dict[int, fl
     return {k: r[k] / b[k] for k in sorted(b) if k in r and b[k] > 0} if b.keys() == r.keys() else {}
 
 
+def opposite_threads(base: dict[str, Any], run: dict[str, Any]) -> str | None:
+    """Rule 5c's test: the ranks' training threads needed CPU for their ops in opposite directions, one
+    ×0.95 or less (``OP_SAME``) and another ×1.05 or more (the collector's step measures), as text; None
+    otherwise. Example (a clean 2-stage pipeline against another): ×0.93 and ×1.12."""
+    threads = thread_cpu_ratios(base, run)
+    if len(threads) < 2 or min(threads.values()) > 1 / (1 + OP_SAME) or max(threads.values()) < 1 + OP_SAME:
+        return None
+    lo, hi = min(threads, key=lambda k: threads[k]), max(threads, key=lambda k: threads[k])
+    return (f"the ranks' training threads needed CPU in opposite directions for their {op_word(run)}s (the "
+            f"collector's step measures): rank {lo} {ratio_text(threads[lo])}, rank {hi} {ratio_text(threads[hi])}")
+
+
+#: Why the same work taking longer on a CPU run is the host's (rule 4b).
+SAME_WORK = ("the trace records each CPU op's input shapes and types: these ran the same calls per step on the same "
+             "ones, no op was added, removed or resized, so nothing in it says the code changed what runs; a host "
+             "slows its matrix products most (they share its caches and memory bandwidth with other processes) "
+             "and its small ops least")
+
+
+def same_work_text(slower: list[Moved]) -> str:
+    """Rule 4b's summary: ``slower`` (ops on the same inputs) took longer."""
+    text = ", ".join(f"{m.subject} {ratio_text(m.ratio)}" for m in slower[:4])
+    return (f"the same CPU ops on the same inputs took longer ({text}): the host ran them slower, not a change of "
+            "the code")
+
+
 def every_thread_busier(base: dict[str, Any], run: dict[str, Any], top: int, rise_us: float | None = None) -> bool:
     """Rank ``top``'s own time rose alone, yet every rank's training thread needed more CPU for its step, the
     others at least half as much more as ``top`` (``OTHERS_CPU``), ``top`` ×1.1 (``OP_CHANGE``) or more:
@@ -684,6 +724,15 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
             ev.append(factors(rose))
         if bw_fell:
             ev.append(bw_text())
+        # 4a. the ops' rise is the ranks' wait for a CPU that other processes took (rule 1a's test, of this rise)
+        load = machine_load(base, run, explained)
+        if load:
+            return _cause("environment", f"the machine's load: {load[0]}, where {moved_text} rose "
+                                         f"{fmt_us(explained)} a step: other processes on its host took the CPU, "
+                                         "not a change of the code", [*load, *ev])
+        # 4b. the same work took longer: nothing in the trace says the code changed what runs
+        if word == "CPU op" and same_inputs(base, run, [m.subject for m in slower]):
+            return _cause("environment", same_work_text(slower), [*ev, SAME_WORK])
         return _cause("code", f"some {ops_word} slowed, the others did not: {moved_text}", ev)
 
     # 5. the environment: the ranks' own time rose together, the ops alike or the device kernels unchanged
@@ -725,12 +774,10 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
     # 5c. on a CPU run, ops slowed while the ranks' training threads needed CPU in opposite directions for
     # their ops (one rank's less, another's more): the host served them unevenly; a change of the code does
     # not make one rank's thread need less
-    if len(threads) >= 2 and min(threads.values()) <= 1 / (1 + OP_SAME) and max(threads.values()) >= 1 + OP_SAME:
-        lo, hi = min(threads, key=lambda k: threads[k]), max(threads, key=lambda k: threads[k])
-        text = (f"the ranks' training threads needed CPU in opposite directions for their {ops_word} (the "
-                f"collector's step measures): rank {lo} {ratio_text(threads[lo])}, rank {hi} {ratio_text(threads[hi])}")
-        return _cause("environment", f"{text}: the host served them unevenly, not a change of the code, which "
-                                     "does not make a rank's work need less", [text, ops_text()])
+    apart = opposite_threads(base, run) if threads else None
+    if apart is not None:
+        return _cause("environment", f"{apart}: the host served them unevenly, not a change of the code, which "
+                                     "does not make a rank's work need less", [apart, ops_text()])
 
     # 6. communication
     # the ranks' own times rose only with the step's rise lending them significance, each by less than half
@@ -774,6 +821,10 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
             return _cause("environment", f"the step time rose in its slow steps only: {tail}: a host's load comes "
                                          "and goes from step to step, where a change of the code moves every "
                                          "step alike", [tail, *ev])
+        uneven = opposite_threads(base, run) if word == "CPU op" else None
+        if uneven is not None:  # rule 5c's test, where no op slowed beyond its noise
+            return _cause("environment", f"{uneven}: the host served them unevenly, not a change of the code, "
+                                         "which does not make a rank's work need less", [uneven, *ev])
         return _cause("unclear", "the step time changed, and no single cause fits", ev)
     return None
 
@@ -799,6 +850,49 @@ def shares_only(run: dict[str, Any], failed: list[str]) -> dict[str, Any] | None
             "compute and gloo's communication share its CPUs, and time moved from one share to another is its "
             "scheduling")
     return _cause("environment", text, [text])
+
+
+def tail_only(base: dict[str, Any], run: dict[str, Any], failed: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The cause where the rules that failed (``failed``: their outcomes) are p90 step-time rules alone, nothing
+    else moved beyond the noise (:func:`classify` found no cause), on a CPU run whose ranks share one host, and
+    the fastest tenth of the steps (pooled over the ranks) rose by less than :data:`LOW_SHARE` of the p90's
+    rise: the slow steps alone got slower, a host's load that comes and goes (rule 8's reading of the tail).
+    A clean 2-rank DDP pair: p90 14.9 → 18.3 ms, the median 11.8 → 12.0 ms, the 10th percentile held. A change
+    of the code that adds work to some steps does this too: it fails the gate all the same (the environment
+    fails it by default). None otherwise."""
+    if not failed or any(o["rule"] != "step_time_p90" for o in failed) or op_word(run) != "CPU op":
+        return None
+    host = _one_host(run)
+    b, r = S.step_us(base).get(None, np.empty(0)), S.step_us(run).get(None, np.empty(0))
+    if host is None or not b.size or not r.size:
+        return None
+    low = float(np.quantile(r, LOW_Q) - np.quantile(b, LOW_Q))
+    high = float(np.quantile(r, 0.9) - np.quantile(b, 0.9))
+    med = float(np.median(r) - np.median(b))
+    if high <= 0 or low >= LOW_SHARE * high:
+        return None
+    text = (f"only the slow steps got slower: the p90 step time {signed(high, 'us')}, the median {signed(med, 'us')} "
+            f"(within its noise), the fastest tenth {signed(low, 'us')}: on one host ({host}) a load that comes and "
+            "goes from step to step slows some steps, where a change of the code moves every step alike")
+    return _cause("environment", text, [text])
+
+
+def same_work_only(base: dict[str, Any], run: dict[str, Any], failed: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The cause where the rules that failed (``failed``: their outcomes) are per-op rules alone, nothing else
+    moved beyond the noise (:func:`classify` found no cause), and on a CPU run each of those ops ran the same
+    calls per step on the same recorded input shapes as in the baseline (:func:`.job.same_inputs`): the host
+    ran the same work slower (rule 4b). A clean 2-stage pipeline against another: ``aten::mm`` and
+    ``AddmmBackward0`` ×1.17–×1.18, the step within its noise. None otherwise."""
+    if not failed or any(o["rule"] != "kernels" for o in failed) or op_word(run) != "CPU op":
+        return None
+    names = [o["subject"] for o in failed]
+    if not same_inputs(base, run, names):
+        return None
+    ratios = ", ".join(f"{o['subject']} {ratio_text(o['run'] / o['baseline'])}" for o in failed[:4]
+                       if o.get("run") is not None and o.get("baseline"))
+    text = (f"the same CPU ops on the same inputs took longer ({ratios}): the host ran them slower, not a change of "
+            "the code")
+    return _cause("environment", text, [text, SAME_WORK])
 
 
 def cause_line(cause: dict[str, Any] | None) -> str:

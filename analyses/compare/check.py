@@ -36,7 +36,7 @@ from typing import Any
 import msgspec
 import numpy as np
 from ddprof.analyses.compare import samples as S
-from ddprof.analyses.compare.cause import classify, moved, shares_only
+from ddprof.analyses.compare.cause import classify, moved, same_work_only, shares_only, tail_only
 from ddprof.analyses.compare.explain import attach_causes, straggler_outcomes
 from ddprof.analyses.compare.group import grouped_summary
 from ddprof.analyses.compare.job import job_differences, workload_changes
@@ -67,7 +67,8 @@ _fmt, _signed = fmt, signed
 
 def relative(rule: str, subject: str, base: np.ndarray, run: np.ndarray, *, what: str, unit: str,
              worse_if_higher: bool, tolerance: float, tolerance_text: str, confidence: float,
-             quantile: float | None = None, label: str | None = None) -> dict[str, Any]:
+             quantile: float | None = None, label: str | None = None,
+             groups: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, Any]:
     """One noise-aware outcome (module doc): the medians (or quantiles) of both samples, the shift with its
     interval, the decision and a sentence. The sentence begins with ``label`` when given, else
     "WHAT (SUBJECT)"; its direction word follows the sign of the number beside it (:mod:`.words`): the
@@ -82,7 +83,7 @@ def relative(rule: str, subject: str, base: np.ndarray, run: np.ndarray, *, what
                 "interval": None, "message": f"{what} ({subject}): nothing to compare in the {side}"}
     stat = (lambda a: float(np.quantile(a, quantile))) if quantile is not None else (lambda a: float(np.median(a)))
     b, r = stat(base), stat(run)
-    shift: Shift = (quantile_shift(base, run, quantile, confidence) if quantile is not None
+    shift: Shift = (quantile_shift(base, run, quantile, confidence, groups=groups) if quantile is not None
                     else hodges_lehmann(base, run, confidence))
     sign = 1.0 if worse_if_higher else -1.0
     worse = sign * shift.estimate
@@ -141,7 +142,8 @@ def _relative_rules(base: dict[str, Any], run: dict[str, Any], rules: dict[str, 
             out.append(relative("step_time_p90", "all ranks" if key is None else f"rank {key}", bs[key],
                                 rs.get(key, np.empty(0)), what="p90 step time", unit="us", worse_if_higher=True,
                                 tolerance=tol, tolerance_text=f"{p9['tolerance_pct']:g} % = {fmt_us(tol)}",
-                                confidence=c, quantile=0.9))
+                                confidence=c, quantile=0.9,
+                                groups=(S.step_labels(base), S.step_labels(run)) if key is None else None))
     faster = functools.cache(lambda: _step_fell(bs.get(None, np.empty(0)), rs.get(None, np.empty(0)), c))
     for rule, what, worse_high, get in (
             ("exposed_comm", "exposed communication (% of step)", True, S.exposed_pct),
@@ -424,7 +426,9 @@ def _finish(run: dict[str, Any], base: dict[str, Any], rules: dict[str, Any], po
                          min_change_us=st["min_change_us"], workload_rule=rules["workload"],
                          bw_min_bytes=rules["busbw"]["min_bytes"])
         if cause is None:
-            cause = shares_only(run, [o["rule"] for o in failed if o["kind"] != "absolute"]) or {
+            moved_only = [o for o in failed if o["kind"] != "absolute"]
+            cause = (shares_only(run, [o["rule"] for o in moved_only]) or same_work_only(base, run, moved_only)
+                     or tail_only(base, run, moved_only)) or {
                 "class": "unclear", "rank": None, "summary": "rules failed, and no cause stands out beyond the noise",
                 "evidence": [o["message"] for o in failed if o["kind"] != "absolute"][:2]}
         elif cause["class"] == "environment":  # not the rule that moved most: the machine moved them all

@@ -82,6 +82,30 @@ def other_shapes(base: dict[str, Any], run: dict[str, Any]) -> list[str]:
             if _static(k) and k.kind != "comm" and b.get((k.name, k.kind), k.shapes) != k.shapes]
 
 
+#: The autograd engine's span around a backward node (``… AddmmBackward0``), recorded without input shapes.
+AUTOGRAD_NODE = "autograd::engine::evaluate_function: "
+
+
+def same_inputs(base: dict[str, Any], run: dict[str, Any], names: list[str]) -> bool:
+    """Whether every op of ``names`` is a top op of both reports that ran the same calls per rank and step on
+    the same recorded input shapes and types (:func:`_static` on both sides): the same work, whatever its time.
+    The autograd engine's span around a backward node stands for the node (its work). False where one has no
+    recorded shapes (a GPU kernel, a trace taken without ``record_shapes``): nothing then says what it ran on."""
+    def top(report: dict[str, Any]) -> dict[str, KernelRow]:
+        return {k.name: k for k in rows(report["kernels"], KernelRow) if k.kind != "comm"}
+
+    b, r = top(base), top(run)
+    for name in names:
+        kb, kr = b.get(name), r.get(name)
+        if kb is not None and kb.shapes is None and name.startswith(AUTOGRAD_NODE):
+            inner = name.removeprefix(AUTOGRAD_NODE)  # the engine's span around the node: its work is the node's
+            kb, kr = b.get(inner), r.get(inner)
+        if kb is None or kr is None or not (_static(kb) and _static(kr)) or kb.shapes != kr.shapes \
+                or round(kb.per_step_count or 0.0) != round(kr.per_step_count or 0.0):
+            return False
+    return bool(names)
+
+
 def workload_changes(base: dict[str, Any], run: dict[str, Any], rule: dict[str, Any]) -> list[str]:
     """How the work per step changed beyond the rule's allowance (module doc); empty: the same workload."""
     out = []

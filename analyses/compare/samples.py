@@ -80,6 +80,12 @@ def step_us(report: dict[str, Any]) -> dict[int | None, np.ndarray]:
     return _per_rank_and_pooled(report, "step_us")
 
 
+def step_labels(report: dict[str, Any]) -> np.ndarray:
+    """The step of each value of ``step_us(report)[None]`` (pooled over the ranks, in its order): what groups
+    the ranks' values of one step."""
+    return np.asarray([s.step for s in _step_times(report) if s.step_us is not None], dtype=np.int64)
+
+
 def loading_us(report: dict[str, Any]) -> dict[int | None, np.ndarray]:
     """Per rank and pooled (key None): the host time in each step's data-loader spans (``step_times``; a report
     written before it was recorded has none)."""

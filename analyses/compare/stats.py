@@ -9,7 +9,10 @@ the nine differences are 1..5, Δ = 3; at 80 % confidence z = 1.28, K = ⌊4.5 �
 
 **Quantile difference** (for p90): the difference of the q-quantiles with a percentile-bootstrap interval
 (``resamples`` resamplings of each sample, seeded: the same inputs give the same interval); no interval with
-fewer than ``MIN_BOOTSTRAP`` values on either side.
+fewer than ``MIN_BOOTSTRAP`` values on either side. Values that are not independent are resampled by their
+group: the ranks' step times of one step (the ranks of a synchronous job meet at each step's collectives, so
+a slow step is slow on every rank), whole steps drawn, each with all its ranks' values: 2 ranks × 24 steps
+are 24 draws, not 48, and the interval is as wide as 24 steps make it.
 
 **One sample's quantile** (for absolute rules, a run against a fixed bound): the distribution-free interval
 of the q-quantile from order statistics. With n values sorted x_(1) ≤ … ≤ x_(n) and B ~ Binomial(n, q), the
@@ -76,20 +79,45 @@ def hodges_lehmann(base: object, run: object, confidence: float) -> Shift:
 
 
 def quantile_shift(base: object, run: object, q: float, confidence: float, resamples: int = 1000,
-                   seed: int = 0) -> Shift:
-    """quantile_q(run) − quantile_q(base) with its bootstrap interval (module doc)."""
+                   seed: int = 0, groups: tuple[object, object] | None = None) -> Shift:
+    """quantile_q(run) − quantile_q(base) with its bootstrap interval (module doc); ``groups`` (one label per
+    value of each sample): resample whole groups, the values of one group not being independent (module
+    doc)."""
     a, b = _clean(base), _clean(run)
     if not a.size or not b.size:
         raise ValueError("a sample is empty")
     est = float(np.quantile(b, q) - np.quantile(a, q))
-    if min(a.size, b.size) < MIN_BOOTSTRAP:
+    labels = None
+    if groups is not None:
+        labels = np.asarray(groups[0]), np.asarray(groups[1])
+        if labels[0].size != a.size or labels[1].size != b.size or a.size != np.asarray(base).size \
+                or b.size != np.asarray(run).size:
+            raise ValueError("one group label per value")
+    units = (np.unique(labels[0]).size, np.unique(labels[1]).size) if labels is not None else (a.size, b.size)
+    if min(units) < MIN_BOOTSTRAP:
         return Shift(est, None, None)
     rng = np.random.default_rng(seed)
-    qa = np.quantile(a[rng.integers(0, a.size, (resamples, a.size))], q, axis=1)
-    qb = np.quantile(b[rng.integers(0, b.size, (resamples, b.size))], q, axis=1)
+    if labels is not None:
+        qa = _grouped_quantiles(a, labels[0], q, resamples, rng)
+        qb = _grouped_quantiles(b, labels[1], q, resamples, rng)
+    else:
+        qa = np.quantile(a[rng.integers(0, a.size, (resamples, a.size))], q, axis=1)
+        qb = np.quantile(b[rng.integers(0, b.size, (resamples, b.size))], q, axis=1)
     tail = (1 - confidence) / 2
     lo, hi = np.quantile(qb - qa, [tail, 1 - tail])
     return Shift(est, float(lo), float(hi))
+
+
+def _grouped_quantiles(x: np.ndarray, labels: np.ndarray, q: float, resamples: int,
+                       rng: np.random.Generator) -> np.ndarray:
+    """The q-quantile of each of ``resamples`` cluster resamplings of ``x``: as many groups as it holds, drawn
+    with replacement, each with all its values."""
+    order = np.argsort(labels, kind="stable")
+    xs, ls = x[order], labels[order]
+    starts = np.flatnonzero(np.r_[True, ls[1:] != ls[:-1]])
+    ends = np.r_[starts[1:], xs.size]
+    picks = rng.integers(0, starts.size, (resamples, starts.size))
+    return np.array([np.quantile(np.concatenate([xs[starts[g]:ends[g]] for g in pick]), q) for pick in picks])
 
 
 def _binomial_cdf(n: int, q: float) -> np.ndarray:

@@ -26,7 +26,9 @@ The known causes of a slower run, one parameter each:
 
 ``device="cpu"``: every op is a CPU op on the main thread (``aten::addmm`` forward, ``aten::mm`` backward,
 ``aten::add_`` optimizer step, ``aten::copy_`` host op, ``aten::cat`` the extra op) and each all-reduce a
-``gloo:all_reduce`` on thread 2, as a gloo job records them.
+``gloo:all_reduce`` on thread 2, as a gloo job records them; with ``shapes``, each op carries its recorded
+input shapes (one per op name, the same in every run: a ``factors`` change is then the same work taking
+longer, as a slower host gives it; without, nothing says what an op ran on).
 
 ``NoisyPipeline``: a pipeline run whose bubble per stage is known, one stage's larger on demand.
 """
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import math
 import random
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +73,7 @@ class NoisyDP:
     extra_us: int = 0
     pause_us: int = 0
     pause_share: float = 0.0
+    shapes: bool = False
 
     def names(self) -> dict[str, str]:
         """The op (CPU) or kernel (GPU) name of each piece of work."""
@@ -143,7 +147,7 @@ class NoisyDP:
 
         def op(r: int, s: int, part: str, ts: int, dur: int) -> int:
             rows.add(rank=r, ts_ns=ts, dur_ns=dur, pid=100, tid=1, kind="cpu_op", cat="cpu_op", name=name[part],
-                     step=s)
+                     step=s, **({"shapes": zlib.crc32(name[part].encode())} if self.shapes else {}))
             return ts + dur
 
         t0 = [self.base + r * 7 * US for r in range(self.ranks)]
