@@ -95,6 +95,9 @@ def job_of(frame: pl.DataFrame, traced: list[int]) -> dict[str, Any]:
     return msgspec.to_builtins(job)
 
 
+#: The steps of a rank's longest waits for a CPU kept (``wait_peaks``): enough for the pauses of a rank that
+#: pauses now and then (:func:`ddprof.analyses.straggler_cause.host_pauses`), not a row per step.
+WAIT_PEAKS = 8
 #: A rank's CPU figures are read by the causes (:mod:`.straggler_cause`, :mod:`.compare.cause`) only over this
 #: many steps or more: the median of two or three steps is one noisy step.
 MIN_CPU_STEPS = 4
@@ -127,7 +130,7 @@ def _cpu_steps(steps: list[int], traced: list[int]) -> list[int]:
 
 def rank_cpu(frame: pl.DataFrame, steps: list[int]) -> list[JobRankCpu]:
     """Per rank, the medians over ``steps`` of its step time, its training thread's CPU time and run-queue
-    wait, and its other threads' CPU time (module doc); ranks whose measures hold no such figures (a
+    wait, and its other threads' CPU time (module doc), and the steps of its longest waits (``wait_peaks``); ranks whose measures hold no such figures (a
     collector that did not record them, a kernel without schedstat) left out."""
     if not {"thread_cpu_ms", "wait_ms", "cpu_ms"} <= set(frame.columns):
         return []
@@ -139,9 +142,13 @@ def rank_cpu(frame: pl.DataFrame, steps: list[int]) -> list[JobRankCpu]:
     per = (have.group_by("rank")
            .agg(pl.len().alias("steps"), pl.col("wall_ms").median().alias("step_ms"),
                 pl.col("thread_cpu_ms").median(), pl.col("wait_ms").median(),
-                (pl.col("cpu_ms") - pl.col("thread_cpu_ms")).clip(lower_bound=0.0).median().alias("other_threads_ms"))
+                (pl.col("cpu_ms") - pl.col("thread_cpu_ms")).clip(lower_bound=0.0).median().alias("other_threads_ms"),
+                pl.struct("step", "wait_ms").sort_by("wait_ms", "step", descending=[True, False]).head(WAIT_PEAKS)
+                .alias("__peaks"))
            .sort("rank"))
-    return [JobRankCpu(**row) for row in per.iter_rows(named=True)]
+    return [JobRankCpu(**{k: v for k, v in row.items() if k != "__peaks"},
+                       wait_peaks=[(int(x["step"]), float(x["wait_ms"])) for x in row["__peaks"]])
+            for row in per.iter_rows(named=True)]
 
 
 def profiler_steps(traced: list[int]) -> set[int]:

@@ -536,7 +536,7 @@ def with_causes(section: dict[str, Any], p: Prepared, cpu: dict[int, dict[str, A
     :func:`.bubbles.pipeline_stages` of the same summaries; compute told from contention by the step
     measures where the run has them, ``cpu``: :func:`by_cpu`), less the CPU ranks whose lateness nothing of
     their own explains (:func:`host_scheduled`)."""
-    causes = straggler_causes(p, section, pipeline_stages(p))
+    causes = [host_pauses(p, c, cpu) for c in straggler_causes(p, section, pipeline_stages(p))]
     if cpu:
         shaped, ops = cause_shapes(p), cause_ops(p)
         causes = [by_cpu(c, cpu, same_work(shaped, ops, c["rank"]) if c["cause"] == "contention" else None)
@@ -586,6 +586,68 @@ def by_cpu(cause: dict[str, Any], cpu: dict[int, dict[str, Any]],
     return {**cause, "cause": told, "evidence": [*lead, *rest, *measured]}
 
 
+#: Stalls that are the host's (:func:`host_pauses`): the pauses its scheduling explains, summed, at least this
+#: share of the pauses.
+HOST_PAUSES = 0.5
+
+
+def host_pauses(p: Prepared, cause: dict[str, Any], cpu: dict[int, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A stalls cause with how much of its pauses the host's scheduling explains, as evidence ``stall_host``
+    (µs, summed over its long steps: those where the others waited for it over half its longest such wait,
+    :func:`step_waits`; against the pauses, the others' wait for it beyond its median step's). A long step's
+    pause is explained, up to its size, by the larger of
+
+    * **its collectives left late**: in the step before, the largest lag of the rank's end of a collective
+      instance behind the earliest other rank's end of it (it left the step after the others had: its
+      communication thread was not running), and
+    * **its wait for a CPU**: its training thread's run-queue delay in the step before and in that step beyond
+      its median step's (the collector's step measures: ``cpu``, the report's ``job.cpu`` rows, their
+      ``wait_peaks``; none without them).
+
+    A pause of the rank's own (a sleep, a full collection) waits for no CPU and leaves its collectives ending
+    with the others'. Where the host explains :data:`HOST_PAUSES` of the pauses or more, on a CPU rank they
+    are the host's (:func:`host_scheduled`). Other causes as they are.
+
+    Example (a clean 2-rank gloo DDP run on a 2-CPU machine, rank 1 named for pauses of up to 10.1 ms in 5 of
+    24 steps): before two of them its all-reduces ended 5.6-6.4 ms after rank 0's (its gloo thread ran 10.5 ms
+    for rank 0's 2.5 ms), before another its training thread waited 6.5 ms for a CPU."""
+    if cause["cause"] != "stalls":
+        return cause
+    rank = cause["rank"]
+    waits = step_waits(p).filter(pl.col("rank") == rank)
+    caused = dict(zip(waits["step"].to_list(), waits["wait_us"].to_list()))
+    peak = max(caused.values(), default=0.0)
+    typical = next((e["peers_value"] for e in cause["evidence"] if e["measure"] == "stall_peak"), None) or 0.0
+    long_steps = [s for s, v in caused.items() if v > peak / 2]
+    pauses = {s: caused[s] - typical for s in long_steps}
+    if sum(pauses.values()) <= 0:
+        return cause
+    inst = ["group", "src", "dst", "index"]
+    arr = arrivals(p).lazy().filter((pl.len().over(inst) > 1) & (pl.col("match_op") != "sendrecv"))
+    step = comm_rows(p).lazy().select(*inst, "rank", "step")
+    lags = collect(
+        arr.join(step, on=[*inst, "rank"], how="left", nulls_equal=True)
+        .with_columns((pl.col("end_ns") - pl.col("end_ns").filter(pl.col("rank") != rank).min().over(inst))
+                      .alias("__lag"))
+        .filter((pl.col("rank") == rank) & pl.col("step").is_in([s - 1 for s in long_steps]))
+        .group_by("step").agg(pl.col("__lag").max())
+    )
+    left_late = {s + 1: max(v or 0, 0) / NS_PER_US for s, v in zip(lags["step"].to_list(), lags["__lag"].to_list())}
+    mine = (cpu or {}).get(rank) or {}
+    waited = {int(s): max(float(ms) - mine["wait_ms"], 0.0) * 1e3 for s, ms in mine.get("wait_peaks") or []}
+    host = sum(min(pause, max(left_late.get(s, 0.0), waited.get(s - 1, 0.0) + waited.get(s, 0.0)))
+               for s, pause in pauses.items() if pause > 0)
+    paused = sum(pauses.values())
+    return {**cause, "evidence": [*cause["evidence"], {"measure": "stall_host", "rank_value": host,
+                                                       "peers_value": paused, "ratio": host / paused}]}
+
+
+def host_paused(cause: dict[str, Any] | StragglerCause) -> bool:
+    """Whether a stalls cause's pauses are the host's (:func:`host_pauses`)."""
+    ev = cause["evidence"] if isinstance(cause, dict) else [msgspec.to_builtins(e) for e in cause.evidence]
+    return any(e["measure"] == "stall_host" and (e["ratio"] or 0.0) >= HOST_PAUSES for e in ev)
+
+
 def host_scheduled(p: Prepared, causes: list[dict[str, Any]]) -> set[int]:
     """The CPU ranks (no device work) named by arrival order that are the host's, not their own: late
     beyond chance and at a cost, yet
@@ -593,7 +655,8 @@ def host_scheduled(p: Prepared, causes: list[dict[str, Any]]) -> set[int]:
     * undecided: their data loading, compute, collective entry and idle time match the others'
       (:func:`classify`), or
     * contention under :data:`CONTENTION_MIN`: their ops take a little longer in all, their fast calls
-      as fast (:func:`mild_contention`).
+      as fast (:func:`mild_contention`), or
+    * stalls that the host's scheduling explains (:func:`host_pauses`).
 
     A CPU rank runs on a core the host shares, and a host shares its cores unevenly: on real 2-rank gloo
     runs with no fault on a 2-CPU machine, 2 of 26 had a rank late at most steps by 1.7-2.2 ms with its
@@ -601,7 +664,7 @@ def host_scheduled(p: Prepared, causes: list[dict[str, Any]]) -> set[int]:
     whole run (a busy thread on a rank's own core makes them 1.55-2.4x). Such a rank is not named a
     straggler (:func:`.stragglers.straggler_verdicts` says why). A device rank stays named: its kernels,
     not the host's scheduling, set its arrivals."""
-    host = {c["rank"] for c in causes if c["cause"] == "undecided" or mild_contention(c)}
+    host = {c["rank"] for c in causes if c["cause"] == "undecided" or mild_contention(c) or host_paused(c)}
     if not host:
         return set()
     gpu = set(device_ranks(p).get_column("rank").to_list())
@@ -610,8 +673,9 @@ def host_scheduled(p: Prepared, causes: list[dict[str, Any]]) -> set[int]:
 
 def set_aside(st: Stragglers) -> dict[int, StragglerCause]:
     """The ranks of a stragglers section that :func:`host_scheduled` left out, by rank, with their causes:
-    late by arrival order, undecided or in contention, and not named."""
-    return {c.rank: c for c in st.causes if c.rank not in st.ranks and c.cause in ("undecided", "contention")}
+    late by arrival order, undecided, in contention or pausing for the host, and not named."""
+    return {c.rank: c for c in st.causes if c.rank not in st.ranks and (
+        c.cause in ("undecided", "contention") or host_paused(c))}
 
 
 def mild_contention(cause: dict[str, Any]) -> bool:
@@ -761,7 +825,7 @@ def cause_verdicts(report: dict[str, Any]) -> list[str]:
         if c.cause == "pipeline imbalance" and c.rank in stage:
             out.append(f"rank {c.rank} (pipeline stage {stage[c.rank].stage} of {stage[c.rank].stages}) holds the "
                        f"pipeline back ({describe(c)})")
-        elif c.cause == "stalls":
+        elif c.cause == "stalls" and not host_paused(c):
             out.append(f"rank {c.rank} pauses now and then ({describe(c)}): not a straggler by arrival order, "
                        f"which rotates in its other steps")
     return out

@@ -91,7 +91,7 @@ from ddprof.analyses.straggler_cause import (
 )
 
 from ddprof.report.display import Column, Table
-from ddprof.report.schema import SlowGroup, Stragglers
+from ddprof.report.schema import SlowGroup, StragglerCause, Stragglers
 from ddprof.vocabulary.units import NS_PER_US, fmt_pct, fmt_us
 
 _INST = ["group", "src", "dst", "index"]
@@ -425,6 +425,19 @@ def fmt_p(x: float | None) -> str:
     return "-" if x is None else ("< 0.001" if x < 0.001 else f"{x:.3g}")
 
 
+def host_paused_verdict(cause: StragglerCause) -> str:
+    """Why a rank that pauses now and then is no straggler: the host's scheduling explains its pauses
+    (:func:`~ddprof.analyses.straggler_cause.host_pauses`). Example: "no straggler: rank 1 pauses now and
+    then (stalls: in 5 of 24 steps it makes the others wait up to 10.1 ms, …) but the host's scheduling
+    explains 20.3 ms of the 29.3 ms …"."""
+    host = next(e for e in cause.evidence if e.measure == "stall_host")
+    return (f"no straggler: rank {cause.rank} pauses now and then ({describe(cause)}) but the host's scheduling "
+            f"explains {fmt_us(host.rank_value)} of the {fmt_us(host.peers_value or 0.0)} the others waited for it "
+            "beyond its median step: before those steps it left its collectives after the others had left them "
+            "(its communication thread not running) or its training thread waited for a CPU. A CPU rank shares "
+            "its host's cores: the machine's doing, not the rank's")
+
+
 def straggler_verdicts(report: dict[str, Any]) -> list[str]:
     """Per straggler X: the wall-clock time each other rank spent waiting for X at collectives, on average
     over the ranks that waited (``wait_caused_us / waiting_ranks``), per step when the run has steps, and the
@@ -470,6 +483,8 @@ def straggler_verdicts(report: dict[str, Any]) -> list[str]:
     if host:  # named by arrival order, the host's doing (straggler_cause.host_scheduled)
         late = max((per[r] for r in host), key=lambda p: (p.wait_share_pct or 0.0, p.rank))
         cause = host[late.rank]
+        if cause.cause == "stalls":
+            return [host_paused_verdict(cause)]
         shaped = next((e for e in cause.evidence if e.measure == "same_shapes"), None)
         why = ("nothing of its own explains it: its data loading, compute, collective entry and idle time match "
                "the others'" if cause.cause == "undecided" else

@@ -135,7 +135,7 @@ from ddprof.analyses.compare.samples import op_word
 from ddprof.analyses.compare.stats import hodges_lehmann
 from ddprof.analyses.compare.words import direction, ratio_range, ratio_text, signed
 from ddprof.analyses.job import cpu_rows
-from ddprof.analyses.straggler_cause import CONTENTION_MIN, set_aside
+from ddprof.analyses.straggler_cause import CONTENTION_MIN, host_paused, set_aside
 
 from ddprof.report.schema import KernelRow, RunSection, StragglerCause, Stragglers, rows
 from ddprof.vocabulary.units import fmt_bytes, fmt_us
@@ -285,8 +285,9 @@ def _busbw(base: dict[str, Any], run: dict[str, Any], confidence: float, min_byt
 
 def _new_pauses(base: dict[str, Any], run: dict[str, Any]) -> list[StragglerCause]:
     """The ranks the run says pause now and then (straggler cause *stalls*) that the baseline does not."""
-    def stalls(report: dict[str, Any]) -> list[StragglerCause]:
-        return [c for c in msgspec.convert(report["stragglers"], Stragglers).causes if c.cause == "stalls"]
+    def stalls(report: dict[str, Any]) -> list[StragglerCause]:  # not pauses that were the host's
+        return [c for c in msgspec.convert(report["stragglers"], Stragglers).causes
+                if c.cause == "stalls" and not host_paused(c)]
 
     before = {c.rank for c in stalls(base)}
     return [c for c in stalls(run) if c.rank not in before]

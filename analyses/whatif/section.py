@@ -47,6 +47,7 @@ from ddprof.analyses.dataloading import exposed, loading_rows
 from ddprof.analyses.frames.memo import Prepared, collect
 from ddprof.analyses.frames.sets import steps
 from ddprof.analyses.sections import Section
+from ddprof.analyses.straggler_cause import host_paused
 from ddprof.analyses.whatif.projections import _ms, whatif
 from msgspec import Meta
 
@@ -317,8 +318,9 @@ def _diagnosed(edit: str, report: dict[str, Any]) -> bool:
         ranks = {int(r) for r in edit.rsplit("_", 1)[-1:] if r.isdigit()} if edit.startswith("straggler_rank_") \
             else {int(r) for r in edit.removeprefix("straggler_ranks_").split("_") if r.isdigit()}
         # a rank not named by arrival order is diagnosed when its verdict says a cause: stalls, a stage
-        found = set(st.get("ranks") or []) | {c.get("rank") for c in causes
-                                              if c.get("cause") in ("stalls", "pipeline imbalance")} | {
+        found = set(st.get("ranks") or []) | {c.get("rank") for c in causes  # not pauses that were the host's
+                                              if c.get("cause") in ("stalls", "pipeline imbalance")
+                                              and not host_paused(c)} | {
             r for g in st.get("groups") or [] for r in g.get("ranks") or []}  # ranks slower together
         return bool(ranks) and ranks <= found
     if edit.startswith("rebalanced"):

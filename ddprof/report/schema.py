@@ -261,6 +261,9 @@ class CauseEvidence(Row):
                                               "shapes_share (the share of its compute op time on shapes a peer ran), "
                                               "stall_peak (largest step's wait caused / median step's), stall_steps (the long steps, of all), "
                                               "stall_idle (its host idle in its long steps / in its median step), "
+                                              "stall_host (of its pauses, what the host's scheduling explains: "
+                                              "collectives it left after the others, its wait for a CPU / the "
+                                              "pauses), "
                                               "burst_compute (its compute in its long steps / in its median step), "
                                               "compute_per_microbatch (pipeline stage), thread_cpu (its "
                                               "training thread's CPU time, from the step measures), cpu_wait "
@@ -770,6 +773,9 @@ class JobRankCpu(Row):
     thread_cpu_ms: Annotated[float, Meta(description="its training thread's CPU time a step, ms (median)")]
     wait_ms: Annotated[float, Meta(description="the time its training thread waited for a CPU a step, ms (median)")]
     other_threads_ms: Annotated[float, Meta(description="its process's other threads' CPU time a step, ms (median)")]
+    wait_peaks: Annotated[list[tuple[int, float]], Meta(
+        description="its steps of the longest waits for a CPU, [step, ms], the longest first (a few: what tells a "
+                    "pause that was the machine's)")] = []
 
 
 class Job(Row):

@@ -23,6 +23,9 @@ with ``L`` = 50 µs, plus ``delay`` on the faulty rank for ``input``. The faults
 * ``slow_core``: every op of its takes ``factor`` × its time, on the same input shapes as the others'
   (the same work on a core its host shares or runs slower: contention, named from
   :data:`~ddprof.analyses.straggler_cause.CONTENTION_MIN` up, the host's below it);
+* ``late_end``: every ``every``-th step its all-reduce ends ``delay`` after the others' (its communication
+  thread descheduled: the host's), and its next step starts that much later, so the others wait for it
+  there: pauses that are the host's, no straggler (:func:`~ddprof.analyses.straggler_cause.host_pauses`);
 * ``none``: a clean run.
 
 ``shapes`` (default on): each CPU op carries its recorded input shapes (the store's ``shapes``, a checksum):
@@ -52,7 +55,7 @@ from ddprof.synth.schedule import US
 
 #: The cause class each fault is (``ddprof.analyses.straggler_cause``).
 CAUSE = {"compute": "compute", "input": "input", "stalls": "stalls", "contention": "contention",
-         "comm": "communication", "idle": "host idle", "slow_core": "contention", "none": None}
+         "comm": "communication", "idle": "host idle", "slow_core": "contention", "late_end": None, "none": None}
 LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 
 
@@ -101,13 +104,14 @@ class FaultyDP:
         t0 = self.base
         coll: dict[str, Any] = dict(coll_op="all_reduce", pg="0", group_size=self.ranks, bytes=1 << 20,
                                     in_bytes=1 << 20, out_bytes=1 << 20, dtype="Float")
+        carry = dict.fromkeys(range(self.ranks), 0)  # how much later than t0 a rank starts the step
         for s in range(self.steps):
             arrive: dict[int, int] = {}
             starts: dict[int, int] = {}
             for r in range(self.ranks):
                 rng = random.Random(f"{self.seed}-{r}-{s}")
                 bad = r == self.rank
-                start = t0 + (self.shift if bad else 0)
+                start = t0 + (self.shift if bad else 0) + carry[r]
                 starts[r] = start
                 lead = 50 * US + (self.delay if bad and self.fault == "input" else 0)
                 add(r, s, LOADER, start + 10 * US, lead - 20 * US, kind="annotation")
@@ -132,12 +136,14 @@ class FaultyDP:
                 add(r, s, "c10d::allreduce_", t, 5 * US, **coll)
                 arrive[r] = t
             e = max(arrive.values()) + self.T
+            late = self.delay if self.fault == "late_end" and s % self.every == self.every - 1 else 0
             for r in range(self.ranks):
-                add(r, s, "gloo:all_reduce", arrive[r], e - arrive[r], tid=2, kind="comm", **coll)
-                add(r, s, "aten::add_", e + self.g, self.opt)
+                carry[r] = late if r == self.rank else 0  # its all-reduce ends this much after the others'
+                add(r, s, "gloo:all_reduce", arrive[r], e + carry[r] - arrive[r], tid=2, kind="comm", **coll)
+                add(r, s, "aten::add_", e + carry[r] + self.g, self.opt)
             end = e + 2 * self.g + self.opt
             for r in range(self.ranks):
-                add(r, s, f"ProfilerStep#{s}", starts[r], end - starts[r], kind="annotation")
+                add(r, s, f"ProfilerStep#{s}", starts[r], end + carry[r] - starts[r], kind="annotation")
             t0 = end
         return conform(pl.DataFrame(out, infer_schema_length=None)).sort("rank", "ts_ns")
 

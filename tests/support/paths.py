@@ -19,6 +19,8 @@ DLRM = SAMPLES / "dlrm-8xV100-nccl"
 FLIGHT_RECORDER = TRACES / "flight-recorder"
 #: The OSDI'25 straggler study's three jobs (operation tables and the published answers).
 OSDI25 = TRACES / "osdi25"
+#: Run dirs of real captures (the collector's store and step measures, the raw traces left out): ``README.md`` there.
+RUNS = TESTS / "data" / "runs"
 #: Saved reports of clean gloo runs of one job, each a re-run of the others (``README.md`` there).
 CLEAN_RERUNS = TESTS / "data" / "reports" / "gloo-clean-reruns"
 

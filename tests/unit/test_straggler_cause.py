@@ -7,15 +7,15 @@ from __future__ import annotations
 import polars as pl
 import pytest
 from ddprof.analyses.report import analyse, build_report
-from ddprof.analyses.straggler_cause import CLASSES, op_ratio, pipeline_imbalance
+from ddprof.analyses.straggler_cause import CLASSES, host_paused, op_ratio, pipeline_imbalance
 
 import ddprof
 from ddprof.report.schema import Stragglers
 from ddprof.synth import ingest_generated
 from ddprof.synth.faults import CAUSE, FaultyDP
-from tests.support.paths import SAMPLES
+from tests.support.paths import RUNS, SAMPLES
 
-FAULTS = [f for f in CAUSE if f != "none"]
+FAULTS = [f for f, cause in CAUSE.items() if cause is not None]  # a straggler to name
 
 
 @pytest.mark.parametrize("ranks", [2, 4])
@@ -330,3 +330,44 @@ def test_the_step_measures_tell_more_work_from_a_busy_core() -> None:
     assert by_cpu(cause("contention"), {}) == cause("contention")
     burst = cause("contention", {"measure": "burst_compute", "rank_value": 9.0, "peers_value": 4.0, "ratio": 2.2})
     assert by_cpu(burst, cpu(8.9, 0.3)) == burst
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_pauses_the_host_made_name_no_straggler(seed):
+    """A rank whose all-reduce ends 3 ms after the others' every 4th step (its communication thread
+    descheduled) starts its next step late, and the others wait for it there: its pauses are the host's, no
+    straggler. A rank that sleeps 3 ms every 4th step leaves its collectives with the others: its own."""
+    late = analyse(FaultyDP(fault="late_end", ranks=2, rank=1, seed=seed, steps=24).events().lazy())["stragglers"]
+    (cause,) = late["causes"]
+    host = next(e for e in cause["evidence"] if e["measure"] == "stall_host")
+    assert cause["cause"] == "stalls" and host_paused(cause) and host["ratio"] > 0.9, cause
+    assert late["ranks"] == []
+    own = analyse(FaultyDP(fault="stalls", ranks=2, rank=1, seed=seed, steps=48).events().lazy())["stragglers"]
+    (cause,) = own["causes"]
+    assert own["ranks"] == [1] and cause["cause"] == "stalls" and not host_paused(cause), cause
+
+
+def test_a_clean_run_whose_rank_the_host_paused_names_no_straggler(tmp_path):
+    """A real clean 2-rank gloo DDP run (``tests/data/runs``) that named rank 1 a straggler for its pauses (up to
+    10.1 ms in 5 of 24 steps): before two of them its all-reduces ended 5.6-6.4 ms after rank 0's, before
+    another its training thread waited 6.5 ms for a CPU (the collector's step measures)."""
+    import shutil
+
+    from ddprof.analyses.stragglers import straggler_verdicts
+    from ddprof.analyses.whatif.section import whatif_verdicts
+
+    from ddprof.inputs.reports import load_report
+
+    run = tmp_path / "run"
+    shutil.copytree(RUNS / "gloo-ddp-2rank-clean-host-pauses", run)
+    report = load_report(run)
+    st = report["stragglers"]
+    assert st["ranks"] == []
+    (cause,) = st["causes"]
+    host = next(e for e in cause["evidence"] if e["measure"] == "stall_host")
+    assert cause["rank"] == 1 and host_paused(cause)
+    assert host["rank_value"] == pytest.approx(17_225, rel=0.02) and host["peers_value"] == pytest.approx(29_331, rel=0.02)
+    (first,) = straggler_verdicts(report)
+    assert first.startswith("no straggler: rank 1 pauses now and then (stalls: in 5 of 24 steps")
+    assert "the host's scheduling explains 17.2 ms of the 29.3 ms" in first
+    assert whatif_verdicts(report) == []  # no edit of a fault the run does not have
