@@ -536,7 +536,8 @@ def with_causes(section: dict[str, Any], p: Prepared, cpu: dict[int, dict[str, A
     :func:`.bubbles.pipeline_stages` of the same summaries; compute told from contention by the step
     measures where the run has them, ``cpu``: :func:`by_cpu`), less the CPU ranks whose lateness nothing of
     their own explains (:func:`host_scheduled`)."""
-    causes = [host_pauses(p, c, cpu) for c in straggler_causes(p, section, pipeline_stages(p))]
+    gpu = set(device_ranks(p).get_column("rank").to_list())  # a device rank's arrivals are its kernels'
+    causes = [c if c["rank"] in gpu else host_pauses(p, c, cpu) for c in straggler_causes(p, section, pipeline_stages(p))]
     if cpu:
         shaped, ops = cause_shapes(p), cause_ops(p)
         causes = [by_cpu(c, cpu, same_work(shaped, ops, c["rank"]) if c["cause"] == "contention" else None)
@@ -606,7 +607,7 @@ def host_pauses(p: Prepared, cause: dict[str, Any], cpu: dict[int, dict[str, Any
 
     A pause of the rank's own (a sleep, a full collection) waits for no CPU and leaves its collectives ending
     with the others'. Where the host explains :data:`HOST_PAUSES` of the pauses or more, on a CPU rank they
-    are the host's (:func:`host_scheduled`). Other causes as they are.
+    are the host's (:func:`host_scheduled`). Other causes, and device ranks' (:func:`with_causes`), as they are.
 
     Example (a clean 2-rank gloo DDP run on a 2-CPU machine, rank 1 named for pauses of up to 10.1 ms in 5 of
     24 steps): before two of them its all-reduces ended 5.6-6.4 ms after rank 0's (its gloo thread ran 10.5 ms
