@@ -218,6 +218,12 @@ def _relative_rules(base: dict[str, Any], run: dict[str, Any], rules: dict[str, 
     return out
 
 
+def _step_fell_or_held(base: dict[str, Any], run: dict[str, Any]) -> bool:
+    """Whether the median step time (pooled over the ranks) did not rise: run's median at most the baseline's."""
+    b, r = S.step_us(base).get(None, np.empty(0)), S.step_us(run).get(None, np.empty(0))
+    return bool(b.size and r.size and np.median(r) <= np.median(b))
+
+
 def _step_held(base: np.ndarray, run: np.ndarray, confidence: float) -> str | None:
     """Why a collective whose time per step rose is no regression, where the step time did not rise beyond the
     noise: a collective's time holds its wait for the slowest member, so time the ranks spend elsewhere moves
@@ -425,12 +431,15 @@ def _finish(run: dict[str, Any], base: dict[str, Any], rules: dict[str, Any], po
         cause = classify(base, run, confidence=rules["confidence"], tolerance_pct=st["tolerance_pct"],
                          min_change_us=st["min_change_us"], workload_rule=rules["workload"],
                          bw_min_bytes=rules["busbw"]["min_bytes"])
+        moved_only = [o for o in failed if o["kind"] != "absolute"]
         if cause is None:
-            moved_only = [o for o in failed if o["kind"] != "absolute"]
             cause = (shares_only(run, [o["rule"] for o in moved_only]) or same_work_only(base, run, moved_only)
                      or tail_only(base, run, moved_only)) or {
                 "class": "unclear", "rank": None, "summary": "rules failed, and no cause stands out beyond the noise",
                 "evidence": [o["message"] for o in failed if o["kind"] != "absolute"][:2]}
+        elif cause["class"] == "unclear" and _step_fell_or_held(base, run):
+            # what changed is a step time that fell; what failed, a p90 alone, is told by its own reading
+            cause = tail_only(base, run, moved_only) or cause
         elif cause["class"] == "environment":  # not the rule that moved most: the machine moved them all
             for o in outcomes:
                 if o["cause"]:
