@@ -286,6 +286,17 @@ def same_work(shaped: pl.DataFrame, ops: pl.DataFrame, rank: int,
     return matched / recorded, op_ratio(shaped, rank, peers, key=("name", "shapes"))
 
 
+_INST = ["group", "src", "dst", "index"]
+
+
+def _collective_arrivals(p: Prepared) -> pl.LazyFrame:
+    """Each rank's arrival at each collective instance seen on two ranks or more (point-to-point left out),
+    with the step it ran in (:func:`.collectives.arrivals` joined to :func:`.collectives.comm_rows`)."""
+    arr = arrivals(p).lazy().filter((pl.len().over(_INST) > 1) & (pl.col("match_op") != "sendrecv"))
+    step = comm_rows(p).lazy().select(*_INST, "rank", "step")
+    return arr.join(step, on=[*_INST, "rank"], how="left", nulls_equal=True)
+
+
 @derived
 def step_waits(p: Prepared) -> pl.DataFrame:
     """Per (rank X, step): how long the others waited for X in that step, µs: at the collective instances
@@ -294,17 +305,14 @@ def step_waits(p: Prepared) -> pl.DataFrame:
     the ranks that waited.
 
     Example: two DDP buckets a step, rank 1 late by 40 ms for both: rank 0 waited 40.2 and 39.8 ms -> 40.2 ms."""
-    inst = ["group", "src", "dst", "index"]
-    arr = arrivals(p).lazy().filter((pl.len().over(inst) > 1) & (pl.col("match_op") != "sendrecv"))
-    step = comm_rows(p).lazy().select(*inst, "rank", "step")
-    rows = arr.join(step, on=[*inst, "rank"], how="left", nulls_equal=True)
-    lasts = (rows.group_by(inst)
+    rows = _collective_arrivals(p)
+    lasts = (rows.group_by(_INST)
              .agg(pl.col("rank").filter(pl.col("wait_ns") == 0).alias("__lasts"),
                   pl.col("step").filter(pl.col("wait_ns") == 0).first().alias("__step"))
              .filter((pl.col("__lasts").list.len() == 1) & pl.col("__step").is_not_null())
-             .select(*inst, pl.col("__lasts").list.first().alias("__last"), "__step"))
+             .select(*_INST, pl.col("__lasts").list.first().alias("__last"), "__step"))
     return collect(
-        rows.join(lasts, on=inst, nulls_equal=True)
+        rows.join(lasts, on=_INST, nulls_equal=True)
         .filter(pl.col("rank") != pl.col("__last"))
         .group_by("__last", "__step", "rank").agg(pl.col("wait_ns").max())
         .group_by(pl.col("__last").alias("rank"), pl.col("__step").alias("step"))
@@ -621,14 +629,12 @@ def host_pauses(p: Prepared, cause: dict[str, Any], cpu: dict[int, dict[str, Any
     typical = next((e["peers_value"] for e in cause["evidence"] if e["measure"] == "stall_peak"), None) or 0.0
     long_steps = [s for s, v in caused.items() if v > peak / 2]
     pauses = {s: caused[s] - typical for s in long_steps}
-    if sum(pauses.values()) <= 0:
+    paused = sum(pauses.values())
+    if paused <= 0:
         return cause
-    inst = ["group", "src", "dst", "index"]
-    arr = arrivals(p).lazy().filter((pl.len().over(inst) > 1) & (pl.col("match_op") != "sendrecv"))
-    step = comm_rows(p).lazy().select(*inst, "rank", "step")
     lags = collect(
-        arr.join(step, on=[*inst, "rank"], how="left", nulls_equal=True)
-        .with_columns((pl.col("end_ns") - pl.col("end_ns").filter(pl.col("rank") != rank).min().over(inst))
+        _collective_arrivals(p)
+        .with_columns((pl.col("end_ns") - pl.col("end_ns").filter(pl.col("rank") != rank).min().over(_INST))
                       .alias("__lag"))
         .filter((pl.col("rank") == rank) & pl.col("step").is_in([s - 1 for s in long_steps]))
         .group_by("step").agg(pl.col("__lag").max())
@@ -638,7 +644,6 @@ def host_pauses(p: Prepared, cause: dict[str, Any], cpu: dict[int, dict[str, Any
     waited = {int(s): max(float(ms) - mine["wait_ms"], 0.0) * 1e3 for s, ms in mine.get("wait_peaks") or []}
     host = sum(min(pause, max(left_late.get(s, 0.0), waited.get(s - 1, 0.0) + waited.get(s, 0.0)))
                for s, pause in pauses.items() if pause > 0)
-    paused = sum(pauses.values())
     return {**cause, "evidence": [*cause["evidence"], {"measure": "stall_host", "rank_value": host,
                                                        "peers_value": paused, "ratio": host / paused}]}
 

@@ -470,11 +470,17 @@ SAME_WORK = ("the trace records each CPU op's input shapes and types: these ran 
              "and its small ops least")
 
 
-def same_work_text(slower: list[Moved]) -> str:
-    """Rule 4b's summary: ``slower`` (ops on the same inputs) took longer."""
-    text = ", ".join(f"{m.subject} {ratio_text(m.ratio)}" for m in slower[:4])
+def same_work_text(slower: list[tuple[str, float]]) -> str:
+    """Rule 4b's summary: the ops ``slower`` ((name, run / baseline)), on the same inputs, took longer."""
+    text = ", ".join(f"{name} {ratio_text(ratio)}" for name, ratio in slower[:4])
     return (f"the same CPU ops on the same inputs took longer ({text}): the host ran them slower, not a change of "
             "the code")
+
+
+def _served_unevenly(apart: str, evidence: list[str]) -> dict[str, Any]:
+    """Rule 5c's cause: the ranks' threads needed CPU in opposite directions (``apart``, :func:`opposite_threads`)."""
+    return _cause("environment", f"{apart}: the host served them unevenly, not a change of the code, which does "
+                                 "not make a rank's work need less", [apart, *evidence])
 
 
 def every_thread_busier(base: dict[str, Any], run: dict[str, Any], top: int, rise_us: float | None = None) -> bool:
@@ -733,7 +739,7 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
                                          "not a change of the code", [*load, *ev])
         # 4b. the same work took longer: nothing in the trace says the code changed what runs
         if word == "CPU op" and same_inputs(base, run, [m.subject for m in slower]):
-            return _cause("environment", same_work_text(slower), [*ev, SAME_WORK])
+            return _cause("environment", same_work_text([(m.subject, m.ratio) for m in slower]), [*ev, SAME_WORK])
         return _cause("code", f"some {ops_word} slowed, the others did not: {moved_text}", ev)
 
     # 5. the environment: the ranks' own time rose together, the ops alike or the device kernels unchanged
@@ -777,8 +783,7 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
     # not make one rank's thread need less
     apart = opposite_threads(base, run) if threads else None
     if apart is not None:
-        return _cause("environment", f"{apart}: the host served them unevenly, not a change of the code, which "
-                                     "does not make a rank's work need less", [apart, ops_text()])
+        return _served_unevenly(apart, [ops_text()])
 
     # 6. communication
     # the ranks' own times rose only with the step's rise lending them significance, each by less than half
@@ -822,10 +827,9 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
             return _cause("environment", f"the step time rose in its slow steps only: {tail}: a host's load comes "
                                          "and goes from step to step, where a change of the code moves every "
                                          "step alike", [tail, *ev])
-        uneven = opposite_threads(base, run) if word == "CPU op" else None
-        if uneven is not None:  # rule 5c's test, where no op slowed beyond its noise
-            return _cause("environment", f"{uneven}: the host served them unevenly, not a change of the code, "
-                                         "which does not make a rank's work need less", [uneven, *ev])
+        apart = opposite_threads(base, run) if word == "CPU op" else None
+        if apart is not None:  # rule 5c's test, where no op slowed beyond its noise
+            return _served_unevenly(apart, ev)
         return _cause("unclear", "the step time changed, and no single cause fits", ev)
     return None
 
@@ -890,10 +894,8 @@ def same_work_only(base: dict[str, Any], run: dict[str, Any], failed: list[dict[
     names = [o["subject"] for o in failed]
     if not same_inputs(base, run, names):
         return None
-    ratios = ", ".join(f"{o['subject']} {ratio_text(o['run'] / o['baseline'])}" for o in failed[:4]
-                       if o.get("run") is not None and o.get("baseline"))
-    text = (f"the same CPU ops on the same inputs took longer ({ratios}): the host ran them slower, not a change of "
-            "the code")
+    text = same_work_text([(o["subject"], o["run"] / o["baseline"]) for o in failed
+                           if o.get("run") is not None and o.get("baseline")])
     return _cause("environment", text, [text, SAME_WORK])
 
 

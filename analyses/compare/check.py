@@ -436,7 +436,7 @@ def _finish(run: dict[str, Any], base: dict[str, Any], rules: dict[str, Any], po
             cause = (shares_only(run, [o["rule"] for o in moved_only]) or same_work_only(base, run, moved_only)
                      or tail_only(base, run, moved_only)) or {
                 "class": "unclear", "rank": None, "summary": "rules failed, and no cause stands out beyond the noise",
-                "evidence": [o["message"] for o in failed if o["kind"] != "absolute"][:2]}
+                "evidence": [o["message"] for o in moved_only][:2]}
         elif cause["class"] == "unclear" and _step_fell_or_held(base, run):
             # what changed is a step time that fell; what failed, a p90 alone, is told by its own reading
             cause = tail_only(base, run, moved_only) or cause

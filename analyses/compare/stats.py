@@ -90,8 +90,7 @@ def quantile_shift(base: object, run: object, q: float, confidence: float, resam
     labels = None
     if groups is not None:
         labels = np.asarray(groups[0]), np.asarray(groups[1])
-        if labels[0].size != a.size or labels[1].size != b.size or a.size != np.asarray(base).size \
-                or b.size != np.asarray(run).size:
+        if labels[0].size != a.size or labels[1].size != b.size:  # a NaN left out misaligns them too
             raise ValueError("one group label per value")
     units = (np.unique(labels[0]).size, np.unique(labels[1]).size) if labels is not None else (a.size, b.size)
     if min(units) < MIN_BOOTSTRAP:
