@@ -107,12 +107,20 @@ The classes, decided in this order:
    against another: p10 +0.9 ms, median +1.9 ms, its fastest step 0.4 ms faster than the baseline's);
    **environment** too where the ranks' training threads needed CPU in opposite directions (rule 5c's test,
    where no op slowed beyond its noise: a clean 2-stage pipeline, ×0.93 and ×1.11, its step +3 ms);
-   **unclear**: the step time changed beyond its tolerance and none of the above fits.
+9. **environment** where the step rose and the run did the baseline's work on one host: of the CPU op time,
+   half or more is told by recorded input shapes that repeat every step, and 80 % or more of that ran the
+   same calls on the same shapes and types (:func:`same_program`). By then no op was added, removed or
+   resized, no subset of the ops explains the change and no rank alone does: nothing in the trace says the
+   code changed what runs, and gloo's waits are the host's CPUs (two clean 2-stage pipeline runs: the step
+   +2.46 ms, every op within its noise, gloo's ``recv`` ×1.33); **unclear** otherwise: the step time
+   changed beyond its tolerance and none of the above fits (a GPU run, a trace without shapes, ranks on
+   several hosts or hosts not recorded).
 
 Where no rule above finds a cause (nothing moved beyond the noise) but rules failed, ``check`` asks
 :func:`shares_only` (only shares of the step moved, on one host), :func:`same_work_only` (only per-op rules
-failed, each op on the same inputs: rule 4b's reading) and :func:`tail_only` (only p90 step-time rules failed,
-the fastest steps held, on one host: rule 8's reading of the tail).
+failed, each op on the same inputs: rule 4b's reading), :func:`tail_only` (only p90 step-time rules failed,
+the fastest steps held, on one host: rule 8's reading of the tail) and :func:`program_only` (rule 9's test);
+where rule 8 found the step fell and a p90 failed, it asks :func:`tail_only` and :func:`program_only`.
 
 Example (a CPU run, a busier machine): every op ×1.48–×1.49, all 4 ranks' own time ×1.47–×1.49, busbw
 ×0.67 -> environment: "every CPU op slower by a similar factor (×1.48–×1.49, 4 CPU ops) on every rank".
@@ -130,7 +138,13 @@ from typing import Any
 import msgspec
 import numpy as np
 from ddprof.analyses.compare import samples as S
-from ddprof.analyses.compare.job import same_inputs, shapes_changes, stage_count, workload_changes
+from ddprof.analyses.compare.job import (
+    same_inputs,
+    same_work_share,
+    shapes_changes,
+    stage_count,
+    workload_changes,
+)
 from ddprof.analyses.compare.samples import op_word
 from ddprof.analyses.compare.stats import hodges_lehmann
 from ddprof.analyses.compare.words import direction, ratio_range, ratio_text, signed
@@ -165,6 +179,10 @@ OTHERS_CPU = 0.5
 #: The step's low tail must rise by at least this share of its median's rise to be the code's (rule 8).
 LOW_SHARE = 0.5
 LOW_Q = 0.1
+#: The same program (rule 9): at least this share of the op time told same or not (recorded shapes that
+#: repeat every step), and of that, at least ``SAME_PROGRAM`` the same calls on the same inputs.
+TOLD_SHARE = 0.5
+SAME_PROGRAM = 0.8
 
 
 #: Per op (name, kind): its time in each step (:func:`.samples.kernel_steps`).
@@ -475,6 +493,29 @@ def same_work_text(slower: list[tuple[str, float]]) -> str:
     text = ", ".join(f"{name} {ratio_text(ratio)}" for name, ratio in slower[:4])
     return (f"the same CPU ops on the same inputs took longer ({text}): the host ran them slower, not a change of "
             "the code")
+
+
+def same_program(base: dict[str, Any], run: dict[str, Any]) -> str | None:
+    """Rule 9's test: on a CPU run whose ranks share one host, the run's ops did the baseline's work: of
+    their time, at least half can be told (recorded input shapes that repeat every step, ``TOLD_SHARE``) and
+    of that 80 % or more ran the same calls per step on the same shapes and types (``SAME_PROGRAM``,
+    :func:`.job.same_work_share`), as text; None otherwise. Asked only where no rule above found a cause:
+    then no op was added, removed or resized, no subset slowed to explain the change, and no rank alone,
+    so no class but the environment fits what the trace shows. Two clean 2-stage pipeline runs on one
+    host: the step +2.46 ms, each op within its noise, the time gone into gloo's waits."""
+    if op_word(run) != "CPU op":
+        return None
+    host = _one_host(run)
+    told, same = same_work_share(base, run)
+    if host is None or told < TOLD_SHARE or same < SAME_PROGRAM:
+        return None
+    threads = thread_cpu_ratios(base, run)
+    cpu = (f"; the ranks' training threads needed {ratio_range(list(threads.values()))} the CPU for their step "
+           "(the collector's step measures)") if threads else ""
+    return (f"the same program: {100 * same * told:.0f} % of the CPU op time ran the same calls per step on the same "
+            f"recorded input shapes and types, no op was added, removed or resized, none slowed beyond its noise "
+            f"to explain the change{cpu}; on one host ({host}) the ranks' compute and gloo's communication share "
+            "its CPUs: its load, not a change of the code")
 
 
 def _served_unevenly(apart: str, evidence: list[str]) -> dict[str, Any]:
@@ -830,6 +871,9 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
         apart = opposite_threads(base, run) if word == "CPU op" else None
         if apart is not None:  # rule 5c's test, where no op slowed beyond its noise
             return _served_unevenly(apart, ev)
+        program = same_program(base, run) if m.shift > 0 else None  # a fall: check reads what failed
+        if program is not None:  # 9. nothing the code runs changed: no class but the environment fits
+            return _cause("environment", program, [program, *ev])
         return _cause("unclear", "the step time changed, and no single cause fits", ev)
     return None
 
@@ -897,6 +941,15 @@ def same_work_only(base: dict[str, Any], run: dict[str, Any], failed: list[dict[
     text = same_work_text([(o["subject"], o["run"] / o["baseline"]) for o in failed
                            if o.get("run") is not None and o.get("baseline")])
     return _cause("environment", text, [text, SAME_WORK])
+
+
+def program_only(base: dict[str, Any], run: dict[str, Any], failed: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The cause where rules failed (``failed``: their outcomes) and nothing moved beyond the noise
+    (:func:`classify` found no cause), none of the readings above fits, and the run did the baseline's work
+    on one host (:func:`same_program`, rule 9). A clean 2-stage pipeline against another: its p90 step
+    37.9 → 42.9 ms and its median and fastest tenth +2.5–2.7 ms, every op within its noise. None otherwise."""
+    program = same_program(base, run) if failed else None
+    return None if program is None else _cause("environment", program, [program, *(o["message"] for o in failed[:2])])
 
 
 def cause_line(cause: dict[str, Any] | None) -> str:

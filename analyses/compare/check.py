@@ -36,7 +36,14 @@ from typing import Any
 import msgspec
 import numpy as np
 from ddprof.analyses.compare import samples as S
-from ddprof.analyses.compare.cause import classify, moved, same_work_only, shares_only, tail_only
+from ddprof.analyses.compare.cause import (
+    classify,
+    moved,
+    program_only,
+    same_work_only,
+    shares_only,
+    tail_only,
+)
 from ddprof.analyses.compare.explain import attach_causes, straggler_outcomes
 from ddprof.analyses.compare.group import grouped_summary
 from ddprof.analyses.compare.job import job_differences, workload_changes
@@ -434,12 +441,12 @@ def _finish(run: dict[str, Any], base: dict[str, Any], rules: dict[str, Any], po
         moved_only = [o for o in failed if o["kind"] != "absolute"]
         if cause is None:
             cause = (shares_only(run, [o["rule"] for o in moved_only]) or same_work_only(base, run, moved_only)
-                     or tail_only(base, run, moved_only)) or {
+                     or tail_only(base, run, moved_only) or program_only(base, run, moved_only)) or {
                 "class": "unclear", "rank": None, "summary": "rules failed, and no cause stands out beyond the noise",
                 "evidence": [o["message"] for o in moved_only][:2]}
         elif cause["class"] == "unclear" and _step_fell_or_held(base, run):
             # what changed is a step time that fell; what failed, a p90 alone, is told by its own reading
-            cause = tail_only(base, run, moved_only) or cause
+            cause = tail_only(base, run, moved_only) or program_only(base, run, moved_only) or cause
         elif cause["class"] == "environment":  # not the rule that moved most: the machine moved them all
             for o in outcomes:
                 if o["cause"]:

@@ -86,24 +86,47 @@ def other_shapes(base: dict[str, Any], run: dict[str, Any]) -> list[str]:
 AUTOGRAD_NODE = "autograd::engine::evaluate_function: "
 
 
+def _top_ops(report: dict[str, Any]) -> dict[str, KernelRow]:
+    return {k.name: k for k in rows(report["kernels"], KernelRow) if k.kind != "comm"}
+
+
+def _same_input(b: dict[str, KernelRow], r: dict[str, KernelRow], name: str) -> bool | None:
+    """Whether op ``name`` ran the same calls per rank and step on the same recorded input shapes and types in
+    both top-op tables (``b``, ``r``); None where that cannot be told: it is not a top op of both, or either
+    side has no recorded shapes or other shapes from step to step (:func:`_static`). The autograd engine's
+    span around a backward node stands for the node (its work)."""
+    kb, kr = b.get(name), r.get(name)
+    if kb is not None and kb.shapes is None and name.startswith(AUTOGRAD_NODE):
+        inner = name.removeprefix(AUTOGRAD_NODE)  # the engine's span around the node: its work is the node's
+        kb, kr = b.get(inner), r.get(inner)
+    if kb is None or kr is None or not (_static(kb) and _static(kr)):
+        return None
+    return kb.shapes == kr.shapes and round(kb.per_step_count or 0.0) == round(kr.per_step_count or 0.0)
+
+
 def same_inputs(base: dict[str, Any], run: dict[str, Any], names: list[str]) -> bool:
     """Whether every op of ``names`` is a top op of both reports that ran the same calls per rank and step on
-    the same recorded input shapes and types (:func:`_static` on both sides): the same work, whatever its time.
-    The autograd engine's span around a backward node stands for the node (its work). False where one has no
-    recorded shapes (a GPU kernel, a trace taken without ``record_shapes``): nothing then says what it ran on."""
-    def top(report: dict[str, Any]) -> dict[str, KernelRow]:
-        return {k.name: k for k in rows(report["kernels"], KernelRow) if k.kind != "comm"}
+    the same recorded input shapes and types (:func:`_same_input`): the same work, whatever its time. False
+    where one has no recorded shapes (a GPU kernel, a trace taken without ``record_shapes``): nothing then
+    says what it ran on."""
+    b, r = _top_ops(base), _top_ops(run)
+    return bool(names) and all(_same_input(b, r, name) for name in names)
 
-    b, r = top(base), top(run)
-    for name in names:
-        kb, kr = b.get(name), r.get(name)
-        if kb is not None and kb.shapes is None and name.startswith(AUTOGRAD_NODE):
-            inner = name.removeprefix(AUTOGRAD_NODE)  # the engine's span around the node: its work is the node's
-            kb, kr = b.get(inner), r.get(inner)
-        if kb is None or kr is None or not (_static(kb) and _static(kr)) or kb.shapes != kr.shapes \
-                or round(kb.per_step_count or 0.0) != round(kr.per_step_count or 0.0):
-            return False
-    return bool(names)
+
+def same_work_share(base: dict[str, Any], run: dict[str, Any]) -> tuple[float, float]:
+    """Of the run's top ops' time (communication left out), the share whose ops can be told the same or not
+    (:func:`_same_input` not None), and of that, the share that ran the same calls on the same inputs as in
+    the baseline: ``(told, same)``, ``(0, 0)`` where nothing is told. Ops nest (a span and the ops it
+    calls), so this weighs the work where it is recorded, not a sum of disjoint times."""
+    b, r = _top_ops(base), _top_ops(run)
+    total = told = same = 0.0
+    for name, k in r.items():
+        total += k.total_us
+        answer = _same_input(b, r, name)
+        if answer is not None:
+            told += k.total_us
+            same += k.total_us if answer else 0.0
+    return (told / total, same / told) if told else (0.0, 0.0)
 
 
 def workload_changes(base: dict[str, Any], run: dict[str, Any], rule: dict[str, Any]) -> list[str]:

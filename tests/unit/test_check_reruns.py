@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from ddprof.analyses.compare.cause import classify, same_work_only, tail_only
+from ddprof.analyses.compare.cause import classify, program_only, same_program, same_work_only, tail_only
 from ddprof.analyses.compare.check import check
-from ddprof.analyses.compare.job import same_inputs
+from ddprof.analyses.compare.job import same_inputs, same_work_share
 from ddprof.analyses.compare.stats import quantile_shift
 
 from ddprof.inputs.reports import load_report
@@ -28,6 +28,11 @@ PAIRS = {
     # the median fell beyond its noise (classify: the step changed), the p90 alone failed: the tail's reading
     ("pipeline8-clean-05", "pipeline8-clean-01"): "only the slow steps got slower: the p90 step time +215 ms, "
                                                   "the median −18.5 ms",
+    # the step rose, every op within its noise, the time in gloo's waits: nothing the code runs changed
+    ("pipe-check-0", "pipe-clean-05"): "the same program: 100 % of the CPU op time ran the same calls per step",
+    ("pipe-clean-05", "pipe-clean-11"): "the same program: 99 % of the CPU op time ran the same calls per step",
+    # the whole distribution of steps moved (its p90 failed alone), each op within its noise
+    ("pipe-clean-03", "pipe-clean-15"): "the same program: 99 % of the CPU op time ran the same calls per step",
 }
 
 
@@ -105,6 +110,51 @@ def test_tail_only_needs_p90_rules_alone_on_one_host_with_the_fast_steps_held():
     for i, row in enumerate(two_hosts["run"]["per_rank"]):
         row["host"] = f"host{i}"
     assert tail_only(base, two_hosts, failed) is None
+
+
+def test_same_work_share_weighs_the_ops_told_by_their_shapes(generated):
+    # a pipeline's ops against a data-parallel run's: told, and other work
+    told, same = same_work_share(report("clean-09"), report("ddp-check-1"))
+    assert told > 0.5 and same < 0.2
+    told, same = same_work_share(report("pipe-check-0"), report("pipe-clean-05"))
+    assert told > 0.9 and same == 1.0
+    # the backward ×1.6 on the same recorded shapes: the same work; without shapes nothing is told
+    assert same_work_share(generated[("base", True)], generated[("slower", True)]) == (1.0, 1.0)
+    assert same_work_share(generated[("base", False)], generated[("slower", False)]) == (0.0, 0.0)
+
+
+def on_hosts(report_: dict[str, Any], hosts: list[str]) -> dict[str, Any]:
+    out = copy.deepcopy(report_)
+    for row, host in zip(out["run"]["per_rank"], hosts, strict=True):
+        row["host"] = host
+    return out
+
+
+def test_the_same_program_is_the_host_only_on_one_host_with_the_work_told(generated):
+    base, run = report("pipe-check-0"), report("pipe-clean-05")
+    text = same_program(base, run)
+    assert text is not None and "needed ×1.02–×1.09 the CPU" in text and "on one host (vm)" in text
+    assert same_program(base, on_hosts(run, ["a", "b"])) is None  # two hosts: gloo between them crosses a network
+    # other work (a pipeline's ops against a data-parallel run's), or nothing told (no recorded shapes)
+    assert same_program(report("clean-09"), on_hosts(report("ddp-check-1"), ["vm", "vm"])) is None
+    gb, gr = generated[("base", False)], generated[("slower", False)]
+    assert same_program(on_hosts(gb, ["h"] * 4), on_hosts(gr, ["h"] * 4)) is None
+    gb, gr = generated[("base", True)], generated[("slower", True)]
+    assert "100 % of the CPU op time" in same_program(on_hosts(gb, ["h"] * 4), on_hosts(gr, ["h"] * 4))
+    # the generated runs record no host: not told to be one host
+    assert same_program(gb, gr) is None
+
+
+def test_program_only_reads_rules_that_failed_without_a_cause():
+    base, run = report("pipe-clean-03"), report("pipe-clean-15")
+    assert classify(base, run) is None  # nothing moved beyond the noise: the p90 rules failed alone
+    failed = [o for o in check(run, base)["outcomes"] if o["outcome"] == "fail"]
+    assert [o["id"] for o in failed] == ["step_time_p90[all ranks]", "step_time_p90[rank 1]"]
+    assert tail_only(base, run, failed) is None  # the fastest tenth rose too: not the tail alone
+    cause = program_only(base, run, failed)
+    assert cause["class"] == "environment" and cause["evidence"][1].startswith("p90 step time (all ranks) rose 13 %")
+    assert program_only(base, run, []) is None
+    assert program_only(base, on_hosts(run, ["a", "b"]), failed) is None
 
 
 def test_a_p90_of_steps_is_resampled_by_step_not_by_rank():
