@@ -79,7 +79,9 @@ The classes, decided in this order:
    the ops' rise (4a: a clean DDP re-run, ``AccumulateGrad`` ×1.73 and ``c10d::allreduce_`` ×4.00, +1.41 ms a
    step, while both ranks' training threads waited 1.3–1.6 ms a step more for a CPU), and on a CPU run where
    every op that slowed ran the same calls per step on the same recorded input shapes and types
-   (:func:`.job.same_inputs`, 4b): the same work took longer, and nothing in the trace says the code changed
+   (:func:`.job.same_work_told`, 4b; ops whose inputs cannot be told, as the autograd engine's span around
+   a DDP ``AccumulateGrad``, argue neither way, where those told hold half the rise or more): the same work
+   took longer, and nothing in the trace says the code changed
    what runs (the forward's ``aten::linear``/``aten::addmm`` ×1.28 of a clean re-run, its backward ×1.07: a
    host slows its matrix products most, which share its caches and memory bandwidth with other processes);
    without recorded shapes a subset of the ops slowing stays the code's;
@@ -139,10 +141,11 @@ import msgspec
 import numpy as np
 from ddprof.analyses.compare import samples as S
 from ddprof.analyses.compare.job import (
-    same_inputs,
-    same_work_share,
+    same_program_work,
+    same_work_told,
     shapes_changes,
     stage_count,
+    untold,
     workload_changes,
 )
 from ddprof.analyses.compare.samples import op_word
@@ -179,10 +182,6 @@ OTHERS_CPU = 0.5
 #: The step's low tail must rise by at least this share of its median's rise to be the code's (rule 8).
 LOW_SHARE = 0.5
 LOW_Q = 0.1
-#: The same program (rule 9): at least this share of the op time told same or not (recorded shapes that
-#: repeat every step), and of that, at least ``SAME_PROGRAM`` the same calls on the same inputs.
-TOLD_SHARE = 0.5
-SAME_PROGRAM = 0.8
 
 
 #: Per op (name, kind): its time in each step (:func:`.samples.kernel_steps`).
@@ -497,25 +496,35 @@ def same_work_text(slower: list[tuple[str, float]]) -> str:
 
 def same_program(base: dict[str, Any], run: dict[str, Any]) -> str | None:
     """Rule 9's test: on a CPU run whose ranks share one host, the run's ops did the baseline's work: of
-    their time, at least half can be told (recorded input shapes that repeat every step, ``TOLD_SHARE``) and
-    of that 80 % or more ran the same calls per step on the same shapes and types (``SAME_PROGRAM``,
-    :func:`.job.same_work_share`), as text; None otherwise. Asked only where no rule above found a cause:
-    then no op was added, removed or resized, no subset slowed to explain the change, and no rank alone,
-    so no class but the environment fits what the trace shows. Two clean 2-stage pipeline runs on one
+    their time, at least half can be told (recorded input shapes that repeat every step) and of that 80 % or
+    more ran the same calls per step on the same shapes and types (:func:`.job.same_program_work`), as
+    text; None otherwise. Asked only where no rule above found a cause: then no op was added, removed or
+    resized, no subset slowed to explain the change, and no rank alone, so no class but the environment
+    fits what the trace shows. Two clean 2-stage pipeline runs on one
     host: the step +2.46 ms, each op within its noise, the time gone into gloo's waits."""
     if op_word(run) != "CPU op":
         return None
     host = _one_host(run)
-    told, same = same_work_share(base, run)
-    if host is None or told < TOLD_SHARE or same < SAME_PROGRAM:
+    share = same_program_work(base, run)
+    if host is None or share is None:
         return None
     threads = thread_cpu_ratios(base, run)
     cpu = (f"; the ranks' training threads needed {ratio_range(list(threads.values()))} the CPU for their step "
            "(the collector's step measures)") if threads else ""
-    return (f"the same program: {100 * same * told:.0f} % of the CPU op time ran the same calls per step on the same "
+    return (f"the same program: {100 * share:.0f} % of the CPU op time ran the same calls per step on the same "
             f"recorded input shapes and types, no op was added, removed or resized, none slowed beyond its noise "
             f"to explain the change{cpu}; on one host ({host}) the ranks' compute and gloo's communication share "
             "its CPUs: its load, not a change of the code")
+
+
+def _untold_text(base: dict[str, Any], run: dict[str, Any], names: list[str]) -> list[str]:
+    """Rule 4b's word on the ops of ``names`` it could not tell by their shapes, or none."""
+    blind = untold(base, run, names)
+    if not blind:
+        return []
+    share = same_program_work(base, run)
+    whole = f"; {100 * share:.0f} % of the run's CPU op time ran the same calls on the same inputs" if share else ""
+    return [f"{', '.join(blind[:3])}: no input shapes recorded to tell{whole}"]
 
 
 def _served_unevenly(apart: str, evidence: list[str]) -> dict[str, Any]:
@@ -779,8 +788,9 @@ def classify(base: dict[str, Any], run: dict[str, Any], *, confidence: float = 0
                                          f"{fmt_us(explained)} a step: other processes on its host took the CPU, "
                                          "not a change of the code", [*load, *ev])
         # 4b. the same work took longer: nothing in the trace says the code changed what runs
-        if word == "CPU op" and same_inputs(base, run, [m.subject for m in slower]):
-            return _cause("environment", same_work_text([(m.subject, m.ratio) for m in slower]), [*ev, SAME_WORK])
+        if word == "CPU op" and same_work_told(base, run, {m.subject: m.shift for m in slower}):
+            return _cause("environment", same_work_text([(m.subject, m.ratio) for m in slower]),
+                          [*ev, SAME_WORK, *_untold_text(base, run, [m.subject for m in slower])])
         return _cause("code", f"some {ops_word} slowed, the others did not: {moved_text}", ev)
 
     # 5. the environment: the ranks' own time rose together, the ops alike or the device kernels unchanged
@@ -930,13 +940,14 @@ def tail_only(base: dict[str, Any], run: dict[str, Any], failed: list[dict[str, 
 def same_work_only(base: dict[str, Any], run: dict[str, Any], failed: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The cause where the rules that failed (``failed``: their outcomes) are per-op rules alone, nothing else
     moved beyond the noise (:func:`classify` found no cause), and on a CPU run each of those ops ran the same
-    calls per step on the same recorded input shapes as in the baseline (:func:`.job.same_inputs`): the host
+    calls per step on the same recorded input shapes as in the baseline (:func:`.job.same_work_told`): the host
     ran the same work slower (rule 4b). A clean 2-stage pipeline against another: ``aten::mm`` and
     ``AddmmBackward0`` ×1.17–×1.18, the step within its noise. None otherwise."""
     if not failed or any(o["rule"] != "kernels" for o in failed) or op_word(run) != "CPU op":
         return None
-    names = [o["subject"] for o in failed]
-    if not same_inputs(base, run, names):
+    rises = {o["subject"]: o["run"] - o["baseline"] for o in failed
+             if o.get("run") is not None and o.get("baseline") is not None}
+    if len(rises) < len(failed) or not same_work_told(base, run, rises):
         return None
     text = same_work_text([(o["subject"], o["run"] / o["baseline"]) for o in failed
                            if o.get("run") is not None and o.get("baseline")])

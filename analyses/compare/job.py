@@ -113,6 +113,47 @@ def same_inputs(base: dict[str, Any], run: dict[str, Any], names: list[str]) -> 
     return bool(names) and all(_same_input(b, r, name) for name in names)
 
 
+#: Rule 4b: the ops told the same must hold at least this share of the slowed ops' rise, unless the whole
+#: program is told the same (:func:`same_program_work`).
+TOLD_RISE = 0.5
+#: The same program: at least this share of the op time told same or not (recorded shapes that repeat every
+#: step), and of that, at least ``SAME_PROGRAM`` the same calls on the same inputs.
+TOLD_SHARE = 0.5
+SAME_PROGRAM = 0.8
+
+
+def same_work_told(base: dict[str, Any], run: dict[str, Any], rises: dict[str, float]) -> bool:
+    """Whether the ops of ``rises`` (name: its rise, µs a step) did the same work in both reports: none that
+    can be told ran other calls or inputs (:func:`_same_input`), and those told the same hold at least half
+    of the rise (``TOLD_RISE``) or the run as a whole did the baseline's work (:func:`same_program_work`).
+    An op that cannot be told argues neither way: the autograd engine's span around a node that is no top
+    op, as under DDP, where the span around ``AccumulateGrad`` holds the reducer's hook (its copies and
+    collectives, told by their own shapes) and records none. False where nothing is told (a trace without
+    shapes)."""
+    b, r = _top_ops(base), _top_ops(run)
+    told = {name: _same_input(b, r, name) for name in rises}
+    if any(answer is False for answer in told.values()):
+        return False
+    same = sum(max(rises[name], 0.0) for name, answer in told.items() if answer)
+    if same <= 0:
+        return False
+    return same >= TOLD_RISE * sum(max(x, 0.0) for x in rises.values()) or same_program_work(base, run) is not None
+
+
+def untold(base: dict[str, Any], run: dict[str, Any], names: list[str]) -> list[str]:
+    """The ops of ``names`` whose inputs cannot be told same or not (:func:`_same_input`)."""
+    b, r = _top_ops(base), _top_ops(run)
+    return [name for name in names if _same_input(b, r, name) is None]
+
+
+def same_program_work(base: dict[str, Any], run: dict[str, Any]) -> float | None:
+    """The share of the run's op time that ran the baseline's calls on its inputs where the run did the
+    baseline's work as a whole: half or more of the op time told (``TOLD_SHARE``) and 80 % or more of that
+    the same (``SAME_PROGRAM``, :func:`same_work_share`); None otherwise."""
+    told, same = same_work_share(base, run)
+    return same * told if told >= TOLD_SHARE and same >= SAME_PROGRAM else None
+
+
 def same_work_share(base: dict[str, Any], run: dict[str, Any]) -> tuple[float, float]:
     """Of the run's top ops' time (communication left out), the share whose ops can be told the same or not
     (:func:`_same_input` not None), and of that, the share that ran the same calls on the same inputs as in

@@ -11,7 +11,13 @@ import numpy as np
 import pytest
 from ddprof.analyses.compare.cause import classify, program_only, same_program, same_work_only, tail_only
 from ddprof.analyses.compare.check import check
-from ddprof.analyses.compare.job import same_inputs, same_work_share
+from ddprof.analyses.compare.job import (
+    same_inputs,
+    same_program_work,
+    same_work_share,
+    same_work_told,
+    untold,
+)
 from ddprof.analyses.compare.stats import quantile_shift
 
 from ddprof.inputs.reports import load_report
@@ -31,6 +37,9 @@ PAIRS = {
     # the step rose, every op within its noise, the time in gloo's waits: nothing the code runs changed
     ("pipe-check-0", "pipe-clean-05"): "the same program: 100 % of the CPU op time ran the same calls per step",
     ("pipe-clean-05", "pipe-clean-11"): "the same program: 99 % of the CPU op time ran the same calls per step",
+    # DDP: the span around AccumulateGrad (the reducer's hook) records no shapes; the rest of the run tells
+    ("ddp5-clean-14", "ddp5-clean-04"): "the same CPU ops on the same inputs took longer (aten::linear ×1.10, "
+                                        "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad ×1.71",
     # the whole distribution of steps moved (its p90 failed alone), each op within its noise
     ("pipe-clean-03", "pipe-clean-15"): "the same program: 99 % of the CPU op time ran the same calls per step",
 }
@@ -121,6 +130,23 @@ def test_same_work_share_weighs_the_ops_told_by_their_shapes(generated):
     # the backward ×1.6 on the same recorded shapes: the same work; without shapes nothing is told
     assert same_work_share(generated[("base", True)], generated[("slower", True)]) == (1.0, 1.0)
     assert same_work_share(generated[("base", False)], generated[("slower", False)]) == (0.0, 0.0)
+
+
+def test_same_work_told_lets_an_op_without_shapes_argue_neither_way(generated):
+    base, run = report("ddp5-clean-14"), report("ddp5-clean-04")
+    span = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
+    rises = {"aten::linear": 160.0, span: 876.0, "aten::copy_": 455.0}
+    assert untold(base, run, list(rises)) == [span]
+    # told the same: 615 of 1,491 µs, under half; the run as a whole did the baseline's work
+    assert same_program_work(base, run) == pytest.approx(0.86, abs=0.01)
+    assert same_work_told(base, run, rises)
+    assert not same_work_told(base, run, {span: 876.0})  # nothing told
+    # an op told to run other inputs: not the same work, whatever the rest
+    assert not same_work_told(report("clean-09"), report("ddp-check-1"), {"aten::mm": 100.0})
+    # without recorded shapes nothing is told
+    gb, gr = generated[("base", False)], generated[("slower", False)]
+    assert not same_work_told(gb, gr, {"aten::mm": 3000.0})
+    assert same_work_told(generated[("base", True)], generated[("slower", True)], {"aten::mm": 3000.0})
 
 
 def on_hosts(report_: dict[str, Any], hosts: list[str]) -> dict[str, Any]:
