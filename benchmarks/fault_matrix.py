@@ -14,9 +14,10 @@ them recorded), with ``--fault KIND --fault-rank R`` (R = the last rank; :data:`
   CPUs, the ranks pinned to R's CPU are slowed as much, and naming any of them, or a group of them slower
   together (:mod:`ddprof.analyses.slow_groups`), is right;
 * ``machine``: another process, not the job's, busy throughout on rank R's CPU (every rank pinned as
-  for ``contention``): the machine's load. Rank R is late, its cause CPU contention, the verdict saying
-  that its own threads took no more CPU than the others' (where the step measures tell); its ``check``
-  against a clean baseline must say the environment;
+  for ``contention``): the machine's load. Rank R is late (with more ranks than CPUs, the ranks pinned with
+  it too: naming them or their group is right, as for ``contention``), its cause CPU contention, the
+  verdict saying that its own threads took no more CPU than the others' (where the step measures tell);
+  its ``check`` against a clean baseline must say the environment;
 * ``comm``: rank R's DDP communication hook waits 20 ms before each bucket's all-reduce;
 * ``pipeline``: a GPipe pipeline of ``--ranks`` stages, stage R with 4x the layers;
 * ``moe``: a mixture-of-experts layer (an expert per rank, ``all_to_all_single`` with uneven splits) whose
@@ -198,10 +199,10 @@ def one(fault: str, rep: int, ranks: int, root: Path, steps: int, active: int, t
 
 
 def faulty_ranks(fault: str, ranks: int) -> set[int]:
-    """The ranks the fault slows: the last rank; for contention (every rank pinned to CPU ``rank mod
-    cpus``), every rank pinned to the busy thread's CPU, as the last rank's: with more ranks than CPUs,
-    they share it and each is as slowed (4 ranks on 2 CPUs: ranks 1 and 3)."""
-    if fault == "contention" and hasattr(os, "sched_getaffinity"):
+    """The ranks the fault slows: the last rank; for contention and the machine's load (every rank pinned to
+    CPU ``rank mod cpus``), every rank pinned to the busy thread's or process's CPU, as the last rank's: with
+    more ranks than CPUs, they share it and each is as slowed (4 ranks on 2 CPUs: ranks 1 and 3)."""
+    if fault in ("contention", "machine") and hasattr(os, "sched_getaffinity"):
         cpus = len(os.sched_getaffinity(0)) or 1
         return {r for r in range(ranks) if r % cpus == (ranks - 1) % cpus}
     return {ranks - 1}

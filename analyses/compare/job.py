@@ -3,7 +3,8 @@
 * **The job** (:func:`job_differences`): world size, ranks, device (GPU/CPU), backend, the set of collective
   ops, and the pipeline's stage count. A baseline of another job is refused (exit 2) unless the user allows it.
 * **The workload** (:func:`workload_changes`): the median count of collectives and of kernels (CPU ops on a
-  CPU run) per step and rank, the (op, message size) pairs, and the input shapes the top CPU ops ran on where the
+  CPU run) per step and rank, where that median held the kernels per step of each rank (one pipeline stage
+  given more layers moves its own count alone), the (op, message size) pairs, and the input shapes the top CPU ops ran on where the
   trace recorded them (:func:`other_shapes`). A change here means the job does other work per step: timings
   that depend on it are not compared as a slowdown, and the change is reported as what it is.
 
@@ -59,6 +60,27 @@ def per_step_median(report: dict[str, Any], key: str) -> float | None:
     """The median over ranks and steps of ``key``, a field of :class:`StepTimeRow` (``collectives``, ...)."""
     values = [getattr(s, key) for s in rows(detail_rows(report, "step_times"), StepTimeRow)]
     return float(median(values)) if values else None
+
+
+def per_rank_median(report: dict[str, Any], key: str) -> dict[int, float]:
+    """Per rank, the median over its steps of ``key``, a field of :class:`StepTimeRow`."""
+    by: dict[int, list[float]] = {}
+    for s in rows(detail_rows(report, "step_times"), StepTimeRow):
+        by.setdefault(s.rank, []).append(getattr(s, key))
+    return {r: float(median(v)) for r, v in sorted(by.items())}
+
+
+def _ops_per_rank(base: dict[str, Any], run: dict[str, Any], pct: float) -> str | None:
+    """The ranks whose ops per step moved beyond ``pct`` % while the median over all ranks held, as a line:
+    a pipeline's last of 4 stages given 4× the layers runs 552 → 1,128 CPU ops a step, the other three
+    stages as before, so the median over the ranks holds."""
+    b, r = per_rank_median(base, "kernels"), per_rank_median(run, "kernels")
+    moved = [k for k in b if k in r and abs(r[k] - b[k]) > pct / 100 * max(b[k], 1)]
+    if not moved:
+        return None
+    parts = ", ".join(f"rank {k} {b[k]:g} → {r[k]:g}" for k in moved[:4])
+    more = f" and {len(moved) - 4} more" if len(moved) > 4 else ""
+    return f"{op_word(run)}s per step: {parts}{more} (median), the other ranks as before"
 
 
 def message_sizes(report: dict[str, Any]) -> set[tuple[str, int]]:
@@ -179,6 +201,8 @@ def workload_changes(base: dict[str, Any], run: dict[str, Any], rule: dict[str, 
     bk, rk = per_step_median(base, "kernels"), per_step_median(run, "kernels")
     if bk is not None and rk is not None and abs(rk - bk) > rule["kernels_per_step_pct"] / 100 * max(bk, 1):
         out.append(f"{op_word(run)}s per step and rank: {bk:g} → {rk:g} (median)")
+    elif bk is not None and rk is not None and (line := _ops_per_rank(base, run, rule["kernels_per_step_pct"])):
+        out.append(line)
     if rule["message_sizes"]:
         bs, rs = message_sizes(base), message_sizes(run)
         gone, new = sorted(bs - rs), sorted(rs - bs)

@@ -18,7 +18,8 @@ The known causes of a slower run, one parameter each:
   (the kernels keep their times, the GPU waits longer), on a CPU run (``device="cpu"``) every op and the
   gloo transfer, which runs on the host too. 1.5 is a machine 1.5 times slower (another job beside it);
 * ``factors``: ``(("bwd", 1.3),)`` makes one piece of work (``fwd``, ``bwd``, ``opt``, ``host``) 1.3 times
-  longer on every rank: a change of the code; ``extra_us`` adds a new op after the forward;
+  longer on every rank: a change of the code; ``extra_us`` adds a new op after the forward (on rank
+  ``extra_rank`` alone where given: one rank given more ops, as a pipeline stage given more layers);
 * ``slow_rank``/``slow_us`` (one rank), ``bw`` (communication), ``buckets`` (the workload);
 * ``pause_us``/``pause_share``: a share of the steps (drawn at random) in which one rank, each in turn,
   pauses ``pause_us`` outside any op before the step's first op and the others wait for it at the
@@ -71,6 +72,7 @@ class NoisyDP:
     host_factor: float = 1.0
     factors: tuple[tuple[str, float], ...] = ()
     extra_us: int = 0
+    extra_rank: int | None = None
     pause_us: int = 0
     pause_share: float = 0.0
     shapes: bool = False
@@ -112,7 +114,7 @@ class NoisyDP:
                     f += hd + 30 * US
                 fd = us(self.F * fac.get("fwd", 1.0)) * US
                 rows.kernel(r, s, "compute", "gemm_fwd_kernel", f, fd, 7, f - 20 * US)
-                if self.extra_us:
+                if self.extra_us and self.extra_rank in (None, r):
                     xd = us(self.extra_us) * US
                     rows.kernel(r, s, "compute", "fused_extra_kernel", f + fd, xd, 7, f - 18 * US)
                     fd += xd
@@ -164,7 +166,7 @@ class NoisyDP:
                 if self.host_us:
                     t = op(r, s, "host", t, us(self.host_us * fac.get("host", 1.0)) * US) + 20 * US
                 t = op(r, s, "fwd", t, us(self.F * fac.get("fwd", 1.0)) * US)
-                if self.extra_us:
+                if self.extra_us and self.extra_rank in (None, r):
                     t = op(r, s, "extra", t, us(self.extra_us) * US)
                 slow = self.slow_us if r == self.slow_rank else 0
                 bwd_end.append(op(r, s, "bwd", t, (us(self.B * fac.get("bwd", 1.0)) + slow) * US))

@@ -34,7 +34,7 @@ def runs(tmp_path_factory):
     scenarios = {"base": NoisyDP(seed=1), "noise": NoisyDP(seed=2),
                  "slow": NoisyDP(seed=3, slow_rank=2, slow_us=3000),
                  "bw": NoisyDP(seed=4, bw=0.7), "more": NoisyDP(seed=5, buckets=2),
-                 "world": NoisyDP(seed=6, ranks=2)}
+                 "world": NoisyDP(seed=6, ranks=2), "one": NoisyDP(seed=7, extra_us=300, extra_rank=3)}
     return {k: ingest_generated(sc, root / k / "traces", root / k / "run").path for k, sc in scenarios.items()}
 
 
@@ -99,6 +99,18 @@ def test_more_collectives_per_step_is_a_workload_change_not_a_slowdown(reports):
     (wl,) = failed(result)
     assert wl["rule"] == "workload" and "collectives per step and rank: 1 → 2" in wl["message"]
     assert all(o["outcome"] == "skip" for o in result["outcomes"] if o["rule"].startswith("step_time"))
+
+
+def test_one_rank_given_more_ops_is_a_workload_change_though_the_median_rank_holds(reports):
+    """A pipeline's last of 4 stages given 4× the layers runs 552 → 1,128 CPU ops a step while the other
+    stages, and so the median over the ranks, hold: the workload changed on that rank."""
+    result = check(reports["one"], reports["base"])
+    (wl,) = [o for o in failed(result) if o["rule"] == "workload"]
+    assert wl["message"].endswith("kernels per step: rank 3 3 → 4 (median), the other ranks as before"), wl["message"]
+    assert result["cause"]["class"] == "workload", result["cause"]
+    # its ops run 300 µs longer than the others': rank 3 makes them wait, a straggler rule's to say
+    assert {o["rule"] for o in failed(result)} == {"workload", "straggler"}, failed(result)
+    assert check(reports["noise"], reports["base"])["status"] == "ok"
 
 
 def test_another_job_is_refused_with_the_reason(reports):
