@@ -34,7 +34,8 @@ each rank's median over steps, and X's excess = X's median − the peers' value:
    merely vary are not apart); where the long steps' time is in its ops instead, **contention**
    in bursts (ops stretched in a few steps: a busy neighbour now and then); where the waits are too noisy
    to tell (many ranks on few cores), **stalls** too when its own host idle per step is so concentrated,
-   and no other rank's is (:func:`_idle_pauses`);
+   and no other rank's is (:func:`_idle_pauses`; a step's idle less the time its thread waited for a CPU
+   beyond its median step's, where the collector's step measures tell: ready to run, it was not pausing);
 2. otherwise the largest excess among ``lead_ns`` (**input**), ``precomm_ns`` (**communication**),
    ``idle_ns`` (**host idle**) and ``compute_ns`` names the class, when it is at least :data:`MATERIAL` of
    the wait X causes a waiting rank per step (else **undecided**: no measure explains the wait);
@@ -366,13 +367,13 @@ def _per_rank_medians(cs: pl.DataFrame) -> dict[int, dict[str, float]]:
 
 def classify(rank: int, cs: pl.DataFrame, ops: pl.DataFrame, waits: pl.DataFrame,
              wait_us: float = 0.0, among: frozenset[int] | None = None,
-             shaped: pl.DataFrame | None = None) -> dict[str, Any]:
+             shaped: pl.DataFrame | None = None, waited: Waited | None = None) -> dict[str, Any]:
     """The cause of straggler ``rank`` (module doc), as a :class:`~ddprof.report.schema.StragglerCause` dict;
     ``wait_us``: the mean wait it caused a waiting rank per step, which the deciding excess must be a
     material share of (:data:`MATERIAL`); ``among``: the ranks it is compared with (default: every other;
     a member of a group slower together is compared with the ranks outside it, :mod:`.slow_groups`);
     ``shaped``: the CPU ranks' ops by recorded input shapes (:func:`cause_shapes`), which tell the same work
-    done slower from more work."""
+    done slower from more work; ``waited``: the ranks' waits for a CPU by step (:func:`cpu_waits`)."""
     med = _per_rank_medians(cs)
     if among is not None:  # the measures against these; pauses still apart from every other rank's
         med = {r: v for r, v in med.items() if r == rank or r in among}
@@ -405,7 +406,7 @@ def classify(rank: int, cs: pl.DataFrame, ops: pl.DataFrame, waits: pl.DataFrame
         return {"rank": rank, "cause": "contention", "excess_us": extra_compute,
                 "evidence": [_evidence("burst_compute", mine["compute"] + extra_compute, mine["compute"]),
                              steps_ev, _evidence("stall_peak", peak, typical), *ev.values()]}
-    pauses = _idle_pauses(rank, cs, wait_us)
+    pauses = _idle_pauses(rank, cs, wait_us, waited)
     if pauses is not None:
         high, n, idle_high, idle_typical = pauses
         return {"rank": rank, "cause": "stalls", "excess_us": idle_high - idle_typical,
@@ -442,7 +443,19 @@ def classify(rank: int, cs: pl.DataFrame, ops: pl.DataFrame, waits: pl.DataFrame
             "evidence": evidence}
 
 
-def _idle_pauses(rank: int, cs: pl.DataFrame, wait_us: float) -> tuple[int, int, float, float] | None:
+#: Per rank, per step: how much longer its training thread waited for a CPU than in its median step, µs.
+Waited = dict[int, dict[int, float]]
+
+
+def cpu_waits(cpu: dict[int, dict[str, Any]] | None) -> Waited:
+    """The ranks' longest waits for a CPU beyond their median step's, by step (:data:`Waited`), from the
+    collector's step measures (the report's ``job.cpu`` rows, their ``wait_peaks``); empty without them."""
+    return {int(r): {int(s): max(float(ms) - row["wait_ms"], 0.0) * 1e3 for s, ms in row.get("wait_peaks") or []}
+            for r, row in (cpu or {}).items() if row.get("wait_ms") is not None}
+
+
+def _idle_pauses(rank: int, cs: pl.DataFrame, wait_us: float,
+                 waited: Waited | None = None) -> tuple[int, int, float, float] | None:
     """Pauses told by the rank's own step thread where the waits it causes are too noisy to tell them (many
     ranks sharing few cores make every step's waits long): its host idle per step (``idle_ns``) is
     concentrated in :data:`STALL_MIN` or more steps and at most half, each above half its largest, the
@@ -450,12 +463,17 @@ def _idle_pauses(rank: int, cs: pl.DataFrame, wait_us: float) -> tuple[int, int,
     in as many of its own longest steps (a busy machine pauses every rank), and their median excess over
     its median step's idle at least :data:`MATERIAL` of the wait it causes a waiting rank per step and
     :data:`IDLE_PAUSE` of its median step.
+    A step's idle counts less the time its thread waited for a CPU beyond its median step's (``waited``,
+    :func:`cpu_waits`): ready to run, it was not pausing (the same real run, another try: rank 7 idle 22.7 ms
+    in a step where it waited 24.8 ms for a CPU, against 40.6-44.2 ms in its six pauses).
     Returns (long steps, steps, their median idle, the median step's idle) in µs, or None.
 
     Example (a real 8-rank gloo run on 2 CPUs, rank 7 sleeping 40 ms every 4th step): idle 40.7-47.2 ms
     in 6 of 24 steps, at most 12.6 ms in the others, at most 5.6 ms in any other rank's 6th longest -> pauses;
     its waits caused were 30-50 ms in those steps and 9-17 ms in five others (not 2x apart)."""
-    per = {r: sorted(v / NS_PER_US for v in part["idle_ns"].to_list())
+    waited = waited or {}
+    per = {r: sorted(max(v / NS_PER_US - waited.get(r, {}).get(st, 0.0), 0.0)
+                     for st, v in zip(part["step"].to_list(), part["idle_ns"].to_list()))
            for (r,), part in cs.group_by(["rank"], maintain_order=True)}
     idle = per.get(rank) or []
     high = _apart(idle, [v for r, v in per.items() if r != rank])
@@ -503,17 +521,19 @@ def pipeline_imbalance(cs: pl.DataFrame, stages: pl.DataFrame) -> list[dict[str,
     return out
 
 
-def straggler_causes(p: Prepared, section: dict[str, Any], stages: pl.DataFrame) -> list[dict[str, Any]]:
+def straggler_causes(p: Prepared, section: dict[str, Any], stages: pl.DataFrame,
+                     waited: Waited | None = None) -> list[dict[str, Any]]:
     """The ``causes`` of the stragglers ``section``: per named straggler its cause (:func:`classify`), then
     per pipeline its slowest stage where the stages are imbalanced (:func:`pipeline_imbalance`). Reads the
-    per-rank summaries :func:`cause_steps` and :func:`cause_ops` (computed a group of ranks at a time)."""
+    per-rank summaries :func:`cause_steps` and :func:`cause_ops` (computed a group of ranks at a time);
+    ``waited``: the ranks' waits for a CPU by step (:func:`cpu_waits`)."""
     cs, ops, shaped = cause_steps(p), cause_ops(p), cause_shapes(p)
     per = {row["rank"]: row for row in section.get("per_rank", [])}
     out = []
     for r in section.get("ranks", []):
         row, nsteps = per.get(r, {}), max(1, cs.filter(pl.col("rank") == r).height)
         wait = (row.get("wait_caused_us") or 0.0) / max(1, row.get("waiting_ranks") or 1) / nsteps
-        out.append(classify(r, cs, ops, step_waits(p), wait, shaped=shaped))
+        out.append(classify(r, cs, ops, step_waits(p), wait, shaped=shaped, waited=waited))
     named = {c["rank"] for c in out}
     # not named by arrival order, but pausing now and then: its waits, sparse, rotate with the others'
     # (the straggler rule tests lateness against chance step by step); a material share of a step only,
@@ -524,7 +544,7 @@ def straggler_causes(p: Prepared, section: dict[str, Any], stages: pl.DataFrame)
               >= section.get("min_share_pct", 2.0)]
     if waited:
         most = max(waited, key=lambda row: (row.get("wait_share_pct") or 0.0, -row["rank"]))
-        found = classify(most["rank"], cs, ops, step_waits(p), shaped=shaped)
+        found = classify(most["rank"], cs, ops, step_waits(p), shaped=shaped, waited=waited)
         step = _median((cs.filter(pl.col("rank") == most["rank"])["step_ns"] / NS_PER_US).to_list()) or 0.0
         if found["cause"] == "stalls" and (found["excess_us"] or 0.0) >= IDLE_PAUSE * step:
             out.append(found)
@@ -545,7 +565,8 @@ def with_causes(section: dict[str, Any], p: Prepared, cpu: dict[int, dict[str, A
     measures where the run has them, ``cpu``: :func:`by_cpu`), less the CPU ranks whose lateness nothing of
     their own explains (:func:`host_scheduled`)."""
     gpu = set(device_ranks(p).get_column("rank").to_list())  # a device rank's arrivals are its kernels'
-    causes = [c if c["rank"] in gpu else host_pauses(p, c, cpu) for c in straggler_causes(p, section, pipeline_stages(p))]
+    causes = [c if c["rank"] in gpu else host_pauses(p, c, cpu)
+              for c in straggler_causes(p, section, pipeline_stages(p), cpu_waits(cpu))]
     if cpu:
         shaped, ops = cause_shapes(p), cause_ops(p)
         causes = [by_cpu(c, cpu, same_work(shaped, ops, c["rank"]) if c["cause"] == "contention" else None)

@@ -229,6 +229,29 @@ def test_pauses_are_told_by_the_ranks_own_idle_when_its_waits_are_too_noisy():
     assert classify(7, twice, ops, waits, wait_us=12_000)["cause"] != "stalls"
 
 
+def test_idle_spent_waiting_for_a_cpu_is_no_pause():
+    """Rank 7's six pauses (40 ms) beside two steps whose thread idled while it waited for a CPU (the real
+    8-rank run: idle 22.7 and 13.0 ms where it waited 24.8 and 16.9 ms, its median step 10 ms, against
+    40.6-44.2 ms in its pauses): with those steps counted whole, the pauses are not twice apart (22.7 ms
+    above half the longest, 13.0 ms next); less the wait for a CPU beyond its median step's, which the
+    collector measured (``cpu_waits``), they are."""
+    from ddprof.analyses.straggler_cause import classify, cpu_waits
+
+    cs, waits = _noisy_pauses([7])
+    mine = pl.col("rank") == 7
+    cs = cs.with_columns(pl.when(mine & (pl.col("step") == 5)).then(22_700_000)
+                         .when(mine & (pl.col("step") == 17)).then(13_000_000)
+                         .otherwise(pl.col("idle_ns")).alias("idle_ns"))
+    ops = pl.DataFrame(schema={"rank": pl.Int32, "name": pl.Utf8, "n": pl.UInt32, "low_ns": pl.Int64,
+                               "total_ns": pl.Int64})
+    assert classify(7, cs, ops, waits, wait_us=12_000)["cause"] != "stalls"
+    waited = cpu_waits({7: {"wait_ms": 10.0, "wait_peaks": [(5, 24.8), (17, 16.9), (2, 9.0)]}, 3: {"wait_ms": None}})
+    assert waited == {7: {5: pytest.approx(14_800.0), 17: pytest.approx(6900.0), 2: 0.0}}
+    found = classify(7, cs, ops, waits, wait_us=12_000, waited=waited)
+    assert found["cause"] == "stalls", found
+    assert cpu_waits(None) == {} and cpu_waits({0: {"wait_ms": 1.0}}) == {0: {}}
+
+
 def test_the_same_work_done_slower_on_a_cpu_rank_is_its_hosts(tmp_path):
     """Rank 1's every op takes 1.2x the other's on the same input shapes (a core its host shares or runs
     slower, as a clean 2-rank gloo run once showed for a whole run): contention, the host's under 1.5x, not
