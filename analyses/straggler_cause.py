@@ -522,18 +522,18 @@ def pipeline_imbalance(cs: pl.DataFrame, stages: pl.DataFrame) -> list[dict[str,
 
 
 def straggler_causes(p: Prepared, section: dict[str, Any], stages: pl.DataFrame,
-                     waited: Waited | None = None) -> list[dict[str, Any]]:
+                     cpu_wait: Waited | None = None) -> list[dict[str, Any]]:
     """The ``causes`` of the stragglers ``section``: per named straggler its cause (:func:`classify`), then
     per pipeline its slowest stage where the stages are imbalanced (:func:`pipeline_imbalance`). Reads the
     per-rank summaries :func:`cause_steps` and :func:`cause_ops` (computed a group of ranks at a time);
-    ``waited``: the ranks' waits for a CPU by step (:func:`cpu_waits`)."""
+    ``cpu_wait``: the ranks' waits for a CPU by step (:func:`cpu_waits`)."""
     cs, ops, shaped = cause_steps(p), cause_ops(p), cause_shapes(p)
     per = {row["rank"]: row for row in section.get("per_rank", [])}
     out = []
     for r in section.get("ranks", []):
         row, nsteps = per.get(r, {}), max(1, cs.filter(pl.col("rank") == r).height)
         wait = (row.get("wait_caused_us") or 0.0) / max(1, row.get("waiting_ranks") or 1) / nsteps
-        out.append(classify(r, cs, ops, step_waits(p), wait, shaped=shaped, waited=waited))
+        out.append(classify(r, cs, ops, step_waits(p), wait, shaped=shaped, waited=cpu_wait))
     named = {c["rank"] for c in out}
     # not named by arrival order, but pausing now and then: its waits, sparse, rotate with the others'
     # (the straggler rule tests lateness against chance step by step); a material share of a step only,
@@ -544,7 +544,7 @@ def straggler_causes(p: Prepared, section: dict[str, Any], stages: pl.DataFrame,
               >= section.get("min_share_pct", 2.0)]
     if waited:
         most = max(waited, key=lambda row: (row.get("wait_share_pct") or 0.0, -row["rank"]))
-        found = classify(most["rank"], cs, ops, step_waits(p), shaped=shaped, waited=waited)
+        found = classify(most["rank"], cs, ops, step_waits(p), shaped=shaped, waited=cpu_wait)
         step = _median((cs.filter(pl.col("rank") == most["rank"])["step_ns"] / NS_PER_US).to_list()) or 0.0
         if found["cause"] == "stalls" and (found["excess_us"] or 0.0) >= IDLE_PAUSE * step:
             out.append(found)

@@ -252,6 +252,30 @@ def test_idle_spent_waiting_for_a_cpu_is_no_pause():
     assert cpu_waits(None) == {} and cpu_waits({0: {"wait_ms": 1.0}}) == {0: {}}
 
 
+def test_a_rank_not_named_pauses_told_by_its_idle_less_its_cpu_waits(monkeypatch):
+    """The path of a rank the straggler rule does not name (the most waited for): its pauses told by its
+    idle, less its waits for a CPU, as for a named one."""
+    from ddprof.analyses import straggler_cause as sc
+
+    cs, waits = _noisy_pauses([7])
+    mine = pl.col("rank") == 7
+    cs = cs.with_columns(pl.when(mine & (pl.col("step") == 5)).then(22_700_000)
+                         .when(mine & (pl.col("step") == 17)).then(13_000_000)
+                         .otherwise(pl.col("idle_ns")).alias("idle_ns"))
+    ops = pl.DataFrame(schema={"rank": pl.Int32, "name": pl.Utf8, "n": pl.UInt32, "low_ns": pl.Int64,
+                               "total_ns": pl.Int64})
+    for name, frame in (("cause_steps", cs), ("cause_ops", ops), ("cause_shapes", None), ("step_waits", waits)):
+        monkeypatch.setattr(sc, name, lambda p, frame=frame: frame)
+    section = {"ranks": [], "min_share_pct": 2.0,
+               "per_rank": [{"rank": r, "wait_share_pct": 20.0 if r == 7 else 1.0} for r in range(8)]}
+    stages = pl.DataFrame(schema={"rank": pl.Int32})
+    monkeypatch.setattr(sc, "pipeline_imbalance", lambda cs, stages: [])
+    assert [c["cause"] for c in sc.straggler_causes(None, section, stages)] == []
+    cpu = {7: {"wait_ms": 10.0, "wait_peaks": [(5, 24.8), (17, 16.9)]}}
+    assert [(c["rank"], c["cause"]) for c in sc.straggler_causes(None, section, stages, sc.cpu_waits(cpu))] == \
+        [(7, "stalls")]
+
+
 def test_the_same_work_done_slower_on_a_cpu_rank_is_its_hosts(tmp_path):
     """Rank 1's every op takes 1.2x the other's on the same input shapes (a core its host shares or runs
     slower, as a clean 2-rank gloo run once showed for a whole run): contention, the host's under 1.5x, not
