@@ -229,6 +229,19 @@ def test_pauses_are_told_by_the_ranks_own_idle_when_its_waits_are_too_noisy():
     assert classify(7, twice, ops, waits, wait_us=12_000)["cause"] != "stalls"
 
 
+def _pauses_beside_cpu_waits() -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """:func:`_noisy_pauses` of rank 7, its idle 22.7 and 13.0 ms in steps 5 and 17 (the real run's steps
+    where it waited for a CPU), and no ops: (cause steps, waits caused, ops)."""
+    cs, waits = _noisy_pauses([7])
+    mine = pl.col("rank") == 7
+    cs = cs.with_columns(pl.when(mine & (pl.col("step") == 5)).then(22_700_000)
+                         .when(mine & (pl.col("step") == 17)).then(13_000_000)
+                         .otherwise(pl.col("idle_ns")).alias("idle_ns"))
+    ops = pl.DataFrame(schema={"rank": pl.Int32, "name": pl.Utf8, "n": pl.UInt32, "low_ns": pl.Int64,
+                               "total_ns": pl.Int64})
+    return cs, waits, ops
+
+
 def test_idle_spent_waiting_for_a_cpu_is_no_pause():
     """Rank 7's six pauses (40 ms) beside two steps whose thread idled while it waited for a CPU (the real
     8-rank run: idle 22.7 and 13.0 ms where it waited 24.8 and 16.9 ms, its median step 10 ms, against
@@ -237,13 +250,7 @@ def test_idle_spent_waiting_for_a_cpu_is_no_pause():
     collector measured (``cpu_waits``), they are."""
     from ddprof.analyses.straggler_cause import classify, cpu_waits
 
-    cs, waits = _noisy_pauses([7])
-    mine = pl.col("rank") == 7
-    cs = cs.with_columns(pl.when(mine & (pl.col("step") == 5)).then(22_700_000)
-                         .when(mine & (pl.col("step") == 17)).then(13_000_000)
-                         .otherwise(pl.col("idle_ns")).alias("idle_ns"))
-    ops = pl.DataFrame(schema={"rank": pl.Int32, "name": pl.Utf8, "n": pl.UInt32, "low_ns": pl.Int64,
-                               "total_ns": pl.Int64})
+    cs, waits, ops = _pauses_beside_cpu_waits()
     assert classify(7, cs, ops, waits, wait_us=12_000)["cause"] != "stalls"
     waited = cpu_waits({7: {"wait_ms": 10.0, "wait_peaks": [(5, 24.8), (17, 16.9), (2, 9.0)]}, 3: {"wait_ms": None}})
     assert waited == {7: {5: pytest.approx(14_800.0), 17: pytest.approx(6900.0), 2: 0.0}}
@@ -257,13 +264,7 @@ def test_a_rank_not_named_pauses_told_by_its_idle_less_its_cpu_waits(monkeypatch
     idle, less its waits for a CPU, as for a named one."""
     from ddprof.analyses import straggler_cause as sc
 
-    cs, waits = _noisy_pauses([7])
-    mine = pl.col("rank") == 7
-    cs = cs.with_columns(pl.when(mine & (pl.col("step") == 5)).then(22_700_000)
-                         .when(mine & (pl.col("step") == 17)).then(13_000_000)
-                         .otherwise(pl.col("idle_ns")).alias("idle_ns"))
-    ops = pl.DataFrame(schema={"rank": pl.Int32, "name": pl.Utf8, "n": pl.UInt32, "low_ns": pl.Int64,
-                               "total_ns": pl.Int64})
+    cs, waits, ops = _pauses_beside_cpu_waits()
     for name, frame in (("cause_steps", cs), ("cause_ops", ops), ("cause_shapes", None), ("step_waits", waits)):
         monkeypatch.setattr(sc, name, lambda p, frame=frame: frame)
     section = {"ranks": [], "min_share_pct": 2.0,
