@@ -58,14 +58,21 @@ def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
 
 def unread(path: Path) -> str | None:
     """Why ``path`` is not read when it is a format ddprof knows but reads not (:mod:`.unread`), e.g.
-    ``"a Perfetto protobuf trace: not supported yet"``; None for any other file (or one that
+    ``"a Perfetto protobuf trace: not supported yet"``, or one a reader takes by its content under a name a
+    directory search passes over (a gzipped export, ``x.sqlite.gz``); None for any other file (or one that
     cannot be read)."""
     try:
         head = read_head(path)
     except BadInputError:
         return None
-    if any(reader.recognise(path.name, head) for reader in READERS):
-        return None
+    by_content = next((r for r in READERS if r.recognise(path.name, head)), None)
+    if by_content is not None:  # its content is a format ddprof reads, its name not one a tree search takes
+        if by_content.claims_name(path.name):
+            return None
+        if path.name.endswith(".gz") and by_content.claims_name(path.name.removesuffix(".gz")):
+            return f"{by_content.describes}, gzipped: ddprof reads it inflated (gunzip -k {path.name})"
+        return (f"{by_content.describes} by its content, not by its name ({by_content.names}): give the file "
+                "itself on the command line")
     known = refusal(path, head)
     return known.message() if known is not None else None
 

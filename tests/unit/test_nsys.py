@@ -235,6 +235,34 @@ def test_a_damaged_export_is_refused_naming_the_file(exports, tmp_path, capsys):
     assert rc == 2 and f"{garbage}: " in err and "SQLite" in err and "Traceback" not in err
 
 
+def test_a_gzipped_export_is_named_and_refused_saying_to_inflate_it(tmp_path, capsys):
+    """The bundled exports as stored (``.sqlite.gz``): a directory of them names each and says what to do, and
+    one given itself is refused saying it is gzipped (SQLite reads the plain file only), never "not a
+    database"."""
+    src = tmp_path / "exports"
+    src.mkdir()
+    for name in NAMES:
+        shutil.copyfile(EXPORTS / f"{name}.sqlite.gz", src / f"{name}.sqlite.gz")
+    assert main(["analyze", str(src)]) == 2
+    err = capsys.readouterr().err
+    for name in NAMES:
+        assert (f"{src / name}.sqlite.gz: an Nsight Systems SQLite export, gzipped: ddprof reads it inflated "
+                f"(gunzip -k {name}.sqlite.gz)") in err, err
+    one = src / f"{NAMES[1]}.sqlite.gz"
+    assert main(["analyze", str(one)]) == 2
+    err = capsys.readouterr().err
+    assert (f"{one}: a gzipped file: an Nsight Systems export is read as the plain SQLite file (inflate it first: "
+            f"gunzip -k {one.name})") in err and "not a database" not in err and "Traceback" not in err
+    # an export under a name a directory search passes over, not gzipped: named, to be given itself
+    plain = tmp_path / "other"
+    plain.mkdir()
+    with gzip.open(one) as fh:
+        (plain / "export.db").write_bytes(fh.read())
+    assert main(["analyze", str(plain)]) == 2
+    assert (f"{plain / 'export.db'}: an Nsight Systems SQLite export by its content, not by its name (*.sqlite): "
+            "give the file itself on the command line") in capsys.readouterr().err
+
+
 def test_a_foreign_database_named_like_an_export_is_refused_naming_its_tables(tmp_path, capsys):
     db = tmp_path / "metrics.sqlite"
     con = sqlite3.connect(db)
