@@ -661,8 +661,7 @@ def host_pauses(p: Prepared, cause: dict[str, Any], cpu: dict[int, dict[str, Any
         .group_by("step").agg(pl.col("__lag").max())
     )
     left_late = {s + 1: max(v or 0, 0) / NS_PER_US for s, v in zip(lags["step"].to_list(), lags["__lag"].to_list())}
-    mine = (cpu or {}).get(rank) or {}
-    waited = {int(s): max(float(ms) - mine["wait_ms"], 0.0) * 1e3 for s, ms in mine.get("wait_peaks") or []}
+    waited = cpu_waits(cpu).get(rank, {})
     host = sum(min(pause, max(left_late.get(s, 0.0), waited.get(s - 1, 0.0) + waited.get(s, 0.0)))
                for s, pause in pauses.items() if pause > 0)
     return {**cause, "evidence": [*cause["evidence"], {"measure": "stall_host", "rank_value": host,

@@ -949,8 +949,7 @@ def same_work_only(base: dict[str, Any], run: dict[str, Any], failed: list[dict[
              if o.get("run") is not None and o.get("baseline") is not None}
     if len(rises) < len(failed) or not same_work_told(base, run, rises):
         return None
-    text = same_work_text([(o["subject"], o["run"] / o["baseline"]) for o in failed
-                           if o.get("run") is not None and o.get("baseline")])
+    text = same_work_text([(o["subject"], o["run"] / o["baseline"]) for o in failed if o["baseline"]])
     return _cause("environment", text, [text, SAME_WORK])
 
 
