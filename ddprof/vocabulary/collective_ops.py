@@ -21,8 +21,10 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-import polars as pl
+if TYPE_CHECKING:  # loaded by the two expressions below when they are built: reading a trace's names needs none
+    import polars as pl
 
 #: Normalised collective names (the store's ``coll_op``; ``unknown`` where a trace does not say).
 OPS = (
@@ -258,6 +260,8 @@ def message_size(op: pl.Expr, in_bytes: pl.Expr, out_bytes: pl.Expr, group_size:
     all-reduce/broadcast/reduce = count x element size; all-gather = output bytes; reduce-scatter = input
     bytes; all-to-all = total bytes sent; send/recv = bytes moved; barrier none. Example: an all-gather
     of 1,024 floats per rank over 8 ranks has in_bytes 4,096 and S = 32,768."""
+    import polars as pl
+
     i, o = pl.when(in_bytes > 0).then(in_bytes), pl.when(out_bytes > 0).then(out_bytes)
     g = pl.when(group_size > 0).then(group_size.cast(pl.Int64))
     return (pl.when(op == "all_gather").then(pl.coalesce(o, i * g))
@@ -270,6 +274,8 @@ def busbw_factor(op: pl.Expr, n: pl.Expr) -> pl.Expr:
     """nccl-tests' busbw / algbw for n ranks: all-reduce 2(n−1)/n; all-gather, reduce-scatter,
     all-to-all, gather, scatter (n−1)/n; broadcast, reduce, sendrecv 1; null for other ops.
     Example: all-reduce over 8 ranks -> 1.75."""
+    import polars as pl
+
     n = n.cast(pl.Float64)
     return (
         pl.when(op == "all_reduce").then(2.0 * (n - 1) / n)

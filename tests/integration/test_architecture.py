@@ -96,8 +96,8 @@ def test_the_public_face_imports_the_outer_layers_lazily():
 #: the file reading all readers share, rank resolution, and the Flight Recorder dumps' data model that the
 #: hang analysis reads (the dump set and its records).
 READERS_FACE = {"ddprof.readers", "ddprof.readers.base", "ddprof.readers.registry", "ddprof.readers.unread",
-                "ddprof.readers.source", "ddprof.readers.ranks", "ddprof.readers.flightrec.load",
-                "ddprof.readers.flightrec.records"}
+                "ddprof.readers.source", "ddprof.readers.ranks", "ddprof.readers.read_ahead",
+                "ddprof.readers.flightrec.load", "ddprof.readers.flightrec.records"}
 #: The run generator writes Kineto traces: it spells their args with the names the Kineto reader decodes.
 READERS_SHARED = {("ddprof/synth/kineto.py", "ddprof.readers.kineto.structs")}
 

@@ -3,6 +3,11 @@
 Every document is decoded with pieces of 1, 7, 64 and 300 bytes (inflated blocks for gzip, reads for
 plain JSON) and with the defaults, and compared with a reference computed from ``json.loads`` of the
 same text. Bad input must be a :class:`BadInputError` naming the file, whatever the piece size.
+
+Every test runs twice: the file decoded by :func:`~ddprof.readers.kineto.decode.decode` itself, and decoded
+first into plain columns (:mod:`ddprof.readers.kineto.plain`, as a read-ahead child does) that ``decode``
+then makes the frame of (a file the plain reader declines falls back to the first way, as it does
+after a child).
 """
 
 from __future__ import annotations
@@ -28,9 +33,9 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from ddprof.errors import BadInputError, DdprofError
-from ddprof.readers import source
+from ddprof.readers import read_ahead, source
 from ddprof.readers.kineto import decode as kineto
-from ddprof.readers.kineto import stream
+from ddprof.readers.kineto import plain, stream
 from ddprof.readers.kineto.categories import CAT_KIND, canonical
 from ddprof.readers.kineto.events import RAW_SCHEMA
 from ddprof.vocabulary.collective_ops import MARKER_RE
@@ -53,11 +58,33 @@ def pieces(block: int | None = None, read: int | None = None, impl: Any = None) 
     """Patch the inflated block size, the bytes per read and the inflate implementation."""
     with contextlib.ExitStack() as stack:
         if block is not None:
-            stack.enter_context(mock.patch.object(kineto, "Source", functools.partial(source.Source, block=block)))
+            for reader in (kineto, plain):
+                stack.enter_context(mock.patch.object(reader, "Source", functools.partial(source.Source, block=block)))
         if read is not None:
             stack.enter_context(mock.patch.object(source, "READ", read))
         if impl is not None:
             stack.enter_context(mock.patch.object(source, "_inflate_impl", impl))
+        yield
+
+
+def _read_here(path: Path) -> Iterator[Any]:
+    """What :func:`ddprof.readers.read_ahead.take` gives, read in this process: the plain pieces, or
+    :class:`~ddprof.readers.read_ahead.Lost` where the plain reader declines the file."""
+    got: list[Any] = []
+    try:
+        plain.read_plain(path, got.append)
+    except plain.Declined as exc:
+        raise read_ahead.Lost(str(exc)) from None
+    yield from got
+
+
+@pytest.fixture(autouse=True, params=["decoded here", "plain columns"])
+def reading(request):
+    """Run the test with each way of decoding a file (module doc)."""
+    if request.param == "decoded here":
+        yield
+        return
+    with mock.patch.object(read_ahead, "take", _read_here):
         yield
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,9 +23,11 @@ import msgspec
 import polars as pl
 
 from ddprof.errors import BadInputError
+from ddprof.readers import read_ahead
 from ddprof.readers.kineto.depth import decode_shallow, retry_shallow
 from ddprof.readers.kineto.events import Columns
-from ddprof.readers.kineto.stream import MAX_HEAD, InvalidJSON, NotStreamable, split
+from ddprof.readers.kineto.plain import Piece, Tail
+from ddprof.readers.kineto.stream import MAX_HEAD, Header, InvalidJSON, NotStreamable, split
 from ddprof.readers.kineto.structs import (
     LENIENT_RUN,
     STRICT_RUN,
@@ -64,6 +67,12 @@ class Decoded:
 
 
 def decode(path: Path) -> Decoded:
+    ahead = read_ahead.take(path)
+    if ahead is not None:
+        try:
+            return _from_pieces(ahead)
+        except read_ahead.Lost:
+            pass  # the child read nothing usable: the file is read here
     src, cols = Source(path), Columns()
     try:
         head = split(src.blocks(), lambda text: _consume(text, cols))
@@ -72,6 +81,26 @@ def decode(path: Path) -> Decoded:
         raise  # pragma: no cover - _explain always raises
     except InvalidJSON as exc:
         raise BadInputError(str(exc), path=path) from None
+    return _decoded(cols, head, src.sha1.hexdigest(), src.size)
+
+
+def _from_pieces(pieces: Iterable[Piece]) -> Decoded:
+    """The file as :mod:`.plain` decoded it (in another process: :mod:`ddprof.readers.read_ahead`), each run
+    added as it comes: in columns, or its text decoded here."""
+    cols, tail = Columns(), None
+    for piece in pieces:
+        if isinstance(piece, Tail):
+            tail = piece
+        elif isinstance(piece, bytes):
+            _consume(memoryview(piece), cols)
+        else:
+            cols.add_plain(piece)
+    if tail is None:
+        raise read_ahead.Lost("the pieces ended before the file's end")
+    return _decoded(cols, Header(**tail.head), tail.sha1, tail.size)
+
+
+def _decoded(cols: Columns, head: Header, sha1: str, size: int) -> Decoded:
     info, base, props = head.distributedInfo, head.baseTimeNanoseconds, head.deviceProperties
     frame = cols.frame()  # adds the B/E pairs and instants: before the categories are read
     return Decoded(
@@ -83,8 +112,8 @@ def decode(path: Path) -> Decoded:
         raw_complete=cols.complete,
         dropped=cols.dropped,
         notices=_notices(head),
-        sha1=src.sha1.hexdigest(),
-        uncompressed_bytes=src.size,
+        sha1=sha1,
+        uncompressed_bytes=size,
         categories=cols.categories(),
         header_keys=frozenset(f for f in head.__struct_fields__ if getattr(head, f) is not None),
     )

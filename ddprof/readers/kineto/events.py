@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import zlib
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -32,14 +33,10 @@ import numpy.ma  # noqa: F401 - Polars imports it on its first NumPy -> Series c
 import polars as pl
 
 from ddprof.readers.kineto.categories import CAT_KIND, canonical
-from ddprof.readers.kineto.structs import PHASE_OF, Args, Complete
+from ddprof.readers.kineto.plain import NULL, Run
+from ddprof.readers.kineto.structs import MAX_DUR_NS, MAX_TS_US, PHASE_OF, Args, Complete
 from ddprof.vocabulary.collective_ops import MARKER_RE
 from ddprof.vocabulary.fields import as_int
-
-#: Longest plausible event: a day. Longer ones are CUPTI timestamp overflows and are dropped.
-MAX_DUR_NS = 24 * 3600 * 10**9
-#: Timestamps beyond this many microseconds do not fit int64 nanoseconds.
-MAX_TS_US = 9.2e15
 
 AnyComplete = Any  # a complete event from any decoding path (ddprof.readers.kineto.structs)
 
@@ -100,6 +97,7 @@ class Columns:
         self._cats: dict[str | None, str | None] = {}
         self._instant_cats: dict[str | None, bool] = {}  # whether an instant of this category is kept
         self._pairs = _Pairs()
+        self._plain = PlainTables()
 
     def add_run(self, run: list[Any], complete: type) -> None:
         """Add a decoded run of events of any phase: those of type ``complete`` (phase 'X') now, the
@@ -162,6 +160,32 @@ class Columns:
         self.frames.append(_frame(columns, RAW_SCHEMA))
         self.rows += len(ok)
 
+    def add_plain(self, run: Run) -> None:
+        """Add a run decoded in plain columns (:mod:`.plain`): the frame and metadata :meth:`add` makes of
+        the same events."""
+        tables = self._plain
+        if run.names or run.cats:
+            tables.extend(run.names, self._markers(run.names), self._categories(run.cats))
+        for ph, pid, tid, ts, name, cat, values in run.timed:
+            self._pairs.keep(ph, pid, tid, ts, name, cat, None if values is None else _args(values))
+        if not run.n:
+            return
+        self.complete += run.n
+        if run.rare:
+            self.meta.append(_meta([i for i, _ in run.rare], {i: _args(values) for i, values in run.rare}, self.rows))
+        names, cats = _codes(run.name), _codes(run.cat)
+        columns = {
+            "ts_ns": pl.Series(_to_ns(np.frombuffer(run.ts, dtype=np.float64))),
+            "dur_ns": pl.Series(_to_ns(np.frombuffer(run.dur, dtype=np.float64))),
+            **{c: _plain_ints(data, c in run.nulls) for c, data in run.ints.items()},
+            "cat": tables.cats.gather(cats),
+            "name": tables.names.gather(names),
+            "is_marker": tables.markers.gather(names),
+            "shapes": _plain_ints(run.shapes, True).cast(pl.UInt32),
+        }
+        self.frames.append(_frame(columns, RAW_SCHEMA))
+        self.rows += run.n
+
     def _categories(self, cats: list[str | None]) -> list[str | None]:
         """Each category in its modern spelling (a trace has few distinct ones: each is mapped once)."""
         seen = self._cats
@@ -219,6 +243,37 @@ class Columns:
         return pl.concat(self.meta) if self.meta else pl.DataFrame(schema=META_SCHEMA)
 
 
+class PlainTables:
+    """The distinct names (and whether each is a collective marker's) and categories (in their modern
+    spelling) of a file read in plain columns, as its runs' codes index them."""
+
+    def __init__(self) -> None:
+        self.names = pl.Series(dtype=pl.String)
+        self.markers = pl.Series(dtype=pl.Boolean)
+        self.cats = pl.Series(dtype=pl.String)
+
+    def extend(self, names: list[str], markers: np.ndarray, cats: list[str | None]) -> None:
+        self.names = self.names.append(pl.Series(names, dtype=pl.String)).rechunk()
+        self.markers = self.markers.append(pl.Series(markers, dtype=pl.Boolean)).rechunk()
+        self.cats = self.cats.append(pl.Series(cats, dtype=pl.String)).rechunk()
+
+
+def _args(values: tuple[Any, ...]) -> Any:
+    """The args of :mod:`.plain`'s values. Their raw JSON stays bytes: what reads it (:func:`_shapes`,
+    :func:`_meta`) reads a ``msgspec.Raw`` and bytes alike."""
+    return Args(*values)
+
+
+def _codes(data: bytes) -> pl.Series:
+    return pl.Series(np.frombuffer(data, dtype=np.uint32))
+
+
+def _plain_ints(data: bytes, nulls: bool) -> pl.Series:
+    """An int64 column of :mod:`.plain` (``nulls``: :data:`.plain.NULL` stands for null in it)."""
+    values = pl.Series(np.frombuffer(data, dtype=np.int64))
+    return values.set(values == NULL, None) if nulls else values
+
+
 _RAW_ARGS = ("input_dims", "input_type", "concrete_inputs", "in_split", "out_split")
 
 
@@ -233,7 +288,10 @@ class _Pairs:
         args = e.args
         if args is not None and any(getattr(args, f) for f in _RAW_ARGS):
             args = msgspec.structs.replace(args, **{f: msgspec.Raw(bytes(getattr(args, f))) for f in _RAW_ARGS})
-        self.events.append((e.pid, e.tid, e.ts, len(self.events), ph, e.name, e.cat, args))
+        self.keep(ph, e.pid, e.tid, e.ts, e.name, e.cat, args)
+
+    def keep(self, ph: str, pid: Any, tid: Any, ts: Any, name: Any, cat: Any, args: Any) -> None:
+        self.events.append((pid, tid, ts, len(self.events), ph, name, cat, args))
 
     def complete(self) -> tuple[list[AnyComplete], Counter[str]]:
         """The instants (duration 0) and matched pairs as complete events, in the file order of their
@@ -279,8 +337,9 @@ class _Pairs:
         return [c for _, c in sorted(found, key=lambda f: f[0])], dropped
 
 
-def _meta(rows: list[int], args: list[Any], base: int) -> pl.DataFrame:
-    """The collective metadata of some rows of a run (copied out: raw fields view the run's text)."""
+def _meta(rows: list[int], args: Sequence[Any] | Mapping[int, Any], base: int) -> pl.DataFrame:
+    """The collective metadata of some rows of a run (``args``: at least those rows' args; copied out: raw
+    fields view the run's text)."""
     sub = [args[i] for i in rows]
     pgs = (a.pg_name if a.pg_name is not None else a.pg_id for a in sub)  # the group's name, else its id
     columns = {

@@ -38,12 +38,10 @@ from ddprof.readers.base import Identity, Opened
 from ddprof.readers.kineto.build import build_events
 from ddprof.readers.kineto.categories import CAT_KIND, GPU_CATS
 from ddprof.readers.kineto.decode import Decoded, decode
+from ddprof.readers.kineto.names import is_trace_name
 from ddprof.readers.unread import execution_trace
 from ddprof.vocabulary.collective_ops import MARKER_PATTERN, CommRule
 
-#: Names of Kineto trace files; in a directory tree, the collector's and ddprof's own JSON are not traces.
-TRACE_SUFFIXES = (".json", ".json.gz")
-_SKIP_NAMES = {"manifest.json"}
 #: Top-level keys only the PyTorch profiler writes.
 PYTORCH_KEYS = frozenset({"schemaVersion", "distributedInfo", "deviceProperties", "baseTimeNanoseconds",
                           "computeProperties"})
@@ -73,8 +71,7 @@ class KinetoReader:
     names = "*.json, *.json.gz"
 
     def claims_name(self, name: str) -> bool:
-        low = name.lower()
-        return low.endswith(TRACE_SUFFIXES) and name not in _SKIP_NAMES and not low.endswith(".meta.json")
+        return is_trace_name(name)
 
     def recognise(self, name: str, head: bytes) -> bool:
         """A JSON document (an object or a bare list of events): the Chrome trace format's two shapes; not a

@@ -16,6 +16,11 @@ from typing import Any, Union  # noqa: UP035 - a union built at run time
 
 import msgspec
 
+#: Longest plausible event: a day. Longer ones are CUPTI timestamp overflows and are dropped.
+MAX_DUR_NS = 24 * 3600 * 10**9
+#: Timestamps beyond this many microseconds do not fit int64 nanoseconds.
+MAX_TS_US = 9.2e15
+
 #: Integers some producers write as strings ("0x0" streams on ROCm) or floats.
 Num = int | float | str | None
 Int = int | None

@@ -1,0 +1,254 @@
+"""A Kineto trace decoded into plain columns, without Polars or NumPy: what a process that has not
+loaded them yet can do (:mod:`ddprof.readers.read_ahead` runs it while the program loads).
+
+The file is streamed and cut into runs exactly as :func:`.decode.decode` does (:func:`.stream.split`), each
+run decoded by the same typed decoders, strict then lenient. A run they take whose complete events are all
+kept becomes a :class:`Run`: numbers as machine arrays (a null as :data:`NULL`; integers spelled otherwise
+through :func:`~ddprof.vocabulary.fields.as_int`, as :mod:`.events` does), names and categories as codes
+into tables of the distinct strings, and as plain values the collective metadata of the few rows that can
+carry it and the instants and B/E events :class:`.events.Columns` keeps until the file ends. Every other
+run (a malformed event, an event :mod:`.events` drops and counts, an integer equal to :data:`NULL`) is
+kept as its text, checked to be whole events, and decoded by :func:`.decode._consume` in the process that
+builds the frame. :meth:`.events.Columns.add_plain` makes of the two kinds the frame :func:`.decode.decode`
+makes of the file, row for row and chunk for chunk.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass
+from operator import attrgetter
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from msgspec.structs import astuple
+
+from ddprof.readers.kineto.categories import CAT_KIND, canonical
+from ddprof.readers.kineto.stream import split
+from ddprof.readers.kineto.structs import (
+    LENIENT_RUN,
+    MAX_DUR_NS,
+    MAX_TS_US,
+    PHASE_OF,
+    STRICT_RUN,
+    Args,
+    Complete,
+    StrictComplete,
+)
+from ddprof.readers.source import Source
+from ddprof.vocabulary.collective_ops import MARKER_RE
+from ddprof.vocabulary.fields import as_int
+
+#: A null in an integer column (a value equal to it sends the run the ordinary way).
+NULL = -(1 << 63)
+#: The integer columns of a run, as :data:`.events.RAW_SCHEMA` names them, and the event's or its args' field.
+EVENT_INTS = (("pid", "pid"), ("tid", "tid"))
+ARGS_INTS = (("a_stream", "stream"), ("a_device", "device"), ("correlation", "correlation"),
+             ("external_id", "external_id"))
+#: The args' fields, in the order :attr:`Run.rare` gives their values; the raw JSON ones last.
+ARG_FIELDS: tuple[str, ...] = Args.__struct_fields__
+RAW_FIELDS = ("input_dims", "input_type", "concrete_inputs", "in_split", "out_split")
+_RAW_AT = len(ARG_FIELDS) - len(RAW_FIELDS)
+if ARG_FIELDS[_RAW_AT:] != RAW_FIELDS:  # pragma: no cover - a guard on structs.py
+    raise ImportError("the args' raw fields must come last")
+_NO_RAW = (b"",) * len(RAW_FIELDS)
+
+_strict = msgspec.json.Decoder(STRICT_RUN)
+_lenient = msgspec.json.Decoder(LENIENT_RUN)
+_whole = msgspec.json.Decoder(list[msgspec.Raw])  # only tells whole events from a bad cut
+_EMPTY = Args()  # the args of an event that has none
+
+
+class Declined(Exception):
+    """The file is not read here: the process that builds the frame reads it the ordinary way."""
+
+
+@dataclass
+class Run:
+    """One run's kept complete events as columns (``ints`` hold :data:`NULL` where ``nulls`` says)."""
+
+    n: int
+    ts: bytes  # float64 microseconds
+    dur: bytes
+    ints: dict[str, bytes]  # int64, by column
+    nulls: frozenset[str]
+    shapes: bytes  # int64: the CRC-32 of the input shapes and types, NULL without them
+    name: bytes  # uint32 codes into the file's names so far (``names`` extends them)
+    cat: bytes  # uint32 codes into the file's categories so far (``cats`` extends them)
+    rare: list[tuple[int, tuple[Any, ...]]]  # (row in the run, its args' values in the order of ARG_FIELDS)
+    timed: list[tuple[Any, ...]]  # its kept instants and B/E events (:func:`_timed`), before its complete ones
+    names: list[str]  # the names first seen in this run, in code order
+    cats: list[str | None]
+
+
+@dataclass
+class Tail:
+    """What is known once the file is read: its other keys (:class:`.stream.Header`'s fields), its SHA-1
+    and inflated size."""
+
+    head: dict[str, Any]
+    sha1: str
+    size: int
+
+
+#: What :func:`read_plain` emits, in file order: a run in columns, or the text of a run to decode the
+#: ordinary way; then the :class:`Tail`.
+Piece = Run | bytes | Tail
+
+
+def read_plain(path: Path, emit: Callable[[Piece], None]) -> None:
+    """Decode ``path`` into plain columns, each run emitted as soon as it is decoded, the :class:`Tail` last;
+    :class:`Declined` where anything is not the common case (a file that is not a streamable trace or cannot
+    be read, a document nested deeper than the decoder recurses): the ordinary path then reads it, and says
+    what is wrong with it."""
+    src = Source(path)
+    try:
+        head = split(src.blocks(), _consumer(emit, _Tables()))
+    except Exception as exc:
+        raise Declined(f"{type(exc).__name__}: {exc}") from None
+    emit(Tail({f: getattr(head, f) for f in head.__struct_fields__}, src.sha1.hexdigest(), src.size))
+
+
+def _consumer(emit: Callable[[Piece], None], tables: _Tables) -> Callable[[memoryview], None]:
+    """:func:`.stream.split`'s consumer: raises :class:`msgspec.DecodeError` for a bad cut, and only then.
+    The decoders are tried as :func:`.decode._decode_run` tries them; a run neither takes is text."""
+    kinded: dict[str | None, bool] = {}
+
+    def consume(text: memoryview) -> None:
+        for decoder, complete in ((_strict, StrictComplete), (_lenient, Complete)):
+            try:
+                run = decoder.decode(text)
+            except msgspec.ValidationError:
+                continue
+            kept = _columns(run, complete, tables, kinded)
+            if kept is None:
+                emit(bytes(text))
+            elif kept.n or kept.timed:
+                emit(kept)
+            return
+        _whole.decode(text)  # DecodeError: a bad cut
+        emit(bytes(text))
+    return consume
+
+
+def _columns(run: list[Any], complete: type, tables: _Tables, kinded: dict[str | None, bool]) -> Run | None:
+    """The run's complete events as columns and its kept instants and B/E events as values (as
+    :meth:`.events.Columns.add_run` keeps them); None where the ordinary path must decode it."""
+    timed = _timed(run, kinded) if not PHASE_OF.keys().isdisjoint(set(map(type, run))) else []
+    keep: list[Any] = [e for e in run if type(e) is complete]
+    if not keep:
+        return Run(0, b"", b"", {}, frozenset(), b"", b"", b"", [], timed, [], [])
+    ts, dur, name = [e.ts for e in keep], [e.dur for e in keep], [e.name for e in keep]
+    if None in ts or None in dur or None in name or not _plausible(ts, dur):
+        return None
+    args = [e.args or _EMPTY for e in keep]
+    columns = [(column, list(map(attrgetter(f), keep))) for column, f in EVENT_INTS]
+    columns += [(column, list(map(attrgetter(f), args))) for column, f in ARGS_INTS]
+    ints, nulls = {}, set()
+    for column, values in columns:
+        packed = _int64(values)
+        if packed is None:
+            return None
+        ints[column], null = packed
+        if null:
+            nulls.add(column)
+    crc = zlib.crc32
+    shapes = _int64([crc(a.input_dims, crc(a.input_type)) if a.input_dims else None for a in args])
+    if shapes is None:  # pragma: no cover - a CRC-32 always fits
+        return None
+    known = len(tables.name_list), len(tables.cat_list)
+    name_codes = tables.name_codes(name)
+    marker = tables.marker
+    rows = {i for i, c in enumerate(name_codes) if marker[c]}
+    coll = [a.coll_name for a in args]
+    if coll.count(None) < len(coll):  # new-format metadata: on few rows
+        rows.update(i for i, c in enumerate(coll) if c is not None)
+    cat_codes = tables.cat_codes([e.cat for e in keep])
+    return Run(len(keep), array("d", ts).tobytes(), array("d", dur).tobytes(), ints, frozenset(nulls), shapes[0],
+               array("I", name_codes).tobytes(), array("I", cat_codes).tobytes(),
+               [(i, _values(args[i])) for i in sorted(rows)], timed,
+               tables.name_list[known[0]:], tables.cat_list[known[1]:])
+
+
+class _Tables:
+    """The distinct names (and whether each is a collective marker's) and categories of a file, as codes."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, int] = {}
+        self.name_list: list[str] = []
+        self.marker: list[bool] = []
+        self.cats: dict[str | None, int] = {}
+        self.cat_list: list[str | None] = []
+
+    def name_codes(self, names: list[str]) -> list[int]:
+        known = len(self.name_list)
+        codes = _codes(self.names, self.name_list, names)
+        self.marker += [MARKER_RE.match(n) is not None for n in self.name_list[known:]]
+        return codes
+
+    def cat_codes(self, cats: list[str | None]) -> list[int]:
+        return _codes(self.cats, self.cat_list, cats)
+
+
+def _codes(table: dict[Any, int], order: list[Any], values: list[Any]) -> list[int]:
+    """Each value's index in ``table``, a value not seen before added at its end (and to ``order``)."""
+    codes = list(map(table.get, values))
+    if None in codes:
+        for v in values:
+            if v not in table:
+                table[v] = len(order)
+                order.append(v)
+        codes = list(map(table.__getitem__, values))
+    return codes  # type: ignore[return-value] # no None left
+
+
+def _timed(run: list[Any], kinded: dict[str | None, bool]) -> list[tuple[Any, ...]]:
+    """The run's B/E events and the instants whose category has a kind, in file order, as
+    ``(phase, pid, tid, ts, name, cat, args' values or None)`` (:meth:`.events.Columns.timed` keeps the same)."""
+    out = []
+    for e in run:
+        ph = PHASE_OF.get(type(e))
+        if ph is None:
+            continue
+        if ph not in "BE":
+            if e.cat not in kinded:
+                kinded[e.cat] = canonical(e.cat) in CAT_KIND
+            if not kinded[e.cat]:
+                continue
+        out.append((ph, e.pid, e.tid, e.ts, e.name, e.cat, None if e.args is None else _values(e.args)))
+    return out
+
+
+def _values(args: Any) -> tuple[Any, ...]:
+    """An event's args as plain values in the order of :data:`ARG_FIELDS` (raw JSON copied out as bytes)."""
+    values = astuple(args)
+    raw = values[_RAW_AT:]
+    return values[:_RAW_AT] + (tuple(map(bytes, raw)) if any(raw) else _NO_RAW)
+
+
+def _plausible(ts: list[float], dur: list[float]) -> bool:
+    """Whether :class:`.events.Columns` keeps every event of the run (no NaN, none out of range, none
+    negative or over a day); else the ordinary path drops and counts them."""
+    if not (math.isfinite(sum(ts)) and math.isfinite(sum(dur))):
+        return False
+    return min(ts) > -MAX_TS_US and max(ts) < MAX_TS_US and min(dur) >= 0 and max(dur) <= MAX_DUR_NS / 1000
+
+
+def _int64(values: list[Any]) -> tuple[bytes, bool] | None:
+    """An int64 column as :func:`.events._ints` makes it (integers as they are; where one is spelled otherwise
+    or does not fit, every value through :func:`~ddprof.vocabulary.fields.as_int`): its bytes, None as
+    :data:`NULL`, and whether it holds a null; None when a value equals :data:`NULL`."""
+    nulls = None in values
+    try:
+        packed = array("q", [NULL if v is None else v for v in values] if nulls else values)
+    except (OverflowError, TypeError):
+        values = [as_int(v) for v in values]
+        nulls = None in values
+        packed = array("q", [NULL if v is None else v for v in values])
+    if not nulls:
+        return None if NULL in packed else (packed.tobytes(), False)
+    return (packed.tobytes(), True) if packed.count(NULL) == values.count(None) else None

@@ -1,0 +1,247 @@
+"""Reading a trace ahead in a child process (ddprof.readers.read_ahead): the frame is the one the file gives
+when read here, whatever happens to the file or the processes; ``ddprof ingest`` names its sources as the
+command does.
+
+That the plain columns make the same frame as the ordinary decoding, on every document shape, cut and
+corruption, is tests/unit/test_ingest_stream.py's (each of its tests runs both ways).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from unittest import mock
+
+import click
+import pytest
+from polars.testing import assert_frame_equal
+
+from ddprof.__main__ import INGEST_FLAGS, INGEST_VALUES, IngestArgs, ingest_args
+from ddprof.readers import read_ahead
+from ddprof.readers.kineto import decode as kineto
+from tests.support.paths import trace_set
+
+SMALL = sorted(trace_set("dlrm-8xV100-nccl").glob("*.json.gz"))[:2]  # 0.1 MB each, a string pid
+LARGE = next(trace_set("hta/v100-2rank-rank1-large").glob("*.json.gz"))  # 3 MB, 123 k events, instants
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or not hasattr(os, "memfd_create"),
+                                reason="read-ahead needs fork and memfd_create (Linux)")
+
+
+@pytest.fixture(autouse=True)
+def no_child_left():
+    """Every test leaves no child behind, and may read ahead any file (the size floor lifted)."""
+    with mock.patch.object(read_ahead, "MIN_BYTES", 0), mock.patch.object(read_ahead, "_cores", lambda: 2), \
+            mock.patch.dict(os.environ, {read_ahead.SWITCH: "on"}):
+        yield
+    read_ahead.discard()
+    assert read_ahead._child is None
+
+
+def read_here(path: Path) -> kineto.Decoded:
+    assert read_ahead._child is None
+    return kineto.decode(path)
+
+
+def same(a: kineto.Decoded, b: kineto.Decoded) -> None:
+    assert_frame_equal(a.frame, b.frame)
+    assert_frame_equal(a.meta, b.meta)
+    for key in ("distributed_info", "base_time_ns", "device_properties", "raw_complete", "dropped", "notices",
+                "sha1", "uncompressed_bytes", "categories", "header_keys"):
+        assert getattr(a, key) == getattr(b, key), key
+
+
+def decoded_ahead(path: Path) -> kineto.Decoded:
+    """``decode`` of a file a child read ahead; fails if it did not use the child's pieces."""
+    with mock.patch.object(kineto, "_from_pieces", wraps=kineto._from_pieces) as used:
+        got = kineto.decode(path)
+    assert used.call_count == 1
+    return got
+
+
+@pytest.mark.parametrize("path", [*SMALL, LARGE], ids=lambda p: p.name[:24])
+def test_a_file_read_ahead_gives_the_frame_it_gives_read_here(path):
+    expected = read_here(path)
+    assert read_ahead.start(path)
+    same(decoded_ahead(path), expected)
+    assert read_ahead._child is None
+
+
+def test_a_file_replaced_after_the_child_started_is_read_as_it_is_now(tmp_path):
+    """Replaced (a new file under the name) or rewritten in place: the child's pieces of the old one are
+    not used, whenever the change lands."""
+    a, b = tmp_path / "a.json.gz", tmp_path / "b.json.gz"
+    shutil.copy(SMALL[0], a)
+    shutil.copy(SMALL[1], b)
+    expected = read_here(b)
+    for change in ("replace", "rewrite"):
+        trace = tmp_path / f"{change}.json.gz"
+        shutil.copy(SMALL[0], trace)
+        assert read_ahead.start(trace)
+        if change == "replace":
+            new = tmp_path / "new"
+            shutil.copy(b, new)
+            os.replace(new, trace)
+        else:
+            trace.write_bytes(b.read_bytes())
+            os.utime(trace, ns=(time.time_ns(), time.time_ns() + 10**9))
+        same(kineto.decode(trace), expected)
+        assert read_ahead._child is None
+
+
+def test_a_child_that_fails_leaves_the_file_to_be_read_here(tmp_path):
+    trace = tmp_path / "t.json.gz"
+    shutil.copy(SMALL[0], trace)
+    expected = read_here(trace)
+    with mock.patch("ddprof.readers.kineto.plain.read_plain", side_effect=RuntimeError("boom")):
+        assert read_ahead.start(trace)  # forked with the patch: the child fails
+    same(kineto.decode(trace), expected)
+
+
+def test_a_file_not_read_ahead_is_read_here_and_the_child_ended():
+    assert read_ahead.start(SMALL[0])
+    pid = read_ahead._child.pid
+    assert read_ahead.take(SMALL[1]) is None  # another file: the child is kept for its own
+    same(kineto.decode(SMALL[1]), read_here_without_child(SMALL[1]))
+    read_ahead.discard()
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # reaped
+
+
+def read_here_without_child(path: Path) -> kineto.Decoded:
+    with mock.patch.object(read_ahead, "_child", None):
+        return kineto.decode(path)
+
+
+def test_switched_off_or_one_core_reads_nothing_ahead():
+    with mock.patch.dict(os.environ, {read_ahead.SWITCH: "off"}):
+        assert not read_ahead.start(SMALL[0])
+    with mock.patch.object(read_ahead, "_cores", lambda: 1):
+        assert not read_ahead.start(SMALL[0])
+    assert read_ahead._child is None
+
+
+def test_the_child_ends_when_its_parent_is_killed(tmp_path):
+    """A parent killed outright (SIGKILL) while its child reads: the child is gone within 2 s. The child
+    reads a FIFO nobody writes, so it is surely still reading."""
+    fifo = tmp_path / "never.json"
+    os.mkfifo(fifo)
+    code = ("import sys, time\nfrom unittest import mock\nfrom ddprof.readers import read_ahead\n"
+            "with mock.patch.object(read_ahead, 'MIN_BYTES', 0), mock.patch.object(read_ahead, '_cores', lambda: 2):\n"
+            f"    assert read_ahead.start({str(fifo)!r})\n"
+            "print(read_ahead._child.pid, flush=True)\ntime.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, read_ahead.SWITCH: "on"})
+    try:
+        child = int(parent.stdout.readline())
+        time.sleep(0.3)
+        assert _alive(child)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+        deadline = time.monotonic() + 2
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(child), "the read-ahead child outlived its parent"
+    finally:
+        parent.kill()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+# ---------------------------------------------------------------- which file the program reads ahead
+
+
+def test_the_options_read_past_are_the_commands():
+    """``ingest_args`` knows which of ``ddprof ingest``'s options take a value: a new option must be
+    added there, or its value would be taken for a source."""
+    from ddprof.cli.ingest_cmd import ingest
+
+    values, flags = set(), set()
+    for param in ingest.params:
+        if isinstance(param, click.Option):
+            names = {*param.opts, *param.secondary_opts}
+            (flags if param.is_flag else values).update(names)
+    assert values == INGEST_VALUES
+    assert flags == INGEST_FLAGS
+
+
+@pytest.mark.parametrize(("args", "told"), [
+    (["t.json", "-o", "run"], IngestArgs(["t.json"], "run", False)),
+    (["-o", "run", "--force", "-q", "dir"], IngestArgs(["dir"], "run", True)),
+    (["--output=run", "-j", "2", "--rank", "a.json=3", "a.json"], IngestArgs(["a.json"], "run", False)),
+    (["-orun", "-j2", "x", "y"], IngestArgs(["x", "y"], "run", False)),
+    (["-o", "run", "--", "-odd-name.json"], IngestArgs(["-odd-name.json"], "run", False)),
+    (["--executor", "ray", "t.json", "-o", "run"], None),
+    (["--executor", "local", "t.json", "-o", "run"], IngestArgs(["t.json"], "run", False)),
+    (["-h"], None),
+    (["--unknown", "t.json"], None),
+    (["t.json", "-o"], None),
+])
+def test_ingest_args(args, told):
+    assert ingest_args(args) == told
+
+
+def test_the_trace_of_a_source(tmp_path):
+    one = tmp_path / "one"
+    (one / ".cache").mkdir(parents=True)
+    (one / "events").mkdir()
+    (one / "rank0.pt.trace.json").write_text("{}")
+    for ignored in ("manifest.json", "rank-00000.meta.json", "notes.txt", ".cache/x.json", "events/y.json"):
+        (one / ignored).write_text("{}")
+    assert read_ahead.trace_of([str(one)]) == one / "rank0.pt.trace.json"
+    assert read_ahead.trace_of([str(one / "notes.txt")]) == one / "notes.txt"  # a file named is read as given
+    (one / "sub").mkdir()
+    (one / "sub" / "rank1.json.gz").write_bytes(b"")
+    assert read_ahead.trace_of([str(one)]) is None  # two traces: the pool reads them
+    assert read_ahead.trace_of([str(one), str(tmp_path)]) is None
+    assert read_ahead.trace_of([str(tmp_path / "missing")]) is None
+
+
+#: ``ddprof ingest ARGS`` as the console script runs it, saying on stderr whether a child started and whether
+#: a file's pieces came from it.
+INGEST = """
+import sys
+from ddprof.readers import read_ahead
+start, take = read_ahead.start, read_ahead.take
+def started(path):
+    print("child started:", start(path), file=sys.stderr)
+def told(path):
+    got = take(path)
+    print("read ahead:", got is not None, file=sys.stderr)
+    return got
+read_ahead.start, read_ahead.take = started, told
+sys.argv = ["ddprof", "ingest", *sys.argv[1:]]
+from ddprof.__main__ import main
+sys.exit(main())
+"""
+
+
+def test_ingest_reads_ahead_and_stores_what_it_stores_without(tmp_path):
+    """The whole program: ``ddprof ingest`` of one large trace, with and without reading ahead, writes the
+    same part, byte for byte."""
+    runs = {}
+    for switch in ("on", "off"):
+        out = tmp_path / switch
+        proc = subprocess.run([sys.executable, "-c", INGEST, str(LARGE), "-o", str(out), "-q"],
+                              capture_output=True, text=True, env={**os.environ, read_ahead.SWITCH: switch})
+        assert proc.returncode == 0, proc.stderr
+        assert f"read ahead: {switch == 'on'}" in proc.stderr and f"child started: {switch == 'on'}" in proc.stderr
+        runs[switch] = out
+    again = subprocess.run([sys.executable, "-c", INGEST, str(LARGE), "-o", str(runs["on"])],
+                           capture_output=True, text=True, env={**os.environ, read_ahead.SWITCH: "on"})
+    assert again.returncode == 0 and "child started" not in again.stderr  # a run dir there: its store is reused
+    parts = {s: sorted(runs[s].glob("events/rank=*/*.parquet")) for s in runs}
+    assert [p.name for p in parts["on"]] == [p.name for p in parts["off"]] and parts["on"]
+    for a, b in zip(parts["on"], parts["off"]):
+        assert a.read_bytes() == b.read_bytes()
