@@ -29,7 +29,9 @@ the lowest and highest ratio of one round's times, which show how far a single m
 
 Then, for each set, the whole process both ways, timed from outside (interpreter start, imports, exit
 included): ``python -c "TraceAnalysis(trace_dir=SRC)"`` against the ``ddprof ingest SRC -o RUN_DIR`` console
-script, in turns (``--repeat`` pairs), with the floor under any reader of the set beside them, each part
+script (which decodes one large trace in a child process while it imports: ``ddprof.readers.read_ahead``;
+the same with ``DDPROF_READ_AHEAD=off`` beside it), in turns (``--repeat`` rounds), both packages' modules
+byte-compiled as an install leaves them, with the floor under any reader of the set beside them, each part
 measured alone in a fresh process: the interpreter's start (``python -c pass``, whole process), the
 decompression (each file inflated block by block, nothing kept) and the decoding (the reader's own cuts of
 the inflated text, each decoded by its typed decoder: the fields it reads, results dropped).
@@ -44,8 +46,10 @@ median wall seconds and the median peak RSS of the process (not a difference, un
 from __future__ import annotations
 
 import argparse
+import compileall
 import gzip
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -213,10 +217,11 @@ t = time.perf_counter() - t0
 }
 
 
-def whole_process(cmd: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MB) of ``cmd`` as one process, started from the small starter."""
+def whole_process(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MB) of ``cmd`` as one process, started from the small starter (with
+    ``env`` added to the environment)."""
     out = subprocess.run([sys.executable, "-S", "-c", _STARTER, *cmd], capture_output=True, text=True,
-                         stdin=subprocess.DEVNULL, cwd=REPO, check=True).stdout.split()
+                         stdin=subprocess.DEVNULL, cwd=REPO, check=True, env={**os.environ, **(env or {})}).stdout.split()
     if int(out[2]):
         raise SystemExit(f"{' '.join(cmd)} exited with {out[2]}")
     return float(out[0]), int(out[1]) / 1024
@@ -227,13 +232,15 @@ def whole_cases(src: Path, rounds: int) -> dict[str, list[float]]:
     script = Path(sys.executable).with_name("ddprof")
     ddprof = [str(script)] if script.exists() else [sys.executable, "-m", "ddprof"]
     files = sorted(str(f) for f in discover([src]))  # what ingest reads (not a cache's files beside them)
-    times: dict[str, list[float]] = {"hta": [], "ddprof ingest": [], "interpreter start": [],
+    times: dict[str, list[float]] = {"hta": [], "ddprof ingest": [], "read ahead off": [], "interpreter start": [],
                                      **{part: [] for part in FLOOR}}
     for _ in range(rounds):
         out = Path(tempfile.mkdtemp(prefix="ddprof-bench-"))
         try:
             times["hta"].append(whole_process([sys.executable, "-c", WHOLE["hta"], str(src)])[0])
             times["ddprof ingest"].append(whole_process([*ddprof, "ingest", str(src), "-o", str(out / "run")])[0])
+            times["read ahead off"].append(whole_process([*ddprof, "ingest", str(src), "-o", str(out / "run-off")],
+                                                         env={"DDPROF_READ_AHEAD": "off"})[0])
         finally:
             shutil.rmtree(out, ignore_errors=True)
         times["interpreter start"].append(whole_process([sys.executable, "-c", "pass"])[0])
@@ -251,6 +258,9 @@ def print_whole(label: str, times: dict[str, list[float]]) -> None:
     print(f"{label:28} {'whole':6} {med['hta']:8.3f} {'':8}   hta, whole process")
     print(f"{label:28} {'whole':6} {med['ddprof ingest']:8.3f} {'':8}   ddprof ingest, whole process: "
           f"{med['hta'] / med['ddprof ingest']:.1f}x faster ({rounds[0]:.1f}-{rounds[-1]:.1f} by round)")
+    off = sorted(h / d for h, d in zip(times["hta"], times["read ahead off"]))
+    print(f"{label:28} {'whole':6} {med['read ahead off']:8.3f} {'':8}   the same, DDPROF_READ_AHEAD=off: "
+          f"{med['hta'] / med['read ahead off']:.1f}x faster ({off[0]:.1f}-{off[-1]:.1f} by round)")
     parts = " + ".join(f"{k} {med[k]:.3f}" for k in ("interpreter start", *FLOOR))
     print(f"{label:28} {'floor':6} {floor:8.3f} {'':8}   {parts}; ddprof ingest = "
           f"{med['ddprof ingest'] / floor:.1f}x the floor, {med['ddprof ingest'] - floor:.3f} s above it")
@@ -288,6 +298,14 @@ def largest_json_mb(src: Path) -> float:
     return max(sizes) / 2**20
 
 
+def byte_compiled() -> None:
+    """The package's modules compiled, as installing it compiles them (pip writes every module's bytecode):
+    where the environment says not to write bytecode (``PYTHONDONTWRITEBYTECODE``), an editable install
+    would otherwise compile ddprof's modules afresh in every process, and no installed HTA's."""
+    for folder in ("ddprof", "analyses", "collectors", "dashboards"):
+        compileall.compile_dir(REPO / folder, quiet=1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
@@ -296,6 +314,7 @@ def main() -> None:
                     help="a folder holding the sets (default: the repository's sample_traces and tests/data/traces)")
     ap.add_argument("--scale", type=int, default=4, help="repeat the 54 MB trace N times (0: no such set)")
     args = ap.parse_args()
+    byte_compiled()
     where = (lambda rel: args.traces / rel) if args.traces else trace_set
     sets = [(label, where(rel)) for label, rel in SETS.items()]
     tmp = Path(tempfile.mkdtemp(prefix="ddprof-bench-scaled-"))
