@@ -119,6 +119,7 @@ def _pieces(child: _Child) -> Iterator[Any]:
             while len(record := notes.read(_RECORD.size)) == _RECORD.size:
                 at, size = _RECORD.unpack(record)
                 kind, piece = pickle.loads(os.pread(child.fd, size, at))
+                release(child.fd, at, size)
                 if kind == "end":
                     ended = piece == _identity(child.path)
                     break
@@ -130,6 +131,29 @@ def _pieces(child: _Child) -> Iterator[Any]:
         os.close(child.fd)
     if not ended:
         raise Lost(f"{child.path}: not read ahead to its end, unchanged")
+
+
+#: ``fallocate``'s mode that frees a range of a file and keeps its size (``FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE``).
+_PUNCH_HOLE = 0x02 | 0x01
+
+
+def release(fd: int, at: int, size: int) -> bool:
+    """Free the memory of a piece read (the memory file would otherwise hold every piece of the file until
+    the end: a fifth of the JSON's size); whether it was freed (Linux; elsewhere it stays until the end)."""
+    global _fallocate
+    if _fallocate is None:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            _fallocate = libc.fallocate
+            _fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+        except (OSError, AttributeError):  # pragma: no cover - not glibc
+            _fallocate = False
+    return bool(_fallocate) and _fallocate(fd, _PUNCH_HOLE, at, size) == 0
+
+
+_fallocate: Any = None
 
 
 def discard() -> None:

@@ -245,3 +245,16 @@ def test_ingest_reads_ahead_and_stores_what_it_stores_without(tmp_path):
     assert [p.name for p in parts["on"]] == [p.name for p in parts["off"]] and parts["on"]
     for a, b in zip(parts["on"], parts["off"]):
         assert a.read_bytes() == b.read_bytes()
+
+
+def test_a_piece_read_is_freed():
+    """The memory file gives back each piece's memory once read (a large trace's pieces are not all kept)."""
+    fd = os.memfd_create("test")
+    try:
+        os.write(fd, b"x" * (4 << 20))
+        before = os.fstat(fd).st_blocks
+        assert read_ahead.release(fd, 0, 2 << 20)
+        assert os.fstat(fd).st_blocks <= before // 2 + 8 and os.fstat(fd).st_size == 4 << 20
+        assert os.pread(fd, 4, (2 << 20) + 10) == b"xxxx"  # the rest is untouched
+    finally:
+        os.close(fd)
