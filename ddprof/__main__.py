@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import gc
-import os
 import sys
+from pathlib import Path
 from typing import NamedTuple
 
-#: ``ddprof ingest``'s options that take a value, and its flags (tests/unit/test_read_ahead.py checks them
-#: against the command): what is left of its arguments are the sources.
-INGEST_VALUES = frozenset({"-o", "--output", "--rank", "-j", "--jobs", "--comm-kernel", "--executor", "--address"})
-INGEST_FLAGS = frozenset({"--force", "-q", "--quiet"})
+#: The commands that read a trace ahead (:mod:`ddprof.readers.read_ahead`): their options that take a value
+#: and their flags (tests/unit/test_read_ahead.py checks them against the commands); what is left of the
+#: arguments are the sources.
+OPTIONS = {
+    "ingest": (frozenset({"-o", "--output", "--rank", "-j", "--jobs", "--comm-kernel", "--executor", "--address"}),
+               frozenset({"--force", "-q", "--quiet"})),
+    "analyze": (frozenset({"--format", "-o", "--output", "--cache", "--rank", "--comm-kernel", "--executor",
+                           "--address"}), frozenset()),
+}
+_LONG = {"-o": "--output", "-j": "--jobs", "-q": "--quiet"}
 
 
 def main() -> int:
@@ -18,8 +24,8 @@ def main() -> int:
         from ddprof.runtime.memory import use_ingest_allocator
 
         use_ingest_allocator()
-    if sys.argv[1:2] == ["ingest"]:
-        _read_ahead(sys.argv[2:])
+    if sys.argv[1:2] in (["ingest"], ["analyze"]):
+        _read_ahead(sys.argv[1], sys.argv[2:])
     from ddprof.cli import main as cli_main
 
     code = cli_main()
@@ -30,53 +36,74 @@ def main() -> int:
     return code
 
 
-class IngestArgs(NamedTuple):
+class Told(NamedTuple):
     sources: list[str]
-    output: str | None
-    force: bool
+    options: dict[str, str | bool]  # by long name: a value, or True for a flag
 
 
-def ingest_args(args: list[str]) -> IngestArgs | None:
-    """The sources, run dir and ``--force`` of ``ddprof ingest ARGS`` as the command will see them, or None
-    for arguments this does not read (help, an option it does not know, another executor: the command
-    itself will say)."""
+def command_args(command: str, args: list[str]) -> Told | None:
+    """The sources and options of ``ddprof COMMAND ARGS`` as the command will see them, or None for arguments
+    this does not read (help, an option it does not know, another executor: the command will say)."""
+    values, flags = OPTIONS[command]
     sources: list[str] = []
-    output, force, i = None, False, 0
+    options: dict[str, str | bool] = {}
+    i = 0
     while i < len(args):
         arg = args[i]
-        name = arg.split("=", 1)[0]
+        name, eq, value = arg.partition("=")
         if arg == "--":
-            return IngestArgs(sources + args[i + 1:], output, force)
-        if name in INGEST_VALUES:
-            value = arg.split("=", 1)[1] if "=" in arg else (args[i + 1] if i + 1 < len(args) else None)
-            if value is None or (name == "--executor" and value != "local"):
-                return None
-            output = value if name in ("-o", "--output") else output
-            i += 1 if "=" in arg else 2
+            return Told(sources + args[i + 1:], options)
+        if arg[:2] in values and len(arg) > 2 and not arg.startswith("--"):  # -oDIR, -j2
+            name, eq, value = arg[:2], "=", arg[2:]
+        if name in values:
+            if not eq:
+                if i + 1 == len(args):
+                    return None
+                i, value = i + 1, args[i + 1]
+            options[_LONG.get(name, name)] = value
+            i += 1
             continue
-        if arg in INGEST_FLAGS or (arg[:2] in ("-o", "-j") and len(arg) > 2):  # -oDIR, -j2
-            output = arg[2:] if arg[:2] == "-o" and arg != "-o" else output
-            force = force or arg == "--force"
+        if arg in flags:
+            options[_LONG.get(arg, arg)] = True
             i += 1
             continue
         if arg.startswith("-") and arg != "-":
             return None
         sources.append(arg)
         i += 1
-    return IngestArgs(sources, output, force)
+    return Told(sources, options)
 
 
-def _read_ahead(args: list[str]) -> None:
-    """Decode one large trace while the program loads (:mod:`ddprof.readers.read_ahead`); not where the
-    run dir exists and no ``--force`` asks to read the traces again (its store is most likely reused)."""
-    told = ingest_args(args)
-    if told is None or (not told.force and told.output and os.path.exists(os.path.join(told.output, "manifest.json"))):
+def _read_ahead(command: str, args: list[str]) -> None:
+    """Decode one large trace while the program loads (:mod:`ddprof.readers.read_ahead`); not where its store
+    is most likely reused (the run dir or cache it would be ingested into exists, and ``ingest`` is not told
+    ``--force``), nor for a run dir (opened as it is) or another executor."""
+    told = command_args(command, args)
+    if told is None or told.options.get("--executor", "local") != "local" or len(told.sources) != 1:
+        return
+    source = Path(told.sources[0])
+    store = _store_of(command, told, source)
+    if (source / "manifest.json").exists() or (store is not None and (store / "manifest.json").exists()
+                                               and not told.options.get("--force")):
         return
     from ddprof.readers import read_ahead
 
     trace = read_ahead.trace_of(told.sources)
     if trace is not None:
         read_ahead.start(trace)
+
+
+def _store_of(command: str, told: Told, source: Path) -> Path | None:
+    """Where the command ingests the traces: ``ingest``'s run dir, ``analyze``'s cache (None: a temporary one)."""
+    if command == "ingest":
+        out = told.options.get("--output")
+        return Path(out) if isinstance(out, str) else None
+    cache = told.options.get("--cache")
+    if isinstance(cache, str):
+        return Path(cache)
+    from ddprof.inputs.cache import default_cache
+
+    return default_cache(source)
 
 
 if __name__ == "__main__":

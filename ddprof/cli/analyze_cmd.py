@@ -43,9 +43,7 @@ def analyze(sources: tuple[str, ...], fmt: str, output: str | None, cache: str |
     if fmt == "html":
         return _html(sources, output, cache, ranks, rules_in_force(comm_kernels), runner)
     from ddprof.analyses.report import build_report
-    from ddprof.inputs.sources import (
-        _writable as writable,  # the rule that keeps a read-only source untouched
-    )
+    from ddprof.inputs.cache import writable  # the rule that keeps a read-only source untouched
     from ddprof.inputs.sources import open_source
     from ddprof.report.tables import run_tables_dir, tables_dir
 

@@ -13,9 +13,7 @@ A run also brings the Flight Recorder dumps a capture left beside its traces
 
 from __future__ import annotations
 
-import os
 import shutil
-import stat
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -25,12 +23,11 @@ from pathlib import Path
 from ddprof.errors import BadInputError, UsageError
 from ddprof.ingestion import ingest
 from ddprof.ingestion.pipeline import IngestProgress
+from ddprof.inputs.cache import default_cache
 from ddprof.readers import registry
 from ddprof.readers.flightrec.load import DumpSet
 from ddprof.runtime.executors import Executor
 from ddprof.store.rundir import Run, is_run_dir, open_run
-
-CACHE_NAME = ".ddprof-cache"
 
 
 @dataclass(frozen=True)
@@ -40,22 +37,6 @@ class Source:
 
     run: Run | None
     dumps: DumpSet | None
-
-
-def _writable(path: Path) -> bool:
-    """Writable by its owner's mode bits too: root ignores permissions, but a read-only tree stays untouched."""
-    try:
-        return os.access(path, os.W_OK) and bool(path.stat().st_mode & stat.S_IWUSR)
-    except OSError:
-        return False
-
-
-def default_cache(src: Path) -> Path | None:
-    """Cache beside the traces (``SRC/.ddprof-cache``), or None when that place is read-only."""
-    base = src if src.is_dir() else src.parent
-    target = base / CACHE_NAME if src.is_dir() else base / CACHE_NAME / src.name
-    existing = target if target.exists() else base / CACHE_NAME if (base / CACHE_NAME).exists() else base
-    return target if _writable(existing) else None
 
 
 @contextmanager

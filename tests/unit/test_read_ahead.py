@@ -8,6 +8,7 @@ corruption, is tests/unit/test_ingest_stream.py's (each of its tests runs both w
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -21,7 +22,7 @@ import click
 import pytest
 from polars.testing import assert_frame_equal
 
-from ddprof.__main__ import INGEST_FLAGS, INGEST_VALUES, IngestArgs, ingest_args
+from ddprof.__main__ import OPTIONS, Told, command_args
 from ddprof.readers import read_ahead
 from ddprof.readers.kineto import decode as kineto
 from tests.support.paths import trace_set
@@ -162,34 +163,37 @@ def _alive(pid: int) -> bool:
 # ---------------------------------------------------------------- which file the program reads ahead
 
 
-def test_the_options_read_past_are_the_commands():
-    """``ingest_args`` knows which of ``ddprof ingest``'s options take a value: a new option must be
-    added there, or its value would be taken for a source."""
-    from ddprof.cli.ingest_cmd import ingest
+@pytest.mark.parametrize("command", sorted(OPTIONS))
+def test_the_options_read_past_are_the_commands(command):
+    """``command_args`` knows which options of each command take a value: a new option must be added
+    there, or its value would be taken for a source."""
+    from ddprof.cli import cli
 
     values, flags = set(), set()
-    for param in ingest.params:
+    for param in cli.get_command(click.Context(cli), command).params:
         if isinstance(param, click.Option):
             names = {*param.opts, *param.secondary_opts}
             (flags if param.is_flag else values).update(names)
-    assert values == INGEST_VALUES
-    assert flags == INGEST_FLAGS
+    assert (values, flags) == tuple(map(set, OPTIONS[command]))
 
 
-@pytest.mark.parametrize(("args", "told"), [
-    (["t.json", "-o", "run"], IngestArgs(["t.json"], "run", False)),
-    (["-o", "run", "--force", "-q", "dir"], IngestArgs(["dir"], "run", True)),
-    (["--output=run", "-j", "2", "--rank", "a.json=3", "a.json"], IngestArgs(["a.json"], "run", False)),
-    (["-orun", "-j2", "x", "y"], IngestArgs(["x", "y"], "run", False)),
-    (["-o", "run", "--", "-odd-name.json"], IngestArgs(["-odd-name.json"], "run", False)),
-    (["--executor", "ray", "t.json", "-o", "run"], None),
-    (["--executor", "local", "t.json", "-o", "run"], IngestArgs(["t.json"], "run", False)),
-    (["-h"], None),
-    (["--unknown", "t.json"], None),
-    (["t.json", "-o"], None),
+@pytest.mark.parametrize(("command", "args", "told"), [
+    ("ingest", ["t.json", "-o", "run"], Told(["t.json"], {"--output": "run"})),
+    ("ingest", ["-o", "run", "--force", "-q", "dir"], Told(["dir"], {"--output": "run", "--force": True, "--quiet": True})),
+    ("ingest", ["--output=run", "-j", "2", "--rank", "a.json=3", "a.json"],
+     Told(["a.json"], {"--output": "run", "--jobs": "2", "--rank": "a.json=3"})),
+    ("ingest", ["-orun", "-j2", "x", "y=z.json"], Told(["x", "y=z.json"], {"--output": "run", "--jobs": "2"})),
+    ("ingest", ["-o", "run", "--", "-odd-name.json"], Told(["-odd-name.json"], {"--output": "run"})),
+    ("ingest", ["--executor", "ray", "t.json"], Told(["t.json"], {"--executor": "ray"})),
+    ("ingest", ["-h"], None),
+    ("ingest", ["--unknown", "t.json"], None),
+    ("ingest", ["t.json", "-o"], None),
+    ("analyze", ["t.json", "--format", "json", "-o", "r.json"], Told(["t.json"], {"--format": "json", "--output": "r.json"})),
+    ("analyze", ["--cache=/c", "dir"], Told(["dir"], {"--cache": "/c"})),
+    ("analyze", ["dir", "--force"], None),
 ])
-def test_ingest_args(args, told):
-    assert ingest_args(args) == told
+def test_command_args(command, args, told):
+    assert command_args(command, args) == told
 
 
 def test_the_trace_of_a_source(tmp_path):
@@ -208,9 +212,9 @@ def test_the_trace_of_a_source(tmp_path):
     assert read_ahead.trace_of([str(tmp_path / "missing")]) is None
 
 
-#: ``ddprof ingest ARGS`` as the console script runs it, saying on stderr whether a child started and whether
-#: a file's pieces came from it.
-INGEST = """
+#: ``ddprof ARGS`` as the console script runs it, saying on stderr whether a child started and whether a
+#: file's pieces came from it.
+DDPROF = """
 import sys
 from ddprof.readers import read_ahead
 start, take = read_ahead.start, read_ahead.take
@@ -221,7 +225,7 @@ def told(path):
     print("read ahead:", got is not None, file=sys.stderr)
     return got
 read_ahead.start, read_ahead.take = started, told
-sys.argv = ["ddprof", "ingest", *sys.argv[1:]]
+sys.argv = ["ddprof", *sys.argv[1:]]
 from ddprof.__main__ import main
 sys.exit(main())
 """
@@ -233,12 +237,12 @@ def test_ingest_reads_ahead_and_stores_what_it_stores_without(tmp_path):
     runs = {}
     for switch in ("on", "off"):
         out = tmp_path / switch
-        proc = subprocess.run([sys.executable, "-c", INGEST, str(LARGE), "-o", str(out), "-q"],
+        proc = subprocess.run([sys.executable, "-c", DDPROF, "ingest", str(LARGE), "-o", str(out), "-q"],
                               capture_output=True, text=True, env={**os.environ, read_ahead.SWITCH: switch})
         assert proc.returncode == 0, proc.stderr
         assert f"read ahead: {switch == 'on'}" in proc.stderr and f"child started: {switch == 'on'}" in proc.stderr
         runs[switch] = out
-    again = subprocess.run([sys.executable, "-c", INGEST, str(LARGE), "-o", str(runs["on"])],
+    again = subprocess.run([sys.executable, "-c", DDPROF, "ingest", str(LARGE), "-o", str(runs["on"])],
                            capture_output=True, text=True, env={**os.environ, read_ahead.SWITCH: "on"})
     assert again.returncode == 0 and "child started" not in again.stderr  # a run dir there: its store is reused
     parts = {s: sorted(runs[s].glob("events/rank=*/*.parquet")) for s in runs}
@@ -258,3 +262,29 @@ def test_a_piece_read_is_freed():
         assert os.pread(fd, 4, (2 << 20) + 10) == b"xxxx"  # the rest is untouched
     finally:
         os.close(fd)
+
+
+def test_analyze_reads_ahead_and_reports_what_it_reports_without(tmp_path):
+    """``ddprof analyze`` of one large trace: the same report with and without reading ahead; no child once
+    the cache beside the trace holds its store."""
+    reports = {}
+    for switch in ("on", "off"):
+        traces = tmp_path / switch
+        traces.mkdir()
+        shutil.copy(LARGE, traces / LARGE.name)
+        for attempt in ("first", "again"):
+            proc = subprocess.run([sys.executable, "-c", DDPROF, "analyze", str(traces), "--format", "json"],
+                                  capture_output=True, text=True, env={**os.environ, read_ahead.SWITCH: switch})
+            assert proc.returncode in (0, 1), proc.stderr
+            started = attempt == "first" and switch == "on"
+            assert f"child started: {started}" in proc.stderr or (not started and "child started" not in proc.stderr)
+            assert ("read ahead: True" in proc.stderr) == started
+            reports[switch, attempt] = json.loads(proc.stdout)
+    for key in reports:
+        assert _without_times(reports[key]) == _without_times(reports["off", "first"]), key
+
+
+def _without_times(report: dict) -> dict:
+    """A report less what depends on when and where it ran (the run's path and its cache's times)."""
+    return json.loads(json.dumps(report).replace(str(Path.cwd()), "."), object_hook=lambda d: {
+        k: v for k, v in d.items() if k not in ("path", "generated_at", "created", "ingested_at", "elapsed_s")})
