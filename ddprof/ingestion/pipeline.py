@@ -21,9 +21,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -294,6 +292,10 @@ def _run_jobs(todo: list[Path], out: Path, rank_map: dict[str, int] | None, jobs
             for unit in units:
                 done(unit, ingest_files([str(f) for f in unit], str(out), rank_map, rules, lone))
         else:
+            # loaded here: one trace needs no pool, and its ingest does not wait ~9 ms for the pool's modules
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+            from multiprocessing import get_context
+
             with for_child_processes(), _polars_threads(max(1, (os.cpu_count() or 1) // workers)), \
                     ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
                                         initializer=bind_to_parent, initargs=(os.getpid(),)) as pool:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import errno
 import os
 import re
-import secrets
 import socket
 import time
 from collections.abc import Callable
@@ -33,7 +32,7 @@ def _create_tmp(path: Path) -> Path:
     (``0o666`` less the umask, applied by the kernel; ``mkstemp``'s are a private ``0o600``, and reading the
     umask to widen them costs as much as the rest of a small file's write)."""
     for _ in range(100):
-        tmp = path.with_name(f".{path.name}.tmp-{_HOST}-{os.getpid()}-{secrets.token_hex(4)}")
+        tmp = path.with_name(f".{path.name}.tmp-{_HOST}-{os.getpid()}-{os.urandom(4).hex()}")
         try:
             os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
         except FileExistsError:
