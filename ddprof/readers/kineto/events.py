@@ -33,7 +33,7 @@ import numpy.ma  # noqa: F401 - Polars imports it on its first NumPy -> Series c
 import polars as pl
 
 from ddprof.readers.kineto.categories import CAT_KIND, canonical
-from ddprof.readers.kineto.plain import NULL, Run
+from ddprof.readers.kineto.plain import NULL, RAW_FIELDS, Run
 from ddprof.readers.kineto.structs import MAX_DUR_NS, MAX_TS_US, PHASE_OF, Args, Complete
 from ddprof.vocabulary.collective_ops import MARKER_RE
 from ddprof.vocabulary.fields import as_int
@@ -97,7 +97,7 @@ class Columns:
         self._cats: dict[str | None, str | None] = {}
         self._instant_cats: dict[str | None, bool] = {}  # whether an instant of this category is kept
         self._pairs = _Pairs()
-        self._plain = PlainTables()
+        self._plain: PlainTables | None = None  # made by the first run read in plain columns
 
     def add_run(self, run: list[Any], complete: type) -> None:
         """Add a decoded run of events of any phase: those of type ``complete`` (phase 'X') now, the
@@ -163,7 +163,7 @@ class Columns:
     def add_plain(self, run: Run) -> None:
         """Add a run decoded in plain columns (:mod:`.plain`): the frame and metadata :meth:`add` makes of
         the same events."""
-        tables = self._plain
+        tables = self._plain = self._plain or PlainTables()
         if run.names or run.cats:
             tables.extend(run.names, self._markers(run.names), self._categories(run.cats))
         for ph, pid, tid, ts, name, cat, values in run.timed:
@@ -274,9 +274,6 @@ def _plain_ints(data: bytes, nulls: bool) -> pl.Series:
     return values.set(values == NULL, None) if nulls else values
 
 
-_RAW_ARGS = ("input_dims", "input_type", "concrete_inputs", "in_split", "out_split")
-
-
 class _Pairs:
     """Duration begin/end events and kept instants of a file, made complete events once all are read."""
 
@@ -286,8 +283,8 @@ class _Pairs:
     def add(self, ph: str, e: Any) -> None:
         """Keep an event until the end of the file; its raw args are copied (they view the run's text)."""
         args = e.args
-        if args is not None and any(getattr(args, f) for f in _RAW_ARGS):
-            args = msgspec.structs.replace(args, **{f: msgspec.Raw(bytes(getattr(args, f))) for f in _RAW_ARGS})
+        if args is not None and any(getattr(args, f) for f in RAW_FIELDS):
+            args = msgspec.structs.replace(args, **{f: msgspec.Raw(bytes(getattr(args, f))) for f in RAW_FIELDS})
         self.keep(ph, e.pid, e.tid, e.ts, e.name, e.cat, args)
 
     def keep(self, ph: str, pid: Any, tid: Any, ts: Any, name: Any, cat: Any, args: Any) -> None:
@@ -354,7 +351,7 @@ def _meta(rows: list[int], args: Sequence[Any] | Mapping[int, Any], base: int) -
         "src_rank": _ints([a.src_rank for a in sub]),
         "dst_rank": _ints([a.dst_rank for a in sub]),
         **{name: pl.Series([bytes(getattr(a, name)) or None for a in sub], dtype=pl.Binary)
-           for name in _RAW_ARGS},
+           for name in RAW_FIELDS},
     }
     return _frame(columns, META_SCHEMA)
 
