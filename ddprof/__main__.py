@@ -15,6 +15,13 @@ OPTIONS = {
                frozenset({"--force", "-q", "--quiet"})),
     "analyze": (frozenset({"--format", "-o", "--output", "--cache", "--rank", "--comm-kernel", "--executor",
                            "--address"}), frozenset()),
+    "whatif": (frozenset({"--cache", "--comm-faster", "--comm-kernel", "--format", "--kernel", "-o", "--output",
+                          "--rank", "--steps", "--straggler"}),
+               frozenset({"--attribution", "--no-attribution", "--comm-overlap", "--data-loading",
+                          "--no-data-loading", "--grad-overlap", "--no-grad-overlap", "--host-gaps", "--no-host-gaps",
+                          "--typical-links"})),
+    "export": (frozenset({"--cache", "--comm-kernel", "--perfetto", "--rank", "--ranks", "--steps"}),
+               frozenset({"--raw-clocks"})),
 }
 _LONG = {"-o": "--output", "-j": "--jobs", "-q": "--quiet"}
 
@@ -24,7 +31,7 @@ def main() -> int:
         from ddprof.runtime.memory import use_ingest_allocator
 
         use_ingest_allocator()
-    if sys.argv[1:2] in (["ingest"], ["analyze"]):
+    if len(sys.argv) > 1 and sys.argv[1] in OPTIONS:
         _read_ahead(sys.argv[1], sys.argv[2:])
     from ddprof.cli import main as cli_main
 
@@ -94,7 +101,7 @@ def _read_ahead(command: str, args: list[str]) -> None:
 
 
 def _store_of(command: str, told: Told, source: Path) -> Path | None:
-    """Where the command ingests the traces: ``ingest``'s run dir, ``analyze``'s cache (None: a temporary one)."""
+    """Where the command ingests the traces: ``ingest``'s run dir, the others' cache (None: a temporary one)."""
     if command == "ingest":
         out = told.options.get("--output")
         return Path(out) if isinstance(out, str) else None
