@@ -125,10 +125,7 @@ def _pieces(child: _Child) -> Iterator[Any]:
                     break
                 yield piece
     finally:
-        if not ended:  # failed, or the reader stopped early: the child may still be writing
-            os.kill(child.pid, signal.SIGKILL)
-        os.waitpid(child.pid, 0)
-        os.close(child.fd)
+        _end(child, kill=not ended)  # not ended: failed, or the reader stopped early (the child may still write)
     if not ended:
         raise Lost(f"{child.path}: not read ahead to its end, unchanged")
 
@@ -162,13 +159,19 @@ def discard() -> None:
     child, _child = _child, None
     if child is None or child.owner != os.getpid():
         return
+    _end(child, kill=True)
+    os.close(child.notes)
+
+
+def _end(child: _Child, kill: bool) -> None:
+    """Reap the child (killed first when ``kill``) and close its memory file."""
     try:
-        os.kill(child.pid, signal.SIGKILL)
+        if kill:
+            os.kill(child.pid, signal.SIGKILL)
         os.waitpid(child.pid, 0)
     except OSError:  # pragma: no cover - already reaped
         pass
     os.close(child.fd)
-    os.close(child.notes)
 
 
 def _identity(path: str) -> tuple[int, ...] | None:

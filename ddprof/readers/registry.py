@@ -26,6 +26,7 @@ from ddprof.readers.base import DumpReader, EventReader, Recogniser, reads_dumps
 from ddprof.readers.flightrec.reader import FlightRecorderReader
 from ddprof.readers.kineto.reader import KinetoReader
 from ddprof.readers.nsys.reader import NsysReader
+from ddprof.readers.source import GZIP_MAGIC
 from ddprof.readers.unread import refusal
 
 #: The readers, the more particular first (module doc).
@@ -48,7 +49,7 @@ def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
             raw = fh.read(size)
     except OSError as exc:
         raise BadInputError(f"cannot read file ({exc.strerror or exc})", path=path) from None
-    if raw[:2] != b"\x1f\x8b":
+    if raw[:2] != GZIP_MAGIC:
         return raw
     try:
         return zlib.decompressobj(31).decompress(raw, size)

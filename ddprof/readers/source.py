@@ -15,6 +15,8 @@ from typing import Any
 
 from ddprof.errors import BadInputError
 
+#: What a gzip stream starts with.
+GZIP_MAGIC = b"\x1f\x8b"
 BLOCK = 1 << 20  # inflated bytes per block: about 4,000 Kineto events
 READ = 1 << 20  # bytes read from disk at a time
 
@@ -25,6 +27,15 @@ try:  # ISA-L inflates about twice as fast as zlib; same format and API
     _inflate_impl = isal_zlib
 except ImportError:  # pragma: no cover - isal is a dependency; the standard library does the same
     pass
+
+
+def gzipped(path: Path) -> bool:
+    """Whether the file starts as a gzip stream; BadInputError naming it when it cannot be read."""
+    try:
+        with path.open("rb") as fh:
+            return fh.read(len(GZIP_MAGIC)) == GZIP_MAGIC
+    except OSError as exc:
+        raise BadInputError(f"cannot read file ({exc.strerror or exc})", path=path) from None
 
 
 class Source:
@@ -44,7 +55,7 @@ class Source:
             first = self._read(fh)
             if not first:
                 raise BadInputError("file is empty", path=self.path)
-            pieces = self._inflate(first, fh) if first[:2] == b"\x1f\x8b" else self._plain(first, fh)
+            pieces = self._inflate(first, fh) if first[:2] == GZIP_MAGIC else self._plain(first, fh)
             for piece in pieces:
                 self.size += len(piece)
                 yield piece

@@ -31,6 +31,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ddprof.errors import BadInputError
+from ddprof.readers.source import gzipped
 from ddprof.vocabulary.fields import as_int
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -66,19 +67,10 @@ def uri(path: Path) -> str:
     return f"file:{quote(str(path.resolve()))}?mode=ro&immutable=1"
 
 
-#: What a gzip stream starts with.
-GZIP_MAGIC = b"\x1f\x8b"
-
-
 def connect(path: Path) -> sqlite3.Connection:
     """``path`` opened read-only (module doc); BadInputError naming the file when SQLite cannot open it (a
     gzipped export said so: SQLite reads the plain file only)."""
-    try:
-        with path.open("rb") as fh:
-            gzipped = fh.read(2) == GZIP_MAGIC
-    except OSError as exc:
-        raise BadInputError(f"cannot read file ({exc.strerror or exc})", path=path) from None
-    if gzipped:
+    if gzipped(path):
         raise BadInputError("a gzipped file: an Nsight Systems export is read as the plain SQLite file "
                             f"(inflate it first: gunzip -k {path.name})", path=path)
     try:
