@@ -114,24 +114,27 @@ def occupancy(start: np.ndarray, end: np.ndarray, group: np.ndarray, groups: int
               bins: int) -> np.ndarray:
     """Busy ns per (group, bin) of ``bins`` bins of ``width`` ns from ``t0``, clipped to them. An event
     [s, e) adds ``min(e, edge_{b+1}) − max(s, edge_b)`` to every bin b it touches: its first and last bins
-    their partial lengths, the bins between the full width. Example: width 10, [5, 27) -> 5, 10, 7."""
-    out = np.zeros(groups * bins + 1, dtype=np.float64)
+    their partial lengths, the bins between the full width. Example: width 10, [5, 27) -> 5, 10, 7.
+
+    In bin units, an event in bins b0..b1 adds ``b0 + 1 − s`` to b0, ``e − b1`` to b1, and through a
+    running sum +1 from b0 + 1 and −1 from b1: the bins between get 1; an event within one bin gets
+    ``(b0 + 1 − s) + (e − b0) − 1 = e − s``. Two histograms and one running sum over the bins, whatever
+    the events (the bins, not the events, are most of the work: a rank's summary has 65,536 a channel)."""
+    n = groups * bins + 1
     if start.size == 0:
-        return out[:-1].reshape(groups, bins)
+        return np.zeros(n - 1, dtype=np.float64).reshape(groups, bins)
     s = np.clip((start - t0) / width, 0, bins)
     e = np.clip((end - t0) / width, 0, bins)
     keep = e > s
-    s, e, g = s[keep], e[keep], group[keep].astype(np.int64) * bins
-    b0 = np.minimum(np.floor(s).astype(np.int64), bins - 1)
-    b1 = np.minimum(np.floor(e).astype(np.int64), bins - 1)
-    same = b0 == b1
-    n = groups * bins + 1
-    out += np.bincount(g[same] + b0[same], weights=(e - s)[same], minlength=n)
-    d = ~same
-    out += np.bincount(g[d] + b0[d], weights=(b0[d] + 1 - s[d]), minlength=n)
-    out += np.bincount(g[d] + b1[d], weights=(e[d] - b1[d]), minlength=n)
-    full = np.bincount(g[d] + b0[d] + 1, minlength=n) - np.bincount(g[d] + b1[d], minlength=n)
-    out += np.cumsum(full)  # 1 per bin strictly between b0 and b1 (never crosses a group: b1 <= bins-1)
+    if not keep.all():
+        s, e, group = s[keep], e[keep], group[keep]
+    g = group.astype(np.int64) * bins
+    b0 = np.minimum(s.astype(np.int64), bins - 1)  # s >= 0: truncation is the floor
+    b1 = np.minimum(e.astype(np.int64), bins - 1)
+    at0, at1 = g + b0, g + b1
+    out = np.bincount(np.concatenate([at0, at1]), weights=np.concatenate([b0 + 1 - s, e - b1]), minlength=n)
+    steps = np.bincount(np.concatenate([at0 + 1, at1]), weights=np.repeat([1.0, -1.0], at0.size), minlength=n)
+    out += np.cumsum(steps)  # never crosses a group: an event's +1 and -1 are both within its group, or cancel
     return (out[:-1] * width).reshape(groups, bins)
 
 
@@ -160,7 +163,9 @@ def rebin(cells: np.ndarray, first: int, k: int, to_k: int, to_first: int, n: in
     m = -(-(lead + cells.shape[1]) // f)
     padded = np.zeros((cells.shape[0], m * f), dtype=np.float64)
     padded[:, lead:lead + cells.shape[1]] = cells
-    summed = padded.reshape(cells.shape[0], m, f).sum(axis=2)
+    summed = padded[:, 0::f].copy()  # f strided adds: ~3x a sum over a short last axis
+    for i in range(1, f):
+        summed += padded[:, i::f]
     at = (first >> (to_k - k)) - to_first
     a, b = max(0, at), min(n, at + m)
     if b > a:

@@ -257,3 +257,30 @@ def test_a_run_dir_ingested_with_rules_is_read_as_it_stands(tmp_path, monkeypatc
     assert report["comm_kernels"][0]["rule"] == rule
     assert main(["export", str(tmp_path / "run"), "--perfetto", str(tmp_path / "t.json")]) == 0
     assert main(["analyze", str(tmp_path / "run"), "--comm-kernel", "other=none"]) == 2
+
+
+def test_metadata_is_spread_onto_its_rows_the_last_of_a_row_counting():
+    """Each row takes its own metadata (nulls where it has none): written into null columns, split sizes
+    (a list column) gathered, a column no row has a value in left null; a row given metadata twice keeps
+    the last."""
+    import polars as pl
+
+    from ddprof.readers.kineto.build import _apply_meta
+    from ddprof.readers.kineto.link import STORED
+    from ddprof.store.schema import Kind
+
+    df = pl.DataFrame({"_row": [0, 1, 2, 3], "cat": ["kernel", "cpu_op", "kernel", "kernel"],
+                       "name": ["ncclKernel", "op", "ncclKernel", "gemm"], "_marker": [False] * 4,
+                       "kind": pl.Series(["compute"] * 4)})
+    meta = {f: pl.Series(f, [None] * 3, dtype=t) for f, t in STORED.items()}
+    meta |= {"coll_op": pl.Series(["all_reduce", "broadcast", "all_to_all"]),
+             "in_bytes": pl.Series([8, 16, 32], dtype=pl.Int64),
+             "send_splits": pl.Series([None, None, [1, 2]], dtype=pl.List(pl.Int64))}
+    comm = pl.DataFrame({"_row": pl.Series([0, 2, 2], dtype=pl.UInt32), **meta})
+    out = _apply_meta(df.with_columns(pl.col("kind").cast(Kind)), comm)
+    assert out.get_column("coll_op").to_list() == ["all_reduce", None, "all_to_all", None]
+    assert out.get_column("in_bytes").to_list() == [8, None, 32, None]
+    assert out.get_column("send_splits").to_list() == [None, None, [1, 2], None]
+    assert out.get_column("pg").null_count() == 4 and out.schema["pg"] == STORED["pg"]
+    assert [out.schema[f] for f in STORED] == list(STORED.values())
+    assert out.get_column("kind").to_list() == ["comm", "compute", "comm", "compute"]  # kernels with an op

@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 from ddprof.analyses.frames.windows import trace_windows, window_of
 from ddprof.analyses.report import analyse, build_report
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import ddprof
 from ddprof.store.windows import GAP_STEPS, MIN_GAP_NS, gap_threshold_ns, split_windows
@@ -85,6 +87,31 @@ def test_rule_cuts_only_where_nothing_was_recorded():
     s2, e2 = np.append(s, 0), np.append(e, 4 * t)
     assert split_windows(s2, e2, t - 1) == [[0, 4 * t]]
     assert split_windows(np.array([], dtype=np.int64), np.array([], dtype=np.int64), t) == []
+
+
+def _windows_by_sorting(start: np.ndarray, end: np.ndarray, threshold: int) -> list[list[int]]:
+    """The module doc's rule as written: sorted by start, an event opens a window when it starts more than
+    the threshold after every earlier event ended."""
+    out: list[list[int]] = []
+    for s, e in sorted(zip(start.tolist(), np.maximum(end, start).tolist())):
+        if out and s - out[-1][1] <= threshold:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return out
+
+
+@given(st.lists(st.tuples(st.integers(-10**6, 10**6), st.integers(-5, 3000)), min_size=1, max_size=40),
+       st.sampled_from([1, 2, 7, 100, 999, 1000, 1001, 50_000]))
+@settings(max_examples=400, deadline=None)
+def test_windows_match_the_rule_whether_or_not_a_gap_is_found_without_sorting(events, threshold):
+    """The no-gap shortcut (every bucket of half the threshold touched) gives what sorting gives, on
+    events in any order, gaps just under, at and over the threshold, and negative durations."""
+    start = np.array([s for s, _ in events], dtype=np.int64)
+    end = start + np.array([d for _, d in events], dtype=np.int64)
+    assert split_windows(start, end, threshold) == _windows_by_sorting(start, end, threshold)
+    spread = start * 1000  # buckets past the shortcut's limit: sorted the ordinary way
+    assert split_windows(spread, spread + 1, 1) == _windows_by_sorting(spread, spread + 1, 1)
 
 
 def test_threshold():

@@ -94,10 +94,28 @@ def _apply_meta(df: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
     """Spread the per-row collective metadata into full-length columns (each row takes its ``_row``'s
     metadata, nulls where it has none; only the metadata columns are copied); GPU rows among them become
     ``comm``, gloo:* annotations too. The message size (``bytes``) is computed from these columns with the
-    rest of the table (:func:`build_events`)."""
+    rest of the table (:func:`build_events`).
+
+    A column is made null and its few values written into it (a tenth of the cost of gathering every row
+    from the metadata); a column no row has a value in stays null; list columns (split sizes), which
+    cannot be written into, are gathered."""
     if comm.height == 0:  # no communication (a single-GPU trace): null columns, nothing to gather
         return df.with_columns(_NULL_META).with_columns(kind=_COMM_KIND)
-    at = np.full(df.height, comm.height, dtype=np.int64)  # comm.height: the row of nulls below
-    at[comm.get_column("_row").to_numpy()] = np.arange(comm.height)
-    spread = pl.concat([pl.DataFrame([comm.get_column(f) for f in STORED]), _NO_META])[at]
+    if comm.get_column("_row").n_unique() < comm.height:  # a row's metadata twice: the last one counts
+        comm = comm.unique("_row", keep="last", maintain_order=True)
+    at_rows = comm.get_column("_row")
+    at: pl.Series | None = None  # each row's metadata row (comm.height: none), made for a list column
+    spread = []
+    for f, dtype in STORED.items():
+        values, col = comm.get_column(f), _NO_META.get_column(f).new_from_index(0, df.height)
+        if values.null_count() == values.len():
+            spread.append(col)
+        elif not isinstance(dtype, pl.List):
+            spread.append(col.scatter(at_rows, values))
+        else:
+            if at is None:
+                index = np.full(df.height, comm.height, dtype=np.int64)
+                index[at_rows.to_numpy()] = np.arange(comm.height)
+                at = pl.Series(index)
+            spread.append(values.append(_NO_META.get_column(f)).gather(at))
     return df.hstack(spread).with_columns(kind=_COMM_KIND)
