@@ -20,6 +20,7 @@ import zlib
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import compress
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -138,8 +139,9 @@ def _consumer(emit: Callable[[Piece], None], tables: _Tables) -> Callable[[memor
 def _columns(run: list[Any], complete: type, tables: _Tables, kinded: dict[str | None, bool]) -> Run | None:
     """The run's complete events as columns and its kept instants and B/E events as values (as
     :meth:`.events.Columns.add_run` keeps them); None where the ordinary path must decode it."""
-    timed = _timed(run, kinded) if not PHASE_OF.keys().isdisjoint(set(map(type, run))) else []
-    keep: list[Any] = [e for e in run if type(e) is complete]
+    types = set(map(type, run))
+    timed = _timed(run, kinded) if not PHASE_OF.keys().isdisjoint(types) else []
+    keep: list[Any] = run if types == {complete} else [e for e in run if type(e) is complete]
     if not keep:
         return Run(0, b"", b"", {}, frozenset(), b"", b"", b"", [], timed, [], [])
     ts, dur, name = [e.ts for e in keep], [e.dur for e in keep], [e.name for e in keep]
@@ -163,7 +165,7 @@ def _columns(run: list[Any], complete: type, tables: _Tables, kinded: dict[str |
     known = len(tables.name_list), len(tables.cat_list)
     name_codes = tables.name_codes(name)
     marker = tables.marker
-    rows = {i for i, c in enumerate(name_codes) if marker[c]}
+    rows = set(compress(range(len(name_codes)), map(marker.__getitem__, name_codes))) if tables.any_marker else set()
     coll = [a.coll_name for a in args]
     if coll.count(None) < len(coll):  # new-format metadata: on few rows
         rows.update(i for i, c in enumerate(coll) if c is not None)
@@ -181,6 +183,7 @@ class _Tables:
         self.names: dict[str, int] = {}
         self.name_list: list[str] = []
         self.marker: list[bool] = []
+        self.any_marker = False
         self.cats: dict[str | None, int] = {}
         self.cat_list: list[str | None] = []
 
@@ -188,6 +191,7 @@ class _Tables:
         known = len(self.name_list)
         codes = _codes(self.names, self.name_list, names)
         self.marker += [MARKER_RE.match(n) is not None for n in self.name_list[known:]]
+        self.any_marker = self.any_marker or any(self.marker[known:])
         return codes
 
     def cat_codes(self, cats: list[str | None]) -> list[int]:
@@ -242,13 +246,15 @@ def _int64(values: list[Any]) -> tuple[bytes, bool] | None:
     """An int64 column as :func:`.events._ints` makes it (integers as they are; where one is spelled otherwise
     or does not fit, every value through :func:`~ddprof.vocabulary.fields.as_int`): its bytes, None as
     :data:`NULL`, and whether it holds a null; None when a value equals :data:`NULL`."""
-    nulls = None in values
     try:
-        packed = array("q", [NULL if v is None else v for v in values] if nulls else values)
+        packed = array("q", values)  # the common case: integers only
+    except (OverflowError, TypeError):  # a null, or an integer spelled otherwise or too large
+        pass
+    else:
+        return None if NULL in values else (packed.tobytes(), False)
+    try:
+        packed = array("q", [NULL if v is None else v for v in values])
     except (OverflowError, TypeError):
         values = [as_int(v) for v in values]
-        nulls = None in values
         packed = array("q", [NULL if v is None else v for v in values])
-    if not nulls:
-        return None if NULL in packed else (packed.tobytes(), False)
-    return (packed.tobytes(), True) if packed.count(NULL) == values.count(None) else None
+    return None if NULL in values else (packed.tobytes(), None in values)
