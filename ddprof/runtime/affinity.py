@@ -10,10 +10,12 @@ Measured: two processes ingesting 30 generated traces of 50,000 events each, sid
 machine, three rounds: 108-113 ms of wall time a trace held to a core each, 115-120 ms not (CPU 107-111
 against 109-116 ms; peak memory 138-142 against 148-150 MB).
 
-A worker is held only where there are at least as many cores as workers (its process's CPU set, as
-``sched_getaffinity`` gives it: a container's or ``taskset``'s limits count); else, and where the
-platform cannot (not Linux), the scheduler places it as before. ``DDPROF_PIN_WORKERS=off`` leaves them
-all to the scheduler (a machine other jobs crowd onto some cores).
+Workers are held only where there are as many of them as cores (the process's CPU set, as
+``sched_getaffinity`` gives it: a container's or ``taskset``'s limits count), the default: every core then
+has a worker whatever the placement. With fewer workers (``-j``) they are left to the scheduler, so that two
+runs side by side do not both pile onto the first cores; so are they where the platform cannot hold them
+(not Linux). ``DDPROF_PIN_WORKERS=off`` leaves them all to the scheduler (a machine other jobs crowd onto
+some cores).
 """
 
 from __future__ import annotations
@@ -33,9 +35,9 @@ def cores_for(workers: int) -> list[int] | None:
         available = sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
         return None
-    if workers < 2 or len(available) < workers:
+    if workers < 2 or len(available) != workers:
         return None
-    return available[:workers]
+    return available
 
 
 def hold_to_core(cores: Any) -> None:

@@ -15,6 +15,8 @@ import warnings
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import ddprof
 from ddprof.cli import main
@@ -403,6 +405,23 @@ def test_exact_duplicates_are_rows_equal_in_every_field(tmp_path, monkeypatch, l
     assert info["events"] == 42
     (w,) = [w for w in info["warnings"] if "duplicate" in w]
     assert w.startswith("dropped 3 exact duplicate event(s)")
+
+
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 2), st.integers(0, 1), st.integers(0, 1)),
+                max_size=60))
+@settings(max_examples=300, deadline=None)
+def test_rows_that_may_be_duplicates_are_those_sharing_start_trace_and_duration(rows):
+    """The large frame's candidates (sorted starts, then trace and duration among ties) are exactly the rows
+    whose start, trace and duration another row shares, in any order of the rows."""
+    import polars as pl
+
+    from ddprof.ingestion.job import _same_time
+
+    df = pl.DataFrame(rows, schema={"ts_ns": pl.Int64, "dur_ns": pl.Int64, "_trace": pl.UInt32, "x": pl.Int64},
+                      orient="row")
+    expected = set(df.with_row_index().filter(pl.struct("_trace", "ts_ns", "dur_ns").is_duplicated())
+                   .get_column("index").to_list())
+    assert set(_same_time(df).tolist()) == expected
 
 
 def test_absurd_durations_are_dropped_by_name_with_nothing_on_stderr(tmp_path, capfd):
