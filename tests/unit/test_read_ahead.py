@@ -73,6 +73,20 @@ def test_a_file_read_ahead_gives_the_frame_it_gives_read_here(path):
     assert read_ahead._child is None
 
 
+@pytest.mark.parametrize("events", [1, 5_000, 10**9])
+def test_runs_handed_over_together_give_the_frame_of_each_alone(events):
+    """The child hands runs over in pieces of PIECE_EVENTS events: joined runs (instants and metadata rows
+    among them, columns with nulls beside columns without) make the frame each run makes alone."""
+    from ddprof.readers.kineto import plain
+
+    with mock.patch.object(plain, "PIECE_EVENTS", events):
+        pieces: list[object] = []
+        plain.read_plain(LARGE, pieces.append)
+    runs = [p for p in pieces if isinstance(p, plain.Run)]
+    assert len(runs) == 46 if events == 1 else 1 < len(runs) < 46 if events == 5_000 else len(runs) == 1
+    same(kineto._from_pieces(pieces), read_here(LARGE))
+
+
 def test_a_file_replaced_after_the_child_started_is_read_as_it_is_now(tmp_path):
     """Replaced (a new file under the name) or rewritten in place: the child's pieces of the old one are
     not used, whenever the change lands."""

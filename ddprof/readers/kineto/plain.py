@@ -101,17 +101,56 @@ class Tail:
 Piece = Run | bytes | Tail
 
 
+#: Runs in columns are emitted together once they hold this many events (the process that makes their frame
+#: pays about a millisecond a piece: on the 54 MB trace 47 pieces took 45 ms, 12 pieces 34 ms).
+PIECE_EVENTS = 16_384
+
+
 def read_plain(path: Path, emit: Callable[[Piece], None]) -> None:
-    """Decode ``path`` into plain columns, each run emitted as soon as it is decoded, the :class:`Tail` last;
+    """Decode ``path`` into plain columns, runs emitted in file order as soon as :data:`PIECE_EVENTS` events
+    are decoded (a run the ordinary path must decode at once, after those before it), the :class:`Tail` last;
     :class:`Declined` where anything is not the common case (a file that is not a streamable trace or cannot
     be read, a document nested deeper than the decoder recurses): the ordinary path then reads it, and says
     what is wrong with it."""
     src = Source(path)
+    held: list[Run] = []
+
+    def hold(piece: Piece) -> None:
+        if isinstance(piece, Run):
+            held.append(piece)
+            if sum(r.n for r in held) < PIECE_EVENTS:
+                return
+        if held:
+            emit(joined(held))
+            held.clear()
+        if not isinstance(piece, Run):
+            emit(piece)
+
     try:
-        head = split(src.blocks(), _consumer(emit, _Tables()))
+        head = split(src.blocks(), _consumer(hold, _Tables()))
     except Exception as exc:
         raise Declined(f"{type(exc).__name__}: {exc}") from None
+    if held:
+        emit(joined(held))
     emit(Tail({f: getattr(head, f) for f in head.__struct_fields__}, src.sha1.hexdigest(), src.size))
+
+
+def joined(runs: list[Run]) -> Run:
+    """Consecutive runs as one: their columns one after the other, rows of rare metadata moved by the rows
+    before them, instants and B/E events and new names in file order; a column holds a null where any does."""
+    if len(runs) == 1:
+        return runs[0]
+    filled = [r for r in runs if r.n]
+    rare, at = [], 0
+    for r in filled:
+        rare += [(i + at, values) for i, values in r.rare]
+        at += r.n
+    columns = {c: b"".join(r.ints[c] for r in filled) for c in (filled[0].ints if filled else {})}
+    return Run(at, b"".join(r.ts for r in filled), b"".join(r.dur for r in filled), columns,
+               frozenset().union(*(r.nulls for r in filled)), b"".join(r.shapes for r in filled),
+               b"".join(r.name for r in filled), b"".join(r.cat for r in filled), rare,
+               [e for r in runs for e in r.timed], [n for r in runs for n in r.names],
+               [c for r in runs for c in r.cats])
 
 
 def _consumer(emit: Callable[[Piece], None], tables: _Tables) -> Callable[[memoryview], None]:
