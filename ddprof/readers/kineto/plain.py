@@ -10,7 +10,8 @@ carry it and the instants and B/E events :class:`.events.Columns` keeps until th
 run (a malformed event, an event :mod:`.events` drops and counts, an integer equal to :data:`NULL`) is
 kept as its text, checked to be whole events, and decoded by :func:`.decode._consume` in the process that
 builds the frame. :meth:`.events.Columns.add_plain` makes of the two kinds the frame :func:`.decode.decode`
-makes of the file, row for row and chunk for chunk.
+makes of the file, row for row (in fewer chunks: runs are handed over together, :data:`PIECE_EVENTS` events
+at a time).
 """
 
 from __future__ import annotations
