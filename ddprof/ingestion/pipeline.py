@@ -31,7 +31,7 @@ from ddprof.ingestion.job import FileResult, ingest_files
 from ddprof.ingestion.manifest import build_manifest, previous_results
 from ddprof.ingestion.store_version import store_fingerprint
 from ddprof.readers.source import file_sha1, quick_digest
-from ddprof.runtime.affinity import cores_for, hold_to_core
+from ddprof.runtime.affinity import core_queue, hold_to_core
 from ddprof.runtime.executors import Executor
 from ddprof.runtime.lifetime import bind_to_parent
 from ddprof.runtime.memory import for_child_processes
@@ -298,13 +298,10 @@ def _run_jobs(todo: list[Path], out: Path, rank_map: dict[str, int] | None, jobs
             from multiprocessing import get_context
 
             context = get_context("spawn")
-            cores = cores_for(workers)
-            queue = None if cores is None else context.SimpleQueue()
-            for core in cores or []:
-                queue.put(core)  # type: ignore[union-attr] # made with the cores
             with for_child_processes(), _polars_threads(max(1, (os.cpu_count() or 1) // workers)), \
                     ProcessPoolExecutor(max_workers=workers, mp_context=context,
-                                        initializer=_start_worker, initargs=(os.getpid(), queue)) as pool:
+                                        initializer=_start_worker,
+                                        initargs=(os.getpid(), core_queue(context, workers))) as pool:
                 futs = {pool.submit(ingest_files, [str(f) for f in unit], str(out), rank_map, rules, lone): unit
                         for unit in units}
                 failure: OutputError | None = None

@@ -105,7 +105,7 @@ def _packages_above(folder: str) -> tuple[str, ...]:
         init = os.path.join(folder, "__init__.py")
         if os.path.isfile(init):
             found.append(init)
-        if folder == _ROOT_DIR or len(folder) <= len(_ROOT_DIR):
+        if len(folder) <= len(_ROOT_DIR):  # the package's own folder (or, for a path outside it, above)
             return tuple(found)
         folder = os.path.dirname(folder)
 

@@ -40,6 +40,18 @@ def cores_for(workers: int) -> list[int] | None:
     return available
 
 
+def core_queue(context: Any, workers: int) -> Any:
+    """A queue (of the ``multiprocessing`` context the workers start in) holding the core of each worker, for
+    :func:`hold_to_core` in each; None where they are left to the scheduler (:func:`cores_for`)."""
+    cores = cores_for(workers)
+    if cores is None:
+        return None
+    queue = context.SimpleQueue()
+    for core in cores:
+        queue.put(core)
+    return queue
+
+
 def hold_to_core(cores: Any) -> None:
     """Hold this process, every thread it has and every thread it starts, to the next core ``cores`` (a
     queue of core numbers, one taken per worker) gives; nothing where it gives none or cannot."""
