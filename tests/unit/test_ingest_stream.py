@@ -4,10 +4,11 @@ Every document is decoded with pieces of 1, 7, 64 and 300 bytes (inflated blocks
 plain JSON) and with the defaults, and compared with a reference computed from ``json.loads`` of the
 same text. Bad input must be a :class:`BadInputError` naming the file, whatever the piece size.
 
-Every test runs twice: the file decoded by :func:`~ddprof.readers.kineto.decode.decode` itself, and decoded
+Every test runs three times: the file decoded by :func:`~ddprof.readers.kineto.decode.decode` itself; decoded
 first into plain columns (:mod:`ddprof.readers.kineto.plain`, as a read-ahead child does) that ``decode``
 then makes the frame of (a file the plain reader declines falls back to the first way, as it does
-after a child).
+after a child); and the same with every other run asked for as its text and decoded by ``decode`` (as the
+process that took a child's pieces does once it has a core free).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import contextlib
 import functools
 import gzip
 import hashlib
+import itertools
 import json
 import math
 import tempfile
@@ -67,24 +69,30 @@ def pieces(block: int | None = None, read: int | None = None, impl: Any = None) 
         yield
 
 
-def _read_here(path: Path) -> Iterator[Any]:
+def _read_here(path: Path, wanted: Any = None) -> Iterator[Any]:
     """What :func:`ddprof.readers.read_ahead.take` gives, read in this process: the plain pieces, or
-    :class:`~ddprof.readers.read_ahead.Lost` where the plain reader declines the file."""
+    :class:`~ddprof.readers.read_ahead.Lost` where the plain reader declines the file (``wanted``: which
+    runs the reader of the pieces asks for as text)."""
     got: list[Any] = []
     try:
-        plain.read_plain(path, got.append)
+        plain.read_plain(path, got.append, wanted)
     except plain.Declined as exc:
         raise read_ahead.Lost(str(exc)) from None
     yield from got
 
 
-@pytest.fixture(autouse=True, params=["decoded here", "plain columns"])
+def _every_other_run_asked(path: Path) -> Iterator[Any]:
+    asks = itertools.count()
+    return _read_here(path, lambda: next(asks) % 2 == 1)
+
+
+@pytest.fixture(autouse=True, params=["decoded here", "plain columns", "plain columns, every other run as text"])
 def reading(request):
     """Run the test with each way of decoding a file (module doc)."""
     if request.param == "decoded here":
         yield
         return
-    with mock.patch.object(read_ahead, "take", _read_here):
+    with mock.patch.object(read_ahead, "take", _read_here if request.param == "plain columns" else _every_other_run_asked):
         yield
 
 

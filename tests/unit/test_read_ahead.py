@@ -3,7 +3,8 @@ when read here, whatever happens to the file or the processes; ``ddprof ingest``
 command does.
 
 That the plain columns make the same frame as the ordinary decoding, on every document shape, cut and
-corruption, is tests/unit/test_ingest_stream.py's (each of its tests runs both ways).
+corruption, with runs asked for as text among them, is tests/unit/test_ingest_stream.py's (each of its tests runs
+every way).
 """
 
 from __future__ import annotations
@@ -85,6 +86,35 @@ def test_runs_handed_over_together_give_the_frame_of_each_alone(events):
     runs = [p for p in pieces if isinstance(p, plain.Run)]
     assert len(runs) == 46 if events == 1 else 1 < len(runs) < 46 if events == 5_000 else len(runs) == 1
     same(kineto._from_pieces(pieces), read_here(LARGE))
+
+
+@pytest.mark.parametrize("asked", ["every run", "every third run", "from the fifth run", "never"])
+def test_runs_asked_for_as_text_give_the_frame_each_gives_decoded(asked):
+    """Runs the process that builds the frame asks for come as their text, after the runs before them (held
+    in columns, not yet handed over): decoded there, they make the frame the file makes."""
+    from ddprof.readers.kineto import plain
+
+    runs = iter(range(10**6))
+    wanted = {"every run": lambda: True, "every third run": lambda: next(runs) % 3 == 0,
+              "from the fifth run": lambda: next(runs) >= 5, "never": lambda: False}[asked]
+    pieces: list[object] = []
+    plain.read_plain(LARGE, pieces.append, wanted)
+    text = [p for p in pieces if isinstance(p, bytes)]
+    assert (not text) if asked == "never" else len(text) > 5
+    same(kineto._from_pieces(pieces), read_here(LARGE))
+
+
+def test_the_child_hands_runs_over_as_text_when_asked():
+    """Once this process takes the pieces it asks for runs as text and decodes them itself: asked for every
+    run, it decodes most of the file here; the frame is the same."""
+    expected = read_here(LARGE)
+    decoded_here = mock.patch.object(kineto, "_consume", wraps=kineto._consume)
+    with mock.patch.object(read_ahead, "ASK_AHEAD", 10**4):
+        assert read_ahead.start(LARGE)
+        with decoded_here as consumed:
+            got = decoded_ahead(LARGE)
+    same(got, expected)
+    assert consumed.call_count > 10  # of the file's ~50 runs, the child decodes the few before the asks came
 
 
 def test_a_file_replaced_after_the_child_started_is_read_as_it_is_now(tmp_path):

@@ -86,13 +86,18 @@ def decode(path: Path) -> Decoded:
 
 def _from_pieces(pieces: Iterable[Piece]) -> Decoded:
     """The file as :mod:`.plain` decoded it (in another process: :mod:`ddprof.readers.read_ahead`), each run
-    added as it comes: in columns, or its text decoded here."""
+    added as it comes: in columns, or its text decoded here. A text that does not decode (it was checked to
+    be whole events only: a string of invalid UTF-8 passes that check) sends the file the ordinary way,
+    which says what is wrong with it."""
     cols, tail = Columns(), None
     for piece in pieces:
         if isinstance(piece, Tail):
             tail = piece
         elif isinstance(piece, bytes):
-            _consume(memoryview(piece), cols)
+            try:
+                _consume(memoryview(piece), cols)
+            except msgspec.DecodeError as exc:
+                raise read_ahead.Lost(f"a run that does not decode ({exc})") from None
         else:
             cols.add_plain(piece)
     if tail is None:

@@ -9,9 +9,11 @@ into tables of the distinct strings, and as plain values the collective metadata
 carry it and the instants and B/E events :class:`.events.Columns` keeps until the file ends. Every other
 run (a malformed event, an event :mod:`.events` drops and counts, an integer equal to :data:`NULL`) is
 kept as its text, checked to be whole events, and decoded by :func:`.decode._consume` in the process that
-builds the frame. :meth:`.events.Columns.add_plain` makes of the two kinds the frame :func:`.decode.decode`
-makes of the file, row for row (in fewer chunks: runs are handed over together, :data:`PIECE_EVENTS` events
-at a time).
+builds the frame. So is a run that process asks for (``wanted``: it has a core free to decode with, and
+:mod:`~ddprof.readers.read_ahead` asks for runs once it has loaded the program), after the cut is checked
+to be whole events and nothing else. :meth:`.events.Columns.add_plain` makes of the two kinds the frame
+:func:`.decode.decode` makes of the file, row for row (in fewer chunks: runs are handed over together,
+:data:`PIECE_EVENTS` events at a time).
 """
 
 from __future__ import annotations
@@ -107,12 +109,13 @@ Piece = Run | bytes | Tail
 PIECE_EVENTS = 16_384
 
 
-def read_plain(path: Path, emit: Callable[[Piece], None]) -> None:
+def read_plain(path: Path, emit: Callable[[Piece], None], wanted: Callable[[], bool] | None = None) -> None:
     """Decode ``path`` into plain columns, runs emitted in file order as soon as :data:`PIECE_EVENTS` events
     are decoded (a run the ordinary path must decode at once, after those before it), the :class:`Tail` last;
     :class:`Declined` where anything is not the common case (a file that is not a streamable trace or cannot
     be read, a document nested deeper than the decoder recurses): the ordinary path then reads it, and says
-    what is wrong with it."""
+    what is wrong with it. ``wanted`` is asked before each run: when it says so, the run is emitted as its
+    text, undecoded (after those before it)."""
     src = Source(path)
     held: list[Run] = []
 
@@ -128,7 +131,7 @@ def read_plain(path: Path, emit: Callable[[Piece], None]) -> None:
             emit(piece)
 
     try:
-        head = split(src.blocks(), _consumer(hold, _Tables()))
+        head = split(src.blocks(), _consumer(hold, _Tables(), wanted))
     except Exception as exc:
         raise Declined(f"{type(exc).__name__}: {exc}") from None
     if held:
@@ -154,12 +157,18 @@ def joined(runs: list[Run]) -> Run:
                [c for r in runs for c in r.cats])
 
 
-def _consumer(emit: Callable[[Piece], None], tables: _Tables) -> Callable[[memoryview], None]:
+def _consumer(emit: Callable[[Piece], None], tables: _Tables,
+              wanted: Callable[[], bool] | None = None) -> Callable[[memoryview], None]:
     """:func:`.stream.split`'s consumer: raises :class:`msgspec.DecodeError` for a bad cut, and only then.
-    The decoders are tried as :func:`.decode._decode_run` tries them; a run neither takes is text."""
+    The decoders are tried as :func:`.decode._decode_run` tries them; a run neither takes is text, and so is
+    a run ``wanted`` asks for (checked to be whole events only)."""
     kinded: dict[str | None, bool] = {}
 
     def consume(text: memoryview) -> None:
+        if wanted is not None and wanted():
+            _whole.decode(text)  # DecodeError: a bad cut
+            emit(bytes(text))
+            return
         for decoder, complete in ((_strict, StrictComplete), (_lenient, Complete)):
             try:
                 run = decoder.decode(text)
