@@ -284,3 +284,34 @@ def test_metadata_is_spread_onto_its_rows_the_last_of_a_row_counting():
     assert out.get_column("pg").null_count() == 4 and out.schema["pg"] == STORED["pg"]
     assert [out.schema[f] for f in STORED] == list(STORED.values())
     assert out.get_column("kind").to_list() == ["comm", "compute", "comm", "compute"]  # kernels with an op
+
+
+def test_each_rows_own_metadata_is_the_same_told_apart_in_python_or_by_polars(monkeypatch):
+    """A row's own metadata is derived once per distinct key: keys told apart in Python (few rows) or by a
+    Polars unique and join (many) give the same frame, nulls and raw bytes among the keys, on a real trace's
+    8,080 marker rows and on rows made to repeat and differ by one field."""
+    import polars as pl
+    from polars.testing import assert_frame_equal
+
+    from ddprof.readers.kineto import link
+    from ddprof.readers.kineto.decode import decode
+    from ddprof.readers.kineto.events import META_SCHEMA
+    from tests.support.paths import trace_set
+
+    dec = decode(next(trace_set("hta/v100-2rank-rank1-large").glob("*.json.gz")))
+    real = dec.meta.with_columns(name=dec.frame.get_column("name").gather(dec.meta.get_column("_row")))
+    base = {"name": "record_param_comms", "coll_name": "allreduce", "dtype": "Float", "in_nelems": 1024,
+            "out_nelems": 1024, "group_size": 8, "pg": "0", "seq": 1, "src_rank": None, "dst_rank": None,
+            "input_dims": b"[[1024]]", "input_type": b'["float"]', "concrete_inputs": None, "in_split": None,
+            "out_split": None}
+    variants = [{}, {"dtype": None}, {"in_nelems": None, "out_nelems": None}, {"coll_name": "send", "dst_rank": 3},
+                {"input_dims": None}, {"name": "nccl:all_to_all", "coll_name": None, "in_split": b"[1, 2]"}]
+    made = pl.DataFrame([{**base, **variants[i % len(variants)], "seq": i, "_row": i} for i in range(300)],
+                        schema={**META_SCHEMA, "name": pl.String()})
+    for rows in (real, made):
+        monkeypatch.setattr(link, "MANY_META", 10**9)
+        in_python = link.own_meta(rows)
+        monkeypatch.setattr(link, "MANY_META", 0)
+        assert_frame_equal(link.own_meta(rows), in_python)
+    assert real.height > 8000 and in_python.height == made.height
+    assert in_python.get_column("coll_op").n_unique() > 2

@@ -33,7 +33,7 @@ import numpy.ma  # noqa: F401 - Polars imports it on its first NumPy -> Series c
 import polars as pl
 
 from ddprof.readers.kineto.categories import CAT_KIND, canonical
-from ddprof.readers.kineto.plain import NULL, RAW_FIELDS, Run
+from ddprof.readers.kineto.plain import ARG_FIELDS, NULL, RAW_FIELDS, Run
 from ddprof.readers.kineto.structs import MAX_DUR_NS, MAX_TS_US, PHASE_OF, Args, Complete
 from ddprof.vocabulary.collective_ops import MARKER_RE
 from ddprof.vocabulary.fields import as_int
@@ -172,7 +172,8 @@ class Columns:
             return
         self.complete += run.n
         if run.rare:
-            self.meta.append(_meta([i for i, _ in run.rare], {i: _args(values) for i, values in run.rare}, self.rows))
+            rows, values = zip(*run.rare)
+            self.meta.append(_meta_of(list(rows), dict(zip(ARG_FIELDS, zip(*values))), self.rows))
         names, cats = _codes(run.name), _codes(run.cat)
         columns = {
             "ts_ns": pl.Series(_to_ns(np.frombuffer(run.ts, dtype=np.float64))),
@@ -338,20 +339,26 @@ def _meta(rows: list[int], args: Sequence[Any] | Mapping[int, Any], base: int) -
     """The collective metadata of some rows of a run (``args``: at least those rows' args; copied out: raw
     fields view the run's text)."""
     sub = [args[i] for i in rows]
-    pgs = (a.pg_name if a.pg_name is not None else a.pg_id for a in sub)  # the group's name, else its id
+    return _meta_of(rows, {f: [getattr(a, f) for a in sub] for f in _META_FIELDS}, base)
+
+
+#: The args' fields the metadata is made of.
+_META_FIELDS = ("coll_name", "in_nelems", "out_nelems", "group_size", "dtype", "pg_name", "pg_id", "seq",
+                "src_rank", "dst_rank", *RAW_FIELDS)
+
+
+def _meta_of(rows: list[int], fields: Mapping[str, Sequence[Any]], base: int) -> pl.DataFrame:
+    """The collective metadata of some rows, given the values of each args' field over them (at least
+    :data:`_META_FIELDS`; :mod:`.plain` hands its rows' args over as values)."""
+    pgs = (n if n is not None else i for n, i in zip(fields["pg_name"], fields["pg_id"]))  # the name, else the id
     columns = {
         "_row": pl.Series(np.asarray(rows, dtype=np.int64) + base, dtype=pl.UInt32),
-        "coll_name": pl.Series([a.coll_name for a in sub], dtype=pl.String),
-        "in_nelems": _ints([a.in_nelems for a in sub]),
-        "out_nelems": _ints([a.out_nelems for a in sub]),
-        "group_size": _ints([a.group_size for a in sub]),
-        "dtype": pl.Series([a.dtype for a in sub], dtype=pl.String),
+        "coll_name": pl.Series(fields["coll_name"], dtype=pl.String),
+        **{f: _ints(list(fields[f])) for f in ("in_nelems", "out_nelems", "group_size", "seq", "src_rank",
+                                               "dst_rank")},
+        "dtype": pl.Series(fields["dtype"], dtype=pl.String),
         "pg": pl.Series([None if p is None else str(p) for p in pgs], dtype=pl.String),
-        "seq": _ints([a.seq for a in sub]),
-        "src_rank": _ints([a.src_rank for a in sub]),
-        "dst_rank": _ints([a.dst_rank for a in sub]),
-        **{name: pl.Series([bytes(getattr(a, name)) or None for a in sub], dtype=pl.Binary)
-           for name in RAW_FIELDS},
+        **{name: pl.Series([bytes(v) or None for v in fields[name]], dtype=pl.Binary) for name in RAW_FIELDS},
     }
     return _frame(columns, META_SCHEMA)
 
