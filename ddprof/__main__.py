@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import gc
+import os
 import sys
+import threading
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 #: The commands that read a trace ahead (:mod:`ddprof.readers.read_ahead`): their options that take a value
 #: and their flags (tests/unit/test_read_ahead.py checks them against the commands); what is left of the
@@ -35,12 +38,36 @@ def main() -> int:
         _read_ahead(sys.argv[1], sys.argv[2:])
     from ddprof.cli import main as cli_main
 
-    code = cli_main()
+    code = cli_main(program=True)
     # The interpreter's shutdown runs collections over every object still alive (Polars' and NumPy's
     # modules, the run just built): ~50 ms after an ingest, for memory the process is about to give back
     # whole. Frozen objects are not traversed; finalisers and atexit handlers run as before.
     gc.freeze()
     return code
+
+
+def run() -> NoReturn:
+    """The console script and ``python -m ddprof``: :func:`main`, then the process ends at once (:func:`_end`)
+    when no thread of the program is left to wait for."""
+    code = main()
+    if threading.active_count() == 1:
+        _end(code)
+    sys.exit(code)
+
+
+def _end(code: int) -> NoReturn:
+    """End the process as the interpreter's exit would, without tearing the interpreter down: the exit
+    handlers run (and with them the finalisers registered for exit: temporary directories), the standard
+    streams are flushed, then the process ends. The teardown frees every module and object one by one, for
+    memory the process gives back whole: measured after ingesting the 54 MB trace, 12-18 ms from the last
+    handler to the process's end against 20-35 ms."""
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: as the interpreter says, the output was lost
+            code = code or 120
+    os._exit(code)
 
 
 class Told(NamedTuple):
@@ -114,4 +141,4 @@ def _store_of(command: str, told: Told, source: Path) -> Path | None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -7,6 +7,7 @@ Commands raise; only :func:`main` turns errors into messages and codes.
 
 from __future__ import annotations
 
+import gc
 import traceback
 from importlib import import_module
 from typing import Any
@@ -53,7 +54,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 class LazyGroup(click.Group):
-    """A group whose commands are imported on first use (click's documented lazy-loading pattern)."""
+    """A group whose commands are imported on first use (click's documented lazy-loading pattern).
+
+    In the ``ddprof`` program (:func:`main` with ``program=True``), what importing a command made (the
+    modules of Polars, NumPy, pyarrow and ddprof: a few hundred thousand objects) lives until the process
+    exits, so it is frozen once loaded (:func:`gc.freeze`): the cyclic collector's full passes then walk only
+    what the command makes. Measured on the 54 MB trace's ingest: one full pass of 21 ms, set off by the
+    first piece decoded, found nothing to free. A library caller's or a test's process is left as it is."""
+
+    freeze_loaded = False
 
     def __init__(self, *args: Any, lazy_commands: dict[str, tuple[str, str]], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -72,6 +81,8 @@ class LazyGroup(click.Group):
         cmd = getattr(import_module(module), attr)
         if not isinstance(cmd, click.Command):
             raise TypeError(f"{module}:{attr} is not a click command")
+        if self.freeze_loaded:
+            gc.freeze()
         return cmd
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -92,8 +103,10 @@ def cli() -> None:
     """Where the time went in a distributed training job: ingest Kineto traces, analyse them."""
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Console entry point: runs the CLI and turns ddprof errors into messages and exit codes."""
+def main(argv: list[str] | None = None, program: bool = False) -> int:
+    """Console entry point: runs the CLI and turns ddprof errors into messages and exit codes. ``program``:
+    this process is the ``ddprof`` program, and ends with the command (:class:`LazyGroup`)."""
+    LazyGroup.freeze_loaded = program
     try:
         rv = cli.main(args=argv, prog_name="ddprof", standalone_mode=False)
     except DdprofError as exc:

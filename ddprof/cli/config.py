@@ -27,11 +27,6 @@ from typing import Any
 from ddprof.errors import UsageError
 from ddprof.vocabulary.collective_ops import RuleError, parse_rule
 
-try:
-    import tomllib
-except ImportError:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
-
 CONFIG_NAME = "ddprof.toml"
 
 
@@ -45,6 +40,10 @@ class Config:
 
 
 def _read(path: Path) -> dict[str, Any]:
+    try:  # the parser loaded only where a file is found (most commands find none)
+        import tomllib
+    except ImportError:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:

@@ -14,7 +14,7 @@ from ddprof.cli.common import (
 from ddprof.cli.config import comm_kernel_rules
 from ddprof.cli.progress import ingest_progress
 from ddprof.ingestion import ingest as run_ingest
-from ddprof.render.text import render_run
+from ddprof.render.run import render_run
 
 
 @click.command()

@@ -13,14 +13,12 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-import msgspec
-
 from ddprof.analyses.sections import tables
+from ddprof.render.run import WIDTH, item, render_run
 from ddprof.report.display import Drawn, draw
-from ddprof.report.schema import HealthFinding, RunSection, rows
-from ddprof.vocabulary.units import fmt_ranges, fmt_spans
+from ddprof.report.schema import HealthFinding, rows
+from ddprof.vocabulary.units import fmt_ranges
 
-WIDTH = 100
 MAX_ROWS = 40
 HEALTH_TITLE = "Trace health: what this trace cannot tell (read before the numbers)"
 
@@ -55,55 +53,6 @@ def drawn_table(d: Drawn) -> str:
     return "\n".join([*lines[:2], d.note[:WIDTH], "", *lines[2:]])
 
 
-def render_run(summary: dict[str, Any], run_warnings: bool = True) -> str:
-    """The ``run`` section (:meth:`ddprof.store.rundir.Run.summary`) as text: one line about the run, a row
-    per rank, the failed inputs and the warnings (the run's own only with ``run_warnings``: the whole
-    report lists them once, at its end)."""
-    run = msgspec.convert(summary, RunSection)
-    world = run.world_size
-    head = (f"run: {len(run.ranks)} rank(s)" + (f" of {world}" if world else "")
-            + f", backend {run.backend or '?'}, {(run.device or '').upper()} trace"
-            + (f", steps {fmt_ranges(run.steps)}" if run.steps else ", no ProfilerStep"))
-    hosts = any(p.host for p in run.per_rank)
-    host_head = f" {'host':<16}" if hosts else ""
-    # the CPUs each rank was bound to, where the ranks were bound apart (ranks sharing a CPU are slowed together)
-    cpus = len({p.cpus for p in run.per_rank}) > 1 and all(p.cpus for p in run.per_rank)
-    cpus_head = f" {'cpus':<9}" if cpus else ""
-    windows = any((p.windows or 1) > 1 for p in run.per_rank)  # profiling windows, where several
-    win_head = f" {'windows':>7}" if windows else ""
-    # a CPU-only run (gloo) has no kernels: its column would be zeros; "comm" counts its gloo ops
-    kernels = run.device != "cpu" or any(p.kernels for p in run.per_rank)
-    kern_head = f" {'kernels':>8}" if kernels else ""
-    lines = [head, "", f"{'rank':>5}{host_head}{cpus_head} {'events':>9}{kern_head} {'comm':>6} {'span ms':>10}{win_head}  steps"]
-    for p in run.per_rank:
-        span = f"{p.span_us / 1e3:10.3f}" if p.span_us is not None else f"{'-':>10}"
-        host = f" {(p.host or '-')[:16]:<16}" if hosts else ""
-        bound = f" {(p.cpus or '-')[:9]:<9}" if cpus else ""
-        win = f" {p.windows or '-':>7}" if windows else ""
-        kern = f" {p.kernels:>8}" if kernels else ""
-        lines.append(f"{p.rank:>5}{host}{bound} {p.events:>9}{kern} {p.comm_events:>6} {span}{win}  "
-                     f"{fmt_spans(p.step_ranges) or '-'}")
-    if windows:
-        lines.append("span: the traced time, each rank's windows added up (the time between two windows was "
-                     "not traced)")
-    if run.failed:
-        lines += ["", f"failed inputs ({len(run.failed)}):"]
-        lines += [_item(str(f.error)) for f in run.failed]
-    other = [w for w in run.warnings if run_warnings and not any(w == f.error for f in run.failed)]
-    rank_w = [(p.rank, w) for p in run.per_rank for w in p.warnings]
-    if other or rank_w:
-        lines += ["", "warnings:"]
-        lines += [_item(w) for w in other]
-        lines += [_item(f"rank {r}: {w}") for r, w in rank_w]
-    return "\n".join(lines)
-
-
-def _item(text: str) -> str:
-    """A bullet wrapped to 100 columns (long paths are not broken)."""
-    return textwrap.fill(text, width=WIDTH, initial_indent="  - ", subsequent_indent="    ",
-                         break_long_words=False, break_on_hyphens=False)
-
-
 def health_findings(findings: list[HealthFinding]) -> list[str]:
     """The ``health`` findings as sentences, one per finding over all its ranks (the text and the HTML
     report list them)."""
@@ -126,7 +75,7 @@ def _health_section(findings: list[HealthFinding]) -> str:
     if not sentences:
         return ""
     lines = [HEALTH_TITLE, "-" * len(HEALTH_TITLE)]
-    return "\n".join(lines + [_item(s) for s in sentences])
+    return "\n".join(lines + [item(s) for s in sentences])
 
 
 def render_text(report: dict[str, Any]) -> str:

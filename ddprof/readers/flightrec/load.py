@@ -10,11 +10,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ddprof.errors import BadInputError, RankError
-from ddprof.readers.flightrec.dump import parse_dump
-from ddprof.readers.flightrec.records import FRDump
 from ddprof.readers.flightrec.unpickle import looks_like_pickle, read_dump_object
+
+if TYPE_CHECKING:  # the records' parser is loaded when a dump is read, not when a file is only recognised
+    from ddprof.readers.flightrec.records import FRDump
 
 __all__ = ["SKIPPED_SUFFIXES", "DumpSet", "load_dump", "load_dump_dir", "is_flight_recorder_dir"]
 
@@ -40,6 +42,8 @@ class DumpSet:
 
 def load_dump(path: str | Path) -> FRDump:
     """Read and validate one dump file (pickle or JSON). Raises BadInputError naming the file and rank."""
+    from ddprof.readers.flightrec.dump import parse_dump
+
     return parse_dump(read_dump_object(path), path)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ddprof.readers.flightrec.load import (
     DumpSet,
@@ -15,7 +16,9 @@ from ddprof.readers.flightrec.load import (
     load_dump_files,
     looks_like_dump,
 )
-from ddprof.readers.flightrec.records import FRDump
+
+if TYPE_CHECKING:
+    from ddprof.readers.flightrec.records import FRDump
 
 #: Names PyTorch and ddprof's collector give dumps: ``fr_trace_rank_3``, ``nccl_trace_rank_3``, ``_dump_3``.
 _DUMP_NAME = re.compile(r"(?:^(?:fr|nccl)_trace_rank_|_dump_)\d+$")

@@ -34,7 +34,6 @@ from ddprof.errors import BadInputError
 from ddprof.readers.source import gzipped
 from ddprof.vocabulary.fields import as_int
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
 #: Tables every Nsight Systems SQLite export holds (``nsys export --type sqlite``), whatever was traced.
 NSYS_TABLES = frozenset({"StringIds", "TARGET_INFO_SESSION_START_TIME"})
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"

@@ -13,19 +13,21 @@ one or several), which the ingest pipeline stores as separate ranks.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
-
-import polars as pl
+from typing import TYPE_CHECKING
 
 from ddprof.errors import BadInputError
 from ddprof.readers.base import Identity, Opened
-from ddprof.readers.nsys.events import member_counts, read_exports
-from ddprof.readers.nsys.export import SQLITE_MAGIC, connect, open_export
 from ddprof.readers.source import file_sha1
-from ddprof.vocabulary.collective_ops import CommRule
 
+if TYPE_CHECKING:  # SQLite and what reads an export are loaded when one is opened, not to recognise a file
+    import polars as pl
+
+    from ddprof.vocabulary.collective_ops import CommRule
+
+#: The first bytes of an SQLite database.
+SQLITE_MAGIC = b"SQLite format 3\x00"
 #: Names of exports in a directory tree (what ``nsys export --type sqlite`` writes).
 SUFFIXES = (".sqlite", ".sqlite3")
 #: Where an export records a rank (torchrun's ``RANK``, ``WORLD_SIZE`` in the launched process's environment).
@@ -47,6 +49,11 @@ class NsysReader:
         return head.startswith(SQLITE_MAGIC)
 
     def open(self, path: Path) -> Opened:
+        import sqlite3
+
+        from ddprof.readers.nsys.events import member_counts
+        from ddprof.readers.nsys.export import connect, open_export
+
         export = open_export(path)
         if not export.members:
             raise BadInputError("an Nsight Systems export with no GPU activity (no CUDA kernel, copy or set "
@@ -74,4 +81,6 @@ class NsysReader:
 
     def read(self, opened: Sequence[Opened], ranks: Sequence[int],
              rules: tuple[CommRule, ...]) -> tuple[pl.DataFrame, list[list[str]]]:
+        from ddprof.readers.nsys.events import read_exports
+
         return read_exports([o.state for o in opened], ranks, rules), [[] for _ in opened]
