@@ -62,5 +62,3 @@ def item(text: str) -> str:
     """A bullet wrapped to 100 columns (long paths are not broken)."""
     return textwrap.fill(text, width=WIDTH, initial_indent="  - ", subsequent_indent="    ",
                          break_long_words=False, break_on_hyphens=False)
-
-

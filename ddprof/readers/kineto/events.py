@@ -65,7 +65,7 @@ def _to_ns(us: np.ndarray) -> np.ndarray:
     return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000).astype(np.int64)
 
 
-def _ints(values: list[Any]) -> pl.Series:
+def _ints(values: Sequence[Any]) -> pl.Series:
     """Int64 column; values spelled otherwise (``"0x0"``, ``7.0``) go through :func:`ddprof.vocabulary.fields.as_int`."""
     try:
         return pl.Series(values, dtype=pl.Int64)
@@ -354,8 +354,7 @@ def _meta_of(rows: list[int], fields: Mapping[str, Sequence[Any]], base: int) ->
     columns = {
         "_row": pl.Series(np.asarray(rows, dtype=np.int64) + base, dtype=pl.UInt32),
         "coll_name": pl.Series(fields["coll_name"], dtype=pl.String),
-        **{f: _ints(list(fields[f])) for f in ("in_nelems", "out_nelems", "group_size", "seq", "src_rank",
-                                               "dst_rank")},
+        **{f: _ints(fields[f]) for f in ("in_nelems", "out_nelems", "group_size", "seq", "src_rank", "dst_rank")},
         "dtype": pl.Series(fields["dtype"], dtype=pl.String),
         "pg": pl.Series([None if p is None else str(p) for p in pgs], dtype=pl.String),
         **{name: pl.Series([bytes(v) or None for v in fields[name]], dtype=pl.Binary) for name in RAW_FIELDS},
