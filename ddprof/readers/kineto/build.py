@@ -30,6 +30,7 @@ import polars as pl
 from ddprof.readers.kineto.categories import CAT_KIND, GPU_CATS, KNOWN_CATS
 from ddprof.readers.kineto.comm_rows import communication
 from ddprof.readers.kineto.decode import Decoded
+from ddprof.readers.kineto.events import MetaRows
 from ddprof.readers.kineto.link import STORED, rows
 from ddprof.readers.steps import assign_steps
 from ddprof.store.schema import Kind, conform
@@ -76,9 +77,12 @@ def build_events(decs: Sequence[Decoded], ranks: Sequence[int],
     df = frame.with_row_index("_row").with_columns(trace, **_CLASSIFY)
     warnings = [[] if d.categories <= _KNOWN else _unknown_categories(df.slice(int(o), h))
                 for d, o, h in zip(decs, offsets, heights)]
-    meta = decs[0].meta if len(decs) == 1 else pl.concat(
-        [d.meta.with_columns(pl.col("_row") + int(o)) for d, o in zip(decs, offsets)])
-    df = _apply_meta(df, communication(df, meta, [d.distributed_info for d in decs], rules))
+    meta = decs[0].meta_rows
+    if len(decs) > 1:
+        meta = MetaRows()
+        for d, o in zip(decs, offsets):
+            meta.extend(d.meta_rows, int(o))
+    df = _apply_meta(df, communication(df, meta.frame(), [d.distributed_info for d in decs], rules))
     rank = pl.lit(pl.Series("rank", np.repeat(np.asarray(ranks, dtype=np.int32), heights)))
     return conform(df, {**_COLUMNS, "step": assign_steps(df), "rank": rank}).hstack([trace]), warnings
 

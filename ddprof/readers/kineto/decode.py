@@ -25,7 +25,7 @@ import polars as pl
 from ddprof.errors import BadInputError
 from ddprof.readers import read_ahead
 from ddprof.readers.kineto.depth import decode_shallow, retry_shallow
-from ddprof.readers.kineto.events import Columns
+from ddprof.readers.kineto.events import Columns, MetaRows
 from ddprof.readers.kineto.plain import Piece, Tail
 from ddprof.readers.kineto.stream import MAX_HEAD, Header, InvalidJSON, NotStreamable, split
 from ddprof.readers.kineto.structs import (
@@ -53,7 +53,7 @@ class Decoded:
     collective metadata of the few rows that carry it (:data:`events.META_SCHEMA`)."""
 
     frame: pl.DataFrame
-    meta: pl.DataFrame
+    meta_rows: MetaRows  # made a frame when asked for (:attr:`meta`), or with other traces' (:mod:`.build`)
     distributed_info: dict[str, Any] | None
     base_time_ns: int | None
     device_properties: list[Any]
@@ -64,6 +64,11 @@ class Decoded:
     uncompressed_bytes: int = 0
     categories: frozenset[str | None] = frozenset()  # the distinct values of ``frame``'s ``cat``
     header_keys: frozenset[str] = frozenset()  # the document's top-level keys among :class:`.stream.Header`'s
+
+    @property
+    def meta(self) -> pl.DataFrame:
+        """The metadata as a frame (:data:`.events.META_SCHEMA`)."""
+        return self.meta_rows.frame()
 
 
 def decode(path: Path) -> Decoded:
@@ -110,7 +115,7 @@ def _decoded(cols: Columns, head: Header, sha1: str, size: int) -> Decoded:
     frame = cols.frame()  # adds the B/E pairs and instants: before the categories are read
     return Decoded(
         frame=frame,
-        meta=cols.meta_frame(),
+        meta_rows=cols.meta,
         distributed_info=info if isinstance(info, dict) else None,
         base_time_ns=base if isinstance(base, int) and not isinstance(base, bool) else None,
         device_properties=props if isinstance(props, list) else [],

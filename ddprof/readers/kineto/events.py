@@ -92,7 +92,7 @@ class Columns:
         self.rows = 0
         self.complete = 0  # 'X' events seen, kept or not
         self.dropped: Counter[str] = Counter()
-        self.meta: list[pl.DataFrame] = []
+        self.meta = MetaRows()
         self._marker_names: dict[str, bool] = {}
         self._cats: dict[str | None, str | None] = {}
         self._instant_cats: dict[str | None, bool] = {}  # whether an instant of this category is kept
@@ -142,7 +142,7 @@ class Columns:
         if named.count(None) < len(named):  # new-format metadata: on few rows
             rare.update(i for i, c in enumerate(named) if c is not None)
         if rare:
-            self.meta.append(_meta(sorted(rare), args, self.rows))
+            self.meta.add(sorted(rare), args, self.rows)
         columns = {
             "ts_ns": pl.Series(_to_ns(ts_us)),
             "dur_ns": pl.Series(_to_ns(dur_us)),
@@ -173,7 +173,7 @@ class Columns:
         self.complete += run.n
         if run.rare:
             rows, values = zip(*run.rare)
-            self.meta.append(_meta_of(list(rows), dict(zip(ARG_FIELDS, zip(*values))), self.rows))
+            self.meta.add_values(rows, dict(zip(ARG_FIELDS, zip(*values))), self.rows)
         names, cats = _codes(run.name), _codes(run.cat)
         columns = {
             "ts_ns": pl.Series(_to_ns(np.frombuffer(run.ts, dtype=np.float64))),
@@ -239,9 +239,6 @@ class Columns:
             self.add(matched, sum(dropped.values()))
         frames, self.frames = self.frames, []
         return pl.concat(frames, rechunk=False) if frames else pl.DataFrame(schema=RAW_SCHEMA)
-
-    def meta_frame(self) -> pl.DataFrame:
-        return pl.concat(self.meta) if self.meta else pl.DataFrame(schema=META_SCHEMA)
 
 
 class PlainTables:
@@ -335,31 +332,52 @@ class _Pairs:
         return [c for _, c in sorted(found, key=lambda f: f[0])], dropped
 
 
-def _meta(rows: list[int], args: Sequence[Any] | Mapping[int, Any], base: int) -> pl.DataFrame:
-    """The collective metadata of some rows of a run (``args``: at least those rows' args; copied out: raw
-    fields view the run's text)."""
-    sub = [args[i] for i in rows]
-    return _meta_of(rows, {f: [getattr(a, f) for a in sub] for f in _META_FIELDS}, base)
-
-
 #: The args' fields the metadata is made of.
 _META_FIELDS = ("coll_name", "in_nelems", "out_nelems", "group_size", "dtype", "pg_name", "pg_id", "seq",
                 "src_rank", "dst_rank", *RAW_FIELDS)
+_INT_FIELDS = ("in_nelems", "out_nelems", "group_size", "seq", "src_rank", "dst_rank")
 
 
-def _meta_of(rows: list[int], fields: Mapping[str, Sequence[Any]], base: int) -> pl.DataFrame:
-    """The collective metadata of some rows, given the values of each args' field over them (at least
-    :data:`_META_FIELDS`; :mod:`.plain` hands its rows' args over as values)."""
-    pgs = (n if n is not None else i for n, i in zip(fields["pg_name"], fields["pg_id"]))  # the name, else the id
-    columns = {
-        "_row": pl.Series(np.asarray(rows, dtype=np.int64) + base, dtype=pl.UInt32),
-        "coll_name": pl.Series(fields["coll_name"], dtype=pl.String),
-        **{f: _ints(fields[f]) for f in ("in_nelems", "out_nelems", "group_size", "seq", "src_rank", "dst_rank")},
-        "dtype": pl.Series(fields["dtype"], dtype=pl.String),
-        "pg": pl.Series([None if p is None else str(p) for p in pgs], dtype=pl.String),
-        **{name: pl.Series([bytes(v) or None for v in fields[name]], dtype=pl.Binary) for name in RAW_FIELDS},
-    }
-    return _frame(columns, META_SCHEMA)
+class MetaRows:
+    """The collective metadata of the few rows that can carry it (:data:`META_SCHEMA`), kept as plain values
+    until a frame is asked for: the rows of every run of a trace, and of every trace built together
+    (:func:`ddprof.readers.kineto.build.build_events`), become one frame (its columns cost ~0.3 ms to make
+    whatever their length: a small trace's metadata was a tenth of its ingest)."""
+
+    def __init__(self) -> None:
+        self.rows: list[int] = []
+        self.fields: dict[str, list[Any]] = {f: [] for f in _META_FIELDS}
+
+    def add(self, rows: list[int], args: Sequence[Any] | Mapping[int, Any], base: int) -> None:
+        """Some rows of a run (``args``: at least those rows' args, whose raw fields view the run's text)."""
+        sub = [args[i] for i in rows]
+        self.add_values(rows, {f: [getattr(a, f) for a in sub] for f in _META_FIELDS}, base)
+
+    def add_values(self, rows: Sequence[int], fields: Mapping[str, Sequence[Any]], base: int) -> None:
+        """Some rows of a run, given the values of each args' field over them (at least :data:`_META_FIELDS`;
+        :mod:`.plain` hands its rows' args over as values); the raw fields are copied out."""
+        self.rows += [r + base for r in rows]
+        for f, values in self.fields.items():
+            values += [bytes(v) or None for v in fields[f]] if f in RAW_FIELDS else fields[f]
+
+    def extend(self, other: MetaRows, offset: int) -> None:
+        """Append ``other``'s rows, their row numbers moved by ``offset``."""
+        self.rows += [r + offset for r in other.rows]
+        for f, values in self.fields.items():
+            values += other.fields[f]
+
+    def frame(self) -> pl.DataFrame:
+        fields = self.fields
+        pgs = (n if n is not None else i for n, i in zip(fields["pg_name"], fields["pg_id"]))  # the name, else the id
+        columns = {
+            "_row": pl.Series(self.rows, dtype=pl.UInt32),
+            "coll_name": pl.Series(fields["coll_name"], dtype=pl.String),
+            **{f: _ints(fields[f]) for f in _INT_FIELDS},
+            "dtype": pl.Series(fields["dtype"], dtype=pl.String),
+            "pg": pl.Series([None if p is None else str(p) for p in pgs], dtype=pl.String),
+            **{name: pl.Series(fields[name], dtype=pl.Binary) for name in RAW_FIELDS},
+        }
+        return _frame(columns, META_SCHEMA)
 
 
 def _frame(columns: dict[str, pl.Series], schema: dict[str, pl.DataType]) -> pl.DataFrame:
