@@ -9,6 +9,9 @@ sum of the RSS of the process and its children, sampled every 50 ms):
 
 * ``ddprof ingest TRACES -o RUN`` (a process pool on every core);
 * ``ddprof analyze RUN --format json`` (the whole report, a group of ranks at a time);
+* the floor under any reader of the traces: a process that reads every trace and decodes its events with
+  ingest's own typed decoders, on a process pool of every core, and keeps nothing (the interpreter's
+  start and the pool's included): what ingest costs beyond it builds, checks and writes the store;
 * HTA (``holistictraceanalysis``): ``TraceAnalysis(trace_dir)`` then ``get_comm_comp_overlap``,
   ``get_temporal_breakdown`` and ``get_idle_time_breakdown`` on every rank, in a process bounded by an
   address-space limit (``--hta-mem-gb``) and a timeout (``--hta-timeout``); where it fails, the table says
@@ -50,6 +53,30 @@ ta.get_comm_comp_overlap(visualize=False)
 ta.get_temporal_breakdown(visualize=False)
 ta.get_idle_time_breakdown(ranks=ranks, visualize=False)
 print("HTA-OK", len(ranks))
+"""
+
+FLOOR_SCRIPT = r"""
+import os, sys, msgspec
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from ddprof.readers.kineto.stream import split
+from ddprof.readers.kineto.structs import LENIENT_RUN, STRICT_RUN
+
+def read_and_decode(path):
+    strict, lenient = msgspec.json.Decoder(STRICT_RUN), msgspec.json.Decoder(LENIENT_RUN)
+    def consume(text):
+        try:
+            strict.decode(text)
+        except msgspec.ValidationError:
+            lenient.decode(text)
+    with open(path, "rb") as fh:
+        split(iter(lambda: fh.read(1 << 20), b""), consume)
+
+if __name__ == "__main__":
+    files = sorted(str(f) for f in Path(sys.argv[1]).glob("*.pt.trace.json"))
+    with ProcessPoolExecutor(os.cpu_count()) as pool:
+        list(pool.map(read_and_decode, files, chunksize=4))
+    print("FLOOR-OK", len(files))
 """
 
 
@@ -144,8 +171,9 @@ def main() -> int:
     rows = []
     base: tuple[float, float] | None = None  # the smallest size's µs/event (ingest, analyze)
     hta_stopped: str | None = None
-    header = ("| ranks | events | ingest s | ingest µs/event | ingest peak GB | analyze s | analyze µs/event | "
-              "analyze peak GB | ingest × linear | analyze × linear | HTA parse+3 s | HTA µs/event | HTA peak GB |")
+    header = ("| ranks | events | ingest s | ingest µs/event | ingest peak GB | floor s | ingest × floor | analyze s | "
+              "analyze µs/event | analyze peak GB | ingest × linear | analyze × linear | HTA parse+3 s | HTA µs/event | "
+              "HTA peak GB |")
     print(f"host: {os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB; load {os.getloadavg()[0]:.1f}; work dir {work}", flush=True)
     try:
         for n in [int(x) for x in args.ranks.split(",")]:
@@ -158,6 +186,10 @@ def main() -> int:
             ing = measure([*ddprof_cmd, "ingest", str(traces), "-o", str(run), "-q"])
             if ing.rc != 0:
                 print(ing.tail)
+                return 1
+            floor = measure([sys.executable, "-c", FLOOR_SCRIPT, str(traces)])
+            if floor.rc != 0 or "FLOOR-OK" not in floor.tail:
+                print(floor.tail)
                 return 1
             ana = measure([*ddprof_cmd, "analyze", str(run), "--format", "json", "-o", str(size_dir / "report.json")])
             if ana.rc not in (0, 1):
@@ -183,7 +215,7 @@ def main() -> int:
             rate = (ing.wall_s / events, ana.wall_s / events)
             base = base or rate
             row = (f"| {n:,} | {events / 1e6:.2f} M | {ing.wall_s:.1f} | {rate[0] * 1e6:.2f} | "
-                   f"{ing.peak_bytes / 2**30:.2f} | {ana.wall_s:.1f} | {rate[1] * 1e6:.2f} | "
+                   f"{ing.peak_bytes / 2**30:.2f} | {floor.wall_s:.1f} | {ing.wall_s / floor.wall_s:.1f} | {ana.wall_s:.1f} | {rate[1] * 1e6:.2f} | "
                    f"{ana.peak_bytes / 2**30:.2f} | {rate[0] / base[0]:.2f} | {rate[1] / base[1]:.2f} | "
                    f"{hta_cell} | {hta_rate} | {hta_peak} |")
             rows.append(row)
@@ -194,9 +226,9 @@ def main() -> int:
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    table = "\n".join([header, "|" + "---|" * 13, *rows])
+    table = "\n".join([header, "|" + "---|" * 15, *rows])
     note = (f"\n\n{os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB; ~{args.events:,} events per "
-            f"rank; peak = RSS of the process tree; × linear = time over the linear extrapolation from the "
+            f"rank; peak = RSS of the process tree; floor = reading and decoding every trace on every core, nothing kept; × linear = time over the linear extrapolation from the "
             f"smallest size (target ≤ 1.3); load {os.getloadavg()[0]:.1f} at the end; HTA bounded to {args.hta_mem_gb:.0f} GB and {args.hta_timeout:.0f} s.")
     print("\n" + table + note)
     args.out.parent.mkdir(parents=True, exist_ok=True)

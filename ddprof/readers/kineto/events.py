@@ -2,7 +2,8 @@
 
 Only the fields ddprof uses are decoded (msgspec typed structs, no per-event dicts). A chunk becomes a
 Polars frame at once. Collective metadata matters on few rows: collective markers (by name) and rows
-with new-format fields; it is gathered from those rows only, into a small frame of its own.
+with new-format fields; it is gathered from those rows only, as plain values (:class:`MetaRows`), and made a
+small frame of its own once for the trace, or for all the traces built together.
 
 Categories are stored in their modern spelling whatever the trace's generation
 (:func:`ddprof.readers.kineto.categories.canonical`).
