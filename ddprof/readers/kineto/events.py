@@ -342,8 +342,8 @@ _INT_FIELDS = ("in_nelems", "out_nelems", "group_size", "seq", "src_rank", "dst_
 class MetaRows:
     """The collective metadata of the few rows that can carry it (:data:`META_SCHEMA`), kept as plain values
     until a frame is asked for: the rows of every run of a trace, and of every trace built together
-    (:func:`ddprof.readers.kineto.build.build_events`), become one frame (its columns cost ~0.3 ms to make
-    whatever their length: a small trace's metadata was a tenth of its ingest)."""
+    (:func:`ddprof.readers.kineto.build.build_events`), become one frame: its columns cost ~0.3 ms to make
+    whatever their length, a tenth of a small trace's ingest were they made for each run or trace."""
 
     def __init__(self) -> None:
         self.rows: list[int] = []
@@ -368,6 +368,7 @@ class MetaRows:
             values += other.fields[f]
 
     def frame(self) -> pl.DataFrame:
+        """The rows as a frame of :data:`META_SCHEMA` (a process group named by its id where it has no name)."""
         fields = self.fields
         pgs = (n if n is not None else i for n, i in zip(fields["pg_name"], fields["pg_id"]))  # the name, else the id
         columns = {
