@@ -58,6 +58,7 @@ import tempfile
 from pathlib import Path
 
 import msgspec
+from decode_floor import DECODE
 
 from ddprof.ingestion.discover import discover
 
@@ -198,16 +199,8 @@ for f in FILES:
                 inflate.decompress(block)
 t = time.perf_counter() - t0
 """,
-    "decoding": """
-import gzip, time, msgspec
-from ddprof.readers.kineto.stream import split
-from ddprof.readers.kineto.structs import LENIENT_RUN, STRICT_RUN
-strict, lenient = msgspec.json.Decoder(STRICT_RUN), msgspec.json.Decoder(LENIENT_RUN)
-def decode(text):
-    try:
-        strict.decode(text)
-    except msgspec.ValidationError:
-        lenient.decode(text)
+    "decoding": DECODE + """
+import gzip, time
 texts = [gzip.decompress(open(f, 'rb').read()) if f.endswith('.gz') else open(f, 'rb').read() for f in FILES]
 t0 = time.perf_counter()
 for text in texts:

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+from decode_floor import DECODE
 
 from ddprof.synth import Spec, generate
 
@@ -55,22 +56,14 @@ ta.get_idle_time_breakdown(ranks=ranks, visualize=False)
 print("HTA-OK", len(ranks))
 """
 
-FLOOR_SCRIPT = r"""
-import os, sys, msgspec
+FLOOR_SCRIPT = DECODE + r"""
+import os, sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from ddprof.readers.kineto.stream import split
-from ddprof.readers.kineto.structs import LENIENT_RUN, STRICT_RUN
 
 def read_and_decode(path):
-    strict, lenient = msgspec.json.Decoder(STRICT_RUN), msgspec.json.Decoder(LENIENT_RUN)
-    def consume(text):
-        try:
-            strict.decode(text)
-        except msgspec.ValidationError:
-            lenient.decode(text)
     with open(path, "rb") as fh:
-        split(iter(lambda: fh.read(1 << 20), b""), consume)
+        split(iter(lambda: fh.read(1 << 20), b""), decode)
 
 if __name__ == "__main__":
     files = sorted(str(f) for f in Path(sys.argv[1]).glob("*.pt.trace.json"))
