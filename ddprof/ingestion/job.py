@@ -360,6 +360,8 @@ _STEP_DURATIONS = _STEP_ROWS.filter(step_number(_STEP_ROWS.struct.field("name"))
 #: keeps these by name): the pattern is tried on each distinct name of a host op or annotation once.
 _HOST_SPAN_NAMES = pl.col("name").filter(_HOST & pl.col("kind").is_in(["cpu_op", "annotation"])).unique()
 _LOADER_NAMES = _HOST_SPAN_NAMES.filter(_HOST_SPAN_NAMES.str.contains(DATA_LOADER_PATTERN)).sort()
+#: The categories of the rows of kind ``other`` (where an accelerator's events are looked for).
+_OTHER_CATS = pl.col("cat").filter(pl.col("kind") == "other")
 _SUMMARY = {
     "events": pl.len(),
     "kernels": pl.col("kind").is_in(["compute", "comm"]).and_(pl.col("stream").is_not_null()).sum(),
@@ -372,7 +374,7 @@ _SUMMARY = {
     "step_durations": _STEP_DURATIONS,
     "loader_names": _LOADER_NAMES,
     # events of an accelerator ddprof does not analyse (counted by category below only where there are some)
-    "accelerator": pl.col("cat").filter(pl.col("kind") == "other").str.contains(ACCELERATOR_CAT_PATTERN).sum(),
+    "accelerator": _OTHER_CATS.str.contains(ACCELERATOR_CAT_PATTERN).sum(),
 }
 _LISTS = ("steps", "step_durations", "loader_names")
 #: The same of a frame of one trace, without grouping (a group-by costs ~3 ms more on a 50k-event trace).
@@ -397,7 +399,7 @@ def _summarise(df: pl.DataFrame, s: dict[str, Any], res: FileResult) -> None:
     res.steps, res.loader_names = s["steps"], list(s["loader_names"])
     res.windows = _windows(df, np.asarray(s["step_durations"], dtype=np.int64))
     if s["accelerator"]:
-        acc = df.filter((pl.col("kind") == "other") & pl.col("cat").str.contains(ACCELERATOR_CAT_PATTERN))
+        acc = df.select(_OTHER_CATS).filter(pl.col("cat").str.contains(ACCELERATOR_CAT_PATTERN))
         res.accelerator_events = {str(c): int(n) for c, n in acc.group_by("cat").len().sort("cat").iter_rows()}
 
 

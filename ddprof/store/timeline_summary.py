@@ -286,13 +286,14 @@ def summarise(df: pl.DataFrame, cells: int | None = None, events: int | None = N
     dense = remap[channel]
     fine = np.zeros((len(GROUPS) * CHANNELS, n), dtype=np.float32)
     fine[used] = occupancy(rel, rel_end, dense, used.size, 0.0, float(1 << k), n)
+    rows = used.tolist()  # the channels some event is on: its class's, and its group's count
     for g in range(len(GROUPS)):
         on = group == g
         if on.any():
-            fine[g * CHANNELS + len(CLASSES)] = np.bincount((start[on] >> k) - first, minlength=n)[:n]
+            rows.append(g * CHANNELS + len(CLASSES))
+            fine[rows[-1]] = np.bincount((start[on] >> k) - first, minlength=n)[:n]
     c_first, c_n = cells_at(lo, hi, k + COARSE_SHIFT)
-    rows = np.flatnonzero(np.bincount(np.r_[channel, group * CHANNELS + len(CLASSES)], minlength=len(fine)))
-    coarse = np.zeros((len(fine), c_n), dtype=np.float32)  # the channels no event is on stay zero
+    coarse = np.zeros((len(fine), c_n), dtype=np.float32)  # the other channels stay zero
     coarse[rows] = rebin(fine[rows], first, k, k + COARSE_SHIFT, c_first, c_n)
     steps = _steps(group, df.get_column("_step").to_numpy()[idx], start, end)
     big = np.flatnonzero(end - start > LONG_MIN_NS)
