@@ -19,7 +19,7 @@ from pathlib import Path
 from ddprof.collectors import layout
 from ddprof.collectors.rankinfo import RankInfo, detect_rank
 
-from ddprof.store.atomic import write_atomic
+from ddprof.store.atomic import write_bytes_atomic
 
 log = logging.getLogger("ddprof.collectors")
 
@@ -87,4 +87,4 @@ def dump(run_dir: Path, rank: int, backend: str | None) -> Path:
     if fn is None:
         raise RuntimeError("this torch build has no Flight Recorder dump (_dump_nccl_trace/_dump_fr_trace)")
     data = fn()
-    return write_atomic(layout.fr_path(run_dir, rank), lambda p: p.write_bytes(data))
+    return write_bytes_atomic(layout.fr_path(run_dir, rank), data)

@@ -27,17 +27,16 @@ _HOST = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "host"
 _TMP = re.compile(r"^\..+\.tmp-(?:(?P<host>[A-Za-z0-9._]+)-(?P<pid>\d+)-)?[a-z0-9_]+$")
 
 
-def _create_tmp(path: Path) -> Path:
-    """A new empty temporary sibling of ``path``, with the permissions a plain ``open()`` gives a new file
-    (``0o666`` less the umask, applied by the kernel; ``mkstemp``'s are a private ``0o600``, and reading the
-    umask to widen them costs as much as the rest of a small file's write)."""
+def _open_tmp(path: Path) -> tuple[Path, int]:
+    """A new empty temporary sibling of ``path``, open for writing, with the permissions a plain ``open()``
+    gives a new file (``0o666`` less the umask, applied by the kernel; ``mkstemp``'s are a private ``0o600``,
+    and reading the umask to widen them costs as much as the rest of a small file's write)."""
     for _ in range(100):
         tmp = path.with_name(f".{path.name}.tmp-{_HOST}-{os.getpid()}-{os.urandom(4).hex()}")
         try:
-            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except FileExistsError:
             continue
-        return tmp
     raise FileExistsError(errno.EEXIST, "no free temporary name", str(path))  # pragma: no cover
 
 
@@ -54,19 +53,45 @@ def write_atomic(path: str | Path, writer: Callable[[Path], object], *,
 
     The file gets the permissions a plain ``open()`` would give it (``0o666`` less the umask), not
     ``mkstemp``'s private ``0o600``: run dirs are often shared with teammates. A writer that replaces the
-    file rather than writing into it must keep that mode.
+    file rather than writing into it must keep that mode. Bytes already in memory: :func:`write_bytes_atomic`.
     """
-    path = Path(path)
+    def fill(tmp: Path, fd: int) -> None:
+        os.close(fd)
+        writer(tmp)
+        if durable:
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
+
+    return _replace(Path(path), fill, needed)
+
+
+def write_bytes_atomic(path: str | Path, data: bytes, *, durable: bool = True) -> Path:
+    """:func:`write_atomic` of bytes already in memory, written and synced through the one descriptor that
+    created the temporary file (a writer given a path opens it again, and once more to sync it)."""
+    def fill(tmp: Path, fd: int) -> None:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    return _replace(Path(path), fill, lambda: len(data))
+
+
+def _replace(path: Path, fill: Callable[[Path, int], None], needed: Callable[[], int] | None) -> Path:
+    """``fill(tmp_path, fd)`` (``fd``: the temporary file, open for writing; ``fill`` closes it), then
+    ``tmp_path`` renamed to ``path``; any failure removes the temporary file, one of the system's raised as
+    :func:`output_error`."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp_path = _create_tmp(path)
+        tmp_path, fd = _open_tmp(path)
     except OSError as exc:
         raise output_error(path, exc, needed) from None
     try:
-        writer(tmp_path)
-        if durable:
-            with open(tmp_path, "rb") as fh:
-                os.fsync(fh.fileno())
+        fill(tmp_path, fd)
         os.replace(tmp_path, path)
     except BaseException as exc:
         tmp_path.unlink(missing_ok=True)
@@ -173,8 +198,7 @@ def _alive(pid: int) -> bool:
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:
-    data = text.encode("utf-8")
-    return write_atomic(path, lambda p: p.write_bytes(data), needed=lambda: len(data))
+    return write_bytes_atomic(path, text.encode("utf-8"))
 
 
 def json_text(obj: Any) -> str:

@@ -42,7 +42,7 @@ import numpy as np
 import polars as pl
 
 from ddprof.errors import OutputError
-from ddprof.store.atomic import write_atomic
+from ddprof.store.atomic import write_bytes_atomic
 
 _deflate: Any = zlib  # ISA-L deflates the cells 7x faster at the same level, in zlib's format (read by zlib)
 try:
@@ -356,14 +356,10 @@ def write_summary(df: pl.DataFrame, part: Path, drawn_lanes: pl.DataFrame | None
             "streams": s.streams, "tids": s.tids, "steps": len(s.steps["step"]), "blobs": spans,
             "crc": zlib.crc32(b"".join(b for name, b in blobs.items() if name != "fine"))}
     head = json.dumps(meta).encode()
-
-    def write(p: Path) -> None:
-        with open(p, "wb") as fh:
-            fh.write(MAGIC + len(head).to_bytes(4, "little") + head + b"".join(blobs.values()))
-
     target = summary_path(part)
-    try:
-        write_atomic(target, write, durable=False)  # a cache: read_summary refuses one not whole
+    try:  # a cache: read_summary refuses one not whole
+        write_bytes_atomic(target, b"".join([MAGIC, len(head).to_bytes(4, "little"), head, *blobs.values()]),
+                           durable=False)
     except OutputError:
         target.unlink(missing_ok=True)
 

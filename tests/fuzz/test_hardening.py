@@ -24,7 +24,7 @@ from ddprof.errors import OutputError
 from ddprof.ingestion import pipeline
 from ddprof.ingestion.world import MAX_WORLD_SIZE, checked_world_size, format_ranges, missing_ranges
 from ddprof.readers.kineto.depth import flatten_deep
-from ddprof.store.atomic import remove_stale_tmp, write_atomic
+from ddprof.store.atomic import remove_stale_tmp, write_atomic, write_bytes_atomic
 from tests.support.paths import SAMPLES
 
 GLOO = SAMPLES / "gloo-ddp-4rank-slow-rank"
@@ -231,6 +231,9 @@ def test_full_disk_while_writing_the_report_or_the_manifest(tmp_path, small_fs, 
     with pytest.raises(OutputError, match=r"manifest.json: no space left on the device; it needs .* free there"):
         write_atomic(small_fs / "manifest.json", lambda p: p.write_bytes(b"x" * (200 << 10)),
                      needed=lambda: 200 << 10)
+    assert leftovers(small_fs) == [filler]
+    with pytest.raises(OutputError, match=r"part.parquet: no space left on the device; it needs 200\.0 KiB, .* free"):
+        write_bytes_atomic(small_fs / "part.parquet", b"x" * (200 << 10))
     assert leftovers(small_fs) == [filler]
 
 

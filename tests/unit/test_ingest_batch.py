@@ -279,3 +279,15 @@ def test_a_trace_alone_is_not_held_decoded_while_its_part_is_written(tmp_path, m
     monkeypatch.setattr(job, "_write_parquet", write)
     res = job.ingest_file(str(_write(src / "r0.json", _doc(0, _ops(0)))), str(tmp_path / "run"), None)
     assert res.status == "ok" and len(alive) == 1
+
+
+def test_the_parts_of_a_batch_are_encoded_by_one_write(tmp_path, monkeypatch):
+    """A batch's parts come from one partitioned write into memory (its fixed cost paid once), the same bytes
+    as each trace's alone; a Polars whose writer could not would fall back to a write per trace, unseen but
+    for the time."""
+    generate(Spec(ranks=4, steps=2, kernels=12), tmp_path / "run", with_truth=False)
+    files = discover([tmp_path / "run" / "traces"])
+    real, alone = job._encode, []
+    monkeypatch.setattr(job, "_encode", lambda df: alone.append(df.height) or real(df))
+    assert_batch_is_alone(files, tmp_path)
+    assert len(alone) == len(files)  # the traces ingested alone, one each; the batch, none
