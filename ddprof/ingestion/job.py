@@ -255,8 +255,7 @@ def _store(reader: EventReader, out_dir: Path, results: list[FileResult], opened
     df, dropped = _drop_duplicates(df, n)
     whole_valid = _valid(df.drop("_trace"))
     facts = _facts(df, n)
-    # the drawn events and the parts of a batch, made at once; one trace's are made after its part is written
-    # (memory)
+    # a batch's drawn events and parts are made at once; a trace alone has them made as it is written (memory)
     drawn: list[pl.DataFrame | None] = [*_per_trace(lanes(df, "_trace"), n)] if n > 1 else [None]
     encoded = _encoded(df, n)
     for t, (res, mine) in enumerate(zip(results, _per_trace(df, n))):
