@@ -16,13 +16,25 @@ pytestmark = pytest.mark.slow
 WORLD, TOKENS, HOT, SHARE, WIDTH = 4, 600, 1, 0.6, 64
 
 
+#: Runs of the job at most, until its hot rank arrives last at a combine at least once (below).
+RUNS = 3
+
+
 @pytest.fixture(scope="module")
 def moe(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("moe") / "run"
-    job = run_example("moe", run_dir, WORLD, "--steps", "5", "--wait", "1", "--warmup", "1", "--active", "3",
-                      "--tokens", str(TOKENS), "--hot-rank", str(HOT), "--hot-share", str(SHARE),
-                      "--moe-width", str(WIDTH), "--wait-ingest")
-    return job, build_report(ddprof.open_run(run_dir))
+    """The job and its report. The hot rank's expert computes on 2.4x the tokens, so it arrives last at the
+    combines, but 4 ranks share 2 cores: the scheduler may put another rank last at every combine of a run
+    (locally 3 to 6 of 6 are the hot rank's; CI saw 2 of 6, and once none). Such a run has nothing for the
+    load rule to tell apart, so the job runs again, up to :data:`RUNS` times."""
+    for attempt in range(RUNS):
+        run_dir = tmp_path_factory.mktemp(f"moe{attempt}") / "run"
+        job = run_example("moe", run_dir, WORLD, "--steps", "5", "--wait", "1", "--warmup", "1", "--active", "3",
+                          "--tokens", str(TOKENS), "--hot-rank", str(HOT), "--hot-share", str(SHARE),
+                          "--moe-width", str(WIDTH), "--wait-ingest")
+        report = build_report(ddprof.open_run(run_dir))
+        if report["alltoall"]["explained"] >= 1:
+            break
+    return job, report
 
 
 def test_splits_are_read_from_the_trace(moe):
@@ -58,8 +70,8 @@ def test_splits_are_read_from_the_trace(moe):
 def test_load_imbalance_is_not_a_straggler(moe):
     _, report = moe
     # the hot rank's expert computes on 2.4× the tokens: it arrives last at combines, for its load (at how many
-    # depends on the scheduling of 4 ranks on 2 shared cores: 2 of 6 was seen in CI)
-    assert report["alltoall"]["explained"] >= 1
+    # depends on the scheduling of 4 ranks on 2 shared cores: the fixture's runs)
+    assert report["alltoall"]["explained"] >= 1, f"the hot rank was last at no combine in {RUNS} runs"
     assert HOT not in report["stragglers"]["ranks"]
     lines = [v for v in report["verdicts"] if "all-to-all" in v]
     assert lines and lines[0].startswith(f"rank {HOT} receives") and "expert load imbalance" in lines[0]
