@@ -332,8 +332,7 @@ def _encoded(df: pl.DataFrame, n: int) -> list[bytes | None]:
     cannot partition into memory (:func:`_write` then encodes the trace alone); None for a trace with no
     rows."""
     none: list[bytes | None] = [None] * n
-    trace = df.get_column("_trace").to_numpy()
-    if n < 2 or not trace.size or int(np.bincount(trace).max()) > ROW_GROUP:
+    if n < 2 or df.height == 0 or int(np.bincount(df.get_column("_trace").to_numpy()).max()) > ROW_GROUP:
         return none
     bufs: dict[int, io.BytesIO] = {}
 
