@@ -30,11 +30,13 @@ the lowest and highest ratio of one round's times, which show how far a single m
 Then, for each set, the whole process both ways, timed from outside (interpreter start, imports, exit
 included): ``python -c "TraceAnalysis(trace_dir=SRC)"`` against the ``ddprof ingest SRC -o RUN_DIR`` console
 script (which decodes one large trace in a child process while it imports: ``ddprof.readers.read_ahead``;
-the same with ``DDPROF_READ_AHEAD=off`` beside it), in turns (``--repeat`` rounds), both packages' modules
+the same with ``DDPROF_READ_AHEAD=off`` beside it, and with ``DDPROF_SCANNER=off``: every run decoded by the
+typed decoders, as an install without the compiled scanner does), in turns (``--repeat`` rounds), both packages' modules
 byte-compiled as an install leaves them, with the floor under any reader of the set beside them, each part
 measured alone in a fresh process: the interpreter's start (``python -c pass``, whole process), the
 decompression (each file inflated block by block, nothing kept) and the decoding (the reader's own cuts of
-the inflated text, each decoded by its typed decoder: the fields it reads, results dropped).
+the inflated text, each read by the compiled scanner, else decoded by its typed decoder: the fields it reads,
+results dropped; ``decode_floor.py``).
 
 First, the program's start-up: ``ddprof --version`` and ``ddprof --help`` as a user runs them, the whole
 process (interpreter, imports, exit) from outside, ``STARTUP_RUNS`` runs after one not counted: the
@@ -225,8 +227,8 @@ def whole_cases(src: Path, rounds: int) -> dict[str, list[float]]:
     script = Path(sys.executable).with_name("ddprof")
     ddprof = [str(script)] if script.exists() else [sys.executable, "-m", "ddprof"]
     files = sorted(str(f) for f in discover([src]))  # what ingest reads (not a cache's files beside them)
-    times: dict[str, list[float]] = {"hta": [], "ddprof ingest": [], "read ahead off": [], "interpreter start": [],
-                                     **{part: [] for part in FLOOR}}
+    times: dict[str, list[float]] = {"hta": [], "ddprof ingest": [], "read ahead off": [], "scanner off": [],
+                                     "interpreter start": [], **{part: [] for part in FLOOR}}
     for _ in range(rounds):
         out = Path(tempfile.mkdtemp(prefix="ddprof-bench-"))
         try:
@@ -234,6 +236,8 @@ def whole_cases(src: Path, rounds: int) -> dict[str, list[float]]:
             times["ddprof ingest"].append(whole_process([*ddprof, "ingest", str(src), "-o", str(out / "run")])[0])
             times["read ahead off"].append(whole_process([*ddprof, "ingest", str(src), "-o", str(out / "run-off")],
                                                          env={"DDPROF_READ_AHEAD": "off"})[0])
+            times["scanner off"].append(whole_process([*ddprof, "ingest", str(src), "-o", str(out / "run-typed")],
+                                                      env={"DDPROF_SCANNER": "off"})[0])
         finally:
             shutil.rmtree(out, ignore_errors=True)
         times["interpreter start"].append(whole_process([sys.executable, "-c", "pass"])[0])
@@ -254,6 +258,9 @@ def print_whole(label: str, times: dict[str, list[float]]) -> None:
     off = sorted(h / d for h, d in zip(times["hta"], times["read ahead off"]))
     print(f"{label:28} {'whole':6} {med['read ahead off']:8.3f} {'':8}   the same, DDPROF_READ_AHEAD=off: "
           f"{med['hta'] / med['read ahead off']:.1f}x faster ({off[0]:.1f}-{off[-1]:.1f} by round)")
+    typed = sorted(h / d for h, d in zip(times["hta"], times["scanner off"]))
+    print(f"{label:28} {'whole':6} {med['scanner off']:8.3f} {'':8}   the same, DDPROF_SCANNER=off (typed decoders "
+          f"only): {med['hta'] / med['scanner off']:.1f}x faster ({typed[0]:.1f}-{typed[-1]:.1f} by round)")
     parts = " + ".join(f"{k} {med[k]:.3f}" for k in ("interpreter start", *FLOOR))
     print(f"{label:28} {'floor':6} {floor:8.3f} {'':8}   {parts}; ddprof ingest = "
           f"{med['ddprof ingest'] / floor:.1f}x the floor, {med['ddprof ingest'] - floor:.3f} s above it")

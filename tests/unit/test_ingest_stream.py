@@ -8,7 +8,9 @@ Every test runs three times: the file decoded by :func:`~ddprof.readers.kineto.d
 first into plain columns (:mod:`ddprof.readers.kineto.plain`, as a read-ahead child does) that ``decode``
 then makes the frame of (a file the plain reader declines falls back to the first way, as it does
 after a child); and the same with every other run asked for as its text and decoded by ``decode`` (as the
-process that took a child's pieces does once it has a core free).
+process that took a child's pieces does once it has a core free). Each of the three twice: runs read by the
+compiled scanner first (:class:`~ddprof.readers.kineto.plain.TextScanner`), and by the typed decoders alone
+(an install without the scanner); where the scanner is not built, the first is the second.
 """
 
 from __future__ import annotations
@@ -86,13 +88,17 @@ def _every_other_run_asked(path: Path) -> Iterator[Any]:
     return _read_here(path, lambda: next(asks) % 2 == 1)
 
 
-@pytest.fixture(autouse=True, params=["decoded here", "plain columns", "plain columns, every other run as text"])
+@pytest.fixture(autouse=True, params=[
+    f"{way}{scanner}" for way in ("decoded here", "plain columns", "plain columns, every other run as text")
+    for scanner in ("", ", typed decoders only")])
 def reading(request):
     """Run the test with each way of decoding a file (module doc)."""
-    if request.param == "decoded here":
-        yield
-        return
-    with mock.patch.object(read_ahead, "take", _read_here if request.param == "plain columns" else _every_other_run_asked):
+    with contextlib.ExitStack() as stack:
+        if request.param.endswith(", typed decoders only"):
+            stack.enter_context(mock.patch.object(plain, "SCANNER", False))
+        if request.param.startswith("plain columns"):
+            asked = request.param.startswith("plain columns, every other")
+            stack.enter_context(mock.patch.object(read_ahead, "take", _every_other_run_asked if asked else _read_here))
         yield
 
 

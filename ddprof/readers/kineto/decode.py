@@ -24,6 +24,7 @@ import polars as pl
 
 from ddprof.errors import BadInputError
 from ddprof.readers import read_ahead
+from ddprof.readers.kineto import plain
 from ddprof.readers.kineto.depth import decode_shallow, retry_shallow
 from ddprof.readers.kineto.events import Columns, MetaRows
 from ddprof.readers.kineto.plain import Piece, Tail
@@ -79,8 +80,9 @@ def decode(path: Path) -> Decoded:
         except read_ahead.Lost:
             pass  # the child read nothing usable: the file is read here
     src, cols = Source(path), Columns()
+    scanner = plain.TextScanner() if plain.SCANNER else None
     try:
-        head = split(src.blocks(), lambda text: _consume(text, cols))
+        head = split(src.blocks(), lambda text: _consume(text, cols, scanner))
     except NotStreamable:
         _explain(path)
         raise  # pragma: no cover - _explain always raises
@@ -129,9 +131,15 @@ def _decoded(cols: Columns, head: Header, sha1: str, size: int) -> Decoded:
     )
 
 
-def _consume(text: memoryview, cols: Columns) -> None:
-    """:func:`_decode_run`; once more with containers past :data:`~ddprof.readers.kineto.depth.MAX_DEPTH`
+def _consume(text: memoryview, cols: Columns, scanner: plain.TextScanner | None = None) -> None:
+    """The run in columns by ``scanner`` (the file's: its codes index ``cols``' tables) where it takes it; else
+    :func:`_decode_run`, once more with containers past :data:`~ddprof.readers.kineto.depth.MAX_DEPTH`
     levels cut off when the text nests deeper than the decoder can recurse (args nobody reads)."""
+    if scanner is not None:
+        run = scanner.run(text)
+        if run is not None:
+            cols.add_plain(run)
+            return
     dropped = cols.dropped.copy()
     try:
         _decode_run(text, cols)

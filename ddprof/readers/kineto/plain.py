@@ -19,9 +19,10 @@ to be whole events and nothing else. :meth:`.events.Columns.add_plain` makes of 
 from __future__ import annotations
 
 import math
+import os
 import zlib
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import compress
 from pathlib import Path
@@ -46,6 +47,13 @@ from ddprof.readers.source import Source
 from ddprof.vocabulary.collective_ops import MARKER_RE
 from ddprof.vocabulary.fields import as_int
 
+_CScanner: type[_scan.Scanner] | None
+try:  # the compiled scanner, built with the package where a C compiler was found
+    from ddprof.readers.kineto import _scan
+    _CScanner = _scan.Scanner
+except ImportError:  # pragma: no cover - an install without it: the typed decoders read every run
+    _CScanner = None
+
 #: A null in an integer column (a value equal to it sends the run the ordinary way).
 NULL = -(1 << 63)
 #: The args' fields, in the order :attr:`Run.rare` gives their values; the raw JSON ones last.
@@ -60,6 +68,12 @@ _strict = msgspec.json.Decoder(STRICT_RUN)
 _lenient = msgspec.json.Decoder(LENIENT_RUN)
 _whole = msgspec.json.Decoder(list[msgspec.Raw])  # only tells whole events from a bad cut
 _EMPTY = Args()  # the args of an event that has none
+#: ``DDPROF_SCANNER=off`` decodes every run with the typed decoders (the same columns, more slowly).
+SCANNER_SWITCH = "DDPROF_SCANNER"
+#: Whether runs are read by the compiled scanner first (:class:`TextScanner`).
+SCANNER = _CScanner is not None and os.environ.get(SCANNER_SWITCH, "").lower() != "off"
+#: The integer columns of a :class:`Run`, in the scanner's order.
+_INT_COLUMNS = ("pid", "tid", "a_stream", "a_device", "correlation", "external_id")
 
 
 class Declined(Exception):
@@ -158,12 +172,26 @@ def _consumer(emit: Callable[[Piece], None], tables: _Tables,
     The decoders are tried as :func:`.decode._decode_run` tries them; a run neither takes is text, and so is
     a run ``wanted`` asks for (checked to be whole events only)."""
     kinded: dict[str | None, bool] = {}
+    scanner, scanned = (TextScanner() if SCANNER else None), False
 
     def consume(text: memoryview) -> None:
+        nonlocal scanner, scanned
         if wanted is not None and wanted():
             _whole.decode(text)  # DecodeError: a bad cut
             emit(bytes(text))
             return
+        if scanner is not None:
+            kept = scanner.run(text)
+            if kept is not None:
+                scanned = True
+                if kept.n or kept.timed:
+                    emit(kept)
+                return
+            _whole.decode(text)  # DecodeError: a bad cut (the scanner took nothing from it)
+            if scanned:  # the file's codes are the scanner's: this run is decoded by the other process
+                emit(bytes(text))
+                return
+            scanner = None  # the file's first run is not the scanner's: the typed decoders read it all
         for decoder, complete in ((_strict, StrictComplete), (_lenient, Complete)):
             try:
                 run = decoder.decode(text)
@@ -178,6 +206,80 @@ def _consumer(emit: Callable[[Piece], None], tables: _Tables,
         _whole.decode(text)  # DecodeError: a bad cut
         emit(bytes(text))
     return consume
+
+
+class TextScanner:
+    """One file's runs in plain columns straight from their text, by the compiled scanner (:mod:`._scan`):
+    the :class:`Run` :func:`_columns` makes of the same text, without a Python object per event. The tables of
+    names and categories are kept between runs; the few events whose values are kept as Python values (the
+    instants and B/E events, and the complete events that may carry collective metadata) are decoded from
+    their text by the strict typed decoder, which takes them since the scanner took their run."""
+
+    def __init__(self) -> None:
+        assert _CScanner is not None  # the caller asked SCANNER
+        self._scanner = _CScanner(MAX_TS_US, MAX_DUR_NS / 1000)
+        self._markers = bytearray()  # by name code: a collective marker's name
+        self._kinds = bytearray()  # by the code of an instants' category: it has a kind (the instant is kept)
+        self._kinded: dict[str | None, bool] = {}
+
+    def run(self, text: memoryview) -> Run | None:
+        """The run in columns; None where the typed decoders must read it (nothing is then changed)."""
+        mark = self._scanner.mark()
+        got = self._scanner.scan(text, self._markers, self._kinds)
+        if got is None:
+            return None
+        n, ts, dur, ints, null_bits, shapes, name, cat, coll, marked, spans, timed, names, cats, spelled, icats = got
+        self._kinds += bytes(canonical(c) in CAT_KIND for c in icats)
+        columns = dict(zip(_INT_COLUMNS, ints)) if n else {}  # no complete event: no columns, as _columns says
+        nulls = {c for i, c in enumerate(_INT_COLUMNS) if null_bits >> i & 1}
+        if spelled and not _respelled(text, spans, spelled, columns, nulls):
+            self._scanner.reset(mark)
+            return None
+        markers = self._markers
+        markers += bytes(MARKER_RE.match(s) is not None for s in names)
+        rows = set(memoryview(coll).cast("I"))
+        if marked:
+            codes = memoryview(name).cast("I")
+            rows.update(r for r in memoryview(marked).cast("I") if markers[codes[r]])
+        rare: list[tuple[int, tuple[Any, ...]]] = []
+        if rows:
+            order = sorted(rows)
+            rare = [(r, _values(e.args or _EMPTY)) for r, e in zip(order, _events(text, spans, order))]
+        kept = _timed(_events(text, timed, range(len(timed) // 8)), self._kinded) if timed else []
+        return Run(n, ts, dur, columns, frozenset(nulls), shapes, name, cat, rare, kept, names, cats)
+
+
+def _events(text: memoryview, spans: bytes, rows: Iterable[int]) -> list[Any]:
+    """The events of ``text`` at the given rows of ``spans`` (uint32 start and end, by row), decoded as the
+    run would be: by the strict typed decoder, else (an integer spelled as a string) the lenient one."""
+    at = memoryview(spans).cast("I")
+    events = b"[" + b",".join(text[at[2 * r]:at[2 * r + 1]] for r in rows) + b"]"
+    try:
+        return _strict.decode(events)
+    except msgspec.ValidationError:
+        return _lenient.decode(events)
+
+
+def _respelled(text: memoryview, spans: bytes, spelled: bytes, columns: dict[str, bytes], nulls: set[str]) -> bool:
+    """The integer columns of the rows that write one as a string (``"pid": "Spans"``) read as
+    :func:`_int64` reads them (:func:`~ddprof.vocabulary.fields.as_int`; ``nulls`` gains a column where that is
+    None); False where one reads as :data:`NULL` (the run is then the typed decoders')."""
+    rows = memoryview(spelled).cast("I")
+    fixed = {c: bytearray(b) for c, b in columns.items()}
+    views = {c: memoryview(b).cast("q") for c, b in fixed.items()}
+    for r, e in zip(rows, _events(text, spans, rows)):
+        a = e.args or _EMPTY
+        for c, v in zip(_INT_COLUMNS, (e.pid, e.tid, a.stream, a.device, a.correlation, a.external_id)):
+            value = as_int(v)
+            if value == NULL:
+                return False
+            if value is None:
+                nulls.add(c)
+            views[c][r] = NULL if value is None else value
+    for c, view in views.items():
+        view.release()
+        columns[c] = bytes(fixed[c])
+    return True
 
 
 def _columns(run: list[Any], complete: type, tables: _Tables, kinded: dict[str | None, bool]) -> Run | None:
