@@ -9,8 +9,9 @@ sum of the RSS of the process and its children, sampled every 50 ms):
 
 * ``ddprof ingest TRACES -o RUN`` (a process pool on every core);
 * ``ddprof analyze RUN --format json`` (the whole report, a group of ranks at a time);
-* the floor under any reader of the traces: a process that reads every trace and decodes its events with
-  ingest's own typed decoders, on a process pool of every core, and keeps nothing (the interpreter's
+* the floor under any reader of the traces: a process that reads every trace and decodes its events as
+  ingest does (its compiled scanner where built, else its typed decoders: ``decode_floor.py``), on a process
+  pool of every core, and keeps nothing (the interpreter's
   start and the pool's included): what ingest costs beyond it builds, checks and writes the store;
 * HTA (``holistictraceanalysis``): ``TraceAnalysis(trace_dir)`` then ``get_comm_comp_overlap``,
   ``get_temporal_breakdown`` and ``get_idle_time_breakdown`` on every rank, in a process bounded by an

@@ -33,13 +33,14 @@ _ROOT_DIR = str(_ROOT)
 @cache
 def _module_file(name: str) -> str | None:
     """The source file of a module of the ddprof package (``ddprof.x.y`` -> ddprof/x/y.py or
-    ddprof/x/y/__init__.py), or None for a name that is not one (an attribute, another package).
+    ddprof/x/y/__init__.py, or ddprof/x/y.c for a compiled one: its C source is installed beside it), or None
+    for a name that is not one (an attribute, another package).
     Paths as strings: the walk below asks for a few hundred names, and :mod:`pathlib` made it 10 ms."""
     parts = name.split(".")
     if parts[0] != _PACKAGE:
         return None
     base = os.path.join(_ROOT_DIR, *parts[1:])
-    for candidate in (base + ".py", os.path.join(base, "__init__.py")):
+    for candidate in (base + ".py", os.path.join(base, "__init__.py"), base + ".c"):
         if os.path.isfile(candidate):
             return candidate
     return None

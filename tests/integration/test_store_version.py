@@ -50,6 +50,8 @@ def _ast_closure() -> set[Path]:
             if parts[0] == "ddprof":
                 base = REPO.joinpath(*parts[1:])
                 todo += [f for f in (base.with_suffix(".py"), base / "__init__.py") if f.is_file()]
+                if not base.with_suffix(".py").is_file() and base.with_suffix(".c").is_file():
+                    seen.add(base.with_suffix(".c"))  # a compiled module: its C source (no Python import in it)
         todo += [p / "__init__.py" for p in path.parents if REPO in (p, *p.parents)]
     return seen
 
@@ -63,7 +65,7 @@ def test_every_module_that_shapes_the_store_is_fingerprinted():
             "vocabulary/fields.py"} <= names
     # the readers, through the registry ingestion asks: Kineto's decoding and linking shape the store
     assert {"readers/registry.py", "readers/base.py", "readers/kineto/reader.py", "readers/kineto/decode.py",
-            "readers/kineto/link.py", "readers/kineto/build.py"} <= names
+            "readers/kineto/link.py", "readers/kineto/build.py", "readers/kineto/_scan.c"} <= names
     # the registry also lists the Flight Recorder reader: a change there rebuilds stores it does not shape
     # (a cache miss, never a stale store)
     assert "readers/flightrec/reader.py" in names

@@ -34,7 +34,7 @@ import numpy.ma  # noqa: F401 - Polars imports it on its first NumPy -> Series c
 import polars as pl
 
 from ddprof.readers.kineto.categories import CAT_KIND, canonical
-from ddprof.readers.kineto.plain import ARG_FIELDS, NULL, RAW_FIELDS, Run
+from ddprof.readers.kineto.plain import ARG_FIELDS, NULL, RAW_FIELDS, Run, joined
 from ddprof.readers.kineto.structs import MAX_DUR_NS, MAX_TS_US, PHASE_OF, Args, Complete
 from ddprof.vocabulary.collective_ops import MARKER_RE
 from ddprof.vocabulary.fields import as_int
@@ -85,6 +85,10 @@ def _shapes(args: list[Any]) -> pl.Series:
 _EMPTY = Args()  # the args of an event that has none
 
 
+#: Rows of plain runs made one frame at most: their bytes wait for it beside the frames already made (a few MB).
+HELD_ROWS = 65_536
+
+
 class Columns:
     """Accumulates decoded runs of events as columnar pieces; their Python objects die with the run."""
 
@@ -99,6 +103,8 @@ class Columns:
         self._instant_cats: dict[str | None, bool] = {}  # whether an instant of this category is kept
         self._pairs = _Pairs()
         self._plain: PlainTables | None = None  # made by the first run read in plain columns
+        self._held: list[Run] = []  # runs in plain columns not yet in a frame (:meth:`_flush`)
+        self._held_rows = 0
 
     def add_run(self, run: list[Any], complete: type) -> None:
         """Add a decoded run of events of any phase: those of type ``complete`` (phase 'X') now, the
@@ -125,6 +131,7 @@ class Columns:
 
     def add(self, keep: list[AnyComplete], malformed: int = 0) -> None:
         """Add the complete events of a run (``keep``: already only phase 'X')."""
+        self._flush()  # the rows of the plain runs before it come first
         self.complete += len(keep) + malformed
         ts_us = np.array([e.ts for e in keep], dtype=np.float64)  # a missing one is NaN
         dur_us = np.array([e.dur for e in keep], dtype=np.float64)
@@ -163,7 +170,8 @@ class Columns:
 
     def add_plain(self, run: Run) -> None:
         """Add a run decoded in plain columns (:mod:`.plain`): the frame and metadata :meth:`add` makes of
-        the same events."""
+        the same events. Consecutive runs are made one frame (:meth:`_flush`): a frame's columns cost about
+        0.1 ms each to make whatever their length."""
         tables = self._plain = self._plain or PlainTables()
         if run.names or run.cats:
             tables.extend(run.names, self._markers(run.names), self._categories(run.cats))
@@ -175,6 +183,20 @@ class Columns:
         if run.rare:
             rows, values = zip(*run.rare)
             self.meta.add_values(rows, dict(zip(ARG_FIELDS, zip(*values))), self.rows)
+        self._held.append(run)
+        self._held_rows += run.n
+        self.rows += run.n
+        if self._held_rows >= HELD_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        """The plain runs held, one after the other, as one frame (their codes index the tables as they are now:
+        the tables only grow)."""
+        if not self._held:
+            return
+        run, tables = joined(self._held), self._plain
+        self._held, self._held_rows = [], 0
+        assert tables is not None  # made by add_plain
         names, cats = _codes(run.name), _codes(run.cat)
         columns = {
             "ts_ns": pl.Series(_to_ns(np.frombuffer(run.ts, dtype=np.float64))),
@@ -186,7 +208,6 @@ class Columns:
             "shapes": _plain_ints(run.shapes, True).cast(pl.UInt32),
         }
         self.frames.append(_frame(columns, RAW_SCHEMA))
-        self.rows += run.n
 
     def _categories(self, cats: list[str | None]) -> list[str | None]:
         """Each category in its modern spelling (a trace has few distinct ones: each is mapped once)."""
@@ -238,6 +259,7 @@ class Columns:
         self.dropped.update(dropped)
         if matched or dropped:
             self.add(matched, sum(dropped.values()))
+        self._flush()
         frames, self.frames = self.frames, []
         return pl.concat(frames, rechunk=False) if frames else pl.DataFrame(schema=RAW_SCHEMA)
 
