@@ -347,6 +347,37 @@ static int scan_literal(Cur *c, const char *word, size_t n) {
     return OK;
 }
 
+/* An object member's key and the colon after it, the value's first byte next (DECLINE for an escaped key
+ * where ``plain_key``: it may spell a field's name, which the ordinary path reads). */
+static int scan_key(Cur *c, const unsigned char **k, size_t *n, int plain_key) {
+    int esc, r;
+    skip_ws(c);
+    if (c->p >= c->end || *c->p != '"') return DECLINE;
+    if ((r = scan_string(c, k, n, &esc))) return r;
+    if (esc && plain_key) return DECLINE;
+    skip_ws(c);
+    if (c->p >= c->end || *c->p != ':') return DECLINE;
+    c->p++;
+    skip_ws(c);
+    return c->p < c->end ? OK : DECLINE;
+}
+
+/* What follows an item of a container: 1 for a comma (another item), 0 for ``close`` (passed), -1 else. */
+static int next_item(Cur *c, unsigned char close) {
+    skip_ws(c);
+    if (c->p < c->end) {
+        if (*c->p == ',') {
+            c->p++;
+            return 1;
+        }
+        if (*c->p == close) {
+            c->p++;
+            return 0;
+        }
+    }
+    return -1;
+}
+
 /* Any value, checked and passed over. */
 static int skip_value(Cur *c, int depth) {
     const unsigned char *s;
@@ -375,26 +406,11 @@ static int skip_value(Cur *c, int depth) {
         }
         for (;;) {
             skip_ws(c);
-            if (object) {
-                if (c->p >= c->end || *c->p != '"') return DECLINE;
-                if ((r = scan_string(c, &s, &n, &flag))) return r;
-                skip_ws(c);
-                if (c->p >= c->end || *c->p != ':') return DECLINE;
-                c->p++;
-                skip_ws(c);
-            }
+            if (object && (r = scan_key(c, &s, &n, 0))) return r;
             if ((r = skip_value(c, depth + 1))) return r;
-            skip_ws(c);
-            if (c->p >= c->end) return DECLINE;
-            if (*c->p == ',') {
-                c->p++;
-                continue;
-            }
-            if (*c->p == close) {
-                c->p++;
-                return OK;
-            }
-            return DECLINE;
+            int more = next_item(c, close);
+            if (more < 0) return DECLINE;
+            if (!more) return OK;
         }
     }
     default:
@@ -614,15 +630,7 @@ static int scan_args(Cur *c, Event *e) {
         const unsigned char *k, *s;
         size_t kn, n;
         int esc;
-        skip_ws(c);
-        if (c->p >= c->end || *c->p != '"') return DECLINE;
-        if ((r = scan_string(c, &k, &kn, &esc))) return r;
-        if (esc) return DECLINE; /* an escaped key may spell a field's name */
-        skip_ws(c);
-        if (c->p >= c->end || *c->p != ':') return DECLINE;
-        c->p++;
-        skip_ws(c);
-        if (c->p >= c->end) return DECLINE;
+        if ((r = scan_key(c, &k, &kn, 1))) return r;
         const ArgKey *a = NULL;
         for (size_t i = 0; i < N_ARG_KEYS; i++) {
             if (ARG_KEYS[i].n == kn && memcmp(ARG_KEYS[i].key, k, kn) == 0) {
@@ -652,17 +660,9 @@ static int scan_args(Cur *c, Event *e) {
             if (a->slot == 1) { e->dims = start; e->dims_n = (size_t)(c->p - start); }
             if (a->slot == 2) { e->types = start; e->types_n = (size_t)(c->p - start); }
         }
-        skip_ws(c);
-        if (c->p >= c->end) return DECLINE;
-        if (*c->p == ',') {
-            c->p++;
-            continue;
-        }
-        if (*c->p == '}') {
-            c->p++;
-            return OK;
-        }
-        return DECLINE;
+        int more = next_item(c, '}');
+        if (more < 0) return DECLINE;
+        if (!more) return OK;
     }
 }
 
@@ -681,15 +681,7 @@ static int scan_event(Cur *c, Event *e) {
         const unsigned char *k, *s;
         size_t kn, n;
         int esc;
-        skip_ws(c);
-        if (c->p >= c->end || *c->p != '"') return DECLINE;
-        if ((r = scan_string(c, &k, &kn, &esc))) return r;
-        if (esc) return DECLINE;
-        skip_ws(c);
-        if (c->p >= c->end || *c->p != ':') return DECLINE;
-        c->p++;
-        skip_ws(c);
-        if (c->p >= c->end) return DECLINE;
+        if ((r = scan_key(c, &k, &kn, 1))) return r;
         int kind;
         if (kn == 2 && k[0] == 'p' && k[1] == 'h') {
             if (e->ph || *c->p != '"') return DECLINE;
@@ -733,17 +725,9 @@ static int scan_event(Cur *c, Event *e) {
         } else {
             if ((r = skip_value(c, 1))) return r;
         }
-        skip_ws(c);
-        if (c->p >= c->end) return DECLINE;
-        if (*c->p == ',') {
-            c->p++;
-            continue;
-        }
-        if (*c->p == '}') {
-            c->p++;
-            break;
-        }
-        return DECLINE;
+        int more = next_item(c, '}');
+        if (more < 0) return DECLINE;
+        if (!more) break;
     }
     if (!e->ph) return DECLINE;
     if (e->ph == 'O') return OK; /* its fields are not typed: whatever they hold */
@@ -831,18 +815,10 @@ static int scan_run(Scanner *self, Cur *c, Out *o, const unsigned char *markers,
                 uint32_t span[2] = {(uint32_t)(start - base), (uint32_t)(c->p - base)};
                 if (buf_put(&o->timed, span, sizeof span)) return NOMEM;
             }
-        next:
-            skip_ws(c);
-            if (c->p >= c->end) return DECLINE;
-            if (*c->p == ',') {
-                c->p++;
-                continue;
-            }
-            if (*c->p == ']') {
-                c->p++;
-                break;
-            }
-            return DECLINE;
+        next:;
+            int more = next_item(c, ']');
+            if (more < 0) return DECLINE;
+            if (!more) break;
         }
     }
     skip_ws(c);
