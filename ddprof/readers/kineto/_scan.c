@@ -42,6 +42,7 @@ static int buf_grow(Buf *b, size_t extra) {
 }
 
 static int buf_put(Buf *b, const void *src, size_t n) {
+    if (n == 0) return 0; /* an empty name: nothing to copy (and no buffer yet to copy into) */
     if (buf_grow(b, n)) return -1;
     memcpy(b->data + b->len, src, n);
     b->len += n;
@@ -103,7 +104,7 @@ static uint64_t hash_of(const unsigned char *p, size_t n) {
 static const unsigned char *table_key(const Table *t, uint32_t code, uint32_t *len) {
     const uint32_t *sp = (const uint32_t *)t->spans.data + 2 * (size_t)code;
     *len = sp[1];
-    return (const unsigned char *)t->keys.data + sp[0];
+    return t->keys.data ? (const unsigned char *)t->keys.data + sp[0] : (const unsigned char *)""; /* only "" so far */
 }
 
 static int table_resize(Table *t, size_t slots) {
@@ -139,7 +140,7 @@ static int64_t table_code(Table *t, const unsigned char *p, size_t n) {
         if (t->hashes[i] == h) {
             uint32_t len;
             const unsigned char *k = table_key(t, (uint32_t)t->codes[i], &len);
-            if (len == n && memcmp(k, p, n) == 0) return t->codes[i];
+            if (len == n && (n == 0 || memcmp(k, p, n) == 0)) return t->codes[i];
         }
         i = (i + 1) & t->mask;
     }
