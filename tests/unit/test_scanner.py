@@ -285,3 +285,13 @@ def _counted(run: Any, self: Any, text: memoryview, taken: list[bool]) -> Any:
 def test_real_traces_are_found():
     assert len(REAL) >= 10
     assert any(Path(p).stat().st_size > 1 << 20 for p in REAL)
+
+
+@needs_scanner
+def test_a_run_given_up_after_the_scan_forgets_its_instants_categories_too():
+    """The instants' categories a given-up run added are forgotten with its names: a later instant of another
+    category takes the same code and must be judged by its own category (kept here: ``cpu_op`` has a kind)."""
+    given_up = (b'[{"ph":"i","cat":"cpu_instant_event","name":"[memory]","ts":1},'
+                b'{"ph":"X","name":"a","ts":1,"dur":2,"pid":"-9223372036854775808"}]')
+    later = b'[{"ph":"i","cat":"cpu_op","name":"mark","pid":1,"tid":2,"ts":3},{"ph":"X","name":"a","ts":1,"dur":2}]'
+    assert compare([given_up, later]) == ["declined", "taken"]

@@ -229,12 +229,12 @@ class TextScanner:
         if got is None:
             return None
         n, ts, dur, ints, null_bits, shapes, name, cat, coll, marked, spans, timed, names, cats, spelled, icats = got
-        self._kinds += bytes(canonical(c) in CAT_KIND for c in icats)
         columns = dict(zip(_INT_COLUMNS, ints)) if n else {}  # no complete event: no columns, as _columns says
         nulls = {c for i, c in enumerate(_INT_COLUMNS) if null_bits >> i & 1}
         if spelled and not _respelled(text, spans, spelled, columns, nulls):
             self._scanner.reset(mark)
             return None
+        self._kinds += bytes(canonical(c) in CAT_KIND for c in icats)  # the run is kept: its new codes stand
         markers = self._markers
         markers += bytes(MARKER_RE.match(s) is not None for s in names)
         rows = set(memoryview(coll).cast("I"))
